@@ -1,0 +1,219 @@
+#include "daemon/config.h"
+
+#include <cerrno>
+#include <charconv>
+
+namespace snic::daemon {
+
+namespace {
+
+template <typename T>
+std::optional<T> parse_number(std::string_view s, int base = 10) {
+    if (s.empty()) return std::nullopt;
+    T v{};
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
+    if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+    return v;
+}
+
+Error bad(std::string_view option, std::string_view what, std::string_view value) {
+    return make_error(EINVAL, std::string(option) + ": invalid " + std::string(what) + " '" +
+                                  std::string(value) + "'");
+}
+
+bool valid_name(std::string_view name) {
+    if (name.empty() || name.size() > 32) return false;
+    for (char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+        if (!ok) return false;
+    }
+    return name != "." && name != "..";
+}
+
+// Splits "a,b,c" into its fields.
+std::vector<std::string_view> split(std::string_view text, char sep) {
+    std::vector<std::string_view> out;
+    for (;;) {
+        const std::size_t pos = text.find(sep);
+        out.push_back(text.substr(0, pos));
+        if (pos == std::string_view::npos) return out;
+        text.remove_prefix(pos + 1);
+    }
+}
+
+Result<SelftestSpec> parse_selftest(std::string_view text) {
+    const auto fields = split(text, ',');
+    SelftestSpec spec;
+    spec.name = std::string(fields[0]);
+    if (spec.name != "arp-ping") return bad("--selftest", "self-test (known: arp-ping)", text);
+    for (std::size_t i = 1; i < fields.size(); ++i) {
+        const auto f = fields[i];
+        if (!f.starts_with("count=")) return bad("--selftest", "parameter", f);
+        const auto n = parse_number<std::uint32_t>(f.substr(6));
+        if (!n || *n == 0 || *n > 1'000'000) return bad("--selftest", "count (1..1000000)", f);
+        spec.count = *n;
+    }
+    return spec;
+}
+
+}  // namespace
+
+Result<PortSpec> parse_port_spec(std::string_view text) {
+    const auto fields = split(text, ',');
+    PortSpec spec;
+    spec.port = std::string(fields[0]);
+    const std::string option = "--port " + spec.port;
+    if (spec.port.empty()) return bad("--port", "port (expected <port>,ip=<addr/len>)", text);
+    bool have_ip = false;
+    for (std::size_t i = 1; i < fields.size(); ++i) {
+        const auto f = fields[i];
+        const std::size_t eq = f.find('=');
+        const auto key = f.substr(0, eq);
+        const auto value = eq == std::string_view::npos ? std::string_view{} : f.substr(eq + 1);
+        if (key == "ip") {
+            auto p = net::Ipv4Prefix::parse(value);
+            if (!p || p->length == 0) return bad(option, "IPv4 address/prefix", value);
+            spec.ip = *p;
+            have_ip = true;
+        } else if (key == "mac") {
+            auto m = net::MacAddr::parse(value);
+            if (!m || m->is_multicast() || m->is_zero()) return bad(option, "unicast MAC", value);
+            spec.mac = *m;
+        } else if (key == "mtu") {
+            auto m = parse_number<std::uint16_t>(value);
+            if (!m || *m < kMinMtu || *m > kMaxMtu) return bad(option, "MTU (68..9000)", value);
+            spec.mtu = *m;
+        } else {
+            return bad(option, "parameter (known: ip, mac, mtu)", f);
+        }
+    }
+    if (!have_ip) return make_error(EINVAL, option + ": missing ip=<a.b.c.d/len>");
+    return spec;
+}
+
+Result<Config> parse_config(std::span<const std::string> args) {
+    Config cfg;
+    bool ctrl_given = false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        std::string_view arg = args[i];
+        std::string_view inline_value;
+        bool has_inline = false;
+        if (arg.starts_with("--")) {
+            if (const auto eq = arg.find('='); eq != std::string_view::npos) {
+                inline_value = arg.substr(eq + 1);
+                arg = arg.substr(0, eq);
+                has_inline = true;
+            }
+        }
+        // Returns the option's value, from "--opt=value" or the next argument.
+        auto value = [&]() -> std::optional<std::string_view> {
+            if (has_inline) return inline_value;
+            if (i + 1 < args.size()) return std::string_view(args[++i]);
+            return std::nullopt;
+        };
+        auto missing = [&] {
+            return make_error(EINVAL, std::string(arg) + ": missing value (see snicd --help)");
+        };
+        if (arg == "-h" || arg == "--help") {
+            cfg.help = true;
+        } else if (arg == "-V" || arg == "--version") {
+            cfg.version = true;
+        } else if (arg == "--wire") {
+            cfg.wire = true;
+        } else if (arg == "-n" || arg == "--name") {
+            auto v = value();
+            if (!v) return missing();
+            if (!valid_name(*v)) return bad("--name", "name (1-32 of [A-Za-z0-9_.-])", *v);
+            cfg.name = std::string(*v);
+        } else if (arg == "--port") {
+            auto v = value();
+            if (!v) return missing();
+            auto spec = parse_port_spec(*v);
+            if (!spec) return spec.error();
+            for (const auto& p : cfg.ports) {
+                if (p.port == spec->port) return bad("--port", "port (given twice)", spec->port);
+                if (p.ip.addr == spec->ip.addr)
+                    return bad("--port " + spec->port, "IP (already on another port)",
+                               spec->ip.to_string());
+            }
+            cfg.ports.push_back(std::move(spec.value()));
+        } else if (arg == "--ctrl") {
+            auto v = value();
+            if (!v) return missing();
+            if (v->empty() || v->size() > 100) return bad("--ctrl", "socket path", *v);
+            cfg.ctrl_path = std::string(*v);
+            ctrl_given = true;
+        } else if (arg == "--ctrl-mode") {
+            auto v = value();
+            if (!v) return missing();
+            auto m = parse_number<unsigned>(*v, 8);
+            if (!m || *m > 0777) return bad("--ctrl-mode", "octal mode", *v);
+            cfg.ctrl_mode = static_cast<mode_t>(*m);
+        } else if (arg == "--idle-backoff") {
+            auto v = value();
+            if (!v) return missing();
+            auto us = parse_number<std::uint32_t>(*v);
+            if (!us || *us > kMaxIdleBackoffUs)
+                return bad("--idle-backoff", "microseconds (0..100000)", *v);
+            cfg.idle_backoff_us = *us;
+        } else if (arg == "--arp-timeout") {
+            auto v = value();
+            if (!v) return missing();
+            auto s = parse_number<std::uint32_t>(*v);
+            if (!s || *s == 0 || *s > 86400) return bad("--arp-timeout", "seconds (1..86400)", *v);
+            cfg.arp_timeout_s = *s;
+        } else if (arg == "--log-level") {
+            auto v = value();
+            if (!v) return missing();
+            static constexpr std::string_view kLevels[] = {"trace", "debug", "info",    "warn",
+                                                           "error", "critical", "off"};
+            bool known = false;
+            for (auto l : kLevels) known |= (*v == l);
+            if (!known) return bad("--log-level", "level (trace|debug|info|warn|error|critical|off)", *v);
+            cfg.log_level = std::string(*v);
+        } else if (arg == "--selftest") {
+            auto v = value();
+            if (!v) return missing();
+            auto spec = parse_selftest(*v);
+            if (!spec) return spec.error();
+            cfg.selftest = std::move(spec.value());
+        } else {
+            return make_error(EINVAL, "unknown option '" + std::string(args[i]) +
+                                          "' (see snicd --help)");
+        }
+    }
+    if (cfg.help || cfg.version) return cfg;
+    if (cfg.ports.empty())
+        return make_error(EINVAL, "no port configured: give --port <port>,ip=<a.b.c.d/len>");
+    if (cfg.selftest && cfg.ports.size() < 2)
+        return make_error(EINVAL, "--selftest arp-ping needs two ports (--port twice)");
+    if (!ctrl_given) cfg.ctrl_path = "/run/snic/" + cfg.name + ".sock";
+    return cfg;
+}
+
+std::string usage() {
+    return R"(usage: snicd [EAL options] -- [snicd options]
+
+Runs the snic soft RDMA NIC on DPDK ports. EAL options are DPDK's (for example
+-l 0 --no-pci --vdev=net_af_packet0,iface=veth0 --no-huge -m 512). Unless
+--file-prefix or --in-memory is among them, snicd adds --file-prefix snic-<name>.
+
+snicd options:
+  -n, --name NAME        daemon name (default snic): control socket and device names
+  --port SPEC            configure a port; SPEC = <port>,ip=<a.b.c.d/len>[,mac=<mac>][,mtu=<68..9000>]
+                         <port> is a DPDK port id or device name (net_af_packet0, wire0, ...)
+  --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
+  --ctrl PATH            control socket (default /run/snic/NAME.sock)
+  --ctrl-mode MODE       octal permissions of the control socket (default 0660)
+  --idle-backoff USEC    an idle data lcore sleeps up to USEC us per empty poll (0: busy poll, default)
+  --arp-timeout SEC      lifetime of ARP cache entries (default 60)
+  --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)
+  --selftest SPEC        arp-ping[,count=N]: from the first port, resolve the second port's IP and
+                         ping it N times (default 10), print the round trips and exit
+  -h, --help             this text
+  -V, --version          the version
+)";
+}
+
+}  // namespace snic::daemon

@@ -1,0 +1,56 @@
+// snicd's own command line (the part after "--"): parsed into a Config, or a
+// one-line error that names the option and the bad value.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/net/addr.h"
+#include "proto/result.h"
+
+namespace snic::daemon {
+
+struct PortSpec {
+    std::string port;  // DPDK port id ("0") or device name ("net_af_packet0", "wire0")
+    net::Ipv4Prefix ip;
+    std::optional<net::MacAddr> mac;
+    std::optional<std::uint16_t> mtu;
+};
+
+struct SelftestSpec {
+    std::string name;  // "arp-ping"
+    std::uint32_t count = 10;
+};
+
+struct Config {
+    std::string name = "snic";
+    std::vector<PortSpec> ports;
+    bool wire = false;
+    std::string ctrl_path;  // default /run/snic/<name>.sock
+    mode_t ctrl_mode = 0660;
+    std::uint32_t idle_backoff_us = 0;
+    std::uint32_t arp_timeout_s = 60;
+    std::string log_level = "info";
+    std::optional<SelftestSpec> selftest;
+    bool help = false;
+    bool version = false;
+};
+
+inline constexpr std::uint16_t kMinMtu = 68;
+inline constexpr std::uint16_t kMaxMtu = 9000;
+inline constexpr std::uint32_t kMaxIdleBackoffUs = 100'000;
+
+Result<Config> parse_config(std::span<const std::string> args);
+
+// Parses one --port value: <port>,ip=<a.b.c.d/len>[,mac=..][,mtu=..].
+Result<PortSpec> parse_port_spec(std::string_view text);
+
+std::string usage();
+
+}  // namespace snic::daemon

@@ -1,0 +1,29 @@
+// Bring-up of DPDK's EAL for snicd: argument handling, DPDK's log routed into
+// spdlog, and one clear error line when initialisation fails.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/result.h"
+
+namespace snic::daemon {
+
+struct SplitArgs {
+    std::vector<std::string> eal;  // argv[0] first
+    std::vector<std::string> app;  // after "--"; everything when there is no "--"
+};
+
+SplitArgs split_args(int argc, char** argv);
+
+// Adds --file-prefix snic-<name> unless the EAL arguments choose a prefix or --in-memory.
+void add_default_file_prefix(std::vector<std::string>& eal, std::string_view name);
+
+// Routes DPDK's log into spdlog (logger "dpdk") from now on.
+void route_dpdk_log();
+
+// rte_eal_init(); on failure the error carries DPDK's own last error message.
+Status eal_init(const std::vector<std::string>& eal);
+
+}  // namespace snic::daemon

@@ -1,0 +1,270 @@
+// snicd: the snic daemon. Parses its options, claims its control socket, brings
+// up DPDK and the ports, runs the data lcores until SIGINT/SIGTERM (or the end of
+// a self-test), then reports its counters and tears everything down.
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/config.h"
+#include "daemon/control.h"
+#include "daemon/eal.h"
+#include "daemon/lcore.h"
+#include "daemon/port.h"
+#include "daemon/selftest.h"
+#include "daemon/telemetry.h"
+#include "daemon/wire.h"
+
+namespace snic::daemon {
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+constexpr unsigned kPoolMbufs = 8191;
+constexpr unsigned kPoolCache = 256;
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+int fail(int code, const std::string& message) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "snicd: %s\n", message.c_str());
+    return code;
+}
+
+void setup_logging() {
+    auto logger = std::make_shared<spdlog::logger>(
+        "snicd", std::make_shared<spdlog::sinks::stdout_sink_mt>());
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l [%n] %v");
+    logger->flush_on(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+}
+
+std::string available_ports() {
+    std::string list;
+    std::uint16_t id;
+    RTE_ETH_FOREACH_DEV(id) {
+        char name[RTE_ETH_NAME_MAX_LEN] = {};
+        rte_eth_dev_get_name_by_port(id, name);
+        list += (list.empty() ? "" : ", ") + std::to_string(id) + "=" + name;
+    }
+    return list.empty() ? "no DPDK ports: add one with --vdev, --wire or a bound NIC"
+                        : "available: " + list;
+}
+
+Result<std::uint16_t> find_port(const PortSpec& spec) {
+    std::uint16_t id = 0;
+    const auto& s = spec.port;
+    const bool numeric = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric && s.size() <= 5) {
+        const unsigned long n = std::stoul(s);
+        if (n <= UINT16_MAX && rte_eth_dev_is_valid_port(static_cast<std::uint16_t>(n)))
+            return static_cast<std::uint16_t>(n);
+    } else if (!numeric && (rte_eth_dev_get_port_by_name(s.c_str(), &id) == 0 ||
+                            // the virtual wire's ports answer to wire0/wire1 too
+                            rte_eth_dev_get_port_by_name(("net_ring_" + s).c_str(), &id) == 0)) {
+        return id;
+    }
+    return make_error(ENODEV, "--port " + s + ": no such DPDK port (" + available_ports() + ")");
+}
+
+std::uint16_t largest_mtu(const Config& cfg) {
+    std::uint16_t mtu = RTE_ETHER_MTU;
+    for (const auto& p : cfg.ports) mtu = std::max(mtu, p.mtu.value_or(0));
+    return mtu;
+}
+
+void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& ports,
+                 shm::StatusReply& r) {
+    auto copy = [](char* dst, std::size_t cap, const std::string& src) {
+        std::snprintf(dst, cap, "%s", src.c_str());
+    };
+    copy(r.name, sizeof r.name, cfg.name);
+    copy(r.version, sizeof r.version, SNIC_VERSION);
+    r.pid = static_cast<std::uint32_t>(::getpid());
+    r.nports = static_cast<std::uint32_t>(std::min(ports.size(), shm::kMaxPorts));
+    for (std::uint32_t i = 0; i < r.nports; ++i) {
+        const Port& p = *ports[i];
+        shm::PortInfo& info = r.ports[i];
+        info.port_id = p.id();
+        info.mtu = p.mtu();
+        std::memcpy(info.mac, p.mac().bytes.data(), 6);
+        info.prefix_length = p.ip().length;
+        info.link_up = p.link_up() ? 1 : 0;
+        info.ipv4 = p.ip().addr.value;
+        info.ndevices = 0;  // RDMA devices come with the transports
+        copy(info.name, sizeof info.name, p.name());
+    }
+}
+
+void print_counters(const std::vector<std::unique_ptr<Port>>& ports) {
+    for (const auto& p : ports) {
+        std::string line = "snicd: port " + std::to_string(p->id()) + " (" + p->name() + "):";
+        for_each_counter(p->counters(), [&](std::string_view name, std::uint64_t v) {
+            if (v != 0 || name == "rx_packets" || name == "tx_packets")
+                line += " " + std::string(name) + "=" + std::to_string(v);
+        });
+        std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+}
+
+int lcore_main(void* arg) {
+    static_cast<Lcore*>(arg)->run();
+    return 0;
+}
+
+// Everything the daemon holds once EAL is up, destroyed in reverse order.
+struct Running {
+    std::optional<VirtualWire> wire;
+    rte_mempool* pool = nullptr;
+    std::vector<std::unique_ptr<Port>> ports;
+    ~Running() {
+        ports.clear();  // closes the ports before their pool and wire go
+        if (pool != nullptr) rte_mempool_free(pool);
+    }
+};
+
+int run(const Config& cfg, std::vector<std::string> eal_args) {
+    auto control = ControlServer::claim(cfg.ctrl_path, cfg.ctrl_mode);
+    if (!control) return fail(kExitRuntime, control.error().message);
+
+    add_default_file_prefix(eal_args, cfg.name);
+    route_dpdk_log();
+    if (auto st = eal_init(eal_args); !st) return fail(kExitRuntime, st.error().message);
+
+    int rc = 0;
+    {
+        Running r;
+        if (cfg.wire) {
+            auto wire = VirtualWire::create();
+            if (!wire) return fail(kExitRuntime, wire.error().message);
+            r.wire.emplace(std::move(wire.value()));
+        }
+
+        const std::uint32_t data_room =
+            RTE_PKTMBUF_HEADROOM + largest_mtu(cfg) + RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN;
+        r.pool = rte_pktmbuf_pool_create(
+            "snic_mbufs", kPoolMbufs, kPoolCache, 0,
+            static_cast<std::uint16_t>(std::max<std::uint32_t>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE)),
+            static_cast<int>(rte_socket_id()));
+        if (r.pool == nullptr)
+            return fail(kExitRuntime, std::string("cannot allocate the packet pool: ") +
+                                          rte_strerror(rte_errno) + " (hugepages exhausted? try --no-huge -m 512)");
+
+        const PortTiming timing{rte_get_tsc_hz(), cfg.arp_timeout_s};
+        for (const auto& spec : cfg.ports) {
+            auto id = find_port(spec);
+            if (!id) return fail(kExitRuntime, id.error().message);
+            for (const auto& p : r.ports)
+                if (p->id() == *id)
+                    return fail(kExitUsage, "--port " + spec.port + ": port given twice");
+            auto port = Port::open(*id, spec, r.pool, timing);
+            if (!port) return fail(kExitRuntime, port.error().message);
+            r.ports.push_back(std::move(port.value()));
+        }
+
+        std::unique_ptr<ArpPing> selftest;
+        if (cfg.selftest) {
+            selftest = std::make_unique<ArpPing>(*r.ports[0], r.ports[1]->ip().addr,
+                                                 cfg.selftest->count, rte_get_tsc_hz(), g_stop);
+        }
+
+        // Ports go round-robin to the enabled lcores, main lcore first.
+        std::vector<unsigned> lcore_ids{rte_get_main_lcore()};
+        unsigned worker;
+        RTE_LCORE_FOREACH_WORKER(worker) lcore_ids.push_back(worker);
+        std::vector<std::vector<Port*>> owned(lcore_ids.size());
+        for (std::size_t i = 0; i < r.ports.size(); ++i)
+            owned[i % lcore_ids.size()].push_back(r.ports[i].get());
+        std::vector<std::unique_ptr<Lcore>> lcores;
+        for (std::size_t i = 0; i < lcore_ids.size(); ++i) {
+            std::vector<LcoreTask*> tasks;
+            if (selftest && i == 0) tasks.push_back(selftest.get());
+            lcores.push_back(std::make_unique<Lcore>(owned[i], std::move(tasks), cfg.idle_backoff_us, g_stop));
+        }
+
+        TelemetryInfo tel{cfg.name, {}};
+        for (const auto& p : r.ports) tel.ports.push_back(p.get());
+        register_telemetry(tel);
+
+        struct sigaction sa{};
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, nullptr);
+        sigaction(SIGTERM, &sa, nullptr);
+
+        for (std::size_t i = 1; i < lcore_ids.size(); ++i)
+            if (!owned[i].empty()) rte_eal_remote_launch(lcore_main, lcores[i].get(), lcore_ids[i]);
+
+        if (auto st = (*control)->listen(); !st) {
+            g_stop.store(true);
+            rte_eal_mp_wait_lcore();
+            unregister_telemetry();
+            return fail(kExitRuntime, st.error().message);
+        }
+        std::thread control_thread([&] {
+            (*control)->serve(g_stop, [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
+        });
+        spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,
+                     r.ports.size(), lcore_ids.size(), cfg.ctrl_path);
+
+        if (!owned[0].empty() || selftest) {
+            lcores[0]->run();
+        } else {
+            while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        rte_eal_mp_wait_lcore();
+        control_thread.join();
+        unregister_telemetry();
+        spdlog::info("snicd {} stopping", cfg.name);
+        print_counters(r.ports);
+
+        if (selftest) {
+            if (selftest->passed()) {
+                std::printf("selftest arp-ping: %s\n", selftest->report().c_str());
+            } else {
+                rc = fail(kExitRuntime, "selftest arp-ping failed: " + selftest->report());
+            }
+        }
+    }
+    rte_eal_cleanup();
+    return rc;
+}
+
+}  // namespace
+}  // namespace snic::daemon
+
+int main(int argc, char** argv) {
+    using namespace snic::daemon;
+    setup_logging();
+    auto args = split_args(argc, argv);
+    auto cfg = parse_config(args.app);
+    if (!cfg) return fail(kExitUsage, cfg.error().message);
+    if (cfg->help) {
+        std::fputs(usage().c_str(), stdout);
+        return 0;
+    }
+    if (cfg->version) {
+        std::printf("snicd %s\n", SNIC_VERSION);
+        return 0;
+    }
+    spdlog::set_level(spdlog::level::from_str(cfg->log_level));
+    return run(*cfg, std::move(args.eal));
+}

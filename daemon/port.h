@@ -1,0 +1,108 @@
+// A DPDK port serving one IPv4 address: bring-up and teardown (port.cc) and the
+// datapath (port_datapath.cc): rx burst, first checks and dispatch, ARP and ICMP
+// echo, buffered tx. The datapath runs on the one lcore that owns the port.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "daemon/arp_cache.h"
+#include "daemon/config.h"
+#include "daemon/stats.h"
+#include "proto/net/addr.h"
+#include "proto/net/rx.h"
+#include "proto/result.h"
+
+struct rte_mempool;
+
+namespace snic::daemon {
+
+class Port;
+
+// A transport's receive hook: takes ownership of the mbuf.
+struct RxHook {
+    void (*fn)(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& frame,
+               std::uint64_t now) = nullptr;
+    void* ctx = nullptr;
+};
+
+// Told of ICMP echo replies addressed to the port (the self-test's pinger).
+class EchoListener {
+public:
+    virtual void on_echo_reply(std::uint16_t id, std::uint16_t seq, std::uint64_t now) = 0;
+
+protected:
+    ~EchoListener() = default;
+};
+
+struct PortTiming {
+    std::uint64_t tsc_hz;
+    std::uint32_t arp_timeout_s;
+};
+
+class Port {
+public:
+    static constexpr std::uint16_t kBurst = 32;
+
+    // Configures and starts DPDK port `port_id` as `spec` says.
+    static Result<std::unique_ptr<Port>> open(std::uint16_t port_id, const PortSpec& spec,
+                                              rte_mempool* pool, const PortTiming& timing);
+    ~Port();
+    Port(const Port&) = delete;
+    Port& operator=(const Port&) = delete;
+
+    std::uint16_t id() const { return id_; }
+    const std::string& name() const { return name_; }
+    net::MacAddr mac() const { return local_.mac; }
+    net::Ipv4Prefix ip() const { return ip_; }
+    std::uint16_t mtu() const { return mtu_; }
+    bool link_up() const;
+    const PortCounters& counters() const { return counters_; }
+
+    void set_roce_hook(RxHook h) { roce_hook_ = h; }
+    void set_tcp_hook(RxHook h) { tcp_hook_ = h; }
+    void set_echo_listener(EchoListener* l) { echo_listener_ = l; }
+
+    // --- datapath: owning lcore only ---
+
+    // Receives and handles one burst; returns the number of frames received.
+    std::uint16_t poll_rx(std::uint64_t now);
+    // Queues a frame for transmission (ownership passes); sent by flush_tx().
+    void send(rte_mbuf* m);
+    void flush_tx();
+    // The MAC of an on-link peer, or nullopt while it is being resolved (a request is
+    // sent, paced); callers retry later.
+    std::optional<net::MacAddr> resolve(net::Ipv4Addr ip, std::uint64_t now);
+    // A fresh mbuf from the port's pool, or nullptr (counted as tx_dropped).
+    rte_mbuf* alloc();
+
+private:
+    Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
+         std::uint16_t mtu, rte_mempool* pool, const PortTiming& timing);
+
+    void handle(rte_mbuf* m, std::uint64_t now);
+    void drop(rte_mbuf* m, net::Drop why);
+
+    const std::uint16_t id_;
+    const std::string name_;
+    const net::Ipv4Prefix ip_;
+    const net::LocalIf local_;
+    const std::uint16_t mtu_;
+    rte_mempool* const pool_;
+    bool started_ = false;
+
+    ArpCache arp_;
+    PortCounters counters_;
+    RxHook roce_hook_;
+    RxHook tcp_hook_;
+    EchoListener* echo_listener_ = nullptr;
+
+    std::uint16_t tx_count_ = 0;
+    rte_mbuf* tx_[kBurst];
+};
+
+}  // namespace snic::daemon

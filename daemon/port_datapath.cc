@@ -1,0 +1,129 @@
+// The port datapath: rx burst, first checks and dispatch, ARP, ICMP echo and
+// buffered tx. No allocation (but mbufs), no syscalls, no locks, no logs.
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_prefetch.h>
+
+#include "daemon/port.h"
+#include "proto/net/arp.h"
+#include "proto/net/ethernet.h"
+#include "proto/net/icmp.h"
+#include "proto/net/udp.h"
+
+namespace snic::daemon {
+
+std::uint16_t Port::poll_rx(std::uint64_t now) {
+    rte_mbuf* pkts[kBurst];
+    const std::uint16_t n = rte_eth_rx_burst(id_, 0, pkts, kBurst);
+    for (std::uint16_t i = 0; i < n; ++i) {
+        if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void*));
+        handle(pkts[i], now);
+    }
+    return n;
+}
+
+void Port::drop(rte_mbuf* m, net::Drop why) {
+    counters_.drop(why);
+    rte_pktmbuf_free(m);
+}
+
+void Port::handle(rte_mbuf* m, std::uint64_t now) {
+    counters_.rx_packets.add();
+    counters_.rx_bytes.add(m->pkt_len);
+    if (m->nb_segs != 1) return drop(m, net::Drop::rx_scattered);
+
+    auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
+    const net::RxFrame f = net::classify({data, m->data_len}, local_);
+    auto& eth = *reinterpret_cast<net::EthHdr*>(data);
+    switch (f.kind) {
+        case net::RxKind::drop:
+            return drop(m, f.drop);
+        case net::RxKind::arp_request: {
+            auto& arp = *reinterpret_cast<net::ArpHdr*>(data + f.l3_offset);
+            arp_.learn(f.src_ip, arp.sha, now);
+            net::arp_request_to_reply(eth, arp, local_.mac);
+            counters_.arp_requests_answered.add();
+            return send(m);
+        }
+        case net::RxKind::arp_reply: {
+            const auto& arp = *reinterpret_cast<const net::ArpHdr*>(data + f.l3_offset);
+            arp_.learn(f.src_ip, arp.sha, now);
+            counters_.arp_replies_received.add();
+            rte_pktmbuf_free(m);
+            return;
+        }
+        case net::RxKind::arp_other: {
+            const auto& arp = *reinterpret_cast<const net::ArpHdr*>(data + f.l3_offset);
+            arp_.refresh(f.src_ip, arp.sha, now);
+            return drop(m, net::Drop::arp_not_for_us);
+        }
+        case net::RxKind::icmp_echo_request: {
+            auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(data + f.l3_offset);
+            auto& icmp = *reinterpret_cast<net::IcmpEchoHdr*>(data + f.l4_offset);
+            net::icmp_echo_request_to_reply(eth, ip, icmp);
+            counters_.icmp_echo_answered.add();
+            return send(m);
+        }
+        case net::RxKind::icmp_echo_reply: {
+            const auto& icmp = *reinterpret_cast<const net::IcmpEchoHdr*>(data + f.l4_offset);
+            counters_.icmp_echo_replies_received.add();
+            if (echo_listener_ != nullptr)
+                echo_listener_->on_echo_reply(icmp.id.host(), icmp.seq.host(), now);
+            rte_pktmbuf_free(m);
+            return;
+        }
+        case net::RxKind::udp:
+            if (f.dst_port != net::kRoceV2Port || roce_hook_.fn == nullptr)
+                return drop(m, net::Drop::udp_no_listener);
+            counters_.roce_dispatched.add();
+            return roce_hook_.fn(roce_hook_.ctx, *this, m, f, now);
+        case net::RxKind::tcp:
+            if (tcp_hook_.fn == nullptr) return drop(m, net::Drop::tcp_no_listener);
+            counters_.tcp_dispatched.add();
+            return tcp_hook_.fn(tcp_hook_.ctx, *this, m, f, now);
+    }
+    rte_pktmbuf_free(m);  // not reached: every kind returns above
+}
+
+void Port::send(rte_mbuf* m) {
+    if (tx_count_ == kBurst) flush_tx();
+    tx_[tx_count_++] = m;
+}
+
+void Port::flush_tx() {
+    if (tx_count_ == 0) return;
+    std::uint64_t bytes = 0;
+    for (std::uint16_t i = 0; i < tx_count_; ++i) bytes += tx_[i]->pkt_len;
+    const std::uint16_t sent = rte_eth_tx_burst(id_, 0, tx_, tx_count_);
+    for (std::uint16_t i = sent; i < tx_count_; ++i) {
+        bytes -= tx_[i]->pkt_len;
+        rte_pktmbuf_free(tx_[i]);
+    }
+    counters_.tx_packets.add(sent);
+    counters_.tx_bytes.add(bytes);
+    counters_.tx_dropped.add(tx_count_ - sent);
+    tx_count_ = 0;
+}
+
+rte_mbuf* Port::alloc() {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr) counters_.tx_dropped.add();
+    return m;
+}
+
+std::optional<net::MacAddr> Port::resolve(net::Ipv4Addr ip, std::uint64_t now) {
+    if (auto mac = arp_.lookup(ip, now)) return mac;
+    if (!ip_.contains(ip) || !arp_.should_request(ip, now)) return std::nullopt;
+    rte_mbuf* m = alloc();
+    if (m == nullptr) return std::nullopt;
+    auto* buf = rte_pktmbuf_mtod(m, std::uint8_t*);
+    const std::size_t len =
+        net::build_arp_request({buf, rte_pktmbuf_tailroom(m)}, local_.mac, local_.ip, ip);
+    m->data_len = static_cast<std::uint16_t>(len);
+    m->pkt_len = static_cast<std::uint32_t>(len);
+    counters_.arp_requests_sent.add();
+    send(m);
+    return std::nullopt;
+}
+
+}  // namespace snic::daemon

@@ -1,0 +1,73 @@
+// Per-port counters. Each is written by the port's owning lcore only (a relaxed
+// load and store, no locked instruction) and read by any thread: telemetry, the
+// control server, the exit report.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "proto/net/rx.h"
+
+namespace snic::daemon {
+
+class Counter {
+public:
+    void add(std::uint64_t n = 1) noexcept {
+        v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    }
+    std::uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
+
+private:
+    std::atomic<std::uint64_t> v_{0};
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+struct PortCounters {
+    Counter rx_packets, rx_bytes, tx_packets, tx_bytes, tx_dropped;
+    Counter arp_requests_answered, arp_replies_received, arp_requests_sent;
+    Counter icmp_echo_answered, icmp_echo_replies_received;
+    Counter roce_dispatched, tcp_dispatched;
+    std::array<Counter, net::kDropReasons> drops;
+
+    void drop(net::Drop why) noexcept { drops[static_cast<std::size_t>(why)].add(); }
+};
+
+struct CounterField {
+    std::string_view name;
+    Counter PortCounters::*field;
+};
+
+inline constexpr std::array<CounterField, 12> kPortCounterFields = {{
+    {"rx_packets", &PortCounters::rx_packets},
+    {"rx_bytes", &PortCounters::rx_bytes},
+    {"tx_packets", &PortCounters::tx_packets},
+    {"tx_bytes", &PortCounters::tx_bytes},
+    {"tx_dropped", &PortCounters::tx_dropped},
+    {"arp_requests_answered", &PortCounters::arp_requests_answered},
+    {"arp_replies_received", &PortCounters::arp_replies_received},
+    {"arp_requests_sent", &PortCounters::arp_requests_sent},
+    {"icmp_echo_answered", &PortCounters::icmp_echo_answered},
+    {"icmp_echo_replies_received", &PortCounters::icmp_echo_replies_received},
+    {"roce_dispatched", &PortCounters::roce_dispatched},
+    {"tcp_dispatched", &PortCounters::tcp_dispatched},
+}};
+
+// Calls f(name, value) for every counter; drop reasons are named "drop_<reason>".
+// `name` is only valid during the call.
+template <typename F>
+void for_each_counter(const PortCounters& c, F&& f) {
+    for (const auto& field : kPortCounterFields) f(field.name, (c.*field.field).get());
+    char buf[64];
+    for (std::size_t i = 0; i < net::kDropReasons; ++i) {
+        const auto reason = net::kDropNames[i];
+        const std::string_view prefix = "drop_";
+        std::size_t n = 0;
+        for (char ch : prefix) buf[n++] = ch;
+        for (char ch : reason) buf[n++] = ch;
+        f(std::string_view(buf, n), c.drops[i].get());
+    }
+}
+
+}  // namespace snic::daemon
