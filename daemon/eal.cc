@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -19,8 +20,9 @@ namespace {
 // DPDK writes its log through a FILE*; this one hands complete lines to spdlog
 // and remembers the last error, for the one-line report of a failed start.
 struct LogSink {
+    static constexpr std::size_t kMaxErrors = 3;
     std::string line;
-    std::string last_error;
+    std::vector<std::string> errors;  // the first error lines since eal_init() began
     std::shared_ptr<spdlog::logger> logger;
 };
 LogSink g_sink;
@@ -41,7 +43,8 @@ ssize_t sink_write(void*, const char* buf, size_t size) {
             continue;
         }
         const auto lvl = level_of(level < 0 ? RTE_LOG_INFO : static_cast<std::uint32_t>(level));
-        if (lvl >= spdlog::level::err) g_sink.last_error = g_sink.line;
+        if (lvl >= spdlog::level::err && g_sink.errors.size() < LogSink::kMaxErrors)
+            g_sink.errors.push_back(g_sink.line);
         g_sink.logger->log(lvl, "{}", g_sink.line);
         g_sink.line.clear();
     }
@@ -119,17 +122,27 @@ Status eal_init(const std::vector<std::string>& eal) {
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
     int rc = 0;
+    g_sink.errors.clear();
     const std::string alert = with_stderr_captured(
         [&] { rc = rte_eal_init(static_cast<int>(copy.size()), argv.data()); });
+    for (std::size_t pos = 0; pos < alert.size();) {  // keep whatever EAL printed
+        const std::size_t nl = alert.find('\n', pos);
+        g_sink.logger->info("{}", alert.substr(pos, nl - pos));
+        pos = nl == std::string::npos ? alert.size() : nl + 1;
+    }
     if (rc >= 0) return Ok{};
 
-    // Prefer DPDK's own words: its last error line, else its fatal alert.
-    std::string why = g_sink.last_error;
-    if (why.empty()) {
-        why = alert.substr(0, alert.find('\n'));
-    }
+    // Prefer DPDK's own words: its error lines, else its fatal alert.
+    std::string why = eal_errors();
+    if (why.empty()) why = alert.substr(0, alert.find('\n'));
     if (why.empty()) why = rte_strerror(rte_errno);
     return make_error(rte_errno, "DPDK initialisation failed: " + why);
+}
+
+std::string eal_errors() {
+    std::string out;
+    for (const auto& e : g_sink.errors) out += (out.empty() ? "" : "; ") + e;
+    return out;
 }
 
 }  // namespace snic::daemon

@@ -26,4 +26,8 @@ void route_dpdk_log();
 // rte_eal_init(); on failure the error carries DPDK's own last error message.
 Status eal_init(const std::vector<std::string>& eal);
 
+// The first error lines DPDK logged during eal_init() ("" if none): a device that
+// failed to probe does not fail the initialisation, but explains a missing port.
+std::string eal_errors();
+
 }  // namespace snic::daemon

@@ -81,7 +81,9 @@ Result<std::uint16_t> find_port(const PortSpec& spec) {
                             rte_eth_dev_get_port_by_name(("net_ring_" + s).c_str(), &id) == 0)) {
         return id;
     }
-    return make_error(ENODEV, "--port " + s + ": no such DPDK port (" + available_ports() + ")");
+    const std::string dpdk = eal_errors();
+    return make_error(ENODEV, "--port " + s + ": no such DPDK port (" + available_ports() + ")" +
+                                  (dpdk.empty() ? "" : "; DPDK: " + dpdk));
 }
 
 std::uint16_t largest_mtu(const Config& cfg) {
