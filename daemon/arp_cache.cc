@@ -67,12 +67,9 @@ bool ArpCache::refresh(net::Ipv4Addr ip, net::MacAddr mac, std::uint64_t now) {
 bool ArpCache::should_request(net::Ipv4Addr ip, std::uint64_t now) {
     if (lookup(ip, now)) return false;
     Entry& e = claim(ip.value, now);
-    if (e.state == State::free) {
-        e.state = State::pending;
-    } else if (now - e.last_request < retry_) {
-        return false;
-    }
-    if (e.state == State::valid) e.state = State::pending;  // expired
+    if (e.requested && now - e.last_request < retry_) return false;
+    e.state = State::pending;  // new, or expired
+    e.requested = true;
     e.last_request = now;
     return true;
 }

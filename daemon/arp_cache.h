@@ -39,7 +39,8 @@ private:
         State state = State::free;
         net::MacAddr mac{};
         std::uint64_t expires = 0;       // valid: until when
-        std::uint64_t last_request = 0;  // pending or valid: the last request sent
+        bool requested = false;          // a request went out, at last_request
+        std::uint64_t last_request = 0;
     };
     static constexpr std::size_t kProbe = 8;  // entries searched per lookup
 

@@ -19,7 +19,8 @@ void icmp_echo_request_to_reply(EthHdr& eth, Ipv4Hdr& ip, IcmpEchoHdr& icmp) {
 std::size_t build_icmp_echo_request(std::span<std::uint8_t> out, const EchoRequest& req) {
     const std::size_t icmp_len = sizeof(IcmpEchoHdr) + req.payload_length;
     const std::size_t len = kEthHdrLen + kIpv4MinHdrLen + icmp_len;
-    if (out.size() < len || len > 0xffff) return 0;
+    const std::size_t frame_len = len < kEthMinFrame ? kEthMinFrame : len;  // padded
+    if (out.size() < frame_len || len > 0xffff) return 0;
     auto& eth = *reinterpret_cast<EthHdr*>(out.data());
     auto& ip = *reinterpret_cast<Ipv4Hdr*>(out.data() + kEthHdrLen);
     auto* msg = out.data() + kEthHdrLen + kIpv4MinHdrLen;
@@ -36,9 +37,8 @@ std::size_t build_icmp_echo_request(std::span<std::uint8_t> out, const EchoReque
         msg[sizeof(IcmpEchoHdr) + i] = static_cast<std::uint8_t>(i);
     }
     icmp.checksum = csum_finish(csum_add({msg, icmp_len}));
-    // pad to the Ethernet minimum
-    for (std::size_t i = len; i < kEthMinFrame && i < out.size(); ++i) out[i] = 0;
-    return len < kEthMinFrame ? kEthMinFrame : len;
+    for (std::size_t i = len; i < frame_len; ++i) out[i] = 0;
+    return frame_len;
 }
 
 }  // namespace snic::net
