@@ -144,6 +144,14 @@ struct Running {
 };
 
 int run(const Config& cfg, std::vector<std::string> eal_args) {
+    // From here on SIGINT/SIGTERM mean "stop cleanly": a signal during start-up
+    // stops the daemon as soon as its loops run.
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+
     auto control = ControlServer::claim(cfg.ctrl_path, cfg.ctrl_mode);
     if (!control) return fail(kExitRuntime, control.error().message);
 
@@ -205,12 +213,6 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         TelemetryInfo tel{cfg.name, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
         register_telemetry(tel);
-
-        struct sigaction sa{};
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, nullptr);
-        sigaction(SIGTERM, &sa, nullptr);
 
         for (std::size_t i = 1; i < lcore_ids.size(); ++i)
             if (!owned[i].empty()) rte_eal_remote_launch(lcore_main, lcores[i].get(), lcore_ids[i]);

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Runs all snic tests: setup (packages, hugepages, build), the unit tests and
+# the integration tests, then prints one summary line
+#
+#   snic: N passed, N failed[, N skipped]
+#
+# and exits non-zero if a test failed or none ran. Run as root.
+#
+#   scripts/test.sh [--no-deps] [--no-build] [-- PYTEST-ARGS...]
+#
+# Results: build/test-results/unit.xml and build/test-results/integration.xml.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+    sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+}
+
+setup_args=()
+pytest_args=()
+while (($#)); do
+    case $1 in
+        --no-deps | --no-build) setup_args+=("$1") ;;
+        -h | --help) usage; exit 0 ;;
+        --) shift; pytest_args=("$@"); break ;;
+        *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;
+    esac
+    shift
+done
+
+snic_require_root
+
+cd "$SNIC_ROOT"
+"$SNIC_ROOT/scripts/setup.sh" "${setup_args[@]}"
+
+results=$SNIC_BUILD/test-results
+unit_xml=$results/unit.xml
+integ_xml=$results/integration.xml
+mkdir -p "$results"
+rm -f "$unit_xml" "$integ_xml"
+
+unit_bin=$SNIC_BUILD/tests/unit/snic-unit-tests
+unit_rc=0
+snic_log "unit tests: $unit_bin"
+if [[ -x $unit_bin ]]; then
+    "$unit_bin" --gtest_output="xml:$unit_xml" </dev/null || unit_rc=$?
+else
+    snic_warn "unit test binary $unit_bin is missing"
+    unit_rc=127
+fi
+
+integ_rc=0
+snic_log "integration tests: tests/integration"
+/usr/bin/python3 -m pytest tests/integration -v -p no:cacheprovider \
+    --junitxml="$integ_xml" "${pytest_args[@]}" </dev/null || integ_rc=$?
+
+# Counts from both XML files. A runner that exited non-zero without
+# recording a failure (crash, missing binary, collection error) counts as
+# one failure, so that it cannot pass silently.
+/usr/bin/python3 - "$unit_xml" "$unit_rc" "$integ_xml" "$integ_rc" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+def count(path):
+    passed = failed = skipped = 0
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        print(f"snic: cannot read {path}: {e}", file=sys.stderr)
+        return None
+    for tc in root.iter("testcase"):
+        tags = {child.tag for child in tc}
+        if tags & {"failure", "error"}:
+            failed += 1
+        elif "skipped" in tags or tc.get("result") == "skipped" or tc.get("status") == "notrun":
+            skipped += 1
+        else:
+            passed += 1
+    return passed, failed, skipped
+
+totals = [0, 0, 0]
+args = sys.argv[1:]
+for (path, rc), name in zip(zip(args[0::2], args[1::2]), ("unit", "integration")):
+    rc = int(rc)
+    c = count(path) or (0, 0, 0)
+    p, f, s = c
+    # pytest exit code 5 means "no tests collected": not a failure by itself.
+    ok_codes = {0, 5} if name == "integration" else {0}
+    if rc not in ok_codes and f == 0:
+        print(f"snic: {name} tests: runner exited with code {rc} without a recorded failure; counting it as one",
+              file=sys.stderr)
+        f = 1
+    print(f"snic: {name}: {p} passed, {f} failed, {s} skipped", file=sys.stderr)
+    totals[0] += p
+    totals[1] += f
+    totals[2] += s
+
+p, f, s = totals
+line = f"snic: {p} passed, {f} failed"
+if s:
+    line += f", {s} skipped"
+sys.stdout.flush()
+print(line)
+if p + f == 0:
+    print("snic: no test ran", file=sys.stderr)
+    sys.exit(1)
+sys.exit(1 if f else 0)
+PY

@@ -1,0 +1,360 @@
+"""Helpers for the snic integration tests: unique names, polling, daemons,
+network namespaces and DPDK telemetry.
+
+Everything a helper creates is removed again by the fixtures in conftest.py,
+also when a test fails. Waiting is always done by polling with a bounded
+number of tries, never by sleeping for a fixed time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("SNIC_BUILD", REPO / "build"))
+SNICD = BUILD / "daemon" / "snicd"
+SNICCTL = BUILD / "tools" / "snicctl" / "snicctl"
+LIB_SH = REPO / "scripts" / "lib.sh"
+DEVNET_SH = REPO / "scripts" / "devnet.sh"
+TELEMETRY_PY = shutil.which("dpdk-telemetry.py") or "/usr/bin/dpdk-telemetry.py"
+DPDK_RUN_DIR = Path("/var/run/dpdk")
+HUGEPAGE_DIR = Path("/dev/hugepages")
+CTRL_DIR = Path("/run/snic")
+
+# Bounds. Polls are 0.1 s apart; the bounds are generous for a loaded
+# 2-core machine and only ever cut a hang short.
+READY_TRIES = 300  # ~30 s for a daemon to answer on its control socket
+CMD_TIMEOUT = 20  # s for a snicd run that must fail or finish quickly
+POLL_INTERVAL = 0.1
+
+_counter = itertools.count()
+
+T = TypeVar("T")
+
+
+def unique(prefix: str, maxlen: int = 15) -> str:
+    """A name unique to this test process and call: prefix + pid + counter.
+    Kept <= maxlen characters (15 is the Linux interface name limit)."""
+    name = f"{prefix}{os.getpid()}x{next(_counter)}"
+    assert len(name) <= maxlen, f"name {name!r} longer than {maxlen}"
+    return name
+
+
+def run(cmd, timeout: float = CMD_TIMEOUT, check: bool = False, input: Optional[str] = None,
+        **kw) -> subprocess.CompletedProcess:
+    """subprocess.run with text output captured and a timeout."""
+    cmd = [str(c) for c in cmd]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                         input=input, stdin=None if input is not None else subprocess.DEVNULL, **kw)
+    if check and res.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} exited with {res.returncode}\n"
+            f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}")
+    return res
+
+
+def poll(pred: Callable[[], Optional[T]], what: str, tries: int = READY_TRIES,
+         interval: float = POLL_INTERVAL) -> T:
+    """Calls pred until it returns something truthy (and returns that), at
+    most `tries` times, `interval` s apart."""
+    last_exc: Optional[BaseException] = None
+    for _ in range(tries):
+        try:
+            value = pred()
+        except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
+            last_exc = e
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"gave up waiting for {what} after {tries} tries"
+                         + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+
+def eal_mem_args() -> list[str]:
+    """The EAL memory arguments scripts/lib.sh picks for this machine."""
+    res = run(["bash", "-c", f". {LIB_SH} && snic_eal_mem_args"], check=True)
+    return res.stdout.split()
+
+
+def have_hugepages() -> tuple[bool, str]:
+    """Whether any 2 MiB hugepages are reserved and hugetlbfs is mounted."""
+    res = run(["bash", "-c", f". {LIB_SH} && snic_hugepages_mounted"])
+    total = 0
+    try:
+        total = int(Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").read_text())
+    except (OSError, ValueError):
+        pass
+    if total == 0:
+        return False, "no 2 MiB hugepages are reserved on this machine"
+    if res.returncode != 0:
+        return False, "hugetlbfs is not mounted at /dev/hugepages"
+    return True, ""
+
+
+# ---------------------------------------------------------------- snicctl
+
+@dataclass
+class Port:
+    id: int
+    device: str
+    ip: str
+    mac: str
+    mtu: int
+    link: str
+    devices: str
+
+
+@dataclass
+class Status:
+    name: str
+    pid: int
+    version: str
+    ctrl: str
+    ports: list[Port] = field(default_factory=list)
+
+
+def parse_status(text: str) -> Status:
+    """Parses `snicctl status` output:
+        snicd NAME pid PID version V ctrl PATH
+        port ID DEV ip IP mac MAC mtu N link STATE devices LIST
+    """
+    lines = [l for l in text.splitlines() if l.strip()]
+    head = re.fullmatch(r"snicd (\S+) pid (\d+) version (\S+) ctrl (\S+)", lines[0].strip()) if lines else None
+    if not head:
+        raise AssertionError(f"unexpected snicctl status output:\n{text}")
+    st = Status(head[1], int(head[2]), head[3], head[4])
+    for l in lines[1:]:
+        m = re.fullmatch(r"port (\d+) (\S+) ip (\S+) mac (\S+) mtu (\d+) link (\S+) devices (\S+)", l.strip())
+        if not m:
+            raise AssertionError(f"unexpected port line in snicctl status output: {l!r}\n{text}")
+        st.ports.append(Port(int(m[1]), m[2], m[3], m[4].lower(), int(m[5]), m[6], m[7]))
+    return st
+
+
+def ctl_status(ctrl: str) -> subprocess.CompletedProcess:
+    return run([SNICCTL, "-s", ctrl, "status"], timeout=10)
+
+
+def ctl_status_ok(ctrl: str) -> Status:
+    """Parsed `snicctl status`; fails with snicctl's stderr if it does not answer."""
+    res = ctl_status(ctrl)
+    assert res.returncode == 0, f"snicctl -s {ctrl} status exited {res.returncode}: {res.stderr}"
+    return parse_status(res.stdout)
+
+
+# -------------------------------------------------------------- telemetry
+
+def telemetry_path(prefix: str) -> Path:
+    return DPDK_RUN_DIR / prefix / "dpdk_telemetry.v2"
+
+
+def telemetry_query(prefix: str, *cmds: str) -> list[dict]:
+    """Sends cmds over the DPDK telemetry v2 SOCK_SEQPACKET socket of the
+    process with file-prefix `prefix`; returns the decoded replies."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(10)
+        s.connect(str(telemetry_path(prefix)))
+        hello = json.loads(s.recv(65536).decode())
+        buflen = int(hello.get("max_output_len", 16384))
+        out = []
+        for c in cmds:
+            s.send(c.encode())
+            out.append(json.loads(s.recv(buflen).decode()))
+        return out
+
+
+def telemetry_script(prefix: str, *cmds: str) -> list[dict]:
+    """Same through dpdk-telemetry.py -f PREFIX, commands fed on stdin."""
+    res = run([TELEMETRY_PY, "-f", prefix], input="".join(c + "\n" for c in cmds), timeout=30)
+    replies = [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    if res.returncode != 0 or len(replies) != len(cmds):
+        raise AssertionError(f"dpdk-telemetry.py -f {prefix} exited {res.returncode} with "
+                             f"{len(replies)} replies for {len(cmds)} commands\n"
+                             f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}")
+    return replies
+
+
+# ----------------------------------------------------------------- daemon
+
+class Daemon:
+    """One snicd process. Its stdout and stderr go to files in logdir."""
+
+    def __init__(self, name: str, eal_args: list[str], args: list[str], logdir: Path,
+                 ctrl: Optional[str] = None, netns: Optional[str] = None):
+        self.name = name
+        self.ctrl = ctrl or str(CTRL_DIR / f"{name}.sock")
+        self.netns = netns
+        self.prefix = f"snic-{name}"
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        self.cmd = [*prefix, str(SNICD), *eal_args, "--", "--name", name, "--ctrl", self.ctrl, *args]
+        self.out_path = logdir / f"{name}.stdout"
+        self.err_path = logdir / f"{name}.stderr"
+        self.proc: Optional[subprocess.Popen] = None
+        self.returncode: Optional[int] = None
+
+    def start(self) -> "Daemon":
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            # Own session: a ^C to pytest does not reach the daemon; the
+            # fixture stops it.
+            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                         start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stdout(self) -> str:
+        return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+
+    def describe(self) -> str:
+        tail = "\n".join(self.stdout().splitlines()[-30:])
+        return (f"{' '.join(self.cmd)}\nexit code: {self.proc.poll() if self.proc else None}\n"
+                f"stderr:\n{self.stderr()}\nstdout (tail):\n{tail}")
+
+    def wait_ready(self, tries: int = READY_TRIES) -> Status:
+        """Polls `snicctl status` until the daemon answers; fails at once if
+        the daemon exits first."""
+        for _ in range(tries):
+            if not self.running():
+                raise AssertionError(f"snicd {self.name} exited before it became ready\n{self.describe()}")
+            res = ctl_status(self.ctrl)
+            if res.returncode == 0:
+                return parse_status(res.stdout)
+            time.sleep(POLL_INTERVAL)
+        raise AssertionError(f"snicd {self.name} did not answer on {self.ctrl} after {tries} tries\n"
+                             f"{self.describe()}")
+
+    def wait(self, timeout: float = CMD_TIMEOUT) -> int:
+        assert self.proc
+        self.returncode = self.proc.wait(timeout=timeout)
+        return self.returncode
+
+    def signal(self, sig: int) -> None:
+        assert self.proc
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 10) -> Optional[int]:
+        """SIGTERM, then SIGKILL when it has not exited within timeout."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.returncode = self.proc.returncode
+        return self.returncode
+
+    def cleanup(self) -> None:
+        """Stops the daemon and removes what a crash may leave behind."""
+        self.stop()
+        remove_daemon_leftovers(self.name, self.ctrl)
+
+
+def remove_daemon_leftovers(name: str, ctrl: Optional[str] = None) -> None:
+    """Removes the DPDK runtime dir and hugepage files of a daemon named
+    `name` that is not running, and its control socket `ctrl` (and the
+    lock file beside it) if given and nothing answers on it (another daemon
+    may own that path)."""
+    shutil.rmtree(DPDK_RUN_DIR / f"snic-{name}", ignore_errors=True)
+    if HUGEPAGE_DIR.is_dir():
+        for f in HUGEPAGE_DIR.glob(f"snic-{name}map_*"):
+            f.unlink(missing_ok=True)
+    if ctrl and ctl_status(ctrl).returncode != 0:
+        Path(ctrl).unlink(missing_ok=True)
+        Path(ctrl + ".lock").unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------- netns
+
+def netns_exists(ns: str) -> bool:
+    return ns in run(["ip", "netns", "list"], check=True).stdout.split()
+
+
+def link_exists(iface: str, netns: Optional[str] = None) -> bool:
+    cmd = ["ip"] + (["-n", netns] if netns else []) + ["link", "show", "dev", iface]
+    return run(cmd).returncode == 0
+
+
+def delete_netns(ns: str) -> None:
+    if netns_exists(ns):
+        for pid in run(["ip", "netns", "pids", ns]).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        run(["ip", "netns", "delete", ns], check=True)
+
+
+def delete_link(iface: str) -> None:
+    if link_exists(iface):
+        run(["ip", "link", "delete", "dev", iface], check=True)
+
+
+def disable_ipv6(iface: str, netns: Optional[str] = None) -> None:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    run([*prefix, "sysctl", "-q", "-w", f"net.ipv6.conf.{iface}.disable_ipv6=1"], check=True)
+
+
+# ------------------------------------------------ leftovers of crashed runs
+
+# Names made by unique() for namespaces, veths and daemons in these tests.
+_UNIQUE_NAME = re.compile(r"^(?:snic-t|sh|sp|ping|self|bad|mem|use|inuse|stale)(\d+)x\d+$")
+
+
+def _from_dead_run(name: str) -> bool:
+    m = _UNIQUE_NAME.match(name)
+    return bool(m) and int(m[1]) != os.getpid() and not Path(f"/proc/{m[1]}").exists()
+
+
+def sweep_dead_runs() -> list[str]:
+    """Removes namespaces, veths, control sockets and DPDK leftovers that an
+    earlier test run, whose process no longer exists, left behind (e.g. when
+    it was killed). Returns what it removed."""
+    removed = []
+    for ns in run(["ip", "netns", "list"]).stdout.split():
+        if _from_dead_run(ns):
+            delete_netns(ns)
+            removed.append(f"netns {ns}")
+    for line in run(["ip", "-o", "link", "show", "type", "veth"]).stdout.splitlines():
+        parts = line.split(":")
+        if len(parts) > 1:
+            iface = parts[1].strip().split("@")[0]
+            if _from_dead_run(iface):
+                delete_link(iface)
+                removed.append(f"veth {iface}")
+    if DPDK_RUN_DIR.is_dir():
+        for d in DPDK_RUN_DIR.glob("snic-*"):
+            name = d.name[len("snic-"):]
+            if _from_dead_run(name):
+                remove_daemon_leftovers(name)
+                removed.append(f"dpdk runtime {d}")
+    if CTRL_DIR.is_dir():
+        for f in CTRL_DIR.iterdir():
+            base = f.name.removesuffix(".lock").removesuffix(".sock")
+            if _from_dead_run(base) and ctl_status(str(f)).returncode != 0:
+                f.unlink(missing_ok=True)
+                removed.append(f"control file {f}")
+    return removed

@@ -1,0 +1,93 @@
+"""snicd refuses bad input with one line on stderr and the contract's exit
+code, and never hangs doing so."""
+
+import socket
+from pathlib import Path
+
+import pytest
+
+import snictest as st
+
+
+def assert_one_error_line(rc: int, stderr: str, stdout: str, exit_code: int, phrase: str) -> str:
+    """Exit code as expected, stderr exactly one line "snicd: ...phrase..."."""
+    lines = stderr.splitlines()
+    detail = f"exit code {rc}\nstderr:\n{stderr}\nstdout (tail):\n{stdout[-2000:]}"
+    assert rc == exit_code, detail
+    assert len(lines) == 1, f"stderr must be exactly one line\n{detail}"
+    assert lines[0].startswith("snicd: "), detail
+    assert phrase in lines[0], f"{phrase!r} not in stderr\n{detail}"
+    return lines[0]
+
+
+def run_snicd(eal_args, args, name):
+    """Runs a snicd that is expected to stop by itself, within the bound."""
+    ctrl = str(st.CTRL_DIR / f"{name}.sock")
+    try:
+        res = st.run([st.SNICD, *eal_args, "--", "--name", name, "--ctrl", ctrl, *args],
+                     timeout=st.CMD_TIMEOUT)
+        return res.returncode, res.stderr, res.stdout
+    finally:
+        st.remove_daemon_leftovers(name, ctrl)
+
+
+BAD_USAGE = [
+    pytest.param(["--port", "0,ip=198.18.4.1/24", "--bogus"], 2, "unknown option '--bogus'", id="unknown-flag"),
+    pytest.param(["--port", "0,ip=300.1.2.3/24"], 2, "invalid IPv4 address/prefix '300.1.2.3/24'", id="bad-ip"),
+    pytest.param(["--wire", "--port", "7,ip=198.18.4.1/24"], 1, "--port 7: no such DPDK port",
+                 id="no-such-port"),
+]
+
+
+@pytest.mark.parametrize("args,exit_code,phrase", BAD_USAGE)
+def test_bad_input(binaries, mem_args, args, exit_code, phrase):
+    name = st.unique("bad", maxlen=24)
+    rc, err, out = run_snicd(["-l", "0", "--no-pci", *mem_args], args, name)
+    assert_one_error_line(rc, err, out, exit_code, phrase)
+
+
+def test_memory_unavailable(binaries):
+    ok, why = st.have_hugepages()
+    if not ok:
+        pytest.skip(f"{why}: cannot ask for more hugepage memory than exists")
+    name = st.unique("mem", maxlen=24)
+    rc, err, out = run_snicd(["-l", "0", "--no-pci", "-m", "1000000"],
+                             ["--wire", "--port", "wire0,ip=198.18.4.1/24"], name)
+    assert_one_error_line(rc, err, out, 1, "DPDK initialisation failed")
+
+
+def test_control_socket_in_use(daemons, mem_args):
+    ctrl = str(st.CTRL_DIR / f"{st.unique('inuse', maxlen=24)}.sock")
+    first = daemons(st.unique("use", maxlen=24), ["-l", "0", "--no-pci", *mem_args],
+                    ["--wire", "--port", "wire0,ip=198.18.4.1/24", "--idle-backoff", "100"], ctrl=ctrl)
+    first.wait_ready()
+
+    second = daemons(st.unique("use", maxlen=24), ["-l", "1", "--no-pci", *mem_args],
+                     ["--wire", "--port", "wire0,ip=198.18.4.2/24", "--idle-backoff", "100"], ctrl=ctrl)
+    rc = second.wait(timeout=st.CMD_TIMEOUT)
+    line = assert_one_error_line(rc, second.stderr(), second.stdout(), 1,
+                                 f"control socket {ctrl} is in use by another snicd")
+    assert f"(pid {first.pid})" in line, line
+
+    # The first daemon still owns and answers on its socket.
+    assert first.running(), first.describe()
+    status = st.ctl_status_ok(ctrl)
+    assert status.pid == first.pid, status
+
+
+def test_stale_socket_is_reused(daemons, mem_args):
+    name = st.unique("stale", maxlen=24)
+    ctrl = st.CTRL_DIR / f"{name}.sock"
+    # A socket file nobody listens on, as a crashed daemon leaves it.
+    ctrl.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.bind(str(ctrl))
+    assert Path(ctrl).is_socket()
+    assert st.ctl_status(str(ctrl)).returncode != 0
+
+    d = daemons(name, ["-l", "0", "--no-pci", *mem_args],
+                ["--wire", "--port", "wire0,ip=198.18.4.3/24", "--idle-backoff", "100"], ctrl=str(ctrl))
+    status = d.wait_ready()
+    assert status.pid == d.pid, status
+    assert d.stop() == 0, d.describe()
+    assert d.stderr() == "", d.describe()

@@ -1,0 +1,68 @@
+"""scripts/devnet.sh: up, status, down, and recovery after the daemons are
+killed."""
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import snictest as st
+
+STATE = Path("/run/snic/devnet")
+EXPECT = {"snicA": "198.18.0.1/24", "snicB": "198.18.0.2/24"}
+LINE = re.compile(r"^(snicA|snicB) up pid (\d+) ip (\S+) mac ([0-9a-f]{2}(?::[0-9a-f]{2}){5}) "
+                  r"ctrl (\S+) devices (\S+)$", re.M)
+
+
+def check(res, what):
+    assert res.returncode == 0, f"devnet.sh {what} exited {res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def check_up(devnet) -> dict:
+    """Both daemons up per `devnet.sh status`, consistent with snicctl."""
+    out = check(devnet("status"), "status")
+    found = {m[1]: m for m in LINE.finditer(out)}
+    assert set(found) == set(EXPECT), out
+    pids = {}
+    for name, ip in EXPECT.items():
+        m = found[name]
+        assert m[3] == ip, out
+        assert m[5] == f"/run/snic/{name}.sock", out
+        status = st.ctl_status_ok(m[5])
+        assert status.name == name and status.pid == int(m[2]), (out, status)
+        assert status.ports[0].mac == m[4], (out, status)
+        pids[name] = int(m[2])
+    assert pids["snicA"] != pids["snicB"]
+    return pids
+
+
+def test_devnet_up_status_down(devnet):
+    check(devnet("up"), "up")
+    check_up(devnet)
+    out = check(devnet("up"), "up (again)")
+    assert "already up" in out, out
+
+    check(devnet("down"), "down")
+    res = devnet("status")
+    assert res.returncode != 0, res.stdout
+    assert re.search(r"^snicA down$", res.stdout, re.M) and re.search(r"^snicB down$", res.stdout, re.M), res.stdout
+    assert not STATE.exists()
+    assert not st.netns_exists("snic-devnet")
+    check(devnet("down"), "down (again)")
+
+
+def test_devnet_recovers_after_kill(devnet):
+    check(devnet("up"), "up")
+    pids = check_up(devnet)
+    for name, pid in pids.items():
+        assert int((STATE / f"{name}.pid").read_text()) == pid
+        os.kill(pid, signal.SIGKILL)
+    for name, pid in pids.items():
+        st.poll(lambda p=pid: not Path(f"/proc/{p}").exists(), f"killed {name} to disappear", tries=100)
+
+    check(devnet("up"), "up after SIGKILL")
+    new = check_up(devnet)
+    assert set(new.values()).isdisjoint(pids.values()), (pids, new)
+    check(devnet("down"), "down")
+    assert not st.netns_exists("snic-devnet")
