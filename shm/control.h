@@ -1,7 +1,13 @@
 // Control messages between snicd and its clients (libsnic, snicctl) on the
 // daemon's Unix SOCK_SEQPACKET socket: one request, one reply, each a single
-// datagram that starts with CtrlHeader. Fixed-width fields, host byte order
-// (both ends are on one host).
+// datagram that starts with CtrlHeader, followed by the op's fixed-size body.
+// File descriptors (memfds, eventfds) travel with the request as SCM_RIGHTS, in
+// the order each op names. Fixed-width fields, host byte order (one host).
+//
+// One connection is one client session. A session that opens a device (one
+// ibv_context) owns the objects it creates; closing the socket, by exit or
+// crash, releases them all. Objects are named by per-session handles: an index
+// and a generation, never valid in another session.
 #pragma once
 
 #include <cstddef>
@@ -11,12 +17,39 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-inline constexpr std::uint16_t kAbiVersion = 1;
+inline constexpr std::uint16_t kAbiVersion = 2;
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
+inline constexpr std::size_t kMaxMrSegments = 16;
+inline constexpr std::size_t kMaxFds = kMaxMrSegments;  // per message
+
+using Handle = std::uint32_t;  // (generation << 16) | index; kNoHandle: none
+inline constexpr Handle kNoHandle = 0xffffffffu;
 
 enum class CtrlOp : std::uint16_t {
-    status = 1,  // -> StatusReply
+    status = 1,       // -> StatusReply
+    open_device,      // OpenDeviceReq, fds [async eventfd, async memfd] -> OpenDeviceReply
+    query_port,       // -> QueryPortReply
+    alloc_pd,         // -> HandleReply
+    dealloc_pd,       // HandleReq
+    reg_mr,           // RegMrReq, one memfd per segment -> RegMrReply
+    dereg_mr,         // HandleReq
+    create_channel,   // fds [eventfd, memfd] -> HandleReply
+    destroy_channel,  // HandleReq
+    create_cq,        // CreateCqReq, fds [memfd] -> CreateCqReply
+    destroy_cq,       // HandleReq
+    create_srq,       // CreateSrqReq, fds [memfd] -> CreateSrqReply
+    modify_srq,       // ModifySrqReq
+    query_srq,        // HandleReq -> QuerySrqReply
+    destroy_srq,      // HandleReq
+    create_qp,        // CreateQpReq, fds [memfd] -> CreateQpReply
+    modify_qp,        // ModifyQpReq -> ModifyQpReply
+    query_qp,         // HandleReq -> QueryQpReply
+    destroy_qp,       // HandleReq
+    alloc_mw,         // AllocMwReq -> AllocMwReply
+    dealloc_mw,       // HandleReq
+    clients,          // -> ClientsReply (snicctl)
+    resources,        // -> ResourcesReply (snicctl)
 };
 
 struct CtrlHeader {
@@ -24,11 +57,21 @@ struct CtrlHeader {
     std::uint16_t abi_version;
     std::uint16_t op;      // CtrlOp
     std::uint32_t seq;     // echoed in the reply
-    std::int32_t status;   // replies: 0 or a positive errno (EPROTO: ABI mismatch, EINVAL, ...)
+    std::int32_t status;   // replies: 0 or a positive errno (EPROTO: ABI mismatch)
     std::uint32_t length;  // of the whole message, header included
     std::uint32_t reserved;
 };
 static_assert(sizeof(CtrlHeader) == 24 && std::is_trivially_copyable_v<CtrlHeader>);
+
+// A request or reply: the header and the op's body.
+template <typename Body>
+struct Msg {
+    CtrlHeader hdr;
+    Body body;
+};
+struct Empty {};
+
+// ---- status: the daemon, its ports and their RDMA devices -------------------
 
 struct PortInfo {
     std::uint16_t port_id;
@@ -39,7 +82,7 @@ struct PortInfo {
     std::uint32_t ipv4;  // host order
     std::uint32_t ndevices;
     char name[kNameLen];        // DPDK device name
-    char devices[2][kNameLen];  // RDMA devices on this port (RoCEv2, iWARP)
+    char devices[2][kNameLen];  // RDMA devices on this port: [0] RoCEv2, [1] iWARP when present
 };
 static_assert(sizeof(PortInfo) == 20 + 3 * kNameLen && std::is_trivially_copyable_v<PortInfo>);
 
@@ -53,7 +96,280 @@ struct StatusReply {
 };
 static_assert(std::is_trivially_copyable_v<StatusReply>);
 
+// ---- devices ------------------------------------------------------------------
+
+// What query_device reports: the limits of one client session.
+struct DeviceLimits {
+    std::uint64_t max_mr_size;
+    std::uint64_t page_size_cap;
+    std::uint64_t node_guid;
+    std::uint32_t vendor_id;
+    std::uint32_t vendor_part_id;
+    std::uint32_t hw_ver;
+    std::uint32_t max_qp;
+    std::uint32_t max_qp_wr;
+    std::uint32_t max_sge;
+    std::uint32_t max_sge_rd;
+    std::uint32_t max_cq;
+    std::uint32_t max_cqe;
+    std::uint32_t max_mr;
+    std::uint32_t max_pd;
+    std::uint32_t max_qp_rd_atom;
+    std::uint32_t max_qp_init_rd_atom;
+    std::uint32_t max_res_rd_atom;
+    std::uint32_t max_mw;
+    std::uint32_t max_srq;
+    std::uint32_t max_srq_wr;
+    std::uint32_t max_srq_sge;
+    std::uint32_t max_inline_data;
+    std::uint32_t max_pkeys;
+    std::uint32_t local_ca_ack_delay;
+    std::uint32_t device_cap_flags;  // ibv_device_cap_flags
+    std::uint32_t atomic_cap;        // ibv_atomic_cap
+    std::uint32_t max_channels;
+    std::uint32_t reserved;
+};
+
+struct OpenDeviceReq {
+    std::uint32_t port_index;  // index into StatusReply::ports
+    std::uint32_t transport;   // 0: RoCEv2
+};
+struct OpenDeviceReply {
+    DeviceLimits limits;
+    char device[kNameLen];
+};
+
+struct QueryPortReply {
+    std::uint32_t state;       // ibv_port_state
+    std::uint32_t max_mtu;     // ibv_mtu
+    std::uint32_t active_mtu;  // ibv_mtu
+    std::uint32_t eth_mtu;
+    std::uint32_t gid_tbl_len;
+    std::uint32_t pkey_tbl_len;
+    std::uint32_t max_msg_sz;
+    std::uint32_t active_speed;  // ibv speed code
+    std::uint32_t active_width;  // ibv width code
+    std::uint32_t ipv4;          // host order: GID 0 is ::ffff:ipv4
+    std::uint8_t mac[6];
+    std::uint8_t reserved[2];
+};
+
+// ---- generic ------------------------------------------------------------------
+
+struct HandleReq {
+    Handle handle;
+    std::uint32_t reserved;
+};
+struct HandleReply {
+    Handle handle;
+    std::uint32_t reserved;
+};
+
+// ---- memory -------------------------------------------------------------------
+
+// One memfd-backed piece of the registered range: memfd bytes [offset, offset+length)
+// are mapped by the client at addr. Segments are page aligned, in address order and
+// contiguous, and together cover the pages of [addr, addr+length) of the request.
+struct MrSegment {
+    std::uint64_t addr;
+    std::uint64_t length;
+    std::uint64_t offset;
+};
+
+struct RegMrReq {
+    Handle pd;
+    std::uint32_t access;  // ibv_access_flags
+    std::uint64_t addr;
+    std::uint64_t length;
+    std::uint64_t iova;
+    std::uint32_t nsegs;
+    std::uint32_t reserved;
+    MrSegment segs[kMaxMrSegments];
+};
+struct RegMrReply {
+    Handle mr;
+    std::uint32_t lkey;
+    std::uint32_t rkey;
+    std::uint32_t reserved;
+};
+
+struct AllocMwReq {
+    Handle pd;
+    std::uint32_t type;  // ibv_mw_type: 1 or 2
+};
+struct AllocMwReply {
+    Handle mw;
+    std::uint32_t rkey;
+};
+
+// ---- queues -------------------------------------------------------------------
+
+struct CreateCqReq {
+    std::uint32_t cqe;       // requested depth
+    std::uint32_t capacity;  // ring slots in the memfd (a power of two > cqe)
+    Handle channel;          // or kNoHandle
+    std::uint32_t comp_vector;
+};
+struct CreateCqReply {
+    Handle cq;
+    std::uint32_t cqe;  // actual depth
+};
+
+struct CreateSrqReq {
+    Handle pd;
+    std::uint32_t max_wr;
+    std::uint32_t max_sge;
+    std::uint32_t srq_limit;
+    std::uint32_t capacity;  // ring slots (a power of two >= max_wr)
+    std::uint32_t reserved;
+};
+struct CreateSrqReply {
+    Handle srq;
+    std::uint32_t max_wr;
+    std::uint32_t max_sge;
+    std::uint32_t srq_num;
+};
+
+struct ModifySrqReq {
+    Handle srq;
+    std::uint32_t mask;  // ibv_srq_attr_mask
+    std::uint32_t max_wr;
+    std::uint32_t srq_limit;
+};
+struct QuerySrqReply {
+    std::uint32_t max_wr;
+    std::uint32_t max_sge;
+    std::uint32_t srq_limit;
+    std::uint32_t reserved;
+};
+
+struct QpCap {
+    std::uint32_t max_send_wr;
+    std::uint32_t max_recv_wr;
+    std::uint32_t max_send_sge;
+    std::uint32_t max_recv_sge;
+    std::uint32_t max_inline_data;
+};
+
+struct CreateQpReq {
+    Handle pd;
+    Handle send_cq;
+    Handle recv_cq;
+    Handle srq;            // or kNoHandle
+    std::uint32_t qp_type; // ibv_qp_type: RC 2, UC 3, UD 4
+    std::uint32_t sq_sig_all;
+    QpCap cap;
+    std::uint32_t sq_capacity;  // ring slots (powers of two >= the cap's wr counts)
+    std::uint32_t rq_capacity;  // 0 with an SRQ
+};
+struct CreateQpReply {
+    Handle qp;
+    std::uint32_t qp_num;
+    QpCap cap;  // actual
+};
+
+// ibv_global_route + ibv_ah_attr, fixed layout.
+struct AhAttr {
+    std::uint8_t dgid[16];
+    std::uint32_t flow_label;
+    std::uint8_t sgid_index;
+    std::uint8_t hop_limit;
+    std::uint8_t traffic_class;
+    std::uint8_t is_global;
+    std::uint16_t dlid;
+    std::uint8_t sl;
+    std::uint8_t src_path_bits;
+    std::uint8_t static_rate;
+    std::uint8_t port_num;
+    std::uint8_t reserved[2];
+};
+static_assert(sizeof(AhAttr) == 32);
+
+// ibv_qp_attr, fixed layout; which fields count is said by an ibv_qp_attr_mask.
+struct QpAttr {
+    std::uint32_t qp_state;
+    std::uint32_t cur_qp_state;
+    std::uint32_t path_mtu;
+    std::uint32_t path_mig_state;
+    std::uint32_t qkey;
+    std::uint32_t rq_psn;
+    std::uint32_t sq_psn;
+    std::uint32_t dest_qp_num;
+    std::uint32_t qp_access_flags;
+    std::uint32_t rate_limit;
+    QpCap cap;
+    std::uint32_t reserved0;
+    AhAttr ah_attr;
+    AhAttr alt_ah_attr;
+    std::uint16_t pkey_index;
+    std::uint16_t alt_pkey_index;
+    std::uint8_t en_sqd_async_notify;
+    std::uint8_t sq_draining;
+    std::uint8_t max_rd_atomic;
+    std::uint8_t max_dest_rd_atomic;
+    std::uint8_t min_rnr_timer;
+    std::uint8_t port_num;
+    std::uint8_t timeout;
+    std::uint8_t retry_cnt;
+    std::uint8_t rnr_retry;
+    std::uint8_t alt_port_num;
+    std::uint8_t alt_timeout;
+    std::uint8_t reserved1;
+};
+
+struct ModifyQpReq {
+    Handle qp;
+    std::uint32_t mask;  // ibv_qp_attr_mask
+    QpAttr attr;
+};
+struct ModifyQpReply {
+    std::uint32_t state;  // after the change
+    std::uint32_t reserved;
+};
+struct QueryQpReply {
+    QpAttr attr;  // every field; cap is the QP's actual capacity
+    std::uint32_t sq_sig_all;
+    std::uint32_t qp_type;
+    Handle send_cq, recv_cq, srq, pd;
+};
+
+// ---- snicctl ------------------------------------------------------------------
+
+// Object kinds, in the order of the count arrays below.
+enum class ObjKind : std::uint8_t { pd, mr, mw, channel, cq, srq, qp, count_ };
+inline constexpr std::size_t kObjKinds = static_cast<std::size_t>(ObjKind::count_);
+inline constexpr const char* kObjKindNames[kObjKinds] = {"pd", "mr", "mw", "channel",
+                                                         "cq", "srq", "qp"};
+
+inline constexpr std::size_t kMaxClientsListed = 64;
+struct ClientInfo {
+    std::uint32_t session;  // daemon-wide session number
+    std::int32_t pid;
+    std::uint32_t uid;
+    std::uint32_t gid;
+    char device[kNameLen];  // "" until it opens one
+    std::uint32_t counts[kObjKinds];
+    std::uint32_t reserved;
+    std::uint64_t mapped_bytes;  // memory of this client snicd has mapped
+};
+struct ClientsReply {
+    std::uint32_t nclients;  // all of them; at most kMaxClientsListed listed
+    std::uint32_t listed;
+    ClientInfo clients[kMaxClientsListed];
+};
+struct ResourcesReply {
+    std::uint32_t sessions;
+    std::uint32_t counts[kObjKinds];      // daemon-wide
+    std::uint32_t max_per_client[kObjKinds];
+    std::uint32_t max_per_daemon[kObjKinds];
+    std::uint64_t mapped_bytes;
+    std::uint32_t mappings;  // live mmaps of client memory
+    std::uint32_t fds;       // client fds snicd holds open
+};
+
 // The largest message either side sends or accepts.
-inline constexpr std::size_t kCtrlMaxMessage = sizeof(StatusReply);
+inline constexpr std::size_t kCtrlMaxMessage = sizeof(Msg<ClientsReply>) > sizeof(StatusReply)
+                                                    ? sizeof(Msg<ClientsReply>)
+                                                    : sizeof(StatusReply);
 
 }  // namespace snic::shm

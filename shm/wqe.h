@@ -1,0 +1,193 @@
+// The daemon<->client data path layouts: work queue entries, completion
+// entries, async events, and where each object's rings sit in its memfd.
+// The client creates each memfd, formats its rings (shm/ring.h) and passes it
+// to snicd; snicd attaches and validates, and copies every entry out of shared
+// memory before it looks at it (never trust shared memory twice).
+//
+// Numeric values of opcodes, statuses, flags and states are those of the IBA
+// and of libibverbs (ibv_wr_opcode, ibv_wc_status, ...), so that libsnic maps
+// them with a cast; libsnic static_asserts that they agree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "shm/ring.h"
+
+namespace snic::shm {
+
+inline constexpr std::uint32_t kMaxSge = 16;       // per send or receive WQE
+inline constexpr std::uint32_t kMaxInline = 256;   // bytes of inline data per send WQE
+inline constexpr std::size_t kPageSize = 4096;     // layout granule of the memfds
+
+struct Sge {
+    std::uint64_t addr;
+    std::uint32_t length;
+    std::uint32_t lkey;
+};
+static_assert(sizeof(Sge) == 16);
+
+// ibv_wr_opcode values.
+enum class WrOpcode : std::uint8_t {
+    rdma_write = 0,
+    rdma_write_imm = 1,
+    send = 2,
+    send_imm = 3,
+    rdma_read = 4,
+    atomic_cmp_swp = 5,
+    atomic_fetch_add = 6,
+    local_inv = 7,
+    bind_mw = 8,
+    send_inv = 9,
+};
+
+// SendWqe::flags (ibv_send_flags: FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8).
+inline constexpr std::uint8_t kWqeFence = 1;
+inline constexpr std::uint8_t kWqeSignaled = 2;
+inline constexpr std::uint8_t kWqeSolicited = 4;
+inline constexpr std::uint8_t kWqeInline = 8;
+
+struct WqeRdma {  // rdma_write(_imm), rdma_read
+    std::uint64_t remote_addr;
+    std::uint32_t rkey;
+    std::uint32_t reserved;
+    std::uint64_t reserved2[2];
+};
+struct WqeAtomic {  // atomic_cmp_swp, atomic_fetch_add
+    std::uint64_t remote_addr;
+    std::uint32_t rkey;
+    std::uint32_t reserved;
+    std::uint64_t compare_add;
+    std::uint64_t swap;
+};
+struct WqeBind {  // bind_mw
+    std::uint32_t mw_handle;  // the window, as the client's handle
+    std::uint32_t new_rkey;   // the rkey the window takes once bound
+    std::uint32_t mr_lkey;    // the MR it is bound to
+    std::uint32_t access;     // ibv_access_flags
+    std::uint64_t addr;
+    std::uint64_t length;
+};
+
+struct SendWqe {
+    std::uint64_t wr_id;
+    std::uint8_t opcode;  // WrOpcode
+    std::uint8_t flags;   // kWqe*
+    std::uint8_t num_sge;
+    std::uint8_t reserved0;
+    std::uint32_t ex;  // imm_data (network order, as posted) or the rkey to invalidate
+    std::uint32_t inline_length;
+    std::uint32_t reserved1;
+    union {
+        WqeRdma rdma;
+        WqeAtomic atomic;
+        WqeBind bind;
+    };
+    std::uint64_t reserved2;
+    union {
+        Sge sge[kMaxSge];
+        std::uint8_t inline_data[kMaxInline];
+    };
+};
+static_assert(sizeof(SendWqe) == 64 + kMaxSge * sizeof(Sge));
+static_assert(std::is_trivially_copyable_v<SendWqe>);
+
+struct RecvWqe {
+    std::uint64_t wr_id;
+    std::uint32_t num_sge;
+    std::uint32_t reserved;
+    Sge sge[kMaxSge];
+};
+static_assert(sizeof(RecvWqe) == 16 + kMaxSge * sizeof(Sge));
+
+// CQE: ibv_wc in a fixed layout. status, opcode and wc_flags hold ibv_wc_status,
+// ibv_wc_opcode and ibv_wc_flags values.
+struct Cqe {
+    std::uint64_t wr_id;
+    std::uint8_t status;
+    std::uint8_t opcode;
+    std::uint8_t wc_flags;
+    std::uint8_t sl;
+    std::uint32_t byte_len;
+    std::uint32_t ex;  // imm_data (network order) or the invalidated rkey
+    std::uint32_t qp_num;
+    std::uint32_t src_qp;
+    std::uint32_t vendor_err;
+    std::uint16_t pkey_index;
+    std::uint16_t slid;
+    std::uint8_t dlid_path_bits;
+    std::uint8_t reserved[3];
+    std::uint64_t timestamp;
+    std::uint64_t reserved2[2];
+};
+static_assert(sizeof(Cqe) == 64);
+
+// An asynchronous event (ibv_event_type) about one object of the context.
+struct AsyncEvent {
+    std::uint32_t type;    // ibv_event_type
+    std::uint32_t handle;  // the object's handle (QP, CQ, SRQ) or the port number
+};
+static_assert(sizeof(AsyncEvent) == 8);
+
+// Shared words at the start of a CQ's memfd.
+struct CqControl {
+    // Written by the client (ibv_req_notify_cq), taken by snicd with an atomic
+    // exchange when it posts a CQE: 0 not armed, kArmNext or kArmSolicited.
+    std::uint32_t arm;
+    std::uint32_t overflow;  // set by snicd when a CQE found the ring full
+    std::uint8_t pad[56];
+};
+inline constexpr std::uint32_t kArmNext = 1;
+inline constexpr std::uint32_t kArmSolicited = 2;
+static_assert(sizeof(CqControl) == 64);
+
+// Shared words at the start of a QP's memfd, written by snicd only.
+struct QpControl {
+    std::uint32_t state;  // QpState: the client reads it to see an asynchronous move to ERR
+    std::uint8_t pad[60];
+};
+static_assert(sizeof(QpControl) == 64);
+
+// Where the parts of an object's memfd lie. Both sides compute it from the
+// capacities in the create request; snicd checks the memfd is at least `bytes`.
+struct Layout {
+    std::size_t control;   // offset of the control block (CqControl, QpControl), 0
+    std::size_t ring0;     // CQ: CQEs; QP: send queue; SRQ: receive queue; channel/async: events
+    std::size_t ring1;     // QP without SRQ: receive queue; otherwise 0
+    std::size_t bytes;     // total, a multiple of kPageSize
+};
+
+constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+constexpr Layout cq_layout(std::uint32_t capacity) {
+    const std::size_t ring0 = kRingCacheLine * 4;  // after the control block, line aligned
+    return {0, ring0, 0, round_up(ring0 + ring_bytes<Cqe>(capacity), kPageSize)};
+}
+
+constexpr Layout qp_layout(std::uint32_t sq_capacity, std::uint32_t rq_capacity) {
+    const std::size_t ring0 = kRingCacheLine * 4;
+    const std::size_t ring1 =
+        rq_capacity == 0 ? 0 : round_up(ring0 + ring_bytes<SendWqe>(sq_capacity), kRingCacheLine);
+    const std::size_t end = rq_capacity == 0 ? ring0 + ring_bytes<SendWqe>(sq_capacity)
+                                             : ring1 + ring_bytes<RecvWqe>(rq_capacity);
+    return {0, ring0, ring1, round_up(end, kPageSize)};
+}
+
+constexpr Layout srq_layout(std::uint32_t capacity) {
+    return {0, 0, 0, round_up(ring_bytes<RecvWqe>(capacity), kPageSize)};
+}
+
+// A completion channel's or a context's async events: one ring of 32-bit CQ
+// handles (channel) or AsyncEvent (async), from offset 0.
+constexpr Layout channel_layout(std::uint32_t capacity) {
+    return {0, 0, 0, round_up(ring_bytes<std::uint32_t>(capacity), kPageSize)};
+}
+constexpr Layout async_layout(std::uint32_t capacity) {
+    return {0, 0, 0, round_up(ring_bytes<AsyncEvent>(capacity), kPageSize)};
+}
+
+inline constexpr std::uint32_t kChannelCapacity = 4096;  // also the most CQs on one channel
+inline constexpr std::uint32_t kAsyncCapacity = 1024;
+
+}  // namespace snic::shm
