@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <vector>
 
 namespace snic::daemon {
 
@@ -57,6 +58,42 @@ Result<SelftestSpec> parse_selftest(std::string_view text) {
     return spec;
 }
 
+// "0.05" or "5%": a fraction in [0, 1].
+std::optional<double> parse_fraction(std::string_view s) {
+    const bool percent = s.ends_with('%');
+    if (percent) s.remove_suffix(1);
+    if (s.empty()) return std::nullopt;
+    double v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+    if (percent) v /= 100;
+    if (!(v >= 0 && v <= 1)) return std::nullopt;
+    return v;
+}
+
+// The rates a fault key sets: "loss" both directions, "rx-loss" one; nullopt if not a fault key.
+std::optional<std::vector<double*>> fault_rate(FaultSpec& f, std::string_view key) {
+    struct Dir {
+        std::string_view prefix;
+        std::vector<FaultRates*> rates;
+    };
+    const Dir dirs[] = {{"", {&f.rx, &f.tx}}, {"rx-", {&f.rx}}, {"tx-", {&f.tx}}};
+    for (const auto& d : dirs) {
+        if (!key.starts_with(d.prefix)) continue;
+        const auto kind = key.substr(d.prefix.size());
+        double FaultRates::*field = kind == "loss"      ? &FaultRates::drop
+                                    : kind == "dup"     ? &FaultRates::duplicate
+                                    : kind == "reorder" ? &FaultRates::reorder
+                                    : kind == "corrupt" ? &FaultRates::corrupt
+                                                        : nullptr;
+        if (field == nullptr) continue;
+        std::vector<double*> out;
+        for (FaultRates* r : d.rates) out.push_back(&(r->*field));
+        return out;
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 Result<PortSpec> parse_port_spec(std::string_view text) {
@@ -84,8 +121,19 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
             auto m = parse_number<std::uint16_t>(value);
             if (!m || *m < kMinMtu || *m > kMaxMtu) return bad(option, "MTU (68..9000)", value);
             spec.mtu = *m;
+        } else if (key == "seed") {
+            auto n = parse_number<std::uint64_t>(value);
+            if (!n) return bad(option, "seed", value);
+            spec.fault.seed = *n;
+        } else if (auto rate = fault_rate(spec.fault, key)) {
+            auto p = parse_fraction(value);
+            if (!p) return bad(option, "fraction (0..1, or 0%..100%)", f);
+            for (double* r : *rate) *r = *p;
         } else {
-            return bad(option, "parameter (known: ip, mac, mtu)", f);
+            return bad(option,
+                       "parameter (known: ip, mac, mtu, loss, dup, reorder, corrupt, "
+                       "rx-/tx- forms of these, seed)",
+                       f);
         }
     }
     if (!have_ip) return make_error(EINVAL, option + ": missing ip=<a.b.c.d/len>");
@@ -206,7 +254,11 @@ Runs the snic soft RDMA NIC on DPDK ports. EAL options are DPDK's (for example
 snicd options:
   -n, --name NAME        daemon name (default snic): control socket and device names
   --port SPEC            configure a port; SPEC = <port>,ip=<a.b.c.d/len>[,mac=<mac>][,mtu=<68..9000>]
-                         <port> is a DPDK port id or device name (net_af_packet0, wire0, ...)
+                         [,loss=F][,dup=F][,reorder=F][,corrupt=F][,seed=N]
+                         <port> is a DPDK port id or device name (net_af_packet0, wire0, ...);
+                         loss/dup/reorder/corrupt inject faults into that fraction F (0.01 or 1%)
+                         of the frames in both directions (rx-loss=, tx-dup=, ... for one),
+                         from a generator seeded with N (default 1) so that runs repeat
   --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
   --ctrl PATH            control socket (default /run/snic/NAME.sock)
   --ctrl-mode MODE       octal permissions of the control socket (default 0660)

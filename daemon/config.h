@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/fault.h"
 #include "proto/net/addr.h"
 #include "proto/result.h"
 
@@ -21,6 +22,7 @@ struct PortSpec {
     net::Ipv4Prefix ip;
     std::optional<net::MacAddr> mac;
     std::optional<std::uint16_t> mtu;
+    FaultSpec fault;  // injected faults, none by default
 };
 
 struct SelftestSpec {

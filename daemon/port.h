@@ -12,6 +12,7 @@
 
 #include "daemon/arp_cache.h"
 #include "daemon/config.h"
+#include "daemon/fault.h"
 #include "daemon/stats.h"
 #include "proto/net/addr.h"
 #include "proto/net/rx.h"
@@ -87,6 +88,21 @@ private:
     void handle(rte_mbuf* m, std::uint64_t now);
     void drop(rte_mbuf* m, net::Drop why);
 
+    // One direction's injected faults: the injector, the frame it holds back to
+    // reorder, and that direction's counters.
+    struct FaultPath {
+        FaultInjector injector;
+        rte_mbuf* held = nullptr;
+        bool held_new = false;  // held during the current call: goes out behind a later frame
+        Counter* dropped;
+        Counter* duplicated;
+        Counter* reordered;
+        Counter* corrupted;
+    };
+    // Applies a direction's faults to frames in[0..n) writing what goes on to out
+    // (room for 2n + 1); returns how many.
+    std::uint16_t inject(FaultPath& path, rte_mbuf* const* in, std::uint16_t n, rte_mbuf** out);
+
     const std::uint16_t id_;
     const std::string name_;
     const net::Ipv4Prefix ip_;
@@ -100,6 +116,9 @@ private:
     RxHook roce_hook_;
     RxHook tcp_hook_;
     EchoListener* echo_listener_ = nullptr;
+
+    FaultPath rx_fault_;
+    FaultPath tx_fault_;
 
     std::uint16_t tx_count_ = 0;
     rte_mbuf* tx_[kBurst];

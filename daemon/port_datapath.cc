@@ -4,6 +4,8 @@
 #include <rte_mbuf.h>
 #include <rte_prefetch.h>
 
+#include <algorithm>
+
 #include "daemon/port.h"
 #include "proto/net/arp.h"
 #include "proto/net/ethernet.h"
@@ -13,8 +15,13 @@
 namespace snic::daemon {
 
 std::uint16_t Port::poll_rx(std::uint64_t now) {
-    rte_mbuf* pkts[kBurst];
-    const std::uint16_t n = rte_eth_rx_burst(id_, 0, pkts, kBurst);
+    rte_mbuf* pkts[2 * kBurst + 1];
+    std::uint16_t n = rte_eth_rx_burst(id_, 0, pkts, kBurst);
+    if (rx_fault_.injector.active()) {
+        rte_mbuf* in[kBurst];
+        std::copy_n(pkts, n, in);
+        n = inject(rx_fault_, in, n, pkts);
+    }
     for (std::uint16_t i = 0; i < n; ++i) {
         if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void*));
         handle(pkts[i], now);
@@ -91,18 +98,74 @@ void Port::send(rte_mbuf* m) {
 }
 
 void Port::flush_tx() {
-    if (tx_count_ == 0) return;
+    if (tx_count_ == 0 && tx_fault_.held == nullptr) return;
+    rte_mbuf* faulted[2 * kBurst + 1];
+    rte_mbuf** out = tx_;
+    std::uint16_t count = tx_count_;
+    if (tx_fault_.injector.active()) {
+        count = inject(tx_fault_, tx_, tx_count_, faulted);
+        out = faulted;
+    }
+    tx_count_ = 0;
     std::uint64_t bytes = 0;
-    for (std::uint16_t i = 0; i < tx_count_; ++i) bytes += tx_[i]->pkt_len;
-    const std::uint16_t sent = rte_eth_tx_burst(id_, 0, tx_, tx_count_);
-    for (std::uint16_t i = sent; i < tx_count_; ++i) {
-        bytes -= tx_[i]->pkt_len;
-        rte_pktmbuf_free(tx_[i]);
+    for (std::uint16_t i = 0; i < count; ++i) bytes += out[i]->pkt_len;
+    const std::uint16_t sent = count == 0 ? 0 : rte_eth_tx_burst(id_, 0, out, count);
+    for (std::uint16_t i = sent; i < count; ++i) {
+        bytes -= out[i]->pkt_len;
+        rte_pktmbuf_free(out[i]);
     }
     counters_.tx_packets.add(sent);
     counters_.tx_bytes.add(bytes);
-    counters_.tx_dropped.add(tx_count_ - sent);
-    tx_count_ = 0;
+    counters_.tx_dropped.add(count - sent);
+}
+
+std::uint16_t Port::inject(FaultPath& path, rte_mbuf* const* in, std::uint16_t n, rte_mbuf** out) {
+    std::uint16_t m = 0;
+    // A frame held back by an earlier call that no frame has passed since goes out now.
+    if (path.held != nullptr && !path.held_new && n == 0) {
+        out[m++] = path.held;
+        path.held = nullptr;
+    }
+    path.held_new = false;
+    for (std::uint16_t i = 0; i < n; ++i) {
+        rte_mbuf* f = in[i];
+        const FaultAction a = path.injector.decide();
+        if (a.drop) {
+            path.dropped->add();
+            rte_pktmbuf_free(f);
+            continue;
+        }
+        if (a.corrupt) {
+            // Flip one bit past the Ethernet header, where checksums and the ICRC must catch it.
+            auto* bytes = rte_pktmbuf_mtod(f, std::uint8_t*);
+            const std::uint32_t start = f->data_len > net::kEthHdrLen ? net::kEthHdrLen : 0;
+            const std::uint32_t span = f->data_len - start;
+            if (span > 0) {
+                const std::uint32_t bit = a.corrupt_at % (span * 8);
+                bytes[start + bit / 8] ^= static_cast<std::uint8_t>(1u << (bit % 8));
+                path.corrupted->add();
+            }
+        }
+        if (a.duplicate) {
+            if (rte_mbuf* copy = rte_pktmbuf_copy(f, pool_, 0, UINT32_MAX)) {
+                out[m++] = copy;
+                path.duplicated->add();
+            }
+        }
+        if (a.reorder && path.held == nullptr) {
+            path.held = f;
+            path.held_new = true;
+            path.reordered->add();
+            continue;
+        }
+        out[m++] = f;
+        if (path.held != nullptr) {
+            out[m++] = path.held;  // behind the frame that followed it
+            path.held = nullptr;
+            path.held_new = false;
+        }
+    }
+    return m;
 }
 
 rte_mbuf* Port::alloc() {

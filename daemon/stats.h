@@ -29,6 +29,8 @@ struct PortCounters {
     Counter arp_requests_answered, arp_replies_received, arp_requests_sent;
     Counter icmp_echo_answered, icmp_echo_replies_received;
     Counter roce_dispatched, tcp_dispatched;
+    Counter rx_fault_dropped, rx_fault_duplicated, rx_fault_reordered, rx_fault_corrupted;
+    Counter tx_fault_dropped, tx_fault_duplicated, tx_fault_reordered, tx_fault_corrupted;
     std::array<Counter, net::kDropReasons> drops;
 
     void drop(net::Drop why) noexcept { drops[static_cast<std::size_t>(why)].add(); }
@@ -39,7 +41,7 @@ struct CounterField {
     Counter PortCounters::*field;
 };
 
-inline constexpr std::array<CounterField, 12> kPortCounterFields = {{
+inline constexpr std::array<CounterField, 20> kPortCounterFields = {{
     {"rx_packets", &PortCounters::rx_packets},
     {"rx_bytes", &PortCounters::rx_bytes},
     {"tx_packets", &PortCounters::tx_packets},
@@ -52,6 +54,14 @@ inline constexpr std::array<CounterField, 12> kPortCounterFields = {{
     {"icmp_echo_replies_received", &PortCounters::icmp_echo_replies_received},
     {"roce_dispatched", &PortCounters::roce_dispatched},
     {"tcp_dispatched", &PortCounters::tcp_dispatched},
+    {"rx_fault_dropped", &PortCounters::rx_fault_dropped},
+    {"rx_fault_duplicated", &PortCounters::rx_fault_duplicated},
+    {"rx_fault_reordered", &PortCounters::rx_fault_reordered},
+    {"rx_fault_corrupted", &PortCounters::rx_fault_corrupted},
+    {"tx_fault_dropped", &PortCounters::tx_fault_dropped},
+    {"tx_fault_duplicated", &PortCounters::tx_fault_duplicated},
+    {"tx_fault_reordered", &PortCounters::tx_fault_reordered},
+    {"tx_fault_corrupted", &PortCounters::tx_fault_corrupted},
 }};
 
 // Calls f(name, value) for every counter; drop reasons are named "drop_<reason>".
