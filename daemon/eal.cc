@@ -3,6 +3,7 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_log.h>
+#include <rte_pdump.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -130,7 +131,13 @@ Status eal_init(const std::vector<std::string>& eal) {
         g_sink.logger->info("{}", alert.substr(pos, nl - pos));
         pos = nl == std::string::npos ? alert.size() : nl + 1;
     }
-    if (rc >= 0) return Ok{};
+    if (rc >= 0) {
+        // Lets dpdk-dumpcap (a secondary process) capture the ports of a running daemon;
+        // without a shared configuration (--in-memory, --no-shconf) there is nothing to attach to.
+        if (rte_pdump_init() != 0)
+            spdlog::info("packet capture (dpdk-dumpcap) unavailable: {}", rte_strerror(rte_errno));
+        return Ok{};
+    }
 
     // Prefer DPDK's own words: its error lines, else its fatal alert.
     std::string why = eal_errors();
