@@ -130,10 +130,7 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
             if (!p) return bad(option, "fraction (0..1, or 0%..100%)", f);
             for (double* r : *rate) *r = *p;
         } else {
-            return bad(option,
-                       "parameter (known: ip, mac, mtu, loss, dup, reorder, corrupt, "
-                       "rx-/tx- forms of these, seed)",
-                       f);
+            return bad(option, "parameter (known: ip, mac, mtu, [rx-|tx-]loss|dup|reorder|corrupt, seed)", f);
         }
     }
     if (!have_ip) return make_error(EINVAL, option + ": missing ip=<a.b.c.d/len>");

@@ -52,8 +52,8 @@ else
 fi
 
 integ_rc=0
-snic_log "integration tests: tests/integration"
-/usr/bin/python3 -m pytest tests/integration -v -p no:cacheprovider \
+snic_log "integration and interop tests: tests/integration tests/interop"
+/usr/bin/python3 -m pytest tests/integration tests/interop -v -p no:cacheprovider \
     --junitxml="$integ_xml" "${pytest_args[@]}" </dev/null || integ_rc=$?
 
 # Counts from both XML files. A runner that exited non-zero without

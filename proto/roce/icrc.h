@@ -1,0 +1,70 @@
+// The RoCEv2 Invariant CRC (IBA vol 1 §7.8.1, RoCEv2 annex A17, ICRC): the CRC-32 of the
+// Ethernet FCS (reflected polynomial 0xEDB88320, register starting at all ones, result
+// complemented) over a pseudo-packet that stands in for the IB fields a router may change:
+//
+//   8 bytes of 0xff                    (the LRH, all variant in IB; absent in RoCEv2)
+//   IP header, variant fields as ones  (IPv4: TOS (DSCP+ECN), TTL, header checksum;
+//                                       IPv6: traffic class, flow label, hop limit)
+//   UDP header, checksum as ones
+//   BTH, its byte 4 (resv8a: FECN, BECN, reserved) as ones
+//   the rest of the UDP payload up to the ICRC (extension headers, payload, pad)
+//
+// It is the last 4 bytes of the UDP payload, stored least significant byte first (the CRC's
+// bit order, as the Ethernet FCS is). Pure: no allocation, no state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace snic::roce {
+
+inline constexpr std::size_t kIcrcLen = 4;
+inline constexpr std::uint32_t kCrc32Init = 0xffffffff;
+
+// Advances a CRC-32 register over `bytes` (slicing-by-8). Start from kCrc32Init and
+// complement the register at the end: crc32(b) == ~crc32_update(kCrc32Init, b).
+std::uint32_t crc32_update(std::uint32_t reg, std::span<const std::uint8_t> bytes) noexcept;
+
+inline std::uint32_t crc32(std::span<const std::uint8_t> bytes) noexcept {
+    return ~crc32_update(kCrc32Init, bytes);
+}
+
+// Where an ICRC computation stands after the masked headers.
+struct IcrcStart {
+    std::uint32_t reg;      // CRC register after the pseudo-header through the BTH
+    std::uint16_t bth_end;  // offset in l3 of the first byte after the BTH: continue from here
+    std::uint16_t ip_end;   // the IP packet's length per its header; the ICRC is its last 4 bytes
+};
+
+// Starts the ICRC of the IP packet at `l3`, which must hold at least the IP header, UDP
+// header and BTH (the rest may be elsewhere: continue with crc32_update over the bytes from
+// bth_end to ip_end - kIcrcLen, complement). nullopt unless IPv4 (any IHL) or IPv6 (no
+// extension headers) carrying UDP, with the lengths consistent.
+std::optional<IcrcStart> icrc_begin(std::span<const std::uint8_t> l3) noexcept;
+
+// The ICRC that the IP packet at `l3` should carry. `l3` may extend past the IP packet
+// (Ethernet padding is ignored); nullopt when it is not IPv4/IPv6 + UDP + BTH + ICRC.
+std::optional<std::uint32_t> icrc_compute(std::span<const std::uint8_t> l3) noexcept;
+
+// True when the ICRC on the wire equals the computed one.
+bool icrc_verify(std::span<const std::uint8_t> l3) noexcept;
+
+// Computes and stores the ICRC in the packet's last 4 bytes; false when icrc_compute fails.
+// Call it after every other header field is final (but the masked ones).
+bool icrc_fill(std::span<std::uint8_t> l3) noexcept;
+
+constexpr std::uint32_t icrc_load(const std::uint8_t* p) noexcept {
+    return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
+           std::uint32_t{p[3]} << 24;
+}
+
+constexpr void icrc_store(std::uint8_t* p, std::uint32_t icrc) noexcept {
+    p[0] = static_cast<std::uint8_t>(icrc);
+    p[1] = static_cast<std::uint8_t>(icrc >> 8);
+    p[2] = static_cast<std::uint8_t>(icrc >> 16);
+    p[3] = static_cast<std::uint8_t>(icrc >> 24);
+}
+
+}  // namespace snic::roce

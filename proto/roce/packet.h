@@ -1,0 +1,125 @@
+// Parsing and building of the RoCEv2 transport packet, the UDP payload to port 4791:
+// BTH, the extension headers the opcode table gives the opcode, payload, pad, ICRC.
+// Both are generic over opcode.h's table. Pure: no allocation, no exceptions; a received
+// packet is a view into the caller's buffer.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "proto/net/udp.h"
+#include "proto/roce/bth.h"
+#include "proto/roce/headers.h"
+#include "proto/roce/icrc.h"
+#include "proto/roce/opcode.h"
+
+namespace snic::roce {
+
+// Every reason parse() rejects a packet, and the ICRC check's. The names are counter names.
+enum class Drop : std::uint8_t {
+    truncated,           // shorter than the BTH + ICRC, or than the opcode's headers + ICRC
+    unknown_opcode,      // not in the table: reserved, or a transport snic does not speak
+    bad_version,         // BTH TVer is not 0
+    unexpected_payload,  // bytes between the headers and the ICRC of an opcode without payload
+    bad_pad,             // PadCnt larger than the payload
+    misaligned_length,   // headers + payload + pad not a multiple of 4 bytes (IBA §9.2, PadCnt)
+    bad_icrc,
+    count_
+};
+
+inline constexpr std::size_t kRoceDropReasons = static_cast<std::size_t>(Drop::count_);
+
+inline constexpr std::array<std::string_view, kRoceDropReasons> kRoceDropNames = {
+    "roce_truncated", "roce_unknown_opcode",    "roce_bad_version", "roce_unexpected_payload",
+    "roce_bad_pad",   "roce_misaligned_length", "roce_bad_icrc",
+};
+
+constexpr std::string_view drop_name(Drop d) {
+    return kRoceDropNames[static_cast<std::size_t>(d)];
+}
+
+// A parsed transport packet: views into the buffer given to parse().
+struct Packet {
+    Drop drop = Drop::count_;  // count_: accepted
+    const OpcodeInfo* info = nullptr;
+    const std::uint8_t* base = nullptr;     // the BTH's first byte
+    std::span<const std::uint8_t> payload;  // without the pad
+    std::uint8_t pad = 0;
+    std::uint32_t icrc = 0;  // as on the wire (see icrc_load)
+
+    bool ok() const { return drop == Drop::count_; }
+    const Bth& bth() const { return *reinterpret_cast<const Bth*>(base); }
+    std::uint8_t opcode() const { return base[0]; }
+
+    // The extension header of type H at `e`, or nullptr when this opcode has none.
+    template <typename H>
+    const H* ext(Ext e) const {
+        return info->has(e) ? reinterpret_cast<const H*>(base + info->offset_of(e)) : nullptr;
+    }
+    const Deth* deth() const { return ext<Deth>(Ext::deth); }
+    const Reth* reth() const { return ext<Reth>(Ext::reth); }
+    const AtomicEth* atomic_eth() const { return ext<AtomicEth>(Ext::atomic_eth); }
+    const Aeth* aeth() const { return ext<Aeth>(Ext::aeth); }
+    const AtomicAckEth* atomic_ack_eth() const { return ext<AtomicAckEth>(Ext::atomic_ack_eth); }
+    const ImmDt* immdt() const { return ext<ImmDt>(Ext::immdt); }
+    const Ieth* ieth() const { return ext<Ieth>(Ext::ieth); }
+};
+
+// Parses a RoCEv2 UDP payload (BTH through ICRC; exactly the UDP length less 8). Checks
+// what the packet alone says (opcode known, TVer, lengths, pad); not the ICRC (that needs
+// the IP header: icrc_verify), nor anything a QP decides (P_Key, QPN, PSN).
+Packet parse(std::span<const std::uint8_t> udp_payload) noexcept;
+
+// What build() writes. Extension headers are taken from the members the opcode's row
+// names and ignored otherwise; they are wire-format structs, assigned host values.
+struct PacketSpec {
+    Opcode opcode = Opcode::rc_send_only;
+    bool solicited = false;
+    bool mig_req = false;
+    bool fecn = false;
+    bool becn = false;
+    bool ack_req = false;
+    std::uint16_t pkey = kDefaultPkey;
+    std::uint32_t dest_qp = 0;
+    std::uint32_t psn = 0;
+    Deth deth{};
+    Reth reth{};
+    AtomicEth atomic_eth{};
+    Aeth aeth{};
+    AtomicAckEth atomic_ack_eth{};
+    ImmDt immdt{};
+    Ieth ieth{};
+    std::span<const std::uint8_t> payload;
+};
+
+// The pad that brings a payload to a multiple of 4 bytes.
+constexpr std::uint8_t pad_for(std::size_t payload_length) {
+    return static_cast<std::uint8_t>(-payload_length & 3u);
+}
+
+// The UDP payload length of a packet: headers, payload, pad, ICRC.
+constexpr std::size_t transport_length(Opcode op, std::size_t payload_length) {
+    return opcode_info(op).length + payload_length + pad_for(payload_length) + kIcrcLen;
+}
+
+// Writes the BTH and the opcode's extension headers for a payload of `payload_length`
+// bytes (PadCnt follows from it). Returns the header length, or 0 when `out` is too small,
+// the opcode unknown or a payload given to an opcode without one.
+std::size_t write_headers(std::span<std::uint8_t> out, const PacketSpec& spec,
+                          std::size_t payload_length) noexcept;
+
+// Writes the whole transport packet: headers, spec.payload, zero pad bytes and a zero
+// ICRC (the ICRC needs the IP header: icrc_fill). Returns its length (transport_length),
+// or 0 as write_headers does.
+std::size_t build(std::span<std::uint8_t> out, const PacketSpec& spec) noexcept;
+
+// Writes a whole RoCEv2 frame: Ethernet, IPv4 (DF, TTL 64, TOS 0, valid checksum), UDP
+// (flow's ports; checksum 0 as RFC 768 allows over IPv4, or computed when asked), the
+// transport packet and its ICRC. Returns the frame length, or 0 when it does not fit.
+std::size_t build_ipv4_frame(std::span<std::uint8_t> out, const net::UdpFlow& flow,
+                             const PacketSpec& spec, bool udp_checksum = false) noexcept;
+
+}  // namespace snic::roce
