@@ -8,8 +8,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <type_traits>
 
 #include <spdlog/spdlog.h>
 
@@ -32,18 +35,6 @@ std::string parent_dir(const std::string& path) {
 }
 
 }  // namespace
-
-Fd& Fd::operator=(Fd&& o) noexcept {
-    if (this != &o) {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = o.release();
-    }
-    return *this;
-}
-
-Fd::~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-}
 
 Result<std::unique_ptr<ControlServer>> ControlServer::claim(const std::string& path, mode_t mode) {
     if (path.size() >= sizeof(sockaddr_un{}.sun_path))
@@ -71,7 +62,15 @@ Result<std::unique_ptr<ControlServer>> ControlServer::claim(const std::string& p
     return std::unique_ptr<ControlServer>(new ControlServer(path, mode, std::move(lock)));
 }
 
+ControlServer::ControlServer(std::string path, mode_t mode, Fd lock)
+    : path_(std::move(path)),
+      mode_(mode),
+      lock_(std::move(lock)),
+      in_(shm::kCtrlMaxMessage),
+      out_(shm::kCtrlMaxMessage) {}
+
 ControlServer::~ControlServer() {
+    clients_.clear();  // sessions release their objects before the tables go
     if (listen_) ::unlink(path_.c_str());
 }
 
@@ -95,64 +94,256 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
     while (!stop.load(std::memory_order_relaxed)) {
         fds.clear();
         fds.push_back({listen_.get(), POLLIN, 0});
-        for (const Fd& c : clients_) fds.push_back({c.get(), POLLIN, 0});
+        for (const auto& c : clients_) fds.push_back({c->sock.get(), POLLIN, 0});
         if (::poll(fds.data(), fds.size(), kPollMs) <= 0) continue;
 
-        // Serve the clients first: accepting may reorder clients_.
+        // One request per ready client per turn; a client that must go is destroyed
+        // here, with its session and everything the session owned.
         for (std::size_t i = fds.size(); i-- > 1;) {
             if (fds[i].revents == 0) continue;
-            handle(fds[i].fd, status);
+            Client& c = *clients_[i - 1];
+            if (!handle(c, status)) {
+                if (c.session)
+                    spdlog::debug("control: session {} (pid {}) closed", c.session->id(),
+                                  c.peer.pid);
+                clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+            }
         }
-        std::erase_if(clients_, [](const Fd& c) { return !c; });
         if ((fds[0].revents & POLLIN) != 0) {
-            Fd c(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-            if (!c) continue;
-            ucred cred{};
-            socklen_t len = sizeof cred;
-            if (::getsockopt(c.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
-                spdlog::debug("control: client pid {} uid {} gid {}", cred.pid, cred.uid, cred.gid);
+            Fd sock(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+            if (!sock) continue;
             if (clients_.size() >= kMaxClients) {
                 spdlog::warn("control: refusing client, {} already connected", kMaxClients);
                 continue;
             }
+            ucred cred{};
+            socklen_t len = sizeof cred;
+            if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+                spdlog::warn("control: no credentials for a client: {}", std::strerror(errno));
+                continue;
+            }
+            spdlog::debug("control: client pid {} uid {} gid {}", cred.pid, cred.uid, cred.gid);
+            auto c = std::make_unique<Client>();
+            c->sock = std::move(sock);
+            c->peer = Peer{cred.pid, cred.uid, cred.gid};
             clients_.push_back(std::move(c));
         }
     }
 }
 
-// Answers one request; closes the client on EOF, error or a malformed message.
-void ControlServer::handle(int fd, const StatusFn& status) {
-    auto close_client = [&] {
-        for (Fd& c : clients_)
-            if (c.get() == fd) c = Fd{};
-    };
-    alignas(shm::CtrlHeader) std::byte buf[shm::kCtrlMaxMessage];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_TRUNC);
-    if (n <= 0) return close_client();
+bool ControlServer::handle(Client& c, const StatusFn& status) {
+    // Every descriptor that comes with the message lands here first and is closed when
+    // `fds` goes, unless the op keeps it.
+    FdList fds;
+    iovec iov{in_.data(), in_.size()};
+    alignas(cmsghdr) std::byte control[CMSG_SPACE(sizeof(int) * shm::kMaxFds)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(c.sock.get(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    bool fds_truncated = (msg.msg_flags & MSG_CTRUNC) != 0;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+        const std::size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            if (!fds.push(fd)) fds_truncated = true;
+        }
+    }
+    if (n == 0) return false;  // the peer closed
 
     shm::CtrlHeader req{};
-    if (static_cast<std::size_t>(n) < sizeof req || static_cast<std::size_t>(n) > sizeof buf) {
-        spdlog::warn("control: malformed request of {} bytes", n);
-        return close_client();
+    if (static_cast<std::size_t>(n) < sizeof req || static_cast<std::size_t>(n) > in_.size() ||
+        (msg.msg_flags & MSG_TRUNC) != 0) {
+        spdlog::warn("control: client pid {}: malformed request of {} bytes", c.peer.pid, n);
+        return false;
     }
-    std::memcpy(&req, buf, sizeof req);
+    std::memcpy(&req, in_.data(), sizeof req);
     if (req.magic != shm::kCtrlMagic || req.length != static_cast<std::uint32_t>(n)) {
-        spdlog::warn("control: malformed request (magic {:#x}, length {})", req.magic, req.length);
-        return close_client();
+        spdlog::warn("control: client pid {}: malformed request (magic {:#x}, length {} of {})",
+                     c.peer.pid, req.magic, req.length, n);
+        return false;
     }
 
-    auto reply = std::make_unique<shm::StatusReply>();
-    shm::CtrlHeader& hdr = reply->hdr;
-    hdr = shm::CtrlHeader{shm::kCtrlMagic, shm::kAbiVersion, req.op, req.seq, 0, sizeof hdr, 0};
+    std::size_t len;
     if (req.abi_version != shm::kAbiVersion) {
-        hdr.status = EPROTO;
-    } else if (req.op == static_cast<std::uint16_t>(shm::CtrlOp::status)) {
-        status(*reply);
-        hdr.length = sizeof *reply;
+        shm::CtrlHeader hdr{shm::kCtrlMagic, shm::kAbiVersion, req.op, req.seq,
+                            EPROTO,          sizeof hdr,       0};
+        std::memcpy(out_.data(), &hdr, sizeof hdr);
+        len = sizeof hdr;
+        spdlog::info("control: client pid {} speaks ABI {}, snicd {}", c.peer.pid, req.abi_version,
+                     shm::kAbiVersion);
     } else {
-        hdr.status = EINVAL;  // unknown request
+        len =
+            dispatch(c, req, static_cast<std::size_t>(n) - sizeof req, fds, fds_truncated, status);
+        if (len == 0) {
+            spdlog::warn("control: client pid {}: op {} with a body of {} bytes", c.peer.pid,
+                         req.op, static_cast<std::size_t>(n) - sizeof req);
+            return false;
+        }
     }
-    if (::send(fd, reply.get(), hdr.length, MSG_NOSIGNAL) < 0) close_client();
+    fds.clear();  // closed before the client hears the answer
+    const ssize_t sent = ::send(c.sock.get(), out_.data(), len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent != static_cast<ssize_t>(len)) {
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            spdlog::warn("control: client pid {} does not read its replies; disconnecting",
+                         c.peer.pid);
+        return false;
+    }
+    return true;
+}
+
+namespace {
+
+// One op of the table: its request and reply bodies, the fds it takes and its handler.
+struct OpSpec {
+    std::size_t request;  // body bytes
+    std::size_t reply;    // body bytes on success
+    int fds;              // descriptors it takes; kFdsInBody: the handler checks
+    bool needs_device;    // only after open_device
+    int (*run)(Session&, const std::byte* body, FdList& fds, std::byte* out);
+};
+constexpr int kFdsInBody = -1;
+
+template <class T>
+constexpr std::size_t body_size() {
+    return std::is_same_v<T, shm::Empty> ? 0 : sizeof(T);
+}
+
+// Adapts a Session member int op(const Req&, FdList&, Rep&) to the table.
+template <auto Method>
+struct SessionOp;
+template <class Req, class Rep, int (Session::*Method)(const Req&, FdList&, Rep&)>
+struct SessionOp<Method> {
+    static int run(Session& s, const std::byte* body, FdList& fds, std::byte* out) {
+        Req req{};
+        if constexpr (body_size<Req>() != 0) std::memcpy(&req, body, sizeof req);
+        Rep rep{};
+        const int err = (s.*Method)(req, fds, rep);
+        if constexpr (body_size<Rep>() != 0)
+            if (err == 0) std::memcpy(out, &rep, sizeof rep);
+        return err;
+    }
+    static constexpr OpSpec spec(int fds, bool needs_device = true) {
+        return {body_size<Req>(), body_size<Rep>(), fds, needs_device, &run};
+    }
+};
+
+// The session ops, by CtrlOp value.
+const OpSpec* session_op(std::uint16_t op) {
+    using shm::CtrlOp;
+    static const auto table = [] {
+        std::array<std::optional<OpSpec>, 32> t{};
+        auto set = [&t](CtrlOp op, OpSpec s) { t[static_cast<std::size_t>(op)] = s; };
+        set(CtrlOp::open_device, SessionOp<&Session::open_device>::spec(2, false));
+        set(CtrlOp::query_port, SessionOp<&Session::query_port>::spec(0));
+        set(CtrlOp::alloc_pd, SessionOp<&Session::alloc_pd>::spec(0));
+        set(CtrlOp::dealloc_pd, SessionOp<&Session::dealloc_pd>::spec(0));
+        set(CtrlOp::reg_mr, SessionOp<&Session::reg_mr>::spec(kFdsInBody));
+        set(CtrlOp::dereg_mr, SessionOp<&Session::dereg_mr>::spec(0));
+        set(CtrlOp::create_channel, SessionOp<&Session::create_channel>::spec(2));
+        set(CtrlOp::destroy_channel, SessionOp<&Session::destroy_channel>::spec(0));
+        set(CtrlOp::create_cq, SessionOp<&Session::create_cq>::spec(1));
+        set(CtrlOp::destroy_cq, SessionOp<&Session::destroy_cq>::spec(0));
+        set(CtrlOp::create_srq, SessionOp<&Session::create_srq>::spec(1));
+        set(CtrlOp::modify_srq, SessionOp<&Session::modify_srq>::spec(0));
+        set(CtrlOp::query_srq, SessionOp<&Session::query_srq>::spec(0));
+        set(CtrlOp::destroy_srq, SessionOp<&Session::destroy_srq>::spec(0));
+        set(CtrlOp::create_qp, SessionOp<&Session::create_qp>::spec(1));
+        set(CtrlOp::modify_qp, SessionOp<&Session::modify_qp>::spec(0));
+        set(CtrlOp::query_qp, SessionOp<&Session::query_qp>::spec(0));
+        set(CtrlOp::destroy_qp, SessionOp<&Session::destroy_qp>::spec(0));
+        set(CtrlOp::alloc_mw, SessionOp<&Session::alloc_mw>::spec(0));
+        set(CtrlOp::dealloc_mw, SessionOp<&Session::dealloc_mw>::spec(0));
+        return t;
+    }();
+    return op < table.size() && table[op] ? &*table[op] : nullptr;
+}
+
+// A request without a body is the header alone; the header followed by an empty
+// Msg<Empty>'s padding is accepted as the same thing.
+constexpr std::size_t kEmptyPadding = sizeof(shm::Msg<shm::Empty>) - sizeof(shm::CtrlHeader);
+
+bool body_fits(std::size_t want, std::size_t got) {
+    return got == want || (want == 0 && got == kEmptyPadding);
+}
+
+}  // namespace
+
+std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::size_t body_len,
+                                    FdList& fds, bool fds_truncated, const StatusFn& status) {
+    using shm::CtrlOp;
+    auto* hdr = reinterpret_cast<shm::CtrlHeader*>(out_.data());
+    *hdr = shm::CtrlHeader{shm::kCtrlMagic, shm::kAbiVersion, req.op, req.seq, 0, sizeof *hdr, 0};
+    std::byte* out_body = out_.data() + sizeof *hdr;
+    const std::byte* in_body = in_.data() + sizeof req;
+    auto finish = [&](int err, std::size_t reply_body) {
+        hdr->status = err;
+        hdr->length = static_cast<std::uint32_t>(sizeof *hdr + (err == 0 ? reply_body : 0));
+        return std::size_t{hdr->length};
+    };
+
+    // Daemon-wide ops: no session, no descriptors.
+    const auto op = static_cast<CtrlOp>(req.op);
+    if (op == CtrlOp::status || op == CtrlOp::clients || op == CtrlOp::resources) {
+        if (!body_fits(0, body_len)) return 0;
+        if (fds_truncated || fds.size() != 0) return finish(EINVAL, 0);
+        if (op == CtrlOp::clients) return finish(0, fill_clients(out_body));
+        if (op == CtrlOp::resources) return finish(0, fill_resources(out_body));
+        auto* reply = reinterpret_cast<shm::StatusReply*>(out_.data());
+        std::memset(out_body, 0, sizeof *reply - sizeof *hdr);
+        status(*reply);
+        return finish(0, sizeof *reply - sizeof *hdr);
+    }
+
+    const OpSpec* spec = session_op(req.op);
+    if (spec == nullptr) {
+        spdlog::debug("control: client pid {}: unknown op {}", c.peer.pid, req.op);
+        return finish(EINVAL, 0);
+    }
+    if (!body_fits(spec->request, body_len)) return 0;
+    if (fds_truncated) return finish(EINVAL, 0);  // more descriptors than any op takes
+    if (spec->fds != kFdsInBody && fds.size() != static_cast<std::size_t>(spec->fds)) {
+        spdlog::debug("control: client pid {}: op {} with {} fds, {} expected", c.peer.pid, req.op,
+                      fds.size(), spec->fds);
+        return finish(EINVAL, 0);
+    }
+    if (spec->needs_device && (!c.session || !c.session->opened())) return finish(EINVAL, 0);
+    if (!c.session) c.session = std::make_unique<Session>(resources_, devices_, c.peer);
+    return finish(spec->run(*c.session, in_body, fds, out_body), spec->reply);
+}
+
+std::size_t ControlServer::fill_clients(std::byte* body) const {
+    shm::ClientsReply r{};
+    const auto& sessions = resources_.sessions();
+    r.nclients = static_cast<std::uint32_t>(sessions.size());
+    for (const Session* s : sessions) {
+        if (r.listed == shm::kMaxClientsListed) break;
+        r.clients[r.listed++] = s->info();
+    }
+    std::memcpy(body, &r, sizeof r);
+    return sizeof r;
+}
+
+std::size_t ControlServer::fill_resources(std::byte* body) const {
+    shm::ResourcesReply r{};
+    r.sessions = static_cast<std::uint32_t>(resources_.sessions().size());
+    const Limits& l = resources_.limits();
+    for (std::size_t k = 0; k < shm::kObjKinds; ++k) {
+        r.counts[k] = resources_.counts()[k];
+        r.max_per_client[k] = l.objects[k].per_client;
+        r.max_per_daemon[k] = l.objects[k].per_daemon;
+    }
+    const ClientMemoryStats m = client_memory_stats();
+    r.mapped_bytes = m.mapped_bytes;
+    r.mappings = m.mappings;
+    r.fds = m.fds;
+    std::memcpy(body, &r, sizeof r);
+    return sizeof r;
 }
 
 }  // namespace snic::daemon

@@ -1,7 +1,13 @@
 // The control server: the daemon's Unix SOCK_SEQPACKET socket. claim() takes the
 // socket path (a lock file makes it exclusive; a stale socket from a dead daemon
 // is replaced), listen() binds it once the daemon is ready, and serve() answers
-// requests on a control thread until stopped.
+// requests on the control thread until stopped.
+//
+// Each connection may become one client session (daemon/session.h) with its first
+// open_device; the session lives until the connection closes, however it closes, and
+// everything it owned is released at once. A malformed message closes that connection
+// only; a client that does not read its replies is disconnected; the server never blocks
+// on a client.
 #pragma once
 
 #include <sys/types.h>
@@ -12,32 +18,23 @@
 #include <string>
 #include <vector>
 
+#include "daemon/client_memory.h"
+#include "daemon/resources.h"
+#include "daemon/session.h"
 #include "proto/result.h"
 #include "shm/control.h"
 
 namespace snic::daemon {
 
-class Fd {
-public:
-    Fd() = default;
-    explicit Fd(int fd) : fd_(fd) {}
-    Fd(Fd&& o) noexcept : fd_(o.release()) {}
-    Fd& operator=(Fd&& o) noexcept;
-    ~Fd();
-    int get() const { return fd_; }
-    int release() { return std::exchange(fd_, -1); }
-    explicit operator bool() const { return fd_ >= 0; }
-
-private:
-    int fd_ = -1;
-};
-
 class ControlServer {
-public:
+  public:
     using StatusFn = std::function<void(shm::StatusReply&)>;
 
     static Result<std::unique_ptr<ControlServer>> claim(const std::string& path, mode_t mode);
     ~ControlServer();
+
+    // The RDMA devices clients may open, one per port in --port order. Set before serve().
+    void set_devices(std::vector<DevicePort> devices) { devices_ = std::move(devices); }
 
     Status listen();
     // Answers requests until `stop` is set (checked at least every 100 ms).
@@ -45,15 +42,33 @@ public:
 
     const std::string& path() const { return path_; }
 
-private:
-    ControlServer(std::string path, mode_t mode, Fd lock) : path_(std::move(path)), mode_(mode), lock_(std::move(lock)) {}
-    void handle(int fd, const StatusFn& status);
+  private:
+    struct Client {
+        Fd sock;
+        Peer peer;
+        std::unique_ptr<Session> session;  // from the first open_device on
+    };
+
+    ControlServer(std::string path, mode_t mode, Fd lock);
+    // Receives and answers one request; false when the client must be disconnected.
+    bool handle(Client& c, const StatusFn& status);
+    // Runs one well-formed request of the current ABI; returns the reply's length, or 0 when
+    // the body has the wrong size (the client is then disconnected).
+    std::size_t dispatch(Client& c, const shm::CtrlHeader& req, std::size_t body_len, FdList& fds,
+                         bool fds_truncated, const StatusFn& status);
+    std::size_t fill_clients(std::byte* body) const;
+    std::size_t fill_resources(std::byte* body) const;
 
     std::string path_;
     mode_t mode_;
     Fd lock_;
     Fd listen_;
-    std::vector<Fd> clients_;
+    std::vector<std::byte> in_;   // one request
+    std::vector<std::byte> out_;  // one reply
+    // The sessions refer to these two: declared before the clients, destroyed after them.
+    std::vector<DevicePort> devices_;
+    Resources resources_;
+    std::vector<std::unique_ptr<Client>> clients_;
 };
 
 }  // namespace snic::daemon

@@ -92,6 +92,28 @@ std::uint16_t largest_mtu(const Config& cfg) {
     return mtu;
 }
 
+// The RoCEv2 RDMA device of the port at `index` in --port order.
+std::string device_name(const Config& cfg, std::size_t index) {
+    return cfg.name + "_" + std::to_string(index);
+}
+
+// The ports as RDMA devices, for the control server's sessions.
+std::vector<DevicePort> device_ports(const Config& cfg,
+                                     const std::vector<std::unique_ptr<Port>>& ports) {
+    std::vector<DevicePort> devices;
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+        const Port& p = *ports[i];
+        auto link = [id = p.id()] {
+            rte_eth_link l{};
+            if (rte_eth_link_get_nowait(id, &l) != 0) return LinkInfo{};
+            const bool known = l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN;
+            return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
+        };
+        devices.push_back(DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link});
+    }
+    return devices;
+}
+
 void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& ports,
                  shm::StatusReply& r) {
     auto copy = [](char* dst, std::size_t cap, const std::string& src) {
@@ -110,7 +132,8 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
         info.prefix_length = p.ip().length;
         info.link_up = p.link_up() ? 1 : 0;
         info.ipv4 = p.ip().addr.value;
-        info.ndevices = 0;  // RDMA devices come with the transports
+        info.ndevices = 1;  // RoCEv2; iWARP comes with its transport
+        copy(info.devices[0], sizeof info.devices[0], device_name(cfg, i));
         copy(info.name, sizeof info.name, p.name());
     }
 }
@@ -217,6 +240,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         for (std::size_t i = 1; i < lcore_ids.size(); ++i)
             if (!owned[i].empty()) rte_eal_remote_launch(lcore_main, lcores[i].get(), lcore_ids[i]);
 
+        (*control)->set_devices(device_ports(cfg, r.ports));
         if (auto st = (*control)->listen(); !st) {
             g_stop.store(true);
             rte_eal_mp_wait_lcore();

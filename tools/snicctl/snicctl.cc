@@ -1,4 +1,5 @@
-// snicctl: asks a running snicd what it holds, through its control socket.
+// snicctl: asks a running snicd what it holds, through its control socket: its ports and
+// devices (status), its client sessions (clients) and its resource counts (resources).
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -19,9 +20,15 @@ constexpr int kTimeoutMs = 2000;
 
 int usage(FILE* out, int code) {
     std::fputs(
-        "usage: snicctl [-s SOCKET | -n NAME] status\n"
+        "usage: snicctl [-s SOCKET | -n NAME] status|clients|resources\n"
         "  -s, --socket PATH   the daemon's control socket\n"
-        "  -n, --name NAME     the daemon's name: socket /run/snic/NAME.sock (default snic)\n",
+        "  -n, --name NAME     the daemon's name: socket /run/snic/NAME.sock (default snic)\n"
+        "commands:\n"
+        "  status     the daemon, its ports and their RDMA devices\n"
+        "  clients    one line per client session: session N pid N uid N gid N device NAME\n"
+        "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES\n"
+        "  resources  one line per object kind: KIND count N per-client N per-daemon N;\n"
+        "             then sessions N, mappings N, mapped_bytes N, fds N\n",
         out);
     return code;
 }
@@ -33,13 +40,17 @@ int fail(const std::string& msg) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-int status(const std::string& path) {
+struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+};
+
+// Sends one body-less request `op` and receives its reply into `reply` (`size` bytes, the
+// reply header first). Returns 0, or prints the error and returns 1.
+int request(const std::string& path, snic::shm::CtrlOp op, void* reply, std::size_t size) {
     const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0) return fail("socket: " + errno_text());
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
+    Closer closer{fd};
 
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -49,23 +60,30 @@ int status(const std::string& path) {
         return fail("cannot connect to " + path + ": " + errno_text() + " (is snicd running?)");
 
     const snic::shm::CtrlHeader req{snic::shm::kCtrlMagic, snic::shm::kAbiVersion,
-                                    static_cast<std::uint16_t>(snic::shm::CtrlOp::status), 1, 0,
+                                    static_cast<std::uint16_t>(op), 1, 0,
                                     sizeof(snic::shm::CtrlHeader), 0};
     if (::send(fd, &req, sizeof req, MSG_NOSIGNAL) != sizeof req)
         return fail("cannot send to " + path + ": " + errno_text());
 
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, kTimeoutMs) != 1) return fail("no answer from " + path);
-    static snic::shm::StatusReply reply;
-    const ssize_t n = ::recv(fd, &reply, sizeof reply, 0);
-    if (n < static_cast<ssize_t>(sizeof reply.hdr) || reply.hdr.magic != snic::shm::kCtrlMagic)
+    const ssize_t n = ::recv(fd, reply, size, 0);
+    snic::shm::CtrlHeader hdr{};
+    if (n >= static_cast<ssize_t>(sizeof hdr)) std::memcpy(&hdr, reply, sizeof hdr);
+    if (n < static_cast<ssize_t>(sizeof hdr) || hdr.magic != snic::shm::kCtrlMagic)
         return fail("malformed answer from " + path);
-    if (reply.hdr.status == EPROTO)
-        return fail("ABI mismatch: snicd speaks version " + std::to_string(reply.hdr.abi_version) +
+    if (hdr.status == EPROTO)
+        return fail("ABI mismatch: snicd speaks version " + std::to_string(hdr.abi_version) +
                     ", snicctl " + std::to_string(snic::shm::kAbiVersion));
-    if (reply.hdr.status != 0) return fail(std::string("snicd refused: ") + std::strerror(reply.hdr.status));
-    if (n != sizeof reply || reply.nports > snic::shm::kMaxPorts)
-        return fail("malformed answer from " + path);
+    if (hdr.status != 0) return fail(std::string("snicd refused: ") + std::strerror(hdr.status));
+    if (static_cast<std::size_t>(n) != size) return fail("malformed answer from " + path);
+    return 0;
+}
+
+int status(const std::string& path) {
+    static snic::shm::StatusReply reply;
+    if (int rc = request(path, snic::shm::CtrlOp::status, &reply, sizeof reply); rc != 0) return rc;
+    if (reply.nports > snic::shm::kMaxPorts) return fail("malformed answer from " + path);
 
     reply.name[sizeof reply.name - 1] = '\0';
     reply.version[sizeof reply.version - 1] = '\0';
@@ -86,6 +104,44 @@ int status(const std::string& path) {
                     ip.to_string().c_str(), mac.to_string().c_str(), port.mtu,
                     port.link_up ? "up" : "down", devices.empty() ? "-" : devices.c_str());
     }
+    return 0;
+}
+
+int clients(const std::string& path) {
+    static snic::shm::Msg<snic::shm::ClientsReply> reply;
+    if (int rc = request(path, snic::shm::CtrlOp::clients, &reply, sizeof reply); rc != 0)
+        return rc;
+    const auto& r = reply.body;
+    if (r.listed > snic::shm::kMaxClientsListed || r.listed > r.nclients)
+        return fail("malformed answer from " + path);
+    for (std::uint32_t i = 0; i < r.listed; ++i) {
+        auto c = r.clients[i];
+        c.device[sizeof c.device - 1] = '\0';
+        std::string line = "session " + std::to_string(c.session) + " pid " +
+                           std::to_string(c.pid) + " uid " + std::to_string(c.uid) + " gid " +
+                           std::to_string(c.gid) + " device " +
+                           (c.device[0] != '\0' ? c.device : "-");
+        for (std::size_t k = 0; k < snic::shm::kObjKinds; ++k)
+            line +=
+                std::string(" ") + snic::shm::kObjKindNames[k] + " " + std::to_string(c.counts[k]);
+        line += " mapped " + std::to_string(c.mapped_bytes);
+        std::printf("%s\n", line.c_str());
+    }
+    if (r.nclients > r.listed)
+        std::printf("(%u more sessions not listed)\n", r.nclients - r.listed);
+    return 0;
+}
+
+int resources(const std::string& path) {
+    static snic::shm::Msg<snic::shm::ResourcesReply> reply;
+    if (int rc = request(path, snic::shm::CtrlOp::resources, &reply, sizeof reply); rc != 0)
+        return rc;
+    const auto& r = reply.body;
+    for (std::size_t k = 0; k < snic::shm::kObjKinds; ++k)
+        std::printf("%s count %u per-client %u per-daemon %u\n", snic::shm::kObjKindNames[k],
+                    r.counts[k], r.max_per_client[k], r.max_per_daemon[k]);
+    std::printf("sessions %u\nmappings %u\nmapped_bytes %llu\nfds %u\n", r.sessions, r.mappings,
+                static_cast<unsigned long long>(r.mapped_bytes), r.fds);
     return 0;
 }
 
@@ -110,6 +166,8 @@ int main(int argc, char** argv) {
         }
     }
     if (command == "status") return status(path);
+    if (command == "clients") return clients(path);
+    if (command == "resources") return resources(path);
     if (command.empty()) return usage(stderr, 2);
     std::fprintf(stderr, "snicctl: unknown command '%s'\n", command.c_str());
     return usage(stderr, 2);

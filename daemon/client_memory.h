@@ -1,0 +1,120 @@
+// What snicd holds of a client's: the file descriptors it keeps (eventfds) and the mappings
+// of the memfds the client passed (object rings and registered memory). Every holding is
+// an RAII object, counted daemon-wide (snicctl resources) and, for mappings, in the bytes of
+// the session that owns it; a memfd is checked before it is mapped: a regular file, sealed
+// against shrinking, large enough.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "proto/result.h"
+#include "shm/control.h"
+
+namespace snic::daemon {
+
+// An owned file descriptor, closed on destruction.
+class Fd {
+  public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(Fd&& o) noexcept : fd_(o.release()) {}
+    Fd& operator=(Fd&& o) noexcept;
+    ~Fd();
+    int get() const { return fd_; }
+    int release() { return std::exchange(fd_, -1); }
+    explicit operator bool() const { return fd_ >= 0; }
+
+  private:
+    int fd_ = -1;
+};
+
+// The descriptors that came with one request, in order. The op takes the ones it keeps;
+// the rest are closed when the list goes, on every path.
+class FdList {
+  public:
+    bool push(int fd);  // false (and fd closed) when full
+    std::size_t size() const { return n_; }
+    int get(std::size_t i) const { return fds_[i].get(); }
+    Fd take(std::size_t i) { return std::move(fds_[i]); }
+    void clear();
+
+  private:
+    std::array<Fd, shm::kMaxFds> fds_;
+    std::size_t n_ = 0;
+};
+
+struct ClientMemoryStats {
+    std::uint64_t mapped_bytes;
+    std::uint32_t mappings;  // live mmaps of client memory
+    std::uint32_t fds;       // client descriptors held open
+};
+ClientMemoryStats client_memory_stats();
+
+// A client's descriptor snicd keeps (eventfd), counted in ClientMemoryStats::fds.
+class ClientFd {
+  public:
+    ClientFd() = default;
+    explicit ClientFd(Fd fd);
+    ClientFd(ClientFd&& o) noexcept : fd_(std::move(o.fd_)) {}
+    ClientFd& operator=(ClientFd&& o) noexcept;
+    ~ClientFd();
+    int get() const { return fd_.get(); }
+
+  private:
+    Fd fd_;
+};
+
+// One mapping of client memory, MAP_SHARED; unmapped on destruction. `owner_bytes`, when
+// given, is a session's count of mapped bytes, kept up to date.
+class Mapping {
+  public:
+    Mapping() = default;
+    Mapping(Mapping&& o) noexcept
+        : addr_(std::exchange(o.addr_, nullptr)),
+          bytes_(std::exchange(o.bytes_, 0)),
+          regions_(std::exchange(o.regions_, 0)),
+          owner_bytes_(std::exchange(o.owner_bytes_, nullptr)) {}
+    Mapping& operator=(Mapping&& o) noexcept;
+    ~Mapping() { reset(); }
+
+    std::byte* data() const { return static_cast<std::byte*>(addr_); }
+    std::size_t size() const { return bytes_; }
+    std::span<std::byte> span(std::size_t offset, std::size_t length) const {
+        return {data() + offset, length};
+    }
+    void reset();
+
+  private:
+    friend Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes);
+    friend Result<Mapping> map_region(std::span<const shm::MrSegment> segs,
+                                      std::span<const int> fds, bool writable,
+                                      std::uint64_t* owner_bytes);
+    Mapping(void* addr, std::size_t bytes, std::uint32_t regions, std::uint64_t* owner_bytes);
+
+    void* addr_ = nullptr;
+    std::size_t bytes_ = 0;
+    std::uint32_t regions_ = 0;  // mmap calls it took (counted as mappings)
+    std::uint64_t* owner_bytes_ = nullptr;
+};
+
+// Checks that `fd` is a memfd a client may hand over (a regular file sealed with
+// F_SEAL_SHRINK, at least `bytes` long) and maps its first `bytes` read-write. EINVAL with
+// the reason otherwise; ENOMEM when the mapping fails for want of memory.
+Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes);
+
+// Maps the segments of a memory registration where they lie relative to each other: a
+// reserved range covering them all, each segment mapped over its place (MAP_FIXED) from its
+// memfd (fds[i] for segs[i], each checked as map_object checks). Segments must be page
+// aligned, in address order and contiguous (the caller checks). Read-only unless
+// `writable`.
+Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
+                           bool writable, std::uint64_t* owner_bytes);
+
+// Whether `fd` is an eventfd.
+bool is_eventfd(int fd);
+
+}  // namespace snic::daemon

@@ -1,0 +1,738 @@
+#include "daemon/session.h"
+
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace snic::daemon {
+
+namespace {
+
+using roce::QpState;
+using shm::ObjKind;
+namespace qa = roce::qp_attr;
+
+constexpr std::uint64_t kPage = shm::kPageSize;
+
+// ibv_access_flags a memory registration may carry. On-demand paging is refused: snicd maps
+// registered memory once, at registration.
+constexpr std::uint32_t kMrAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                    IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                                    IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE;
+// ibv_access_flags of a QP (qp_access_flags): the remote rights it grants. LOCAL_WRITE and
+// MW_BIND mean nothing for a QP, but passing LOCAL_WRITE there is a common idiom of verbs
+// programs and providers accept it, so both are accepted and kept.
+constexpr std::uint32_t kQpAccess = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE |
+                                    IBV_ACCESS_MW_BIND;
+constexpr std::uint32_t kPsnMask = 0xffffff;
+
+constexpr bool pow2(std::uint32_t v) {
+    return v != 0 && (v & (v - 1)) == 0;
+}
+
+std::string hex(std::uint64_t v) {
+    return fmt::format("{:#x}", v);
+}
+
+template <class T>
+T* at(const Mapping& m, std::size_t offset) {
+    // The client's memory holds this trivially copyable, implicit-lifetime structure.
+    return std::launder(reinterpret_cast<T*>(m.data() + offset));
+}
+
+void store_qp_state(shm::QpControl* c, QpState s) {
+    std::atomic_ref<std::uint32_t>(c->state).store(static_cast<std::uint32_t>(s),
+                                                   std::memory_order_release);
+}
+
+// ib_get_eth_speed's mapping of an Ethernet speed to an IB speed and width.
+std::pair<std::uint32_t, std::uint32_t> ib_speed_width(std::uint32_t mbps) {
+    constexpr std::uint32_t kSdr = 1, kDdr = 2, kFdr10 = 8, kEdr = 32;
+    constexpr std::uint32_t k1x = 1, k4x = 2;
+    if (mbps <= 1000) return {kSdr, k1x};
+    if (mbps <= 10000) return {kFdr10, k1x};
+    if (mbps <= 20000) return {kDdr, k4x};
+    if (mbps <= 25000) return {kEdr, k1x};
+    if (mbps <= 40000) return {kFdr10, k4x};
+    return {kEdr, k4x};
+}
+
+bool ipv4_mapped(const std::uint8_t (&gid)[16]) {
+    for (int i = 0; i < 10; ++i)
+        if (gid[i] != 0) return false;
+    return gid[10] == 0xff && gid[11] == 0xff;
+}
+
+}  // namespace
+
+std::uint32_t active_ib_mtu(std::uint32_t eth_mtu) {
+    // What a full-sized RoCEv2 packet adds to its IB payload inside the Ethernet MTU: IPv4
+    // 20, UDP 8, BTH 12, RETH 16 (the largest first-packet header), ICRC 4.
+    constexpr std::uint32_t kOverhead = 20 + 8 + 12 + 16 + 4;
+    for (std::uint32_t mtu = IBV_MTU_4096; mtu > IBV_MTU_256; --mtu)
+        if ((128u << mtu) + kOverhead <= eth_mtu) return mtu;
+    return IBV_MTU_256;
+}
+
+std::uint64_t node_guid_from_mac(const net::MacAddr& mac) {
+    const std::array<std::uint8_t, 8> eui{static_cast<std::uint8_t>(mac.bytes[0] ^ 2),
+                                          mac.bytes[1],
+                                          mac.bytes[2],
+                                          0xff,
+                                          0xfe,
+                                          mac.bytes[3],
+                                          mac.bytes[4],
+                                          mac.bytes[5]};
+    std::uint64_t guid;
+    std::memcpy(&guid, eui.data(), sizeof guid);
+    return guid;
+}
+
+Session::Session(Resources& resources, std::span<const DevicePort> ports, Peer peer)
+    : r_(resources), ports_(ports), peer_(peer), id_(resources.add_session(this)) {}
+
+Session::~Session() {
+    // Dependency order: each kind goes before what it references.
+    qps_.clear();
+    srqs_.clear();
+    cqs_.clear();
+    channels_.clear();
+    mws_.clear();
+    mrs_.clear();
+    pds_.clear();
+    async_ring_.reset();
+    async_map_.reset();
+    async_eventfd_ = ClientFd{};
+    r_.remove_session(this);
+}
+
+int Session::refuse(int err, const char* op, std::string_view why) const {
+    spdlog::debug("control: session {} (pid {}): {} refused ({}): {}", id_, peer_.pid, op,
+                  std::strerror(err), why);
+    return err;
+}
+
+shm::ClientInfo Session::info() const {
+    shm::ClientInfo c{};
+    c.session = id_;
+    c.pid = peer_.pid;
+    c.uid = peer_.uid;
+    c.gid = peer_.gid;
+    if (port_ != nullptr) std::snprintf(c.device, sizeof c.device, "%s", port_->device.c_str());
+    std::copy(counts_.begin(), counts_.end(), c.counts);
+    c.mapped_bytes = mapped_bytes_;
+    return c;
+}
+
+// ---- device -------------------------------------------------------------------
+
+int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDeviceReply& out) {
+    constexpr const char* op = "open_device";
+    if (opened()) return refuse(EINVAL, op, "the session has a device open already");
+    if (req.port_index >= ports_.size())
+        return refuse(EINVAL, op,
+                      fmt::format("no port {} ({} configured)", req.port_index, ports_.size()));
+    if (req.transport != 0) return refuse(EINVAL, op, "transport must be 0 (RoCEv2)");
+    if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: async eventfd, async memfd");
+    if (!is_eventfd(fds.get(0))) return refuse(EINVAL, op, "first fd is not an eventfd");
+
+    const shm::Layout layout = shm::async_layout(shm::kAsyncCapacity);
+    auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
+    if (!map) return refuse(map.error().code, op, "async memfd: " + map.error().message);
+    auto ring = shm::RingProducer<shm::AsyncEvent>::attach(map->span(layout.ring0, layout.bytes));
+    if (!ring)
+        return refuse(EINVAL, op, std::string("async ring: ") + shm::ring_strerror(ring.error()));
+    if (ring->capacity() != shm::kAsyncCapacity)
+        return refuse(EINVAL, op,
+                      fmt::format("async ring of {} entries, {} expected", ring->capacity(),
+                                  shm::kAsyncCapacity));
+
+    const DevicePort& port = ports_[req.port_index];
+    async_map_ = std::move(*map);
+    async_ring_ = *ring;
+    async_eventfd_ = ClientFd(fds.take(0));
+    port_ = &port;
+
+    out = {};
+    out.limits = device_limits(r_.limits(), node_guid_from_mac(port.mac));
+    std::snprintf(out.device, sizeof out.device, "%s", port.device.c_str());
+    spdlog::debug("control: session {} (pid {}) opened {}", id_, peer_.pid, port.device);
+    return 0;
+}
+
+int Session::query_port(const shm::Empty&, FdList&, shm::QueryPortReply& out) {
+    const LinkInfo link = port_->link ? port_->link() : LinkInfo{};
+    const auto [speed, width] = ib_speed_width(link.speed_mbps);
+    out = {};
+    out.state = link.up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+    out.max_mtu = IBV_MTU_4096;
+    out.active_mtu = active_ib_mtu(port_->mtu);
+    out.eth_mtu = port_->mtu;
+    out.gid_tbl_len = 1;
+    out.pkey_tbl_len = r_.limits().max_pkeys;
+    out.max_msg_sz = r_.limits().max_msg_sz;
+    out.active_speed = speed;
+    out.active_width = width;
+    out.ipv4 = port_->ip.addr.value;
+    std::memcpy(out.mac, port_->mac.bytes.data(), sizeof out.mac);
+    return 0;
+}
+
+// ---- protection domains ---------------------------------------------------------
+
+int Session::alloc_pd(const shm::Empty&, FdList&, shm::HandleReply& out) {
+    if (!r_.reserve(ObjKind::pd, counts_)) return refuse(ENOMEM, "alloc_pd", "PD limit reached");
+    auto pd = std::make_unique<Pd>();
+    pd->counted = Counted(r_, ObjKind::pd, counts_);
+    const shm::Handle h = pds_.insert(std::move(pd));
+    if (h == shm::kNoHandle) return refuse(ENOMEM, "alloc_pd", "handle table full");
+    out = {h, 0};
+    return 0;
+}
+
+int Session::dealloc_pd(const shm::HandleReq& req, FdList&, shm::Empty&) {
+    const Pd* pd = pds_.find(req.handle);
+    if (pd == nullptr) return refuse(EINVAL, "dealloc_pd", "no such PD " + hex(req.handle));
+    if (pd->refs != 0)
+        return refuse(EBUSY, "dealloc_pd", fmt::format("PD still used by {} object(s)", pd->refs));
+    pds_.take(req.handle);
+    return 0;
+}
+
+// ---- memory regions and windows ----------------------------------------------------
+
+int Session::reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out) {
+    constexpr const char* op = "reg_mr";
+    Pd* pd = pds_.find(req.pd);
+    if (pd == nullptr) return refuse(EINVAL, op, "no such PD " + hex(req.pd));
+    const std::uint32_t access = req.access;
+    if ((access & IBV_ACCESS_ON_DEMAND) != 0)
+        return refuse(EINVAL, op, "on-demand paging (IBV_ACCESS_ON_DEMAND) is not supported");
+    if ((access & ~kMrAccess) != 0)
+        return refuse(EINVAL, op, "unknown access flags " + hex(access));
+    if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
+        (access & IBV_ACCESS_LOCAL_WRITE) == 0)
+        return refuse(EINVAL, op, "remote write or atomic access needs local write");
+    if (req.length == 0 || req.length > r_.limits().max_mr_size)
+        return refuse(EINVAL, op,
+                      fmt::format("length {} not in 1..{}", req.length, r_.limits().max_mr_size));
+    if (req.addr > UINT64_MAX - kPage - req.length)
+        return refuse(EINVAL, op, "address range wraps");
+    if (req.iova > UINT64_MAX - req.length) return refuse(EINVAL, op, "iova range wraps");
+    if (req.nsegs == 0 || req.nsegs > shm::kMaxMrSegments)
+        return refuse(EINVAL, op,
+                      fmt::format("{} segments, 1..{} allowed", req.nsegs, shm::kMaxMrSegments));
+    if (fds.size() != req.nsegs)
+        return refuse(EINVAL, op, fmt::format("{} fds for {} segments", fds.size(), req.nsegs));
+
+    // The segments must tile the pages of [addr, addr + length) in order.
+    const std::uint64_t first = req.addr & ~(kPage - 1);
+    const std::uint64_t end = shm::round_up(req.addr + req.length, kPage);
+    std::uint64_t next = first;
+    for (std::uint32_t i = 0; i < req.nsegs; ++i) {
+        const shm::MrSegment& s = req.segs[i];
+        if (s.addr != next || s.length == 0 || s.length % kPage != 0 || s.offset % kPage != 0 ||
+            s.length > end - next || s.offset > UINT64_MAX - s.length)
+            return refuse(EINVAL, op,
+                          fmt::format("segment {} (addr {:#x} length {:#x} offset {:#x}) does not "
+                                      "continue the page range at {:#x}",
+                                      i, s.addr, s.length, s.offset, next));
+        next += s.length;
+    }
+    if (next != end)
+        return refuse(EINVAL, op,
+                      fmt::format("segments end at {:#x}, the range at {:#x}", next, end));
+
+    if (!r_.reserve(ObjKind::mr, counts_)) return refuse(ENOMEM, op, "MR limit reached");
+    auto mr = std::make_unique<Mr>();
+    mr->counted = Counted(r_, ObjKind::mr, counts_);
+
+    std::array<int, shm::kMaxMrSegments> fdv{};
+    for (std::uint32_t i = 0; i < req.nsegs; ++i) fdv[i] = fds.get(i);
+    auto map = map_region(std::span(req.segs, req.nsegs), std::span(fdv.data(), req.nsegs),
+                          (access & IBV_ACCESS_LOCAL_WRITE) != 0, &mapped_bytes_);
+    if (!map) return refuse(map.error().code, op, map.error().message);
+
+    mr->pd = Ref<Pd>(pd);
+    mr->map = std::move(*map);
+    mr->addr = mr->map.data() + (req.addr - first);
+    mr->client_addr = req.addr;
+    mr->iova = req.iova;
+    mr->length = req.length;
+    mr->access = access;
+    const std::uint32_t key = r_.keys().acquire(mr.get(), NameTable::kMr);
+    if (key == 0) return refuse(ENOMEM, op, "key space full");
+    mr->key = NameLease(r_.keys(), key);
+
+    const shm::Handle h = mrs_.insert(std::move(mr));
+    if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
+    out = {h, key, key, 0};
+    return 0;
+}
+
+int Session::dereg_mr(const shm::HandleReq& req, FdList&, shm::Empty&) {
+    if (mrs_.take(req.handle) == nullptr)
+        return refuse(EINVAL, "dereg_mr", "no such MR " + hex(req.handle));
+    return 0;
+}
+
+int Session::alloc_mw(const shm::AllocMwReq& req, FdList&, shm::AllocMwReply& out) {
+    constexpr const char* op = "alloc_mw";
+    Pd* pd = pds_.find(req.pd);
+    if (pd == nullptr) return refuse(EINVAL, op, "no such PD " + hex(req.pd));
+    if (req.type != IBV_MW_TYPE_1 && req.type != IBV_MW_TYPE_2)
+        return refuse(EINVAL, op, fmt::format("window type {} (1 or 2)", req.type));
+    if (!r_.reserve(ObjKind::mw, counts_)) return refuse(ENOMEM, op, "MW limit reached");
+    auto mw = std::make_unique<Mw>();
+    mw->counted = Counted(r_, ObjKind::mw, counts_);
+    mw->pd = Ref<Pd>(pd);
+    mw->type = req.type;
+    const std::uint32_t rkey = r_.keys().acquire(mw.get(), NameTable::kMw);
+    if (rkey == 0) return refuse(ENOMEM, op, "key space full");
+    mw->rkey = NameLease(r_.keys(), rkey);
+    const shm::Handle h = mws_.insert(std::move(mw));
+    if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
+    out = {h, rkey};
+    return 0;
+}
+
+int Session::dealloc_mw(const shm::HandleReq& req, FdList&, shm::Empty&) {
+    if (mws_.take(req.handle) == nullptr)
+        return refuse(EINVAL, "dealloc_mw", "no such MW " + hex(req.handle));
+    return 0;
+}
+
+// ---- completion channels and CQs -------------------------------------------------------
+
+int Session::create_channel(const shm::Empty&, FdList& fds, shm::HandleReply& out) {
+    constexpr const char* op = "create_channel";
+    if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: eventfd, memfd");
+    if (!is_eventfd(fds.get(0))) return refuse(EINVAL, op, "first fd is not an eventfd");
+    if (!r_.reserve(ObjKind::channel, counts_)) return refuse(ENOMEM, op, "channel limit reached");
+    auto ch = std::make_unique<Channel>();
+    ch->counted = Counted(r_, ObjKind::channel, counts_);
+
+    const shm::Layout layout = shm::channel_layout(shm::kChannelCapacity);
+    auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
+    if (!map) return refuse(map.error().code, op, map.error().message);
+    auto ring = shm::RingProducer<std::uint32_t>::attach(map->span(layout.ring0, layout.bytes));
+    if (!ring) return refuse(EINVAL, op, std::string("ring: ") + shm::ring_strerror(ring.error()));
+    if (ring->capacity() != shm::kChannelCapacity)
+        return refuse(EINVAL, op,
+                      fmt::format("ring of {} entries, {} expected", ring->capacity(),
+                                  shm::kChannelCapacity));
+    ch->map = std::move(*map);
+    ch->ring = *ring;
+    ch->eventfd = ClientFd(fds.take(0));
+
+    const shm::Handle h = channels_.insert(std::move(ch));
+    if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
+    out = {h, 0};
+    return 0;
+}
+
+int Session::destroy_channel(const shm::HandleReq& req, FdList&, shm::Empty&) {
+    const Channel* ch = channels_.find(req.handle);
+    if (ch == nullptr)
+        return refuse(EINVAL, "destroy_channel", "no such channel " + hex(req.handle));
+    if (ch->refs != 0)
+        return refuse(EBUSY, "destroy_channel",
+                      fmt::format("channel still used by {} CQ(s)", ch->refs));
+    channels_.take(req.handle);
+    return 0;
+}
+
+int Session::create_cq(const shm::CreateCqReq& req, FdList& fds, shm::CreateCqReply& out) {
+    constexpr const char* op = "create_cq";
+    const Limits& l = r_.limits();
+    if (req.cqe == 0 || req.cqe > l.max_cqe)
+        return refuse(EINVAL, op, fmt::format("cqe {} not in 1..{}", req.cqe, l.max_cqe));
+    if (!pow2(req.capacity) || req.capacity <= req.cqe || req.capacity > l.max_cq_capacity)
+        return refuse(EINVAL, op,
+                      fmt::format("ring capacity {} for {} CQEs (a power of two > cqe, <= {})",
+                                  req.capacity, req.cqe, l.max_cq_capacity));
+    Channel* ch = nullptr;
+    if (req.channel != shm::kNoHandle) {
+        ch = channels_.find(req.channel);
+        if (ch == nullptr) return refuse(EINVAL, op, "no such channel " + hex(req.channel));
+    }
+    if (fds.size() != 1) return refuse(EINVAL, op, "takes 1 fd: the CQ memfd");
+    if (!r_.reserve(ObjKind::cq, counts_)) return refuse(ENOMEM, op, "CQ limit reached");
+    auto cq = std::make_unique<Cq>();
+    cq->counted = Counted(r_, ObjKind::cq, counts_);
+
+    const shm::Layout layout = shm::cq_layout(req.capacity);
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (!map) return refuse(map.error().code, op, map.error().message);
+    auto ring =
+        shm::RingProducer<shm::Cqe>::attach(map->span(layout.ring0, layout.bytes - layout.ring0));
+    if (!ring) return refuse(EINVAL, op, std::string("ring: ") + shm::ring_strerror(ring.error()));
+    if (ring->capacity() != req.capacity)
+        return refuse(
+            EINVAL, op,
+            fmt::format("ring of {} entries, {} requested", ring->capacity(), req.capacity));
+
+    cq->channel = Ref<Channel>(ch);
+    cq->channel_handle = req.channel;
+    cq->map = std::move(*map);
+    cq->control = at<shm::CqControl>(cq->map, layout.control);
+    cq->ring = *ring;
+    cq->cqe = req.cqe;
+    cq->capacity = req.capacity;
+    cq->comp_vector = req.comp_vector;
+
+    const shm::Handle h = cqs_.insert(std::move(cq));
+    if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
+    out = {h, req.cqe};
+    return 0;
+}
+
+int Session::destroy_cq(const shm::HandleReq& req, FdList&, shm::Empty&) {
+    const Cq* cq = cqs_.find(req.handle);
+    if (cq == nullptr) return refuse(EINVAL, "destroy_cq", "no such CQ " + hex(req.handle));
+    if (cq->refs != 0)
+        return refuse(EBUSY, "destroy_cq",
+                      fmt::format("CQ still used by {} QP queue(s)", cq->refs));
+    cqs_.take(req.handle);
+    return 0;
+}
+
+// ---- shared receive queues -------------------------------------------------------------
+
+int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSrqReply& out) {
+    constexpr const char* op = "create_srq";
+    const Limits& l = r_.limits();
+    Pd* pd = pds_.find(req.pd);
+    if (pd == nullptr) return refuse(EINVAL, op, "no such PD " + hex(req.pd));
+    if (req.max_wr == 0 || req.max_wr > l.max_srq_wr)
+        return refuse(EINVAL, op, fmt::format("max_wr {} not in 1..{}", req.max_wr, l.max_srq_wr));
+    if (req.max_sge == 0 || req.max_sge > l.max_sge)
+        return refuse(EINVAL, op, fmt::format("max_sge {} not in 1..{}", req.max_sge, l.max_sge));
+    if (req.srq_limit > req.max_wr)
+        return refuse(EINVAL, op,
+                      fmt::format("srq_limit {} above max_wr {}", req.srq_limit, req.max_wr));
+    if (!pow2(req.capacity) || req.capacity < req.max_wr || req.capacity > l.max_wq_capacity)
+        return refuse(
+            EINVAL, op,
+            fmt::format("ring capacity {} for max_wr {} (a power of two >= max_wr, <= {})",
+                        req.capacity, req.max_wr, l.max_wq_capacity));
+    if (fds.size() != 1) return refuse(EINVAL, op, "takes 1 fd: the SRQ memfd");
+    if (!r_.reserve(ObjKind::srq, counts_)) return refuse(ENOMEM, op, "SRQ limit reached");
+    auto srq = std::make_unique<Srq>();
+    srq->counted = Counted(r_, ObjKind::srq, counts_);
+
+    const shm::Layout layout = shm::srq_layout(req.capacity);
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (!map) return refuse(map.error().code, op, map.error().message);
+    auto ring = shm::RingConsumer<shm::RecvWqe>::attach(
+        map->span(layout.ring0, layout.bytes - layout.ring0));
+    if (!ring) return refuse(EINVAL, op, std::string("ring: ") + shm::ring_strerror(ring.error()));
+    if (ring->capacity() != req.capacity)
+        return refuse(
+            EINVAL, op,
+            fmt::format("ring of {} entries, {} requested", ring->capacity(), req.capacity));
+
+    srq->pd = Ref<Pd>(pd);
+    srq->pd_handle = req.pd;
+    srq->map = std::move(*map);
+    srq->ring = *ring;
+    srq->max_wr = req.max_wr;
+    srq->max_sge = req.max_sge;
+    srq->limit = req.srq_limit;
+    srq->capacity = req.capacity;
+    const std::uint32_t srqn = r_.srqns().acquire(srq.get());
+    if (srqn == 0) return refuse(ENOMEM, op, "SRQ numbers exhausted");
+    srq->srqn = NameLease(r_.srqns(), srqn);
+
+    const shm::Handle h = srqs_.insert(std::move(srq));
+    if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
+    out = {h, req.max_wr, req.max_sge, srqn};
+    return 0;
+}
+
+int Session::modify_srq(const shm::ModifySrqReq& req, FdList&, shm::Empty&) {
+    constexpr const char* op = "modify_srq";
+    Srq* srq = srqs_.find(req.srq);
+    if (srq == nullptr) return refuse(EINVAL, op, "no such SRQ " + hex(req.srq));
+    if ((req.mask & ~std::uint32_t{IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT}) != 0)
+        return refuse(EINVAL, op, "unknown attribute mask " + hex(req.mask));
+    // The SRQ's ring lives in a memfd sized at creation: resizing would need a new memfd.
+    // snicd does not advertise IBV_DEVICE_SRQ_RESIZE, and verbs answers EINVAL.
+    if ((req.mask & IBV_SRQ_MAX_WR) != 0) return refuse(EINVAL, op, "SRQ resize is not supported");
+    if ((req.mask & IBV_SRQ_LIMIT) != 0) {
+        if (req.srq_limit > srq->max_wr)
+            return refuse(EINVAL, op,
+                          fmt::format("srq_limit {} above max_wr {}", req.srq_limit, srq->max_wr));
+        srq->limit = req.srq_limit;
+    }
+    return 0;
+}
+
+int Session::query_srq(const shm::HandleReq& req, FdList&, shm::QuerySrqReply& out) {
+    const Srq* srq = srqs_.find(req.handle);
+    if (srq == nullptr) return refuse(EINVAL, "query_srq", "no such SRQ " + hex(req.handle));
+    out = {srq->max_wr, srq->max_sge, srq->limit, 0};
+    return 0;
+}
+
+int Session::destroy_srq(const shm::HandleReq& req, FdList&, shm::Empty&) {
+    const Srq* srq = srqs_.find(req.handle);
+    if (srq == nullptr) return refuse(EINVAL, "destroy_srq", "no such SRQ " + hex(req.handle));
+    if (srq->refs != 0)
+        return refuse(EBUSY, "destroy_srq", fmt::format("SRQ still used by {} QP(s)", srq->refs));
+    srqs_.take(req.handle);
+    return 0;
+}
+
+// ---- queue pairs ---------------------------------------------------------------------------
+
+int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpReply& out) {
+    constexpr const char* op = "create_qp";
+    const Limits& l = r_.limits();
+    const auto type = roce::qp_type_from(req.qp_type);
+    if (!type)
+        return refuse(EINVAL, op, fmt::format("QP type {} (RC 2, UC 3, UD 4 only)", req.qp_type));
+    Pd* pd = pds_.find(req.pd);
+    if (pd == nullptr) return refuse(EINVAL, op, "no such PD " + hex(req.pd));
+    Cq* send_cq = cqs_.find(req.send_cq);
+    if (send_cq == nullptr) return refuse(EINVAL, op, "no such send CQ " + hex(req.send_cq));
+    Cq* recv_cq = cqs_.find(req.recv_cq);
+    if (recv_cq == nullptr) return refuse(EINVAL, op, "no such receive CQ " + hex(req.recv_cq));
+    Srq* srq = nullptr;
+    if (req.srq != shm::kNoHandle) {
+        srq = srqs_.find(req.srq);
+        if (srq == nullptr) return refuse(EINVAL, op, "no such SRQ " + hex(req.srq));
+    }
+
+    const shm::QpCap& c = req.cap;
+    if (c.max_send_wr == 0 || c.max_send_wr > l.max_qp_wr)
+        return refuse(EINVAL, op,
+                      fmt::format("max_send_wr {} not in 1..{}", c.max_send_wr, l.max_qp_wr));
+    if (c.max_send_sge > l.max_sge)
+        return refuse(EINVAL, op,
+                      fmt::format("max_send_sge {} above {}", c.max_send_sge, l.max_sge));
+    if (c.max_inline_data > l.max_inline_data)
+        return refuse(
+            EINVAL, op,
+            fmt::format("max_inline_data {} above {}", c.max_inline_data, l.max_inline_data));
+    if (!pow2(req.sq_capacity) || req.sq_capacity < c.max_send_wr ||
+        req.sq_capacity > l.max_wq_capacity)
+        return refuse(EINVAL, op,
+                      fmt::format("send ring capacity {} for max_send_wr {}", req.sq_capacity,
+                                  c.max_send_wr));
+    if (srq != nullptr) {
+        // With an SRQ the QP has no receive queue; verbs ignores the receive caps.
+        if (req.rq_capacity != 0) return refuse(EINVAL, op, "a QP with an SRQ has no receive ring");
+    } else {
+        if (c.max_recv_wr == 0 || c.max_recv_wr > l.max_qp_wr)
+            return refuse(EINVAL, op,
+                          fmt::format("max_recv_wr {} not in 1..{}", c.max_recv_wr, l.max_qp_wr));
+        if (c.max_recv_sge > l.max_sge)
+            return refuse(EINVAL, op,
+                          fmt::format("max_recv_sge {} above {}", c.max_recv_sge, l.max_sge));
+        if (!pow2(req.rq_capacity) || req.rq_capacity < c.max_recv_wr ||
+            req.rq_capacity > l.max_wq_capacity)
+            return refuse(EINVAL, op,
+                          fmt::format("receive ring capacity {} for max_recv_wr {}",
+                                      req.rq_capacity, c.max_recv_wr));
+    }
+    if (fds.size() != 1) return refuse(EINVAL, op, "takes 1 fd: the QP memfd");
+    if (!r_.reserve(ObjKind::qp, counts_)) return refuse(ENOMEM, op, "QP limit reached");
+    auto qp = std::make_unique<Qp>();
+    qp->counted = Counted(r_, ObjKind::qp, counts_);
+
+    const shm::Layout layout = shm::qp_layout(req.sq_capacity, req.rq_capacity);
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (!map) return refuse(map.error().code, op, map.error().message);
+    const std::size_t sq_end = req.rq_capacity == 0 ? layout.bytes : layout.ring1;
+    auto sq =
+        shm::RingConsumer<shm::SendWqe>::attach(map->span(layout.ring0, sq_end - layout.ring0));
+    if (!sq) return refuse(EINVAL, op, std::string("send ring: ") + shm::ring_strerror(sq.error()));
+    if (sq->capacity() != req.sq_capacity)
+        return refuse(
+            EINVAL, op,
+            fmt::format("send ring of {} entries, {} requested", sq->capacity(), req.sq_capacity));
+    if (req.rq_capacity != 0) {
+        auto rq = shm::RingConsumer<shm::RecvWqe>::attach(
+            map->span(layout.ring1, layout.bytes - layout.ring1));
+        if (!rq)
+            return refuse(EINVAL, op,
+                          std::string("receive ring: ") + shm::ring_strerror(rq.error()));
+        if (rq->capacity() != req.rq_capacity)
+            return refuse(EINVAL, op,
+                          fmt::format("receive ring of {} entries, {} requested", rq->capacity(),
+                                      req.rq_capacity));
+        qp->rq = *rq;
+    }
+
+    qp->pd = Ref<Pd>(pd);
+    qp->send_cq = Ref<Cq>(send_cq);
+    qp->recv_cq = Ref<Cq>(recv_cq);
+    qp->srq = Ref<Srq>(srq);
+    qp->pd_handle = req.pd;
+    qp->send_cq_handle = req.send_cq;
+    qp->recv_cq_handle = req.recv_cq;
+    qp->srq_handle = srq != nullptr ? req.srq : shm::kNoHandle;
+    qp->map = std::move(*map);
+    qp->control = at<shm::QpControl>(qp->map, layout.control);
+    qp->sq = *sq;
+    qp->type = *type;
+    qp->sq_sig_all = req.sq_sig_all != 0 ? 1 : 0;
+    qp->cap = c;
+    if (srq != nullptr) qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
+    const shm::QpCap cap = qp->cap;
+    qp->state = QpState::reset;
+    store_qp_state(qp->control, QpState::reset);
+    const std::uint32_t qpn = r_.qpns().acquire(qp.get());
+    if (qpn == 0) return refuse(ENOMEM, op, "QP numbers exhausted");
+    qp->qpn = NameLease(r_.qpns(), qpn);
+
+    const shm::Handle h = qps_.insert(std::move(qp));
+    if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
+    out = {h, qpn, cap};
+    return 0;
+}
+
+// The values of the attributes the mask names (the mask itself is checked against the
+// state table first). 0 or EINVAL.
+int Session::check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const {
+    constexpr const char* op = "modify_qp";
+    const Limits& l = r_.limits();
+    if ((mask & qa::port) != 0 && a.port_num != 1)
+        return refuse(EINVAL, op, fmt::format("port_num {} (the device has port 1)", a.port_num));
+    if ((mask & qa::pkey_index) != 0 && a.pkey_index >= l.max_pkeys)
+        return refuse(EINVAL, op, fmt::format("pkey_index {} (one pkey)", a.pkey_index));
+    if ((mask & qa::path_mtu) != 0) {
+        const std::uint32_t active = active_ib_mtu(port_->mtu);
+        if (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096 || a.path_mtu > active)
+            return refuse(
+                EINVAL, op,
+                fmt::format("path_mtu {} (1..{}: the port's active MTU)", a.path_mtu, active));
+    }
+    if ((mask & qa::max_qp_rd_atomic) != 0 && a.max_rd_atomic > l.max_qp_init_rd_atom)
+        return refuse(
+            EINVAL, op,
+            fmt::format("max_rd_atomic {} above {}", a.max_rd_atomic, l.max_qp_init_rd_atom));
+    if ((mask & qa::max_dest_rd_atomic) != 0 && a.max_dest_rd_atomic > l.max_qp_rd_atom)
+        return refuse(
+            EINVAL, op,
+            fmt::format("max_dest_rd_atomic {} above {}", a.max_dest_rd_atomic, l.max_qp_rd_atom));
+    if ((mask & qa::min_rnr_timer) != 0 && a.min_rnr_timer > 31)
+        return refuse(EINVAL, op, fmt::format("min_rnr_timer {} above 31", a.min_rnr_timer));
+    if ((mask & qa::timeout) != 0 && a.timeout > 31)
+        return refuse(EINVAL, op, fmt::format("timeout {} above 31", a.timeout));
+    if ((mask & qa::retry_cnt) != 0 && a.retry_cnt > 7)
+        return refuse(EINVAL, op, fmt::format("retry_cnt {} above 7", a.retry_cnt));
+    if ((mask & qa::rnr_retry) != 0 && a.rnr_retry > 7)
+        return refuse(EINVAL, op, fmt::format("rnr_retry {} above 7", a.rnr_retry));
+    if ((mask & qa::rq_psn) != 0 && a.rq_psn > kPsnMask)
+        return refuse(EINVAL, op, fmt::format("rq_psn {:#x} wider than 24 bits", a.rq_psn));
+    if ((mask & qa::sq_psn) != 0 && a.sq_psn > kPsnMask)
+        return refuse(EINVAL, op, fmt::format("sq_psn {:#x} wider than 24 bits", a.sq_psn));
+    if ((mask & qa::dest_qpn) != 0 && a.dest_qp_num > kPsnMask)
+        return refuse(EINVAL, op,
+                      fmt::format("dest_qp_num {:#x} wider than 24 bits", a.dest_qp_num));
+    if ((mask & qa::access_flags) != 0 && (a.qp_access_flags & ~kQpAccess) != 0)
+        return refuse(EINVAL, op, "qp_access_flags " + hex(a.qp_access_flags));
+    if ((mask & qa::path_mig_state) != 0 && a.path_mig_state > IBV_MIG_ARMED)
+        return refuse(EINVAL, op, fmt::format("path_mig_state {}", a.path_mig_state));
+    // The Linux RDMA core allows no alternate path on RoCE either: APM is an IB feature.
+    if ((mask & qa::alt_path) != 0)
+        return refuse(EINVAL, op, "alternate paths are not supported on RoCE");
+    if ((mask & qa::av) != 0) {
+        const shm::AhAttr& ah = a.ah_attr;
+        if (ah.is_global != 1)
+            return refuse(EINVAL, op, "ah_attr.is_global must be 1 (RoCE needs a GRH)");
+        if (ah.sgid_index >= 1)
+            return refuse(EINVAL, op, fmt::format("sgid_index {} (one GID)", ah.sgid_index));
+        if (ah.port_num != 1)
+            return refuse(EINVAL, op, fmt::format("ah_attr.port_num {} (port 1)", ah.port_num));
+        if (!ipv4_mapped(ah.dgid))
+            return refuse(EINVAL, op,
+                          "dgid is not an IPv4-mapped address (::ffff:a.b.c.d): the wire is IPv4");
+        if (ah.flow_label > 0xfffff) return refuse(EINVAL, op, "flow_label wider than 20 bits");
+    }
+    return 0;
+}
+
+int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply& out) {
+    constexpr const char* op = "modify_qp";
+    Qp* qp = qps_.find(req.qp);
+    if (qp == nullptr) return refuse(EINVAL, op, "no such QP " + hex(req.qp));
+    const std::uint32_t mask = req.mask;
+    const shm::QpAttr& a = req.attr;
+    const QpState cur = qp->state;
+    if ((mask & qa::cur_state) != 0 && a.cur_qp_state != static_cast<std::uint32_t>(cur))
+        return refuse(EINVAL, op,
+                      fmt::format("cur_qp_state {} but the QP is in {}", a.cur_qp_state,
+                                  roce::qp_state_name(cur)));
+    QpState next = cur;
+    if ((mask & qa::state) != 0) {
+        const auto s = roce::qp_state_from(a.qp_state);
+        if (!s) return refuse(EINVAL, op, fmt::format("qp_state {}", a.qp_state));
+        next = *s;
+    }
+    if (!roce::qp_modify_ok(cur, next, qp->type, mask))
+        return refuse(EINVAL, op,
+                      fmt::format("{} -> {} with attribute mask {:#x} is not a valid transition",
+                                  roce::qp_state_name(cur), roce::qp_state_name(next), mask));
+    if (const int err = check_modify_values(mask, a); err != 0) return err;
+
+    shm::QpAttr& s = qp->attr;
+    if (next == QpState::reset) s = shm::QpAttr{};  // Reset forgets every attribute
+    if ((mask & qa::en_sqd_async_notify) != 0) s.en_sqd_async_notify = a.en_sqd_async_notify;
+    if ((mask & qa::access_flags) != 0) s.qp_access_flags = a.qp_access_flags;
+    if ((mask & qa::pkey_index) != 0) s.pkey_index = a.pkey_index;
+    if ((mask & qa::port) != 0) s.port_num = a.port_num;
+    if ((mask & qa::qkey) != 0) s.qkey = a.qkey;
+    if ((mask & qa::av) != 0) s.ah_attr = a.ah_attr;
+    if ((mask & qa::path_mtu) != 0) s.path_mtu = a.path_mtu;
+    if ((mask & qa::timeout) != 0) s.timeout = a.timeout;
+    if ((mask & qa::retry_cnt) != 0) s.retry_cnt = a.retry_cnt;
+    if ((mask & qa::rnr_retry) != 0) s.rnr_retry = a.rnr_retry;
+    if ((mask & qa::rq_psn) != 0) s.rq_psn = a.rq_psn;
+    if ((mask & qa::max_qp_rd_atomic) != 0) s.max_rd_atomic = a.max_rd_atomic;
+    if ((mask & qa::min_rnr_timer) != 0) s.min_rnr_timer = a.min_rnr_timer;
+    if ((mask & qa::sq_psn) != 0) s.sq_psn = a.sq_psn;
+    if ((mask & qa::max_dest_rd_atomic) != 0) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    if ((mask & qa::path_mig_state) != 0) s.path_mig_state = a.path_mig_state;
+    if ((mask & qa::dest_qpn) != 0) s.dest_qp_num = a.dest_qp_num;
+    qp->state = next;
+    store_qp_state(qp->control, next);
+    out = {static_cast<std::uint32_t>(next), 0};
+    return 0;
+}
+
+int Session::query_qp(const shm::HandleReq& req, FdList&, shm::QueryQpReply& out) {
+    const Qp* qp = qps_.find(req.handle);
+    if (qp == nullptr) return refuse(EINVAL, "query_qp", "no such QP " + hex(req.handle));
+    out = {};
+    out.attr = qp->attr;
+    out.attr.qp_state = static_cast<std::uint32_t>(qp->state);
+    out.attr.cur_qp_state = static_cast<std::uint32_t>(qp->state);
+    out.attr.cap = qp->cap;
+    out.attr.sq_draining = 0;
+    out.sq_sig_all = qp->sq_sig_all;
+    out.qp_type = static_cast<std::uint32_t>(qp->type);
+    out.send_cq = qp->send_cq_handle;
+    out.recv_cq = qp->recv_cq_handle;
+    out.srq = qp->srq_handle;
+    out.pd = qp->pd_handle;
+    return 0;
+}
+
+int Session::destroy_qp(const shm::HandleReq& req, FdList&, shm::Empty&) {
+    if (qps_.take(req.handle) == nullptr)
+        return refuse(EINVAL, "destroy_qp", "no such QP " + hex(req.handle));
+    return 0;
+}
+
+}  // namespace snic::daemon

@@ -1,0 +1,243 @@
+// One client session: what one control connection (one ibv_context) owns, and the handlers
+// of its verbs operations. Each op validates everything the client sent (handles, values,
+// memfds, rings) and answers 0 or the errno verbs would return; nothing a client sends can
+// name another session's object. Destroying the session releases everything it owned, in
+// dependency order: QPs, SRQs, CQs, channels, MWs, MRs, PDs.
+//
+// Objects are allocated one by one and never move while they live: the data lcores of the
+// transport will read them through the key and QP number tables (daemon/resources.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "daemon/client_memory.h"
+#include "daemon/resources.h"
+#include "proto/net/addr.h"
+#include "proto/roce/qp_state.h"
+#include "shm/control.h"
+#include "shm/ring.h"
+#include "shm/wqe.h"
+
+namespace snic::daemon {
+
+struct LinkInfo {
+    bool up = false;
+    std::uint32_t speed_mbps = 0;  // 0: unknown
+};
+
+// A daemon port as an RDMA device: what query_port and open_device report.
+struct DevicePort {
+    std::string device;  // "<daemon name>_<port index>"
+    net::MacAddr mac;
+    net::Ipv4Prefix ip;
+    std::uint16_t mtu;               // Ethernet MTU
+    std::function<LinkInfo()> link;  // the link now
+};
+
+// The largest IB MTU (ibv_mtu) whose RoCEv2 packets fit an Ethernet MTU: IB MTU plus the
+// IPv4, UDP, BTH, RETH and ICRC headers (60 bytes); IBV_MTU_256 at the least.
+std::uint32_t active_ib_mtu(std::uint32_t eth_mtu);
+// The EUI-64 node GUID of a port MAC, as verbs returns it (big-endian in memory).
+std::uint64_t node_guid_from_mac(const net::MacAddr& mac);
+
+// The peer's credentials (SO_PEERCRED).
+struct Peer {
+    std::int32_t pid = 0;
+    std::uint32_t uid = 0;
+    std::uint32_t gid = 0;
+};
+
+// A reference from one object to another it depends on (a MR to its PD, a QP to its CQs):
+// counted in the target's refs while it lives, which makes destroying the target EBUSY.
+template <class T>
+class Ref {
+  public:
+    Ref() = default;
+    explicit Ref(T* p) : p_(p) {
+        if (p_ != nullptr) ++p_->refs;
+    }
+    Ref(Ref&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    Ref& operator=(Ref&& o) noexcept {
+        if (this != &o) {
+            if (p_ != nullptr) --p_->refs;
+            p_ = std::exchange(o.p_, nullptr);
+        }
+        return *this;
+    }
+    ~Ref() {
+        if (p_ != nullptr) --p_->refs;
+    }
+    T* get() const { return p_; }
+    T* operator->() const { return p_; }
+    explicit operator bool() const { return p_ != nullptr; }
+
+  private:
+    T* p_ = nullptr;
+};
+
+struct Pd {
+    Counted counted;
+    shm::Handle handle = shm::kNoHandle;
+    std::uint32_t refs = 0;  // MRs, MWs, SRQs, QPs
+};
+
+struct Mr {
+    Counted counted;
+    Ref<Pd> pd;
+    shm::Handle handle = shm::kNoHandle;
+    Mapping map;                // the page-rounded range
+    std::byte* addr = nullptr;  // where the registered range starts in snicd
+    std::uint64_t client_addr = 0;
+    std::uint64_t iova = 0;
+    std::uint64_t length = 0;
+    std::uint32_t access = 0;
+    NameLease key;  // lkey == rkey; withdrawn before the mapping goes
+};
+
+struct Mw {
+    Counted counted;
+    Ref<Pd> pd;
+    shm::Handle handle = shm::kNoHandle;
+    std::uint32_t type = 0;
+    NameLease rkey;
+};
+
+struct Channel {
+    Counted counted;
+    shm::Handle handle = shm::kNoHandle;
+    ClientFd eventfd;
+    Mapping map;
+    std::optional<shm::RingProducer<std::uint32_t>> ring;  // CQ handles, snicd produces
+    std::uint32_t refs = 0;                                // CQs
+};
+
+struct Cq {
+    Counted counted;
+    Ref<Channel> channel;
+    shm::Handle handle = shm::kNoHandle;
+    shm::Handle channel_handle = shm::kNoHandle;
+    Mapping map;
+    shm::CqControl* control = nullptr;
+    std::optional<shm::RingProducer<shm::Cqe>> ring;  // snicd produces
+    std::uint32_t cqe = 0;
+    std::uint32_t capacity = 0;
+    std::uint32_t comp_vector = 0;
+    std::uint32_t refs = 0;  // QPs (send and receive counted apart)
+};
+
+struct Srq {
+    Counted counted;
+    Ref<Pd> pd;
+    shm::Handle handle = shm::kNoHandle;
+    shm::Handle pd_handle = shm::kNoHandle;
+    Mapping map;
+    std::optional<shm::RingConsumer<shm::RecvWqe>> ring;  // the client produces
+    std::uint32_t max_wr = 0;
+    std::uint32_t max_sge = 0;
+    std::uint32_t limit = 0;
+    std::uint32_t capacity = 0;
+    NameLease srqn;
+    std::uint32_t refs = 0;  // QPs
+};
+
+struct Qp {
+    Counted counted;
+    Ref<Pd> pd;
+    Ref<Cq> send_cq;
+    Ref<Cq> recv_cq;
+    Ref<Srq> srq;
+    shm::Handle handle = shm::kNoHandle;
+    shm::Handle pd_handle = shm::kNoHandle;
+    shm::Handle send_cq_handle = shm::kNoHandle;
+    shm::Handle recv_cq_handle = shm::kNoHandle;
+    shm::Handle srq_handle = shm::kNoHandle;
+    Mapping map;
+    shm::QpControl* control = nullptr;
+    std::optional<shm::RingConsumer<shm::SendWqe>> sq;  // the client produces
+    std::optional<shm::RingConsumer<shm::RecvWqe>> rq;  // none with an SRQ
+    roce::QpType type = roce::QpType::rc;
+    std::uint32_t sq_sig_all = 0;
+    shm::QpCap cap{};
+    roce::QpState state = roce::QpState::reset;
+    shm::QpAttr attr{};  // every attribute as last set (qp_state/cur_qp_state/cap unused)
+    NameLease qpn;
+};
+
+class Session {
+  public:
+    Session(Resources& resources, std::span<const DevicePort> ports, Peer peer);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    std::uint32_t id() const { return id_; }
+    const Peer& peer() const { return peer_; }
+    bool opened() const { return port_ != nullptr; }
+    const Counts& counts() const { return counts_; }
+    std::uint64_t mapped_bytes() const { return mapped_bytes_; }
+    shm::ClientInfo info() const;
+
+    // The ops. Each returns 0 and fills its reply, or a positive errno. `fds` are the
+    // descriptors of the request in order; an op takes those it keeps, the caller closes
+    // the rest. Every op but open_device requires an opened device (the caller checks).
+    int open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDeviceReply& out);
+    int query_port(const shm::Empty& req, FdList& fds, shm::QueryPortReply& out);
+    int alloc_pd(const shm::Empty& req, FdList& fds, shm::HandleReply& out);
+    int dealloc_pd(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
+    int reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out);
+    int dereg_mr(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
+    int alloc_mw(const shm::AllocMwReq& req, FdList& fds, shm::AllocMwReply& out);
+    int dealloc_mw(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
+    int create_channel(const shm::Empty& req, FdList& fds, shm::HandleReply& out);
+    int destroy_channel(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
+    int create_cq(const shm::CreateCqReq& req, FdList& fds, shm::CreateCqReply& out);
+    int destroy_cq(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
+    int create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSrqReply& out);
+    int modify_srq(const shm::ModifySrqReq& req, FdList& fds, shm::Empty& out);
+    int query_srq(const shm::HandleReq& req, FdList& fds, shm::QuerySrqReply& out);
+    int destroy_srq(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
+    int create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpReply& out);
+    int modify_qp(const shm::ModifyQpReq& req, FdList& fds, shm::ModifyQpReply& out);
+    int query_qp(const shm::HandleReq& req, FdList& fds, shm::QueryQpReply& out);
+    int destroy_qp(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
+
+    // Lookups by handle (nullptr when the handle is not this session's live object).
+    const Mr* mr(shm::Handle h) const { return mrs_.find(h); }
+    const Qp* qp(shm::Handle h) const { return qps_.find(h); }
+    const Cq* cq(shm::Handle h) const { return cqs_.find(h); }
+
+  private:
+    // Logs why `op` was refused (debug level) and returns `err`.
+    int refuse(int err, const char* op, std::string_view why) const;
+    int check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const;
+
+    Resources& r_;
+    const std::span<const DevicePort> ports_;
+    const Peer peer_;
+    const std::uint32_t id_;
+    // Declared before the tables: the objects update them as they go.
+    Counts counts_{};
+    std::uint64_t mapped_bytes_ = 0;
+
+    const DevicePort* port_ = nullptr;  // set by open_device
+    ClientFd async_eventfd_;
+    Mapping async_map_;
+    std::optional<shm::RingProducer<shm::AsyncEvent>> async_ring_;
+
+    HandleTable<Pd> pds_;
+    HandleTable<Mr> mrs_;
+    HandleTable<Mw> mws_;
+    HandleTable<Channel> channels_;
+    HandleTable<Cq> cqs_;
+    HandleTable<Srq> srqs_;
+    HandleTable<Qp> qps_;
+};
+
+}  // namespace snic::daemon

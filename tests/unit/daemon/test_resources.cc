@@ -1,0 +1,687 @@
+// snicd's resource tables without DPDK: the daemon-wide key and QP number spaces, the
+// per-session handles, the limits, and client sessions driven op by op with real memfds
+// and rings formatted as libsnic formats them.
+#include "daemon/resources.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "daemon/client_memory.h"
+#include "daemon/limits.h"
+#include "daemon/session.h"
+#include "shm/ring.h"
+#include "shm/wqe.h"
+
+namespace snic::daemon {
+namespace {
+
+using shm::Handle;
+using shm::kNoHandle;
+using shm::ObjKind;
+
+// ---- name tables --------------------------------------------------------------------
+
+TEST(NameTable, key_generation_byte_changes_on_reuse) {
+    NameTable keys(1, kKeyFormat);
+    int obj = 0;
+    const std::uint32_t k1 = keys.acquire(&obj, NameTable::kMr);
+    keys.release(k1);
+    const std::uint32_t k2 = keys.acquire(&obj, NameTable::kMr);
+    EXPECT_EQ(k1 >> 8, k2 >> 8);  // same slot
+    EXPECT_NE(k1 & 0xff, k2 & 0xff);
+    EXPECT_EQ(keys.lookup(k1, NameTable::kMr), nullptr);  // the stale key misses
+    EXPECT_EQ(keys.lookup(k2, NameTable::kMr), &obj);
+}
+
+TEST(NameTable, generation_never_zero_so_no_key_is_zero) {
+    NameTable keys(1, kKeyFormat);
+    std::set<std::uint32_t> seen;
+    for (int i = 0; i < 600; ++i) {
+        const std::uint32_t k = keys.acquire(&keys);
+        ASSERT_NE(k, 0u);
+        ASSERT_NE(k & 0xff, 0u);
+        seen.insert(k);
+        keys.release(k);
+    }
+    EXPECT_EQ(seen.size(), 255u);  // every generation 1..255 in turn
+}
+
+TEST(NameTable, freed_slots_are_reused_oldest_first) {
+    NameTable qpns(4, kQpnFormat);
+    int a = 0;
+    const std::uint32_t q1 = qpns.acquire(&a);
+    qpns.release(q1);
+    // The other three slots come first: a QP number does not return right away.
+    std::set<std::uint32_t> slots;
+    for (int i = 0; i < 3; ++i) slots.insert(qpns.acquire(&a) & 0x3fff);
+    EXPECT_EQ(slots.count(q1 & 0x3fff), 0u);
+    EXPECT_EQ((qpns.acquire(&a) & 0x3fff), (q1 & 0x3fff));
+}
+
+TEST(NameTable, qp_numbers_are_24_bits_never_0_or_1) {
+    NameTable qpns(16384, kQpnFormat);
+    int a = 0;
+    for (int i = 0; i < 3 * 16384; ++i) {
+        const std::uint32_t q = qpns.acquire(&a);
+        ASSERT_GE(q, 2u);
+        ASSERT_LT(q, 1u << 24);
+        qpns.release(q);
+    }
+}
+
+TEST(NameTable, full_table_gives_no_name) {
+    NameTable t(2, kSrqnFormat);
+    int a = 0;
+    EXPECT_NE(t.acquire(&a), 0u);
+    EXPECT_NE(t.acquire(&a), 0u);
+    EXPECT_EQ(t.acquire(&a), 0u);
+    EXPECT_EQ(t.live(), 2u);
+}
+
+TEST(NameTable, lookup_checks_kind_range_and_stray_bits) {
+    NameTable keys(4, kKeyFormat);
+    int mw = 0;
+    const std::uint32_t k = keys.acquire(&mw, NameTable::kMw);
+    EXPECT_EQ(keys.lookup(k, NameTable::kMw), &mw);
+    EXPECT_EQ(keys.lookup(k, NameTable::kMr), nullptr);  // an MW key is not an MR key
+    EXPECT_EQ(keys.lookup((100u << 8) | 1, NameTable::kMw), nullptr);
+    EXPECT_EQ(keys.lookup(0, NameTable::kMw), nullptr);
+    NameTable qpns(4, kQpnFormat);
+    const std::uint32_t q = qpns.acquire(&mw);
+    EXPECT_EQ(qpns.lookup(q), &mw);
+    EXPECT_EQ(qpns.lookup(q | (1u << 24)), nullptr);
+}
+
+TEST(NameTable, lease_releases_its_name) {
+    NameTable t(2, kKeyFormat);
+    int a = 0;
+    std::uint32_t k;
+    {
+        NameLease lease(t, k = t.acquire(&a));
+        EXPECT_EQ(t.lookup(k), &a);
+    }
+    EXPECT_EQ(t.lookup(k), nullptr);
+    EXPECT_EQ(t.live(), 0u);
+}
+
+// ---- handles --------------------------------------------------------------------
+
+struct Obj {
+    Handle handle = kNoHandle;
+    int value = 0;
+};
+
+TEST(HandleTable, stale_handle_refused_after_destroy) {
+    HandleTable<Obj> t;
+    const Handle h = t.insert(std::make_unique<Obj>());
+    ASSERT_NE(t.find(h), nullptr);
+    EXPECT_EQ(t.find(h)->handle, h);
+    EXPECT_NE(t.take(h), nullptr);
+    EXPECT_EQ(t.find(h), nullptr);
+    EXPECT_EQ(t.take(h), nullptr);
+    const Handle h2 = t.insert(std::make_unique<Obj>());
+    EXPECT_EQ(h2 & 0xffff, h & 0xffff);  // slot reused
+    EXPECT_NE(h2, h);                    // under a new generation
+    EXPECT_EQ(t.find(h), nullptr);
+}
+
+TEST(HandleTable, handles_are_never_zero_or_none_and_foreign_ones_miss) {
+    HandleTable<Obj> t;
+    std::vector<Handle> hs;
+    for (int i = 0; i < 100; ++i) hs.push_back(t.insert(std::make_unique<Obj>()));
+    for (Handle h : hs) {
+        EXPECT_NE(h, 0u);
+        EXPECT_NE(h, kNoHandle);
+    }
+    EXPECT_EQ(t.find(0), nullptr);
+    EXPECT_EQ(t.find(kNoHandle), nullptr);
+    EXPECT_EQ(t.find(hs[5] + (1u << 16)), nullptr);  // right index, wrong generation
+    EXPECT_EQ(t.find(1000 | (1u << 16)), nullptr);   // index never used
+}
+
+TEST(HandleTable, objects_never_move) {
+    HandleTable<Obj> t;
+    const Handle first = t.insert(std::make_unique<Obj>());
+    const Obj* p = t.find(first);
+    for (int i = 0; i < 1000; ++i) t.insert(std::make_unique<Obj>());
+    EXPECT_EQ(t.find(first), p);
+}
+
+// ---- limits and counts ------------------------------------------------------------
+
+constexpr Limits small_limits() {
+    Limits l = kLimits;
+    l.objects[static_cast<std::size_t>(ObjKind::pd)] = {2, 3};
+    l.objects[static_cast<std::size_t>(ObjKind::qp)] = {2, 4};
+    return l;
+}
+
+TEST(Resources, per_client_and_per_daemon_limits) {
+    Resources r(small_limits());
+    Counts a{}, b{};
+    EXPECT_TRUE(r.reserve(ObjKind::pd, a));
+    EXPECT_TRUE(r.reserve(ObjKind::pd, a));
+    EXPECT_FALSE(r.reserve(ObjKind::pd, a));  // per client
+    EXPECT_TRUE(r.reserve(ObjKind::pd, b));
+    EXPECT_FALSE(r.reserve(ObjKind::pd, b));  // per daemon
+    EXPECT_EQ(r.count(ObjKind::pd), 3u);
+    r.release(ObjKind::pd, a);
+    EXPECT_TRUE(r.reserve(ObjKind::pd, b));
+    EXPECT_EQ(b[static_cast<std::size_t>(ObjKind::pd)], 2u);
+}
+
+TEST(Resources, device_limits_are_the_contract) {
+    const shm::DeviceLimits d = device_limits(kLimits, 0);
+    EXPECT_EQ(d.max_pd, 1024u);
+    EXPECT_EQ(d.max_mr, 4096u);
+    EXPECT_EQ(d.max_mw, 1024u);
+    EXPECT_EQ(d.max_channels, 64u);
+    EXPECT_EQ(d.max_cq, 1024u);
+    EXPECT_EQ(d.max_srq, 256u);
+    EXPECT_EQ(d.max_qp, 1024u);
+    EXPECT_EQ(d.max_qp_wr, 16384u);
+    EXPECT_EQ(d.max_cqe, 65535u);
+    EXPECT_EQ(d.max_srq_wr, 16384u);
+    EXPECT_EQ(d.max_sge, 16u);
+    EXPECT_EQ(d.max_sge_rd, 16u);
+    EXPECT_EQ(d.max_inline_data, 256u);
+    EXPECT_EQ(d.max_qp_rd_atom, 16u);
+    EXPECT_EQ(d.max_qp_init_rd_atom, 16u);
+    EXPECT_EQ(d.max_mr_size, std::uint64_t{1} << 40);
+    EXPECT_EQ(d.page_size_cap, 4096u);
+    EXPECT_EQ(d.atomic_cap, std::uint32_t{IBV_ATOMIC_HCA});
+    EXPECT_EQ(d.max_pkeys, 1u);
+    EXPECT_EQ(d.local_ca_ack_delay, 15u);
+    EXPECT_EQ(d.device_cap_flags,
+              std::uint32_t{IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW |
+                            IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS});
+    EXPECT_EQ(d.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0u);
+    const Resources r;
+    EXPECT_EQ(r.limits().of(ObjKind::mr).per_daemon, 65536u);
+}
+
+TEST(Port, active_mtu_is_the_largest_ib_mtu_that_fits) {
+    EXPECT_EQ(active_ib_mtu(1500), std::uint32_t{IBV_MTU_1024});
+    EXPECT_EQ(active_ib_mtu(9000), std::uint32_t{IBV_MTU_4096});
+    EXPECT_EQ(active_ib_mtu(4096 + 60), std::uint32_t{IBV_MTU_4096});
+    EXPECT_EQ(active_ib_mtu(4096 + 59), std::uint32_t{IBV_MTU_2048});
+    EXPECT_EQ(active_ib_mtu(576), std::uint32_t{IBV_MTU_512});
+    EXPECT_EQ(active_ib_mtu(68), std::uint32_t{IBV_MTU_256});
+}
+
+TEST(Port, node_guid_is_the_eui64_of_the_mac_in_network_order) {
+    const std::uint64_t guid =
+        node_guid_from_mac(net::MacAddr{{0x02, 0x11, 0x22, 0x33, 0x44, 0x55}});
+    std::uint8_t b[8];
+    std::memcpy(b, &guid, 8);
+    const std::uint8_t want[8] = {0x00, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55};
+    EXPECT_EQ(std::memcmp(b, want, 8), 0);
+}
+
+// ---- sessions -------------------------------------------------------------------------
+
+// A memfd as libsnic makes it: sized, sealed against shrinking, mapped here too.
+class ClientMemfd {
+  public:
+    explicit ClientMemfd(std::size_t bytes, bool seal = true) : size_(bytes) {
+        fd_ = ::memfd_create("snic-unit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        EXPECT_GE(fd_, 0);
+        EXPECT_EQ(::ftruncate(fd_, static_cast<off_t>(bytes)), 0);
+        if (seal) {
+            EXPECT_EQ(::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+        }
+        p_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+        EXPECT_NE(p_, MAP_FAILED);
+    }
+    ~ClientMemfd() {
+        ::munmap(p_, size_);
+        ::close(fd_);
+    }
+    int fd() const { return fd_; }
+    std::span<std::byte> span(std::size_t off, std::size_t len) {
+        return {static_cast<std::byte*>(p_) + off, len};
+    }
+    std::span<std::byte> span(std::size_t off = 0) { return span(off, size_ - off); }
+
+  private:
+    int fd_ = -1;
+    void* p_ = nullptr;
+    std::size_t size_;
+};
+
+// The descriptors of one request (duplicates: the list closes what the op does not keep).
+FdList fds_of(std::initializer_list<int> fds) {
+    FdList l;
+    for (int fd : fds) l.push(::dup(fd));
+    return l;
+}
+
+std::vector<DevicePort> test_ports() {
+    return {DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
+                           return LinkInfo{true, 10000};
+                       }}};
+}
+
+constexpr std::uint64_t kAddr = 0x7f0000000000;
+
+// One client: a session and what it needs to call ops the way libsnic does.
+struct Client {
+    Client(Resources& r, std::span<const DevicePort> ports) : session(r, ports, Peer{1234, 0, 0}) {}
+    Session session;
+    shm::Empty none{};
+
+    int open() {
+        const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
+        ClientMemfd async(l.bytes);
+        EXPECT_TRUE(shm::RingConsumer<shm::AsyncEvent>::init(async.span(), shm::kAsyncCapacity));
+        const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+        FdList fds = fds_of({efd, async.fd()});
+        ::close(efd);
+        shm::OpenDeviceReply out{};
+        return session.open_device({0, 0}, fds, out);
+    }
+    Handle pd() {
+        FdList fds;
+        shm::HandleReply out{};
+        EXPECT_EQ(session.alloc_pd(none, fds, out), 0);
+        return out.handle;
+    }
+    int reg_mr(Handle pd, const ClientMemfd& m, std::uint64_t length, std::uint32_t access,
+               shm::RegMrReply& out, std::uint64_t offset = 0) {
+        shm::RegMrReq req{};
+        req.pd = pd;
+        req.access = access;
+        req.addr = kAddr;
+        req.length = length;
+        req.iova = kAddr;
+        req.nsegs = 1;
+        req.segs[0] = {kAddr, shm::round_up(length, shm::kPageSize), offset};
+        FdList fds = fds_of({m.fd()});
+        return session.reg_mr(req, fds, out);
+    }
+    Handle cq() {
+        const shm::Layout l = shm::cq_layout(16);
+        ClientMemfd m(l.bytes);
+        EXPECT_TRUE(shm::RingConsumer<shm::Cqe>::init(m.span(l.ring0), 16));
+        FdList fds = fds_of({m.fd()});
+        shm::CreateCqReply out{};
+        EXPECT_EQ(session.create_cq({15, 16, kNoHandle, 0}, fds, out), 0);
+        return out.cq;
+    }
+    int qp(Handle pd, Handle cq, shm::CreateQpReply& out, std::uint32_t type = IBV_QPT_RC) {
+        const shm::Layout l = shm::qp_layout(16, 16);
+        ClientMemfd m(l.bytes);
+        EXPECT_TRUE(shm::RingProducer<shm::SendWqe>::init(m.span(l.ring0, l.ring1 - l.ring0), 16));
+        EXPECT_TRUE(shm::RingProducer<shm::RecvWqe>::init(m.span(l.ring1), 16));
+        shm::CreateQpReq req{pd, cq, cq, kNoHandle, type, 0, {16, 16, 1, 1, 0}, 16, 16};
+        FdList fds = fds_of({m.fd()});
+        return session.create_qp(req, fds, out);
+    }
+    int modify(Handle qp, std::uint32_t mask, const shm::QpAttr& attr) {
+        FdList fds;
+        shm::ModifyQpReply out{};
+        return session.modify_qp({qp, mask, attr}, fds, out);
+    }
+    shm::QueryQpReply query(Handle qp) {
+        FdList fds;
+        shm::QueryQpReply out{};
+        EXPECT_EQ(session.query_qp({qp, 0}, fds, out), 0);
+        return out;
+    }
+    int destroy_pd(Handle pd) {
+        FdList fds;
+        return session.dealloc_pd({pd, 0}, fds, none);
+    }
+};
+
+class SessionTest : public ::testing::Test {
+  protected:
+    std::vector<DevicePort> ports = test_ports();
+    Resources resources;
+};
+
+TEST_F(SessionTest, open_device_once_with_an_eventfd_and_a_formatted_ring) {
+    Client c(resources, ports);
+    EXPECT_EQ(c.open(), 0);
+    EXPECT_TRUE(c.session.opened());
+    EXPECT_EQ(c.open(), EINVAL);
+
+    Client d(resources, ports);
+    const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
+    ClientMemfd unformatted(l.bytes);
+    FdList fds = fds_of({unformatted.fd(), unformatted.fd()});  // no eventfd either
+    shm::OpenDeviceReply out{};
+    EXPECT_EQ(d.session.open_device({0, 0}, fds, out), EINVAL);
+    const int efd = ::eventfd(0, EFD_CLOEXEC);
+    FdList fds2 = fds_of({efd, unformatted.fd()});  // no ring in the memfd
+    ::close(efd);
+    EXPECT_EQ(d.session.open_device({0, 0}, fds2, out), EINVAL);
+    EXPECT_FALSE(d.session.opened());
+}
+
+TEST_F(SessionTest, mr_key_resolves_to_the_mapping_until_deregistered) {
+    Client c(resources, ports);
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    ClientMemfd m(4 * shm::kPageSize);
+    std::memcpy(m.span(100, 5).data(), "hello", 5);
+    shm::RegMrReply out{};
+    ASSERT_EQ(c.reg_mr(pd, m, 4 * shm::kPageSize, IBV_ACCESS_LOCAL_WRITE, out), 0);
+    EXPECT_EQ(out.lkey, out.rkey);
+    const auto* mr = static_cast<const Mr*>(resources.keys().lookup(out.lkey, NameTable::kMr));
+    ASSERT_NE(mr, nullptr);
+    EXPECT_EQ(mr, c.session.mr(out.mr));
+    EXPECT_EQ(std::memcmp(mr->addr + 100, "hello", 5), 0);  // the client's bytes, shared
+    mr->addr[200] = std::byte{42};
+    EXPECT_EQ(m.span(200, 1)[0], std::byte{42});
+
+    EXPECT_EQ(c.destroy_pd(pd), EBUSY);
+    FdList none;
+    EXPECT_EQ(c.session.dereg_mr({out.mr, 0}, none, c.none), 0);
+    EXPECT_EQ(resources.keys().lookup(out.lkey, NameTable::kMr), nullptr);
+    EXPECT_EQ(c.session.dereg_mr({out.mr, 0}, none, c.none), EINVAL);
+    EXPECT_EQ(c.destroy_pd(pd), 0);
+    EXPECT_EQ(c.destroy_pd(pd), EINVAL);
+}
+
+TEST_F(SessionTest, reg_mr_refuses_what_cannot_be_shared_or_is_inconsistent) {
+    Client c(resources, ports);
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    shm::RegMrReply out{};
+    const std::uint64_t len = 4 * shm::kPageSize;
+    ClientMemfd unsealed(len, false);
+    EXPECT_EQ(c.reg_mr(pd, unsealed, len, 0, out), EINVAL);
+    ClientMemfd small(len - shm::kPageSize);
+    EXPECT_EQ(c.reg_mr(pd, small, len, 0, out), EINVAL);
+    ClientMemfd m(len);
+    EXPECT_EQ(c.reg_mr(pd, m, len, IBV_ACCESS_REMOTE_WRITE, out), EINVAL);  // no local write
+    EXPECT_EQ(c.reg_mr(pd, m, len, IBV_ACCESS_REMOTE_ATOMIC, out), EINVAL);
+    EXPECT_EQ(c.reg_mr(pd, m, len, 1u << 15, out), EINVAL);  // unknown flag
+    EXPECT_EQ(c.reg_mr(pd, m, len, IBV_ACCESS_ON_DEMAND, out), EINVAL);
+    EXPECT_EQ(c.reg_mr(pd, m, 0, 0, out), EINVAL);
+    EXPECT_EQ(c.reg_mr(pd + (1u << 16), m, len, 0, out), EINVAL);  // stale PD handle
+    EXPECT_EQ(c.reg_mr(pd, m, len, 0, out, 100), EINVAL);          // offset not page aligned
+    EXPECT_EQ(c.reg_mr(pd, m, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING, out), 0);
+
+    // Two segments from two memfds, the range starting inside the first page.
+    ClientMemfd a(shm::kPageSize), b(2 * shm::kPageSize);
+    shm::RegMrReq req{};
+    req.pd = pd;
+    req.access = IBV_ACCESS_LOCAL_WRITE;
+    req.addr = kAddr + 10;
+    req.length = 2 * shm::kPageSize;
+    req.nsegs = 2;
+    req.segs[0] = {kAddr, shm::kPageSize, 0};
+    req.segs[1] = {kAddr + shm::kPageSize, 2 * shm::kPageSize, 0};
+    FdList fds = fds_of({a.fd(), b.fd()});
+    ASSERT_EQ(c.session.reg_mr(req, fds, out), 0);
+    const Mr* mr = c.session.mr(out.mr);
+    std::memcpy(b.span(0, 3).data(), "abc", 3);
+    EXPECT_EQ(std::memcmp(mr->addr + shm::kPageSize - 10, "abc", 3), 0);
+
+    req.segs[1].addr += shm::kPageSize;  // a hole between the segments
+    FdList fds2 = fds_of({a.fd(), b.fd()});
+    EXPECT_EQ(c.session.reg_mr(req, fds2, out), EINVAL);
+    req.segs[1].addr -= shm::kPageSize;
+    FdList fds3 = fds_of({a.fd()});  // one fd for two segments
+    EXPECT_EQ(c.session.reg_mr(req, fds3, out), EINVAL);
+}
+
+TEST_F(SessionTest, a_session_cannot_name_another_sessions_objects) {
+    Client a(resources, ports), b(resources, ports);
+    ASSERT_EQ(a.open(), 0);
+    ASSERT_EQ(b.open(), 0);
+    const Handle pd = a.pd();
+    const Handle cq = a.cq();
+    shm::CreateQpReply qp{};
+    ASSERT_EQ(a.qp(pd, cq, qp), 0);
+    b.pd();  // b's own objects sit at the same indices
+    b.cq();
+    shm::CreateQpReply out{};
+    EXPECT_EQ(b.qp(pd, cq, out), 0);  // the same handle values name b's own PD and CQ...
+    EXPECT_EQ(b.destroy_pd(pd), EBUSY);
+    FdList none;
+    shm::QueryQpReply q{};
+    EXPECT_NE(out.qp_num, qp.qp_num);
+    // ... and a's QP handle names nothing of b's once b's QP is gone.
+    EXPECT_EQ(b.session.destroy_qp({out.qp, 0}, none, b.none), 0);
+    EXPECT_EQ(b.session.query_qp({qp.qp, 0}, none, q), EINVAL);
+    EXPECT_EQ(a.query(qp.qp).attr.qp_state, std::uint32_t{IBV_QPS_RESET});
+}
+
+TEST_F(SessionTest, limits_give_enomem) {
+    Resources r(small_limits());
+    Client a(r, ports), b(r, ports);
+    ASSERT_EQ(a.open(), 0);
+    ASSERT_EQ(b.open(), 0);
+    FdList fds;
+    shm::HandleReply out{};
+    EXPECT_EQ(a.session.alloc_pd(a.none, fds, out), 0);
+    EXPECT_EQ(a.session.alloc_pd(a.none, fds, out), 0);
+    EXPECT_EQ(a.session.alloc_pd(a.none, fds, out), ENOMEM);  // 2 per client
+    EXPECT_EQ(b.session.alloc_pd(b.none, fds, out), 0);
+    EXPECT_EQ(b.session.alloc_pd(b.none, fds, out), ENOMEM);  // 3 per daemon
+    EXPECT_EQ(b.destroy_pd(out.handle), 0);
+    EXPECT_EQ(b.session.alloc_pd(b.none, fds, out), 0);
+}
+
+TEST_F(SessionTest, closing_a_session_releases_everything) {
+    const ClientMemoryStats before = client_memory_stats();
+    {
+        Client c(resources, ports);
+        ASSERT_EQ(c.open(), 0);
+        const Handle pd = c.pd();
+        ClientMemfd m(8 * shm::kPageSize);
+        shm::RegMrReply mr{};
+        ASSERT_EQ(c.reg_mr(pd, m, 8 * shm::kPageSize, IBV_ACCESS_LOCAL_WRITE, mr), 0);
+        const Handle cq = c.cq();
+        shm::CreateQpReply qp{};
+        ASSERT_EQ(c.qp(pd, cq, qp), 0);
+        EXPECT_EQ(resources.count(ObjKind::qp), 1u);
+        EXPECT_EQ(resources.sessions().size(), 1u);
+        EXPECT_GT(c.session.mapped_bytes(), 8 * shm::kPageSize);
+        EXPECT_EQ(client_memory_stats().fds, before.fds + 1);
+        EXPECT_EQ(client_memory_stats().mappings, before.mappings + 4);
+        EXPECT_EQ(c.session.info().counts[static_cast<std::size_t>(ObjKind::mr)], 1u);
+    }
+    for (std::size_t k = 0; k < shm::kObjKinds; ++k) EXPECT_EQ(resources.counts()[k], 0u);
+    EXPECT_TRUE(resources.sessions().empty());
+    EXPECT_EQ(resources.keys().live(), 0u);
+    EXPECT_EQ(resources.qpns().live(), 0u);
+    const ClientMemoryStats after = client_memory_stats();
+    EXPECT_EQ(after.fds, before.fds);
+    EXPECT_EQ(after.mappings, before.mappings);
+    EXPECT_EQ(after.mapped_bytes, before.mapped_bytes);
+}
+
+TEST_F(SessionTest, create_qp_checks_type_caps_and_rings) {
+    Client c(resources, ports);
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const Handle cq = c.cq();
+    shm::CreateQpReply out{};
+    EXPECT_EQ(c.qp(pd, cq, out, IBV_QPT_RAW_PACKET), EINVAL);
+    EXPECT_EQ(c.qp(pd, kNoHandle, out), EINVAL);
+    EXPECT_EQ(c.qp(pd, cq, out, IBV_QPT_UD), 0);
+    EXPECT_EQ(out.cap.max_send_wr, 16u);
+
+    const shm::Layout l = shm::qp_layout(16, 16);
+    ClientMemfd m(l.bytes);  // rings not formatted
+    shm::CreateQpReq req{pd, cq, cq, kNoHandle, IBV_QPT_RC, 0, {16, 16, 1, 1, 0}, 16, 16};
+    FdList fds = fds_of({m.fd()});
+    EXPECT_EQ(c.session.create_qp(req, fds, out), EINVAL);
+    req.cap.max_send_sge = 17;
+    FdList fds2 = fds_of({m.fd()});
+    EXPECT_EQ(c.session.create_qp(req, fds2, out), EINVAL);
+    req.cap.max_send_sge = 1;
+    req.sq_capacity = 8;  // below max_send_wr
+    FdList fds3 = fds_of({m.fd()});
+    EXPECT_EQ(c.session.create_qp(req, fds3, out), EINVAL);
+}
+
+TEST_F(SessionTest, qp_steps_reset_init_rtr_rts_with_checked_values) {
+    Client c(resources, ports);
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const Handle cq = c.cq();
+    shm::CreateQpReply qp{};
+    ASSERT_EQ(c.qp(pd, cq, qp), 0);
+    const Qp* q = c.session.qp(qp.qp);
+    auto shared_state = [&] {
+        return std::atomic_ref<std::uint32_t>(q->control->state).load(std::memory_order_acquire);
+    };
+
+    shm::QpAttr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+    const std::uint32_t to_init =
+        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    a.pkey_index = 1;
+    EXPECT_EQ(c.modify(qp.qp, to_init, a), EINVAL);  // one pkey
+    a.pkey_index = 0;
+    a.qp_access_flags = 1u << 9;
+    EXPECT_EQ(c.modify(qp.qp, to_init, a), EINVAL);
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    EXPECT_EQ(c.modify(qp.qp, to_init, a), 0);
+    EXPECT_EQ(shared_state(), std::uint32_t{IBV_QPS_INIT});
+
+    shm::QpAttr r{};
+    r.qp_state = IBV_QPS_RTR;
+    r.path_mtu = IBV_MTU_1024;
+    r.dest_qp_num = 0x123456;
+    r.rq_psn = 0xabcdef;
+    r.max_dest_rd_atomic = 4;
+    r.min_rnr_timer = 12;
+    r.ah_attr.is_global = 1;
+    r.ah_attr.port_num = 1;
+    const std::uint8_t dgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 2};
+    std::memcpy(r.ah_attr.dgid, dgid, 16);
+    const std::uint32_t to_rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    auto bad = r;
+    bad.path_mtu = IBV_MTU_2048;  // above the port's active 1024
+    EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
+    bad = r;
+    bad.min_rnr_timer = 32;
+    EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
+    bad = r;
+    bad.max_dest_rd_atomic = 17;
+    EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
+    bad = r;
+    bad.dest_qp_num = 1u << 24;
+    EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
+    bad = r;
+    bad.ah_attr.dgid[12] = 0, bad.ah_attr.dgid[10] = 0;  // an IPv6 address
+    EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
+    bad = r;
+    bad.ah_attr.sgid_index = 1;
+    EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
+    EXPECT_EQ(c.modify(qp.qp, to_rtr | IBV_QP_ALT_PATH, r), EINVAL);
+    EXPECT_EQ(c.modify(qp.qp, to_rtr, r), 0);
+
+    shm::QpAttr s{};
+    s.qp_state = IBV_QPS_RTS;
+    s.timeout = 14;
+    s.retry_cnt = 7;
+    s.rnr_retry = 7;
+    s.sq_psn = 0x1000000;
+    s.max_rd_atomic = 16;
+    const std::uint32_t to_rts = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+    EXPECT_EQ(c.modify(qp.qp, to_rts, s), EINVAL);  // PSN wider than 24 bits
+    s.sq_psn = 0xffffff;
+    s.retry_cnt = 8;
+    EXPECT_EQ(c.modify(qp.qp, to_rts, s), EINVAL);
+    s.retry_cnt = 7;
+    s.cur_qp_state = IBV_QPS_INIT;  // wrong current state
+    EXPECT_EQ(c.modify(qp.qp, to_rts | IBV_QP_CUR_STATE, s), EINVAL);
+    s.cur_qp_state = IBV_QPS_RTR;
+    EXPECT_EQ(c.modify(qp.qp, to_rts | IBV_QP_CUR_STATE, s), 0);
+    EXPECT_EQ(shared_state(), std::uint32_t{IBV_QPS_RTS});
+
+    const shm::QueryQpReply got = c.query(qp.qp);
+    EXPECT_EQ(got.attr.qp_state, std::uint32_t{IBV_QPS_RTS});
+    EXPECT_EQ(got.attr.qp_access_flags, std::uint32_t{IBV_ACCESS_REMOTE_WRITE});
+    EXPECT_EQ(got.attr.port_num, 1u);
+    EXPECT_EQ(got.attr.dest_qp_num, 0x123456u);
+    EXPECT_EQ(got.attr.rq_psn, 0xabcdefu);
+    EXPECT_EQ(got.attr.sq_psn, 0xffffffu);
+    EXPECT_EQ(got.attr.path_mtu, std::uint32_t{IBV_MTU_1024});
+    EXPECT_EQ(got.attr.max_rd_atomic, 16u);
+    EXPECT_EQ(got.attr.ah_attr.dgid[15], 2u);
+    EXPECT_EQ(got.attr.cap.max_send_wr, 16u);
+    EXPECT_EQ(got.qp_type, std::uint32_t{IBV_QPT_RC});
+    EXPECT_EQ(got.pd, pd);
+    EXPECT_EQ(got.send_cq, cq);
+    EXPECT_EQ(got.srq, kNoHandle);
+
+    // RTS -> INIT is no transition; ERR from anywhere; RESET forgets the attributes.
+    EXPECT_EQ(c.modify(qp.qp, to_init, a), EINVAL);
+    shm::QpAttr e{};
+    e.qp_state = IBV_QPS_ERR;
+    EXPECT_EQ(c.modify(qp.qp, IBV_QP_STATE, e), 0);
+    EXPECT_EQ(shared_state(), std::uint32_t{IBV_QPS_ERR});
+    e.qp_state = IBV_QPS_RESET;
+    EXPECT_EQ(c.modify(qp.qp, IBV_QP_STATE, e), 0);
+    const shm::QueryQpReply reset = c.query(qp.qp);
+    EXPECT_EQ(reset.attr.qp_state, std::uint32_t{IBV_QPS_RESET});
+    EXPECT_EQ(reset.attr.dest_qp_num, 0u);
+    EXPECT_EQ(reset.attr.sq_psn, 0u);
+    EXPECT_EQ(reset.attr.cap.max_send_wr, 16u);
+    EXPECT_EQ(shared_state(), std::uint32_t{IBV_QPS_RESET});
+    e.qp_state = 7;  // IBV_QPS_UNKNOWN
+    EXPECT_EQ(c.modify(qp.qp, IBV_QP_STATE, e), EINVAL);
+}
+
+TEST_F(SessionTest, cq_in_use_by_a_qp_is_busy) {
+    Client c(resources, ports);
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const Handle cq = c.cq();
+    shm::CreateQpReply qp{};
+    ASSERT_EQ(c.qp(pd, cq, qp), 0);
+    FdList none;
+    EXPECT_EQ(c.session.destroy_cq({cq, 0}, none, c.none), EBUSY);
+    EXPECT_EQ(c.session.cq(cq)->refs, 2u);  // send and receive
+    EXPECT_EQ(c.destroy_pd(pd), EBUSY);
+    EXPECT_EQ(c.session.destroy_qp({qp.qp, 0}, none, c.none), 0);
+    EXPECT_EQ(c.session.destroy_cq({cq, 0}, none, c.none), 0);
+    EXPECT_EQ(c.destroy_pd(pd), 0);
+}
+
+TEST_F(SessionTest, create_cq_checks_depth_and_capacity) {
+    Client c(resources, ports);
+    ASSERT_EQ(c.open(), 0);
+    const shm::Layout l = shm::cq_layout(16);
+    ClientMemfd m(l.bytes);
+    ASSERT_TRUE(shm::RingConsumer<shm::Cqe>::init(m.span(l.ring0), 16));
+    shm::CreateCqReply out{};
+    for (shm::CreateCqReq req :
+         {shm::CreateCqReq{16, 16, kNoHandle, 0},  // capacity not above cqe
+          shm::CreateCqReq{0, 16, kNoHandle, 0}, shm::CreateCqReq{65536, 131072, kNoHandle, 0},
+          shm::CreateCqReq{15, 24, kNoHandle, 0},
+          shm::CreateCqReq{15, 16, 0x10000, 0},     // no such channel
+          shm::CreateCqReq{7, 8, kNoHandle, 0}}) {  // ring of 16, not 8
+        FdList fds = fds_of({m.fd()});
+        EXPECT_EQ(c.session.create_cq(req, fds, out), EINVAL) << req.cqe << " " << req.capacity;
+    }
+    FdList fds = fds_of({m.fd()});
+    EXPECT_EQ(c.session.create_cq({15, 16, kNoHandle, 0}, fds, out), 0);
+    EXPECT_EQ(out.cqe, 15u);
+}
+
+}  // namespace
+}  // namespace snic::daemon
