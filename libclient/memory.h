@@ -1,0 +1,48 @@
+// Making application memory shared with snicd (docs/LIBSNIC.md, "Memory
+// registration"): a process-wide registry of the memfds that back memory
+// libsnic has already shared, and the in-place move of private anonymous
+// pages into a new memfd, so that the application keeps its pointers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shm/control.h"
+
+namespace snic::client {
+
+// One memfd that backs [addr, addr+len) of this process, from memfd offset 0.
+struct Share {
+    std::uintptr_t addr;
+    std::size_t len;
+    int fd;                    // owned: closed with the Share
+    std::uint64_t ino;         // the memfd's inode, to recognise its mappings in /proc/self/maps
+    std::uint32_t refs;        // memory regions using it (under the registry's lock)
+    std::uint64_t idle_since;  // release order, for evicting idle shares
+    ~Share();
+};
+
+// The memory of one registration, as segments of memfds.
+struct SharedRange {
+    std::vector<shm::MrSegment> segs;
+    std::vector<int> fds;                        // one per segment (borrowed from the shares)
+    std::vector<std::shared_ptr<Share>> shares;  // referenced, one per segment
+};
+
+// Makes the pages that hold [addr, addr+len) shared: reuses shares that
+// already back some of them and moves the others into new memfds. On failure
+// returns EINVAL (after one line on stderr naming the range and why) or
+// another errno, and changes no reference count.
+int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out);
+
+// Drops the references share_range took.
+void unshare(std::vector<std::shared_ptr<Share>>& shares);
+
+// ibv_fork_init was called: memory moved from now on is not inherited by children.
+void set_dontfork();
+bool dontfork();
+
+}  // namespace snic::client

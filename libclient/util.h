@@ -1,0 +1,131 @@
+// Small tools of libsnic: owned fds and mappings, a spinlock for ring
+// producers and consumers, the C-boundary guard and the one-line messages.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <utility>
+
+// Everything libsnic exports: unversioned, so that under LD_PRELOAD each one
+// interposes libibverbs' versioned symbol of the same name.
+#define SNIC_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace snic::client {
+
+// An owned file descriptor.
+class Fd {
+  public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    Fd& operator=(Fd&& o) noexcept {
+        if (this != &o) reset(std::exchange(o.fd_, -1));
+        return *this;
+    }
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    ~Fd() { reset(); }
+
+    int get() const { return fd_; }
+    explicit operator bool() const { return fd_ >= 0; }
+    int release() { return std::exchange(fd_, -1); }
+    void reset(int fd = -1) {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = fd;
+    }
+
+  private:
+    int fd_ = -1;
+};
+
+// An owned shared mapping.
+class Mapping {
+  public:
+    Mapping() = default;
+    Mapping(void* addr, std::size_t len) : addr_(addr), len_(len) {}
+    Mapping(Mapping&& o) noexcept
+        : addr_(std::exchange(o.addr_, nullptr)), len_(std::exchange(o.len_, 0)) {}
+    Mapping& operator=(Mapping&& o) noexcept {
+        if (this != &o) {
+            reset();
+            addr_ = std::exchange(o.addr_, nullptr);
+            len_ = std::exchange(o.len_, 0);
+        }
+        return *this;
+    }
+    Mapping(const Mapping&) = delete;
+    Mapping& operator=(const Mapping&) = delete;
+    ~Mapping() { reset(); }
+
+    std::byte* data() const { return static_cast<std::byte*>(addr_); }
+    std::size_t size() const { return len_; }
+    void reset() {
+        if (addr_ != nullptr) ::munmap(addr_, len_);
+        addr_ = nullptr;
+        len_ = 0;
+    }
+
+  private:
+    void* addr_ = nullptr;
+    std::size_t len_ = 0;
+};
+
+// The lock of one ring end: verbs lets several threads post to (or poll) the
+// same queue, the ring has one producer (consumer) at a time. Held for a few
+// hundred nanoseconds at most, so it spins instead of sleeping.
+class SpinLock {
+  public:
+    void lock() noexcept {
+        while (locked_.exchange(true, std::memory_order_acquire)) {
+            while (locked_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+        }
+    }
+    void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+  private:
+    std::atomic<bool> locked_{false};
+};
+
+// Runs f at the C boundary: no exception crosses it. A failed allocation sets
+// errno ENOMEM, anything else EIO, and `fail` is returned.
+template <class R, class F>
+R guarded(R fail, F&& f) noexcept {
+    try {
+        return f();
+    } catch (const std::bad_alloc&) {
+        errno = ENOMEM;
+    } catch (...) {
+        errno = EIO;
+    }
+    return fail;
+}
+
+// Sets errno and returns the null pointer (for the verbs that return objects).
+template <class T = void>
+T* fail_null(int err) {
+    errno = err;
+    return nullptr;
+}
+
+// One line on stderr, prefixed "libsnic: ".
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// The smallest power of two >= n (n >= 1), or 0 when it does not fit 32 bits.
+constexpr std::uint32_t pow2_at_least(std::uint64_t n) {
+    std::uint64_t p = 1;
+    while (p < n) p <<= 1;
+    return p > (std::uint64_t{1} << 31) ? 0 : static_cast<std::uint32_t>(p);
+}
+
+// Environment knobs (docs/LIBSNIC.md).
+const char* socket_dirs();   // SNIC_SOCKET_DIR, default /run/snic (":"-separated list)
+int discovery_timeout_ms();  // SNIC_DISCOVERY_TIMEOUT_MS, default 500
+int control_timeout_ms();    // SNIC_CTRL_TIMEOUT_MS, default 10000
+
+}  // namespace snic::client
