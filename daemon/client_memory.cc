@@ -1,6 +1,7 @@
 #include "daemon/client_memory.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -154,11 +155,18 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
     return Mapping(range, total, static_cast<std::uint32_t>(segs.size()), owner_bytes);
 }
 
-bool is_eventfd(int fd) {
-    const std::string link = "/proc/self/fd/" + std::to_string(fd);
-    char target[64] = {};
-    const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
-    return n > 0 && std::string_view(target, static_cast<std::size_t>(n)) == "anon_inode:[eventfd]";
+bool is_notify_socket(int fd) {
+    int type = 0, domain = 0;
+    socklen_t len = sizeof type;
+    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return false;
+    len = sizeof domain;
+    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return false;
+    return type == SOCK_STREAM && domain == AF_UNIX;
+}
+
+bool notify(int fd) {
+    const char one = 1;
+    return ::send(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1;
 }
 
 }  // namespace snic::daemon

@@ -1,4 +1,4 @@
-// What snicd holds of a client's: the file descriptors it keeps (eventfds) and the mappings
+// What snicd holds of a client's: the file descriptors it keeps (notification sockets) and the mappings
 // of the memfds the client passed (object rings and registered memory). Every holding is
 // an RAII object, counted daemon-wide (snicctl resources) and, for mappings, in the bytes of
 // the session that owns it; a memfd is checked before it is mapped: a regular file, sealed
@@ -54,7 +54,7 @@ struct ClientMemoryStats {
 };
 ClientMemoryStats client_memory_stats();
 
-// A client's descriptor snicd keeps (eventfd), counted in ClientMemoryStats::fds.
+// A client's descriptor snicd keeps (notification socket), counted in ClientMemoryStats::fds.
 class ClientFd {
   public:
     ClientFd() = default;
@@ -114,7 +114,11 @@ Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes
 Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
                            bool writable, std::uint64_t* owner_bytes);
 
-// Whether `fd` is an eventfd.
-bool is_eventfd(int fd);
+// Whether `fd` is a notification socket (an AF_UNIX SOCK_STREAM end, see shm/control.h).
+bool is_notify_socket(int fd);
+
+// Signals one event on a notification socket without ever blocking: false when the
+// client's end is full (it is not reading its events) or gone.
+bool notify(int fd);
 
 }  // namespace snic::daemon

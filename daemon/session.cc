@@ -1,5 +1,7 @@
 #include "daemon/session.h"
 
+#include "daemon/completion.h"
+
 #include <infiniband/verbs.h>
 
 #include <algorithm>
@@ -110,7 +112,7 @@ Session::~Session() {
     pds_.clear();
     async_ring_.reset();
     async_map_.reset();
-    async_eventfd_ = ClientFd{};
+    async_notify_ = ClientFd{};
     r_.remove_session(this);
 }
 
@@ -141,8 +143,9 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
         return refuse(EINVAL, op,
                       fmt::format("no port {} ({} configured)", req.port_index, ports_.size()));
     if (req.transport != 0) return refuse(EINVAL, op, "transport must be 0 (RoCEv2)");
-    if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: async eventfd, async memfd");
-    if (!is_eventfd(fds.get(0))) return refuse(EINVAL, op, "first fd is not an eventfd");
+    if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: async notification socket, async memfd");
+    if (!is_notify_socket(fds.get(0)))
+        return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
 
     const shm::Layout layout = shm::async_layout(shm::kAsyncCapacity);
     auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
@@ -158,7 +161,7 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     const DevicePort& port = ports_[req.port_index];
     async_map_ = std::move(*map);
     async_ring_ = *ring;
-    async_eventfd_ = ClientFd(fds.take(0));
+    async_notify_ = ClientFd(fds.take(0));
     port_ = &port;
 
     out = {};
@@ -314,8 +317,9 @@ int Session::dealloc_mw(const shm::HandleReq& req, FdList&, shm::Empty&) {
 
 int Session::create_channel(const shm::Empty&, FdList& fds, shm::HandleReply& out) {
     constexpr const char* op = "create_channel";
-    if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: eventfd, memfd");
-    if (!is_eventfd(fds.get(0))) return refuse(EINVAL, op, "first fd is not an eventfd");
+    if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: notification socket, memfd");
+    if (!is_notify_socket(fds.get(0)))
+        return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
     if (!r_.reserve(ObjKind::channel, counts_)) return refuse(ENOMEM, op, "channel limit reached");
     auto ch = std::make_unique<Channel>();
     ch->counted = Counted(r_, ObjKind::channel, counts_);
@@ -331,7 +335,7 @@ int Session::create_channel(const shm::Empty&, FdList& fds, shm::HandleReply& ou
                                   shm::kChannelCapacity));
     ch->map = std::move(*map);
     ch->ring = *ring;
-    ch->eventfd = ClientFd(fds.take(0));
+    ch->notify = ClientFd(fds.take(0));
 
     const shm::Handle h = channels_.insert(std::move(ch));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
@@ -707,8 +711,45 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
     if ((mask & qa::dest_qpn) != 0) s.dest_qp_num = a.dest_qp_num;
     qp->state = next;
     store_qp_state(qp->control, next);
+    if (next != cur) enter_state(*qp, cur, next);
     out = {static_cast<std::uint32_t>(next), 0};
     return 0;
+}
+
+void Session::enter_state(Qp& qp, QpState cur, QpState next) {
+    switch (next) {
+        case QpState::reset: {  // the queues are emptied without completions
+            shm::SendWqe s;
+            while (qp.sq && qp.sq->try_pop(s)) {
+            }
+            shm::RecvWqe r;
+            while (qp.rq && qp.rq->try_pop(r)) {
+            }
+            break;
+        }
+        case QpState::err: {
+            const FlushResult f = flush_qp(qp);
+            if (f.send_cq_overflow) post_async(IBV_EVENT_CQ_ERR, qp.send_cq_handle);
+            if (f.recv_cq_overflow && qp.recv_cq_handle != qp.send_cq_handle)
+                post_async(IBV_EVENT_CQ_ERR, qp.recv_cq_handle);
+            // No more WQEs will be taken from the SRQ for this QP (IBA 11.6.3.2).
+            if (qp.srq) post_async(IBV_EVENT_QP_LAST_WQE_REACHED, qp.handle);
+            break;
+        }
+        case QpState::sqd:
+            // Drained once no message is in flight; until the transport runs a QP, none is.
+            if (cur == QpState::rts && qp.attr.en_sqd_async_notify != 0)
+                post_async(IBV_EVENT_SQ_DRAINED, qp.handle);
+            break;
+        default:
+            break;
+    }
+}
+
+bool Session::post_async(std::uint32_t type, std::uint32_t handle) {
+    if (!async_ring_ || !async_ring_->try_push(shm::AsyncEvent{type, handle})) return false;
+    notify(async_notify_.get());
+    return true;
 }
 
 int Session::query_qp(const shm::HandleReq& req, FdList&, shm::QueryQpReply& out) {

@@ -112,7 +112,7 @@ struct Mw {
 struct Channel {
     Counted counted;
     shm::Handle handle = shm::kNoHandle;
-    ClientFd eventfd;
+    ClientFd notify;  // the channel's notification socket
     Mapping map;
     std::optional<shm::RingProducer<std::uint32_t>> ring;  // CQ handles, snicd produces
     std::uint32_t refs = 0;                                // CQs
@@ -217,6 +217,11 @@ class Session {
     // Logs why `op` was refused (debug level) and returns `err`.
     int refuse(int err, const char* op, std::string_view why) const;
     int check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const;
+    // Queues an asynchronous event (ibv_event_type) about `handle` and signals the
+    // context's notification socket; false when the client's event ring is full.
+    bool post_async(std::uint32_t type, std::uint32_t handle);
+    // What entering `next` from `cur` does to the QP's queues and which events it raises.
+    void enter_state(Qp& qp, roce::QpState cur, roce::QpState next);
 
     Resources& r_;
     const std::span<const DevicePort> ports_;
@@ -227,7 +232,7 @@ class Session {
     std::uint64_t mapped_bytes_ = 0;
 
     const DevicePort* port_ = nullptr;  // set by open_device
-    ClientFd async_eventfd_;
+    ClientFd async_notify_;
     Mapping async_map_;
     std::optional<shm::RingProducer<shm::AsyncEvent>> async_ring_;
 

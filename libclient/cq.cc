@@ -2,9 +2,8 @@
 //
 // A CQ is a ring of Cqe that snicd produces and the client consumes; its
 // memfd starts with CqControl, whose arm word ibv_req_notify_cq sets. A
-// completion channel is an eventfd and a ring of CQ handles: snicd pushes the
-// handle of an armed CQ that got an entry and then writes the eventfd.
-#include <sys/eventfd.h>
+// completion channel is a notification socket and a ring of CQ handles: snicd
+// pushes the handle of an armed CQ that got an entry, then writes one byte.
 
 #include <cstring>
 
@@ -230,8 +229,9 @@ SNIC_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* c) {
     return guarded<ibv_comp_channel*>(nullptr, [&]() -> ibv_comp_channel* {
         Context* ctx = to_ctx(c);
         auto ch = std::make_unique<Channel>();
-        Fd efd(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE));
-        if (!efd) return fail_null<ibv_comp_channel>(errno);
+        Fd ours, theirs;
+        if (const int err = make_notify_pair(&ours, &theirs); err != 0)
+            return fail_null<ibv_comp_channel>(err);
         const shm::Layout lay = shm::channel_layout(shm::kChannelCapacity);
         Fd memfd;
         if (const int err = make_shared_area("libsnic-channel", lay.bytes, &memfd, &ch->map);
@@ -242,13 +242,13 @@ SNIC_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* c) {
         if (!ring) return fail_null<ibv_comp_channel>(EINVAL);
         ch->ring = *ring;
         shm::HandleReply rep{};
-        const int fds[2] = {efd.get(), memfd.get()};
+        const int fds[2] = {theirs.get(), memfd.get()};
         if (const int err = ctx->conn.call(shm::CtrlOp::create_channel, shm::Empty{}, &rep, fds);
             err != 0)
             return fail_null<ibv_comp_channel>(err);
         ch->handle = rep.handle;
         ch->ch.context = c;
-        ch->ch.fd = efd.release();
+        ch->ch.fd = ours.release();
         ch->ch.refcnt = 0;
         std::lock_guard lock(ctx->objs_mu);
         ctx->channels.insert(ch.get());
@@ -316,10 +316,10 @@ SNIC_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, voi
         Channel* ch = to_channel(channel);
         Context* ctx = to_ctx(channel->context);
         for (;;) {
-            std::uint64_t v;
-            const ssize_t n = ::read(channel->fd, &v, sizeof v);
-            if (n < 0 && errno == EINTR) continue;
-            if (n != sizeof v) return -1;  // errno from read (EAGAIN when non-blocking)
+            if (const int err = take_notify(channel->fd); err != 0) {
+                errno = err;  // EAGAIN when the application made the channel non-blocking
+                return -1;
+            }
             std::uint32_t handle;
             {
                 std::lock_guard lock(ch->mu);

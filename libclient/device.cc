@@ -2,7 +2,6 @@
 // the query verbs (device, port, GID, pkey) and asynchronous events.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -273,8 +272,9 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
                 std::strerror(err));
             return fail_null<ibv_context>(err == ENOENT || err == ECONNREFUSED ? ENODEV : err);
         }
-        ctx->async_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE));
-        if (!ctx->async_fd) return fail_null<ibv_context>(errno);
+        Fd theirs;
+        if (const int err = make_notify_pair(&ctx->async_fd, &theirs); err != 0)
+            return fail_null<ibv_context>(err);
         const shm::Layout lay = shm::async_layout(shm::kAsyncCapacity);
         Fd memfd;
         if (const int err = make_shared_area("libsnic-async", lay.bytes, &memfd, &ctx->async_map);
@@ -288,7 +288,7 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 
         const shm::OpenDeviceReq req{dev->port_index, 0};
         shm::OpenDeviceReply rep{};
-        const int fds[2] = {ctx->async_fd.get(), memfd.get()};
+        const int fds[2] = {theirs.get(), memfd.get()};
         if (const int err = ctx->conn.call(shm::CtrlOp::open_device, req, &rep, fds); err != 0) {
             if (err != EPROTO)
                 say("snicd at %s refused to open %s: %s", dev->socket_path, dev->dev.name,
@@ -479,10 +479,10 @@ SNIC_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* event) {
     return guarded(-1, [&] {
         Context* ctx = to_ctx(c);
         for (;;) {
-            std::uint64_t v;
-            const ssize_t n = ::read(ctx->async_fd.get(), &v, sizeof v);
-            if (n < 0 && errno == EINTR) continue;
-            if (n != sizeof v) return -1;  // errno from read (EAGAIN when non-blocking)
+            if (const int err = take_notify(ctx->async_fd.get()); err != 0) {
+                errno = err;  // EAGAIN when the application made async_fd non-blocking
+                return -1;
+            }
             shm::AsyncEvent ev;
             {
                 std::lock_guard lock(ctx->async_mu);

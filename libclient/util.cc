@@ -2,6 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdarg>
 #include <cstdio>
@@ -11,6 +15,24 @@
 #include "libclient/internal.h"
 
 namespace snic::client {
+
+int make_notify_pair(Fd* ours, Fd* theirs) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return errno;
+    ours->reset(sv[0]);
+    theirs->reset(sv[1]);
+    return 0;
+}
+
+int take_notify(int fd) {
+    for (;;) {
+        char byte;
+        const ssize_t n = ::read(fd, &byte, 1);
+        if (n == 1) return 0;
+        if (n == 0) return EIO;  // snicd closed its end
+        if (errno != EINTR) return errno;
+    }
+}
 
 void say(const char* fmt, ...) {
     char line[512];

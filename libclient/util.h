@@ -44,6 +44,14 @@ class Fd {
     int fd_ = -1;
 };
 
+// A notification socket pair (shm/control.h): `ours` is read, one byte per event;
+// `theirs` goes to snicd. Returns 0 or an errno.
+int make_notify_pair(Fd* ours, Fd* theirs);
+
+// Waits for and takes one event from our end: 0, or an errno (EAGAIN when the
+// caller made the fd non-blocking and nothing is there; EIO when snicd is gone).
+int take_notify(int fd);
+
 // An owned shared mapping.
 class Mapping {
   public:

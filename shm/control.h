@@ -1,8 +1,14 @@
 // Control messages between snicd and its clients (libsnic, snicctl) on the
 // daemon's Unix SOCK_SEQPACKET socket: one request, one reply, each a single
 // datagram that starts with CtrlHeader, followed by the op's fixed-size body.
-// File descriptors (memfds, eventfds) travel with the request as SCM_RIGHTS, in
-// the order each op names. Fixed-width fields, host byte order (one host).
+// File descriptors (memfds, notification sockets) travel with the request as
+// SCM_RIGHTS, in the order each op names.
+//
+// A notification socket is one end of an AF_UNIX SOCK_STREAM socketpair that the
+// client made: snicd writes one byte per event to it with send(MSG_DONTWAIT), which
+// never blocks whatever the client does to its own end (an eventfd's or pipe's
+// write could be made to block by a hostile client). The client reads one byte per
+// event (ibv_get_cq_event, ibv_get_async_event) from the other end. Fixed-width fields, host byte order (one host).
 //
 // One connection is one client session. A session that opens a device (one
 // ibv_context) owns the objects it creates; closing the socket, by exit or
@@ -28,13 +34,13 @@ inline constexpr Handle kNoHandle = 0xffffffffu;
 
 enum class CtrlOp : std::uint16_t {
     status = 1,       // -> StatusReply
-    open_device,      // OpenDeviceReq, fds [async eventfd, async memfd] -> OpenDeviceReply
+    open_device,      // OpenDeviceReq, fds [async notification socket, async memfd] -> OpenDeviceReply
     query_port,       // -> QueryPortReply
     alloc_pd,         // -> HandleReply
     dealloc_pd,       // HandleReq
     reg_mr,           // RegMrReq, one memfd per segment -> RegMrReply
     dereg_mr,         // HandleReq
-    create_channel,   // fds [eventfd, memfd] -> HandleReply
+    create_channel,   // fds [notification socket, memfd] -> HandleReply
     destroy_channel,  // HandleReq
     create_cq,        // CreateCqReq, fds [memfd] -> CreateCqReply
     destroy_cq,       // HandleReq

@@ -173,14 +173,15 @@ class Conn:
     # -- ops with their bodies
 
     def open_device(self, port: int = 0) -> tuple[bytes, str]:
-        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_SEMAPHORE)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         size = async_layout_bytes()
         mfd = memfd(size)
         try:
             format_ring(mfd, size, 0, ASYNC_CAPACITY, ASYNC_EVENT_SIZE)
-            reply = self.call("open_device", struct.pack("<II", port, 0), (efd, mfd))
+            reply = self.call("open_device", struct.pack("<II", port, 0), (theirs.fileno(), mfd))
         finally:
-            os.close(efd)
+            ours.close()
+            theirs.close()
             os.close(mfd)
         limits, name = OPEN_DEVICE_REPLY.unpack(reply)
         return limits, name.rstrip(b"\0").decode()
@@ -204,14 +205,15 @@ class Conn:
         return CREATE_CQ_REPLY.unpack(reply)[0]
 
     def create_channel(self) -> int:
-        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_SEMAPHORE)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         size = channel_layout_bytes()
         fd = memfd(size)
         try:
             format_ring(fd, size, 0, CHANNEL_CAPACITY, 4)
-            reply = self.call("create_channel", b"", (efd, fd))
+            reply = self.call("create_channel", b"", (theirs.fileno(), fd))
         finally:
-            os.close(efd)
+            ours.close()
+            theirs.close()
             os.close(fd)
         return HANDLE.unpack(reply)[0]
 
@@ -439,6 +441,25 @@ def test_ops_before_open_device_are_refused(snicd):
         with pytest.raises(Refused) as e:
             c.open_device(port=0)  # once per session
         assert e.value.status == errno.EINVAL
+
+
+def test_notification_fds_must_be_stream_sockets(snicd):
+    """snicd signals events with send(MSG_DONTWAIT) on an AF_UNIX stream socket, which
+    a client cannot make block; an eventfd or a pipe (whose write a client could make
+    block) is refused."""
+    size = async_layout_bytes()
+    for make in (lambda: os.eventfd(0, os.EFD_CLOEXEC), lambda: os.pipe()[1],
+                 lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).detach()):
+        bad = make()
+        mfd = memfd(size)
+        try:
+            format_ring(mfd, size, 0, ASYNC_CAPACITY, ASYNC_EVENT_SIZE)
+            with Conn(snicd.ctrl) as c:
+                status = c.request("open_device", struct.pack("<II", 0, 0), (bad, mfd))[0]
+                assert status == errno.EINVAL
+        finally:
+            os.close(bad)
+            os.close(mfd)
 
 
 def test_open_device_and_query_port(snicd):

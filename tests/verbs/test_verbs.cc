@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1048,6 +1049,203 @@ TEST_F(Verbs, CloseReleasesWhatTheContextStillHolds) {
     a.cap = {4, 4, 1, 1, 0};
     ASSERT_NE(ibv_create_qp(pd, &a), nullptr);
     EXPECT_EQ(ibv_close_device(c), 0);
+}
+
+// ---- completions and events: a QP entering the error state flushes its queues ----
+
+// Waits (bounded) until `fd` is readable: events are delivered, not slept for.
+bool readable(int fd, int timeout_ms = 5000) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+TEST_F(Verbs, ErrorStateFlushesEveryPostedWqeInOrderAndWakesTheChannel) {
+    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    ASSERT_NE(ch, nullptr);
+    ibv_cq* cq = ibv_create_cq(ctx_, 32, this, ch, 0);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    to_rts(qp);
+    std::vector<char> buf(4096);
+    ibv_mr* mr = ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey};
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        ibv_recv_wr rwr{};
+        rwr.wr_id = 100 + i;
+        rwr.sg_list = &sge;
+        rwr.num_sge = 1;
+        ibv_recv_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_recv(qp, &rwr, &bad), 0);
+    }
+    for (std::uint64_t i = 0; i < 2; ++i) {
+        ibv_send_wr swr{};
+        swr.wr_id = 200 + i;
+        swr.sg_list = &sge;
+        swr.num_sge = 1;
+        swr.opcode = i == 0 ? IBV_WR_SEND : IBV_WR_RDMA_READ;
+        swr.wr.rdma.remote_addr = 0x1000;
+        swr.wr.rdma.rkey = 1;
+        swr.send_flags = 0;  // unsignaled: an error completion is reported all the same
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_send(qp, &swr, &bad), 0);
+    }
+    ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+
+    ASSERT_TRUE(readable(ch->fd)) << "no completion event";
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+    EXPECT_EQ(ev_cq, cq);
+    EXPECT_EQ(ev_ctx, this);
+    ibv_ack_cq_events(cq, 1);
+
+    ibv_wc wc[8];
+    const int n = ibv_poll_cq(cq, 8, wc);
+    ASSERT_EQ(n, 5);
+    const std::uint64_t want_id[5] = {200, 201, 100, 101, 102};
+    const ibv_wc_opcode want_op[5] = {IBV_WC_SEND, IBV_WC_RDMA_READ, IBV_WC_RECV, IBV_WC_RECV,
+                                      IBV_WC_RECV};
+    for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(wc[i].wr_id, want_id[i]) << i;
+        EXPECT_EQ(wc[i].status, IBV_WC_WR_FLUSH_ERR) << i;
+        EXPECT_EQ(wc[i].opcode, want_op[i]) << i;
+        EXPECT_EQ(wc[i].qp_num, qp->qp_num) << i;
+    }
+    EXPECT_EQ(ibv_poll_cq(cq, 8, wc), 0);
+    // The CQ was armed once: no second event without a new arm.
+    EXPECT_FALSE(readable(ch->fd, 50));
+
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST_F(Verbs, UnarmedCqGetsCompletionsButNoEvent) {
+    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    ASSERT_NE(ch, nullptr);
+    ibv_cq* cq = ibv_create_cq(ctx_, 8, nullptr, ch, 0);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 7;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_recv(qp, &rwr, &bad), 0);
+    a = {};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    ibv_wc wc{};
+    ASSERT_EQ(ibv_poll_cq(cq, 1, &wc), 1);
+    EXPECT_EQ(wc.wr_id, 7u);
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_FALSE(readable(ch->fd, 50));
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST_F(Verbs, SolicitedOnlyArmIsWokenByAnErrorCompletion) {
+    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    ASSERT_NE(ch, nullptr);
+    ibv_cq* cq = ibv_create_cq(ctx_, 8, nullptr, ch, 0);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 9;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_recv(qp, &rwr, &bad), 0);
+    ASSERT_EQ(ibv_req_notify_cq(cq, 1), 0);
+    a = {};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    ASSERT_TRUE(readable(ch->fd));
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+    EXPECT_EQ(ev_cq, cq);
+    ibv_ack_cq_events(cq, 1);
+    ibv_wc wc{};
+    EXPECT_EQ(ibv_poll_cq(cq, 1, &wc), 1);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST_F(Verbs, SrqQpEnteringErrorRaisesLastWqeReached) {
+    ibv_cq* cq = make_cq();
+    ibv_srq_init_attr sa{};
+    sa.attr.max_wr = 8;
+    sa.attr.max_sge = 1;
+    ibv_srq* srq = ibv_create_srq(pd_, &sa);
+    ASSERT_NE(srq, nullptr);
+    ibv_qp* qp = make_qp(cq, 16, 0, srq);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    a = {};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    ASSERT_TRUE(readable(ctx_->async_fd)) << "no async event";
+    ibv_async_event ev{};
+    ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+    EXPECT_EQ(ev.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
+    EXPECT_EQ(ev.element.qp, qp);
+    ibv_ack_async_event(&ev);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_srq(srq), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+TEST_F(Verbs, DrainingTheSendQueueRaisesSqDrainedWhenAsked) {
+    ibv_cq* cq = make_cq();
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    to_rts(qp);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_SQD;
+    a.en_sqd_async_notify = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
+    ASSERT_TRUE(readable(ctx_->async_fd)) << "no async event";
+    ibv_async_event ev{};
+    ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+    EXPECT_EQ(ev.event_type, IBV_EVENT_SQ_DRAINED);
+    EXPECT_EQ(ev.element.qp, qp);
+    ibv_ack_async_event(&ev);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+TEST_F(Verbs, ResetDiscardsPostedWqesWithoutCompletions) {
+    ibv_cq* cq = make_cq();
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    ibv_recv_wr rwr{};
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_recv(qp, &rwr, &bad), 0);
+    a = {};
+    a.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    a = {};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    ibv_wc wc{};
+    EXPECT_EQ(ibv_poll_cq(cq, 1, &wc), 0) << "a WQE discarded by reset was flushed later";
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 
 }  // namespace

@@ -1,0 +1,83 @@
+#include "daemon/completion.h"
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <atomic>
+
+#include "daemon/client_memory.h"
+
+namespace snic::daemon {
+
+namespace {
+
+// shm::WrOpcode -> ibv_wc_opcode.
+constexpr std::array<std::uint8_t, 10> kSendWcOpcode = {
+    IBV_WC_RDMA_WRITE,  // rdma_write
+    IBV_WC_RDMA_WRITE,  // rdma_write_imm
+    IBV_WC_SEND,        // send
+    IBV_WC_SEND,        // send_imm
+    IBV_WC_RDMA_READ,   // rdma_read
+    IBV_WC_COMP_SWAP,   // atomic_cmp_swp
+    IBV_WC_FETCH_ADD,   // atomic_fetch_add
+    IBV_WC_LOCAL_INV,   // local_inv
+    IBV_WC_BIND_MW,     // bind_mw
+    IBV_WC_SEND,        // send_inv
+};
+
+// Takes the CQ's arm if this completion satisfies it (single producer: the check and
+// the exchange cannot race with another CQE; the client only ever sets the word).
+bool take_arm(shm::CqControl& control, bool solicited) {
+    std::atomic_ref<std::uint32_t> arm(control.arm);
+    const std::uint32_t a = arm.load(std::memory_order_acquire);
+    if (a == shm::kArmNext || (a == shm::kArmSolicited && solicited))
+        return arm.exchange(0, std::memory_order_acq_rel) != 0;
+    return false;
+}
+
+}  // namespace
+
+std::uint8_t send_wc_opcode(std::uint8_t wr_opcode) {
+    return wr_opcode < kSendWcOpcode.size() ? kSendWcOpcode[wr_opcode]
+                                            : static_cast<std::uint8_t>(IBV_WC_SEND);
+}
+
+bool post_cqe(Cq& cq, const shm::Cqe& cqe, bool solicited) {
+    if (!cq.ring->try_push(cqe)) {
+        std::atomic_ref<std::uint32_t>(cq.control->overflow).store(1, std::memory_order_release);
+        return false;
+    }
+    // An unsuccessful completion wakes a CQ armed for solicited completions too.
+    if (!take_arm(*cq.control, solicited || cqe.status != IBV_WC_SUCCESS)) return true;
+    if (Channel* ch = cq.channel.get()) {
+        if (ch->ring->try_push(cq.handle)) notify(ch->notify.get());
+    }
+    return true;
+}
+
+FlushResult flush_qp(Qp& qp) {
+    FlushResult r;
+    shm::SendWqe swqe;
+    while (qp.sq && qp.sq->try_pop(swqe)) {  // copied out: read once, trusted never
+        shm::Cqe c{};
+        c.wr_id = swqe.wr_id;
+        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.opcode = send_wc_opcode(swqe.opcode);
+        c.qp_num = qp.qpn.get();
+        ++r.flushed;
+        if (!post_cqe(*qp.send_cq.get(), c, true)) r.send_cq_overflow = true;
+    }
+    shm::RecvWqe rwqe;
+    while (qp.rq && qp.rq->try_pop(rwqe)) {
+        shm::Cqe c{};
+        c.wr_id = rwqe.wr_id;
+        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.opcode = IBV_WC_RECV;
+        c.qp_num = qp.qpn.get();
+        ++r.flushed;
+        if (!post_cqe(*qp.recv_cq.get(), c, true)) r.recv_cq_overflow = true;
+    }
+    return r;
+}
+
+}  // namespace snic::daemon

@@ -1,0 +1,33 @@
+// Completions and events towards a client: CQEs into a CQ's ring (with its arming
+// and its completion channel), and the flush of a QP's queues when it enters the
+// error state. The session uses them on the control thread today; the transport
+// will post its CQEs through the same functions from the CQ's owning lcore.
+#pragma once
+
+#include <cstdint>
+
+#include "daemon/session.h"
+#include "shm/wqe.h"
+
+namespace snic::daemon {
+
+// Posts `cqe` to `cq`. When the CQ is armed for it (any completion, or a solicited
+// or unsuccessful one for IBV_CQ_SOLICITED), disarms it, queues its handle on the
+// completion channel and signals the channel's socket. Returns false when the ring
+// was full: the CQE is lost and the CQ marked overflowed (the caller raises CQ_ERR).
+bool post_cqe(Cq& cq, const shm::Cqe& cqe, bool solicited);
+
+// The ibv_wc_opcode that completes a send WQE of `wr_opcode` (shm::WrOpcode).
+std::uint8_t send_wc_opcode(std::uint8_t wr_opcode);
+
+struct FlushResult {
+    std::uint32_t flushed = 0;
+    bool send_cq_overflow = false;
+    bool recv_cq_overflow = false;
+};
+
+// Completes every WQE waiting in the QP's send queue and receive queue (not its
+// SRQ's: those belong to the SRQ) with IBV_WC_WR_FLUSH_ERR, in posting order.
+FlushResult flush_qp(Qp& qp);
+
+}  // namespace snic::daemon
