@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -285,9 +286,11 @@ struct Client {
         const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
         ClientMemfd async(l.bytes);
         EXPECT_TRUE(shm::RingConsumer<shm::AsyncEvent>::init(async.span(), shm::kAsyncCapacity));
-        const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-        FdList fds = fds_of({efd, async.fd()});
-        ::close(efd);
+        int sv[2];
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        FdList fds = fds_of({sv[1], async.fd()});
+        ::close(sv[0]);
+        ::close(sv[1]);
         shm::OpenDeviceReply out{};
         return session.open_device({0, 0}, fds, out);
     }
@@ -351,7 +354,7 @@ class SessionTest : public ::testing::Test {
     Resources resources;
 };
 
-TEST_F(SessionTest, open_device_once_with_an_eventfd_and_a_formatted_ring) {
+TEST_F(SessionTest, open_device_once_with_a_notification_socket_and_a_formatted_ring) {
     Client c(resources, ports);
     EXPECT_EQ(c.open(), 0);
     EXPECT_TRUE(c.session.opened());
@@ -360,12 +363,18 @@ TEST_F(SessionTest, open_device_once_with_an_eventfd_and_a_formatted_ring) {
     Client d(resources, ports);
     const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
     ClientMemfd unformatted(l.bytes);
-    FdList fds = fds_of({unformatted.fd(), unformatted.fd()});  // no eventfd either
+    FdList fds = fds_of({unformatted.fd(), unformatted.fd()});  // no notification socket
     shm::OpenDeviceReply out{};
     EXPECT_EQ(d.session.open_device({0, 0}, fds, out), EINVAL);
-    const int efd = ::eventfd(0, EFD_CLOEXEC);
-    FdList fds2 = fds_of({efd, unformatted.fd()});  // no ring in the memfd
+    const int efd = ::eventfd(0, EFD_CLOEXEC);  // a client could make snicd's write block
+    FdList fds1 = fds_of({efd, unformatted.fd()});
     ::close(efd);
+    EXPECT_EQ(d.session.open_device({0, 0}, fds1, out), EINVAL);
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    FdList fds2 = fds_of({sv[1], unformatted.fd()});  // no ring in the memfd
+    ::close(sv[0]);
+    ::close(sv[1]);
     EXPECT_EQ(d.session.open_device({0, 0}, fds2, out), EINVAL);
     EXPECT_FALSE(d.session.opened());
 }
