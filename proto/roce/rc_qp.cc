@@ -1,0 +1,245 @@
+// The RC QP: construction, dispatch of received packets to the responder or the completer,
+// the poll loop, the error state and flushing, and the packet writer the engines share.
+#include "proto/roce/rc_qp.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "proto/roce/psn.h"
+
+namespace snic::roce {
+
+const char* rc_config_error(const RcConfig& c) {
+    if (c.mtu != 256 && c.mtu != 512 && c.mtu != 1024 && c.mtu != 2048 && c.mtu != 4096)
+        return "path MTU must be 256, 512, 1024, 2048 or 4096 bytes";
+    if (c.qpn > kMask24 || c.dest_qpn > kMask24) return "QP numbers are 24-bit";
+    if (c.sq_psn > kPsnMask || c.rq_psn > kPsnMask) return "PSNs are 24-bit";
+    if (c.timeout > 31) return "local ACK timeout is a 5-bit code";
+    if (c.retry_cnt > 7 || c.rnr_retry > 7) return "retry counts are 3-bit";
+    if (c.min_rnr_timer > 31) return "min_rnr_timer is a 5-bit code";
+    if (c.max_rd_atomic > kRcMaxRdAtomic || c.max_dest_rd_atomic > kRcMaxRdAtomic)
+        return "at most 16 READ/atomics outstanding";
+    if (c.sq_depth == 0 || c.sq_depth > 65536) return "send queue depth must be 1..65536";
+    if (c.max_inline > kRcMaxInline) return "at most 256 bytes of inline data";
+    if (c.window == 0 || c.window > (1u << 20)) return "window must be 1..2^20 PSNs";
+    if (c.max_burst == 0) return "max_burst must be at least 1";
+    return nullptr;
+}
+
+RcQp::RcQp(const RcConfig& config, RcMemory& memory, RcQueues& queues, RcWire& wire)
+    : cfg_(config), mem_(memory), queues_(queues), wire_(wire) {
+    // Clamp what rc_config_error() would refuse, so that a bad config cannot break the
+    // engine's arithmetic.
+    if (cfg_.mtu < 256) cfg_.mtu = 256;
+    if (cfg_.mtu > 4096) cfg_.mtu = 4096;
+    cfg_.mtu = std::bit_floor(cfg_.mtu);
+    cfg_.qpn &= kMask24;
+    cfg_.dest_qpn &= kMask24;
+    cfg_.sq_psn &= kPsnMask;
+    cfg_.rq_psn &= kPsnMask;
+    cfg_.timeout &= 0x1f;
+    cfg_.retry_cnt = std::min<std::uint8_t>(cfg_.retry_cnt, 7);
+    cfg_.rnr_retry = std::min<std::uint8_t>(cfg_.rnr_retry, 7);
+    cfg_.min_rnr_timer &= 0x1f;
+    cfg_.max_rd_atomic = std::min(cfg_.max_rd_atomic, kRcMaxRdAtomic);
+    cfg_.max_dest_rd_atomic = std::min(cfg_.max_dest_rd_atomic, kRcMaxRdAtomic);
+    cfg_.sq_depth = std::clamp<std::uint32_t>(cfg_.sq_depth, 1, 65536);
+    cfg_.max_inline = std::min(cfg_.max_inline, kRcMaxInline);
+    cfg_.window = std::clamp<std::uint32_t>(cfg_.window, 1, 1u << 20);
+    cfg_.max_burst = std::max<std::uint32_t>(cfg_.max_burst, 1);
+    cfg_.ack_req_every = std::max<std::uint32_t>(cfg_.ack_req_every, 1);
+    cfg_.ack_every = std::max<std::uint32_t>(cfg_.ack_every, 1);
+
+    timeout_ns_ = ack_timeout_ns(cfg_.timeout);
+    depth_ = cfg_.sq_depth;
+    slots_ = std::make_unique<SendSlot[]>(depth_);
+    next_psn_ = una_ = sent_end_ = cfg_.sq_psn;
+    retry_left_ = cfg_.retry_cnt;
+    rnr_left_ = cfg_.rnr_retry;
+    epsn_ = cfg_.rq_psn;
+    nres_ = cfg_.max_dest_rd_atomic;
+    res_ = std::make_unique<RdAtomicRes[]>(std::max<std::uint32_t>(nres_, 1));
+}
+
+bool RcQp::start_requester(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
+                           std::uint8_t rnr_retry, std::uint8_t max_rd_atomic) {
+    if (tail_ != 0 || sent_end_ != cfg_.sq_psn || state_ == RcState::error) return false;
+    cfg_.sq_psn = sq_psn & kPsnMask;
+    cfg_.timeout = timeout & 0x1f;
+    cfg_.retry_cnt = std::min<std::uint8_t>(retry_cnt, 7);
+    cfg_.rnr_retry = std::min<std::uint8_t>(rnr_retry, 7);
+    cfg_.max_rd_atomic = std::min(max_rd_atomic, kRcMaxRdAtomic);
+    timeout_ns_ = ack_timeout_ns(cfg_.timeout);
+    next_psn_ = una_ = sent_end_ = cfg_.sq_psn;
+    retry_left_ = cfg_.retry_cnt;
+    rnr_left_ = cfg_.rnr_retry;
+    return true;
+}
+
+bool RcQp::pkey_ok(std::uint16_t pkey) const {
+    // IBA §10.9.3: the low 15 bits must match and at least one side be a full member.
+    return ((pkey ^ cfg_.pkey) & 0x7fff) == 0 && ((pkey | cfg_.pkey) & 0x8000) != 0;
+}
+
+void RcQp::on_packet(const Packet& pkt, RcTime now) {
+    if (!pkt.ok() || pkt.info == nullptr) {
+        counters_.drop_bad_opcode.add();
+        return;
+    }
+    if (state_ == RcState::error) {
+        counters_.drop_qp_error.add();
+        return;
+    }
+    const Bth& bth = pkt.bth();
+    if (transport_of(bth.opcode) != Transport::rc) {
+        counters_.drop_bad_opcode.add();
+        return;
+    }
+    if (bth.dest_qp.host() != cfg_.qpn) {
+        counters_.drop_bad_qpn.add();
+        return;
+    }
+    if (!pkey_ok(bth.pkey.host())) {
+        counters_.drop_bad_pkey.add();
+        return;
+    }
+    if (pkt.info->has(kRequest))
+        resp_on_packet(pkt, now);
+    else
+        comp_on_packet(pkt, now);
+}
+
+bool RcQp::poll(RcTime now) {
+    if (state_ == RcState::error) {
+        bool did = false;
+        if (nak_pending_ && nak_fatal_) did = resp_send_nak();
+        const std::uint32_t before = tail_;
+        flush();  // WRs posted since the error
+        return did || tail_ != before;
+    }
+    bool did = req_timers(now);
+    if (state_ == RcState::error) return true;
+    did |= comp_retire();
+    if (state_ == RcState::error) return true;
+
+    std::uint32_t budget = cfg_.max_burst;
+    while (budget > 0) {
+        bool any = false;
+        if (resp_emit_one(now)) {
+            any = true;
+            --budget;
+        }
+        if (state_ == RcState::error) return true;
+        if (budget > 0 && req_emit_one(now)) {
+            any = true;
+            --budget;
+        }
+        if (state_ == RcState::error) return true;
+        if (!any) break;
+        did = true;
+    }
+    // Local operations started above complete here when nothing is ahead of them; a WR
+    // that failed to start completes in error.
+    did |= comp_retire();
+    return did;
+}
+
+RcTime RcQp::next_deadline() const {
+    if (state_ == RcState::error) return kRcNever;
+    RcTime t = deadline_;
+    if (rnr_wait_) t = std::min(t, rnr_until_);
+    if (ack_needed_) {
+        const RcTime due = ack_since_ + cfg_.ack_delay_ns;
+        t = std::min(t, due < ack_since_ ? kRcNever : due);
+    }
+    return t;
+}
+
+// --- error state and flush ---------------------------------------------------------------------
+
+void RcQp::fail(RcError why) {
+    if (state_ == RcState::error) return;
+    state_ = RcState::error;
+    error_ = why;
+    deadline_ = kRcNever;
+    rnr_wait_ = false;
+    ack_needed_ = false;
+    if (!nak_fatal_) nak_pending_ = false;  // only a fatal NAK still goes out
+    for (std::uint32_t i = 0; i < std::max<std::uint32_t>(nres_, 1); ++i) res_[i].active = false;
+    flush();
+}
+
+void RcQp::complete_send_slot(const SendSlot& s, WcStatus status) {
+    Completion c;
+    c.wr_id = s.wr.wr_id;
+    c.status = status;
+    c.opcode = s.op != nullptr ? s.op->wc : wr_op_info(WrOp::send).wc;
+    c.byte_len = status == WcStatus::success ? s.length : 0;
+    c.qp_num = cfg_.qpn;
+    c.src_qp = cfg_.dest_qpn;
+    queues_.complete_send(c);
+}
+
+void RcQp::complete_recv_error(const RecvWr& wr, WcStatus status) {
+    Completion c;
+    c.wr_id = wr.wr_id;
+    c.status = status;
+    c.opcode = WcOpcode::recv;
+    c.qp_num = cfg_.qpn;
+    c.src_qp = cfg_.dest_qpn;
+    queues_.complete_recv(c);
+}
+
+void RcQp::flush() {
+    // Send WRs held by the engine, in order, then those still in the queue.
+    for (; head_ != tail_; ++head_) {
+        SendSlot& s = slot(head_);
+        if (s.op == nullptr) s.op = &wr_op_info(WrOp::send);
+        complete_send_slot(s, WcStatus::wr_flush_err);
+    }
+    start_ = cur_ = tail_;
+    cur_pkt_ = 0;
+    rd_atomic_out_ = 0;
+    SendSlot& spare = slot(tail_);
+    while (queues_.pop_send(spare.wr)) {
+        const auto op = static_cast<std::uint8_t>(spare.wr.op);
+        spare.op = op < kWrOpCount ? &kWrOpTable[op] : &wr_op_info(WrOp::send);
+        complete_send_slot(spare, WcStatus::wr_flush_err);
+        ++head_, ++start_, ++cur_, ++tail_;  // keeps send_wrs_held() at 0 and counts the flush
+    }
+    // The receive WR in progress, then the RQ (an SRQ's WRs are not this QP's to flush).
+    if (have_recv_) {
+        complete_recv_error(recv_, WcStatus::wr_flush_err);
+        have_recv_ = false;
+    }
+    if (!cfg_.srq) {
+        RecvWr r;
+        while (queues_.pop_recv(r)) complete_recv_error(r, WcStatus::wr_flush_err);
+    }
+}
+
+// --- the packet writer -------------------------------------------------------------------------
+
+bool RcQp::emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
+                std::uint32_t npieces) {
+    const OpcodeInfo& info = opcode_info(spec.opcode);
+    const std::size_t pad = pad_for(len);
+    const std::size_t total = info.length + len + pad;
+    const std::span<std::uint8_t> out = wire_.tx_alloc(total);
+    if (out.size() < total) {
+        counters_.tx_full.add();
+        return false;
+    }
+    const std::size_t hdr = write_headers(out, spec, len);
+    std::uint8_t* p = out.data() + hdr;
+    for (std::uint32_t i = 0; i < npieces; ++i) {
+        std::memcpy(p, pieces[i].data, pieces[i].len);
+        p += pieces[i].len;
+    }
+    std::memset(p, 0, pad);
+    wire_.tx_send(total);
+    return true;
+}
+
+}  // namespace snic::roce

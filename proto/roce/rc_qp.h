@@ -1,0 +1,212 @@
+// One RoCEv2 Reliable Connection QP: the requester (requester.cc: send WRs -> request
+// packets), the completer (completer.cc: ACKs, NAKs and responses -> retired WRs) and the
+// responder (responder.cc: request packets -> checks, placement, ACKs and responses), in
+// the manner of the Linux soft-RoCE driver, tied together over the QP's RcMemory, RcQueues
+// and RcWire (rc.h). IBA vol 1 §9.7 (reliable service) is the rule book.
+//
+// Pure engine: no DPDK, no syscalls, no exceptions, no logs, no allocation after the
+// constructor (which sizes the send WR array and the READ/atomic resources). The owner
+// calls on_packet() for every packet addressed to the QP and poll() on every turn of its
+// loop; both take the current time. One thread owns a QP.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "proto/roce/packet.h"
+#include "proto/roce/rc.h"
+
+namespace snic::roce {
+
+class RcQp {
+  public:
+    RcQp(const RcConfig& config, RcMemory& memory, RcQueues& queues, RcWire& wire);
+    RcQp(const RcQp&) = delete;
+    RcQp& operator=(const RcQp&) = delete;
+
+    // A packet addressed to this QP, parsed by parse() and ICRC-checked by the caller.
+    // Requests go to the responder, ACKs/NAKs/responses to the completer. Nothing is sent
+    // from here: answers wait for poll().
+    void on_packet(const Packet& pkt, RcTime now);
+
+    // Does the QP's share of work: fires due timers (retransmission, RNR wait, ACK delay),
+    // sends at most max_burst packets (responder output and requests, alternating), starts
+    // send WRs, retires completed ones; in the error state, flushes WRs posted since.
+    // Returns true when anything happened.
+    bool poll(RcTime now);
+
+    // RTR -> RTS: the attributes Modify QP gives the send side only at RTS (IBA §11.2.4.2).
+    // A QP built at RTR (its RcConfig holding the RTR attributes) serves its receive side at
+    // once; the owner serves no send WRs (pop_send returns nothing) until it calls this. Takes
+    // effect only while nothing has been sent; returns false (and changes nothing) after.
+    bool start_requester(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
+                         std::uint8_t rnr_retry, std::uint8_t max_rd_atomic);
+
+    // Moves the QP to the error state: every outstanding send and receive WR completes with
+    // WR_FLUSH_ERR, in order; WRs posted later are flushed by poll().
+    void to_error() { fail(RcError::requested); }
+
+    RcState state() const { return state_; }
+    RcError error() const { return error_; }
+    const RcCounters& counters() const { return counters_; }
+    const RcConfig& config() const { return cfg_; }
+
+    // The earliest time at which poll() has timer work (kRcNever: none), for the owner's
+    // idle logic; a QP with packets to send wants poll() now regardless.
+    RcTime next_deadline() const;
+
+    // For snicctl's qp dump and for tests.
+    std::uint32_t next_psn() const { return next_psn_; }  // PSN of the next new request
+    std::uint32_t unacked_psn() const { return una_; }    // oldest not acknowledged
+    std::uint32_t expected_psn() const { return epsn_; }  // the responder's ePSN
+    std::uint32_t msn() const { return msn_; }            // messages the responder completed
+    std::uint32_t send_wrs_held() const { return tail_ - head_; }
+
+  private:
+    // --- the send queue, shared by requester and completer --------------------------------
+    enum class SlotState : std::uint8_t { staged, in_flight, done, failed };
+
+    struct SendSlot {
+        SendWr wr;
+        const WrOpInfo* op = nullptr;
+        std::uint32_t length = 0;     // message bytes
+        std::uint32_t first_psn = 0;  // first PSN (READ: of its first response)
+        std::uint32_t npsn = 0;       // PSNs it takes (READ: responses); 0 for local operations
+        std::uint32_t acked = 0;      // PSNs acknowledged, or READ responses placed
+        SlotState state = SlotState::staged;
+        WcStatus status = WcStatus::success;
+        RcError why = RcError::none;  // failed: the QP error it causes
+    };
+
+    SendSlot& slot(std::uint32_t index) { return slots_[index % depth_]; }
+    const SendSlot& slot(std::uint32_t index) const { return slots_[index % depth_]; }
+
+    // --- shared ----------------------------------------------------------------------------
+    void fail(RcError why);
+    void flush();
+    void complete_send_slot(const SendSlot& s, WcStatus status);
+    void complete_recv_error(const RecvWr& wr, WcStatus status);
+    // Writes one packet: headers from spec, `len` payload bytes gathered from pieces.
+    struct Piece {
+        const std::uint8_t* data;
+        std::uint32_t len;
+    };
+    static constexpr std::uint32_t kMaxPieces = kRcMaxSge + 1;
+    bool emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
+              std::uint32_t npieces);
+    bool pkey_ok(std::uint16_t pkey) const;
+
+    // --- requester (requester.cc) -----------------------------------------------------------
+    void req_prepare(SendSlot& s);
+    bool req_start_next();
+    bool req_emit_one(RcTime now);
+    bool req_send(SendSlot& s, std::uint32_t k, RcTime now);
+    bool req_gather(SendSlot& s, std::uint64_t off, std::uint32_t len, Piece* pieces,
+                    std::uint32_t& npieces);
+    void req_fail_slot(SendSlot& s, WcStatus status, RcError why);
+    bool req_go_back(std::uint32_t psn, bool forced, RcTime now);
+    bool req_timers(RcTime now);
+    void req_normalize_cursor();
+    std::uint32_t req_cursor_psn() const;
+    void req_arm_timer(RcTime now);
+
+    // --- completer (completer.cc) -----------------------------------------------------------
+    void comp_on_packet(const Packet& pkt, RcTime now);
+    void comp_ack_upto(std::uint32_t psn, RcTime now);
+    bool comp_retire();
+    void comp_update_una();
+    void comp_progress(RcTime now);
+    void comp_read_response(const Packet& pkt, RcTime now);
+    void comp_atomic_ack(const Packet& pkt, RcTime now);
+    void comp_nak(const Packet& pkt, RcTime now);
+    void comp_fail_at(std::uint32_t psn, WcStatus status, RcError why);
+    bool comp_scatter(SendSlot& s, std::uint64_t off, const std::uint8_t* data, std::uint32_t len);
+
+    // --- responder (responder.cc) -----------------------------------------------------------
+    struct RdAtomicRes {
+        bool used = false;
+        bool atomic = false;
+        bool active = false;          // responses (or the ATOMIC ACK) still to send
+        bool replay = false;          // active because of a duplicate request
+        std::uint32_t first_psn = 0;  // the request's PSN
+        std::uint32_t npsn = 0;       // PSNs it takes (READ: responses)
+        std::uint32_t start_psn = 0;  // PSN of response 0 of the current (re)answer
+        std::uint32_t count = 0;      // responses in the current answer
+        std::uint32_t next = 0;       // next response to send, from start_psn
+        std::uint64_t va = 0;         // of the current answer
+        std::uint32_t rkey = 0;
+        std::uint32_t len = 0;
+        std::uint64_t orig = 0;  // atomic: the value before the operation
+        std::uint32_t msn = 0;
+    };
+
+    void resp_on_packet(const Packet& pkt, RcTime now);
+    void resp_duplicate(const Packet& pkt, RcTime now);
+    void resp_send(const Packet& pkt, RcTime now);
+    void resp_write(const Packet& pkt, RcTime now);
+    void resp_read(const Packet& pkt);
+    void resp_atomic(const Packet& pkt);
+    bool resp_take_recv();
+    bool resp_place(std::uint32_t off, std::span<const std::uint8_t> data);
+    void resp_fatal(NakCode code, std::uint32_t psn, WcStatus recv_status);
+    void resp_queue_nak(std::uint8_t syndrome, std::uint32_t psn, bool fatal);
+    void resp_executed(const Packet& pkt, RcTime now);
+    RdAtomicRes* resp_alloc_res();
+    RdAtomicRes* resp_oldest_active();
+    bool resp_emit_one(RcTime now);
+    bool resp_send_nak();
+    bool resp_send_res(RdAtomicRes& r);
+    bool resp_ack_due(RcTime now) const;
+
+    // --- state -----------------------------------------------------------------------------
+    RcConfig cfg_;
+    RcMemory& mem_;
+    RcQueues& queues_;
+    RcWire& wire_;
+    RcCounters counters_;
+    RcState state_ = RcState::ok;
+    RcError error_ = RcError::none;
+    RcTime timeout_ns_ = kRcNever;
+
+    // Requester and completer. Slots [head_, start_) are started (in flight, done, failed),
+    // [start_, tail_) taken from the queue but not started (at most one). Free-running.
+    std::unique_ptr<SendSlot[]> slots_;
+    std::uint32_t depth_ = 0;
+    std::uint32_t head_ = 0, start_ = 0, tail_ = 0;
+    std::uint32_t cur_ = 0, cur_pkt_ = 0;  // the send cursor: slot and packet within it
+    std::uint32_t next_psn_ = 0;           // PSN of the next WR to start
+    std::uint32_t una_ = 0;                // oldest unacknowledged PSN
+    std::uint32_t sent_end_ = 0;  // one past the highest PSN ever sent (or asked for by a READ)
+    std::uint32_t rd_atomic_out_ = 0;
+    bool blocked_ = false;  // a failed WR was started: start nothing after it
+    std::uint8_t retry_left_ = 0, rnr_left_ = 0;
+    RcTime deadline_ = kRcNever;  // local ACK timer
+    bool rnr_wait_ = false;
+    RcTime rnr_until_ = 0;
+    std::uint32_t rnr_psn_ = 0;
+    bool guard_ = false;  // went back to guard_psn_ already: stale triggers are ignored
+    std::uint32_t guard_psn_ = 0;
+
+    // Responder.
+    enum class InMsg : std::uint8_t { none, send, write };
+    std::uint32_t epsn_ = 0;
+    std::uint32_t msn_ = 0;
+    InMsg in_msg_ = InMsg::none;
+    RecvWr recv_;
+    bool have_recv_ = false;
+    std::uint64_t recv_cap_ = 0;
+    std::uint32_t recv_off_ = 0;
+    std::uint64_t write_va_ = 0;
+    std::uint32_t write_rkey_ = 0, write_len_ = 0, write_done_ = 0;
+    bool seq_nak_sent_ = false;  // a NAK episode: PSNs ahead are dropped silently
+    bool nak_pending_ = false, nak_fatal_ = false;
+    std::uint8_t nak_syndrome_ = 0;
+    std::uint32_t nak_psn_ = 0;
+    bool ack_needed_ = false, ack_now_ = false;
+    std::uint32_t ack_count_ = 0, ack_reqs_ = 0;
+    RcTime ack_since_ = 0;
+    std::unique_ptr<RdAtomicRes[]> res_;
+    std::uint32_t nres_ = 0, res_next_ = 0;
+};
+
+}  // namespace snic::roce

@@ -1,0 +1,558 @@
+// The responder: checks and executes incoming requests (IBA vol 1 §9.7, §9.9.3).
+//
+// The request at the expected PSN (ePSN) is checked (opcode sequence, the QP's remote
+// access flags, lengths, keys through RcMemory) and executed: SEND placed into the receive
+// WR taken at its first packet, RDMA WRITE into the region its RETH names (checked for the
+// whole message at the first packet, nothing written when the check fails), READ and
+// atomics recorded in a ring of max_dest_rd_atomic resources whose responses poll() sends.
+// A request behind ePSN is a duplicate: SEND/WRITE are acknowledged again, a READ is
+// answered again from the requested PSN (memory read again), an atomic is answered from
+// its resource (never executed twice). A request ahead of ePSN gets one sequence error NAK
+// and then silence until ePSN arrives. A SEND that finds no receive WR gets an RNR NAK and
+// is not consumed. Errors the requester caused (invalid request, remote access, remote
+// operational) are answered with a NAK and put the QP in the error state.
+//
+// Output order is PSN order: READ responses and ATOMIC ACKs (oldest first), then a NAK or
+// a coalesced ACK for everything up to ePSN - 1.
+#include <algorithm>
+#include <cstring>
+
+#include "proto/roce/psn.h"
+#include "proto/roce/rc_qp.h"
+
+namespace snic::roce {
+namespace {
+
+constexpr std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
+    return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
+}
+
+constexpr std::uint8_t kAckSyndrome = aeth_syndrome(AckType::ack, kCreditsInvalid);
+
+}  // namespace
+
+void RcQp::resp_on_packet(const Packet& pkt, RcTime now) {
+    const OpcodeInfo& info = *pkt.info;
+    const std::uint32_t psn = pkt.bth().psn.host();
+    if (info.has(kSend))
+        counters_.rx_send_packets.add();
+    else if (info.has(kWrite))
+        counters_.rx_write_packets.add();
+    else if (info.has(kRead))
+        counters_.rx_read_requests.add();
+    else
+        counters_.rx_atomic_requests.add();
+
+    const std::int32_t d = psn_diff(psn, epsn_);
+    if (d > 0) {
+        counters_.out_of_sequence.add();
+        if (!seq_nak_sent_) {
+            seq_nak_sent_ = true;
+            resp_queue_nak(nak_syndrome(NakCode::psn_sequence_error), epsn_, false);
+        }
+        return;
+    }
+    if (d < 0) {
+        counters_.duplicate_requests.add();
+        resp_duplicate(pkt, now);
+        return;
+    }
+
+    if (pkt.payload.size() > cfg_.mtu) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    // The opcode must continue the message in progress, or start one.
+    const bool continues = info.has_any(kMiddle) || (info.has(kLast) && !info.has(kFirst));
+    const bool ok_sequence = in_msg_ == InMsg::none
+                                 ? !continues
+                                 : continues && info.has(in_msg_ == InMsg::send ? kSend : kWrite);
+    if (!ok_sequence) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    if (info.has(kSend))
+        resp_send(pkt, now);
+    else if (info.has(kWrite))
+        resp_write(pkt, now);
+    else if (info.has(kRead))
+        resp_read(pkt);
+    else
+        resp_atomic(pkt);
+}
+
+// The request at ePSN was executed: the NAK episode ends, a pending NAK about the old ePSN
+// is moot (a fatal one never is).
+void RcQp::resp_executed(const Packet& pkt, RcTime now) {
+    seq_nak_sent_ = false;
+    if (nak_pending_ && !nak_fatal_) nak_pending_ = false;
+    if (!pkt.info->has(kSend) && !pkt.info->has(kWrite)) return;  // answered by its response
+    if (!ack_needed_) {
+        ack_needed_ = true;
+        ack_since_ = now;
+        ack_count_ = 0;
+        ack_reqs_ = 0;
+    }
+    ++ack_count_;
+    if (pkt.bth().ack_req()) {
+        ack_now_ = true;
+        ++ack_reqs_;
+    }
+    if (ack_count_ >= cfg_.ack_every) ack_now_ = true;
+}
+
+void RcQp::resp_queue_nak(std::uint8_t syndrome, std::uint32_t psn, bool fatal) {
+    if (nak_pending_ && nak_fatal_) return;
+    nak_pending_ = true;
+    nak_fatal_ = fatal;
+    nak_syndrome_ = syndrome;
+    nak_psn_ = psn;
+}
+
+// The requester broke a rule: NAK, the receive WR in progress completes with
+// `recv_status`, the QP goes to error (the NAK is still sent).
+void RcQp::resp_fatal(NakCode code, std::uint32_t psn, WcStatus recv_status) {
+    resp_queue_nak(nak_syndrome(code), psn, true);
+    if (have_recv_) {
+        complete_recv_error(recv_, recv_status);
+        have_recv_ = false;
+    }
+    fail(RcError::responder_error);
+}
+
+bool RcQp::resp_take_recv() {
+    if (have_recv_) return true;
+    if (!queues_.pop_recv(recv_)) return false;
+    have_recv_ = true;
+    recv_off_ = 0;
+    recv_cap_ = 0;
+    if (recv_.num_sge > kRcMaxSge) recv_.num_sge = kRcMaxSge;  // the daemon validated it
+    for (std::uint32_t i = 0; i < recv_.num_sge; ++i) recv_cap_ += recv_.sge[i].length;
+    return true;
+}
+
+// Writes data at message offset `off` of the receive WR's SGEs.
+bool RcQp::resp_place(std::uint32_t off, std::span<const std::uint8_t> data) {
+    std::uint64_t pos = 0;
+    std::uint64_t at = off;
+    const std::uint8_t* src = data.data();
+    std::size_t len = data.size();
+    for (std::uint32_t i = 0; i < recv_.num_sge && len > 0; ++i) {
+        const Sge& g = recv_.sge[i];
+        if (at >= pos + g.length) {
+            pos += g.length;
+            continue;
+        }
+        const std::uint64_t in = at - pos;
+        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(len, g.length - in));
+        std::uint8_t* p = mem_.local(g.lkey, g.addr + in, n, true);
+        if (p == nullptr) return false;
+        std::memcpy(p, src, n);
+        src += n;
+        at += n;
+        len -= n;
+        pos += g.length;
+    }
+    return len == 0;
+}
+
+void RcQp::resp_send(const Packet& pkt, RcTime now) {
+    const OpcodeInfo& info = *pkt.info;
+    const Bth& bth = pkt.bth();
+    const std::uint32_t psn = bth.psn.host();
+    const std::size_t len = pkt.payload.size();
+    // Every packet but the last carries exactly one MTU; the last 1..MTU (ONLY: 0..MTU).
+    const bool last = info.has(kLast);
+    const bool length_ok = !last              ? len == cfg_.mtu
+                           : info.has(kFirst) ? len <= cfg_.mtu
+                                              : len >= 1 && len <= cfg_.mtu;
+    if (!length_ok) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    if (info.has(kTakesRecvWqe) && !resp_take_recv()) {
+        seq_nak_sent_ = true;  // packets after this one are dropped silently until it is back
+        resp_queue_nak(aeth_syndrome(AckType::rnr_nak, cfg_.min_rnr_timer), psn, false);
+        return;
+    }
+    if (!have_recv_) {  // cannot happen after the sequence check; be safe
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    if (recv_off_ + len > recv_cap_) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::loc_len_err);
+        return;
+    }
+    if (!resp_place(recv_off_, pkt.payload)) {
+        resp_fatal(NakCode::remote_operational_error, psn, WcStatus::loc_prot_err);
+        return;
+    }
+    recv_off_ += static_cast<std::uint32_t>(len);
+    epsn_ = psn_add(epsn_, 1);
+    in_msg_ = last ? InMsg::none : InMsg::send;
+    if (last) {
+        Completion c;
+        c.wr_id = recv_.wr_id;
+        c.opcode = WcOpcode::recv;
+        c.byte_len = recv_off_;
+        c.solicited = bth.solicited();
+        c.qp_num = cfg_.qpn;
+        c.src_qp = cfg_.dest_qpn;
+        if (const ImmDt* imm = pkt.immdt()) {
+            std::memcpy(&c.imm_or_rkey, imm, sizeof c.imm_or_rkey);  // as on the wire
+            c.with_imm = true;
+        }
+        if (const Ieth* ieth = pkt.ieth()) {
+            const std::uint32_t rkey = ieth->rkey.host();
+            if (!mem_.invalidate(rkey)) {
+                resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+                return;
+            }
+            c.imm_or_rkey = rkey;
+            c.with_inv = true;
+        }
+        have_recv_ = false;
+        msn_ = psn_add(msn_, 1);
+        queues_.complete_recv(c);
+    }
+    resp_executed(pkt, now);
+}
+
+void RcQp::resp_write(const Packet& pkt, RcTime now) {
+    const OpcodeInfo& info = *pkt.info;
+    const Bth& bth = pkt.bth();
+    const std::uint32_t psn = bth.psn.host();
+    const std::size_t len = pkt.payload.size();
+    if ((cfg_.remote_access & rc_access::remote_write) == 0) {
+        resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+        return;
+    }
+    if (info.has(kFirst)) {
+        const Reth& reth = *pkt.reth();
+        const std::uint32_t dma_len = reth.dma_len.host();
+        if (dma_len > kRcMaxMessage) {
+            resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+            return;
+        }
+        // The whole message is checked at its first packet: nothing is written otherwise.
+        if (dma_len != 0 &&
+            mem_.remote(reth.rkey.host(), reth.va.host(), dma_len, RemoteNeed::write).check !=
+                RemoteCheck::ok) {
+            resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+            return;
+        }
+        write_va_ = reth.va.host();
+        write_rkey_ = reth.rkey.host();
+        write_len_ = dma_len;
+        write_done_ = 0;
+    }
+    const bool last = info.has(kLast);
+    const std::uint64_t after = std::uint64_t{write_done_} + len;
+    const bool length_ok = last ? after == write_len_ : len == cfg_.mtu && after < write_len_;
+    if (!length_ok) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    if (info.has(kTakesRecvWqe) && !resp_take_recv()) {
+        seq_nak_sent_ = true;
+        resp_queue_nak(aeth_syndrome(AckType::rnr_nak, cfg_.min_rnr_timer), psn, false);
+        return;
+    }
+    if (len != 0) {
+        // Checked again for each packet: a key may be invalidated while the message flows.
+        const RemoteRegion r = mem_.remote(write_rkey_, write_va_ + write_done_,
+                                           static_cast<std::uint32_t>(len), RemoteNeed::write);
+        if (r.check != RemoteCheck::ok || r.ptr == nullptr) {
+            resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+            return;
+        }
+        std::memcpy(r.ptr, pkt.payload.data(), len);
+    }
+    write_done_ = static_cast<std::uint32_t>(after);
+    epsn_ = psn_add(epsn_, 1);
+    in_msg_ = last ? InMsg::none : InMsg::write;
+    if (last) {
+        msn_ = psn_add(msn_, 1);
+        if (const ImmDt* imm = pkt.immdt()) {
+            Completion c;
+            c.wr_id = recv_.wr_id;
+            c.opcode = WcOpcode::recv_rdma_with_imm;
+            c.byte_len = write_len_;
+            std::memcpy(&c.imm_or_rkey, imm, sizeof c.imm_or_rkey);
+            c.with_imm = true;
+            c.solicited = bth.solicited();
+            c.qp_num = cfg_.qpn;
+            c.src_qp = cfg_.dest_qpn;
+            have_recv_ = false;
+            queues_.complete_recv(c);
+        }
+    }
+    resp_executed(pkt, now);
+}
+
+// The next resource of the ring. The requester keeps at most max_rd_atomic (<= our
+// max_dest_rd_atomic) READ/atomics outstanding, so the oldest one has been answered in
+// full when a new one arrives, unless the requester broke that rule; a resource active only
+// because of a duplicate may be reused.
+RcQp::RdAtomicRes* RcQp::resp_alloc_res() {
+    if (nres_ == 0) return nullptr;
+    RdAtomicRes& r = res_[res_next_ % nres_];
+    if (r.used && r.active && !r.replay) return nullptr;
+    ++res_next_;
+    r = RdAtomicRes{};
+    r.used = true;
+    return &r;
+}
+
+void RcQp::resp_read(const Packet& pkt) {
+    const std::uint32_t psn = pkt.bth().psn.host();
+    if ((cfg_.remote_access & rc_access::remote_read) == 0) {
+        resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+        return;
+    }
+    const Reth& reth = *pkt.reth();
+    const std::uint32_t len = reth.dma_len.host();
+    const std::uint32_t n = packets_for(len, cfg_.mtu);
+    if (len > kRcMaxMessage || n >= (1u << 22)) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    if (len != 0 && mem_.remote(reth.rkey.host(), reth.va.host(), len, RemoteNeed::read).check !=
+                        RemoteCheck::ok) {
+        resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+        return;
+    }
+    RdAtomicRes* r = resp_alloc_res();
+    if (r == nullptr) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    msn_ = psn_add(msn_, 1);
+    r->first_psn = r->start_psn = psn;
+    r->npsn = r->count = n;
+    r->va = reth.va.host();
+    r->rkey = reth.rkey.host();
+    r->len = len;
+    r->msn = msn_;
+    r->active = true;
+    epsn_ = psn_add(epsn_, n);
+    seq_nak_sent_ = false;
+    if (nak_pending_ && !nak_fatal_) nak_pending_ = false;
+}
+
+void RcQp::resp_atomic(const Packet& pkt) {
+    const std::uint32_t psn = pkt.bth().psn.host();
+    if ((cfg_.remote_access & rc_access::remote_atomic) == 0) {
+        resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+        return;
+    }
+    const AtomicEth& a = *pkt.atomic_eth();
+    const std::uint64_t va = a.va.host();
+    if (va % sizeof(std::uint64_t) != 0) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    const RemoteRegion region =
+        mem_.remote(a.rkey.host(), va, sizeof(std::uint64_t), RemoteNeed::atomic);
+    if (region.check != RemoteCheck::ok || region.ptr == nullptr) {
+        resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+        return;
+    }
+    if (reinterpret_cast<std::uintptr_t>(region.ptr) % alignof(std::uint64_t) != 0) {
+        resp_fatal(NakCode::remote_operational_error, psn, WcStatus::rem_op_err);
+        return;
+    }
+    RdAtomicRes* r = resp_alloc_res();
+    if (r == nullptr) {
+        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
+        return;
+    }
+    // The memory is shared with the client and possibly other QPs: a real atomic.
+    auto* word = reinterpret_cast<std::uint64_t*>(region.ptr);
+    std::uint64_t orig;
+    if (pkt.opcode() == static_cast<std::uint8_t>(Opcode::rc_compare_swap)) {
+        orig = a.compare.host();
+        __atomic_compare_exchange_n(word, &orig, a.swap_add.host(), false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+    } else {
+        orig = __atomic_fetch_add(word, a.swap_add.host(), __ATOMIC_SEQ_CST);
+    }
+    msn_ = psn_add(msn_, 1);
+    r->atomic = true;
+    r->first_psn = r->start_psn = psn;
+    r->npsn = r->count = 1;
+    r->orig = orig;
+    r->msn = msn_;
+    r->active = true;
+    epsn_ = psn_add(epsn_, 1);
+    seq_nak_sent_ = false;
+    if (nak_pending_ && !nak_fatal_) nak_pending_ = false;
+}
+
+void RcQp::resp_duplicate(const Packet& pkt, RcTime now) {
+    const OpcodeInfo& info = *pkt.info;
+    const std::uint32_t psn = pkt.bth().psn.host();
+    if (info.has(kSend) || info.has(kWrite)) {
+        // Already executed: acknowledge again (up to ePSN - 1), never execute again.
+        if (!ack_needed_) {
+            ack_needed_ = true;
+            ack_since_ = now;
+            ack_count_ = 0;
+            ack_reqs_ = 0;
+        }
+        ack_now_ = true;
+        ++ack_reqs_;
+        return;
+    }
+    for (std::uint32_t i = 0; i < nres_; ++i) {
+        RdAtomicRes& r = res_[i];
+        if (!r.used || !psn_in_range(psn, r.first_psn, r.npsn)) continue;
+        if (info.has(kAtomic)) {
+            if (!r.atomic || r.first_psn != psn) return;
+            r.active = true;  // the ATOMIC ACK again, from the saved original value
+            r.replay = true;
+            counters_.atomic_replays.add();
+            return;
+        }
+        if (r.atomic) return;
+        // A READ again from the PSN asked for (a requester that received part of the
+        // responses asks for the rest): its RETH must end where the original did.
+        const Reth& reth = *pkt.reth();
+        const std::uint32_t len = reth.dma_len.host();
+        const std::uint32_t n = packets_for(len, cfg_.mtu);
+        if (len > kRcMaxMessage || psn_add(psn, n) != psn_add(r.first_psn, r.npsn)) return;
+        if (len != 0 &&
+            mem_.remote(reth.rkey.host(), reth.va.host(), len, RemoteNeed::read).check !=
+                RemoteCheck::ok) {
+            resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+            return;
+        }
+        r.start_psn = psn;
+        r.count = n;
+        r.next = 0;
+        r.va = reth.va.host();
+        r.rkey = reth.rkey.host();
+        r.len = len;
+        r.active = true;
+        r.replay = true;
+        counters_.read_replays.add();
+        return;
+    }
+    // Too old to be in the resources: nothing to answer.
+}
+
+// --- output --------------------------------------------------------------------------------------
+
+RcQp::RdAtomicRes* RcQp::resp_oldest_active() {
+    RdAtomicRes* best = nullptr;
+    std::int32_t best_d = 0;
+    for (std::uint32_t i = 0; i < nres_; ++i) {
+        RdAtomicRes& r = res_[i];
+        if (!r.active) continue;
+        const std::int32_t d = psn_diff(psn_add(r.start_psn, r.next), epsn_);
+        if (best == nullptr || d < best_d) {
+            best = &r;
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+bool RcQp::resp_ack_due(RcTime now) const {
+    return ack_needed_ && (ack_now_ || now - ack_since_ >= cfg_.ack_delay_ns);
+}
+
+bool RcQp::resp_send_nak() {
+    PacketSpec spec;
+    spec.opcode = Opcode::rc_acknowledge;
+    spec.pkey = cfg_.pkey;
+    spec.dest_qp = cfg_.dest_qpn;
+    spec.psn = nak_psn_;
+    spec.aeth.syndrome = nak_syndrome_;
+    spec.aeth.msn = msn_;
+    if (!emit(spec, 0, nullptr, 0)) return false;
+    counters_.tx_naks.add();
+    if (aeth_type(nak_syndrome_) == AckType::rnr_nak)
+        counters_.rnr_naks_sent.add();
+    else if (static_cast<NakCode>(aeth_value(nak_syndrome_)) == NakCode::psn_sequence_error)
+        counters_.seq_naks_sent.add();
+    else
+        counters_.fatal_naks_sent.add();
+    nak_pending_ = false;
+    nak_fatal_ = false;
+    ack_needed_ = false;  // a NAK acknowledges the PSNs before its own
+    ack_now_ = false;
+    return true;
+}
+
+// One READ response or the ATOMIC ACK of resource r.
+bool RcQp::resp_send_res(RdAtomicRes& r) {
+    PacketSpec spec;
+    spec.pkey = cfg_.pkey;
+    spec.dest_qp = cfg_.dest_qpn;
+    spec.psn = psn_add(r.start_psn, r.next);
+    spec.aeth.syndrome = kAckSyndrome;
+    spec.aeth.msn = r.msn;
+    if (r.atomic) {
+        spec.opcode = Opcode::rc_atomic_acknowledge;
+        spec.atomic_ack_eth.orig = r.orig;
+        if (!emit(spec, 0, nullptr, 0)) return false;
+        counters_.tx_atomic_acks.add();
+        r.active = false;
+        r.replay = false;
+        return true;
+    }
+    const std::uint32_t k = r.next;
+    const bool first = k == 0;
+    const bool last = k + 1 == r.count;
+    spec.opcode = first && last ? Opcode::rc_rdma_read_response_only
+                  : first       ? Opcode::rc_rdma_read_response_first
+                  : last        ? Opcode::rc_rdma_read_response_last
+                                : Opcode::rc_rdma_read_response_middle;
+    const std::uint64_t off = std::uint64_t{k} * cfg_.mtu;
+    const auto len = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(cfg_.mtu, r.len - std::min<std::uint64_t>(off, r.len)));
+    Piece piece{nullptr, 0};
+    std::uint32_t npieces = 0;
+    if (len != 0) {
+        // Read now, from the region as it is now (a duplicate READ reads again).
+        const RemoteRegion region = mem_.remote(r.rkey, r.va + off, len, RemoteNeed::read);
+        if (region.check != RemoteCheck::ok || region.ptr == nullptr) {
+            r.active = false;
+            resp_fatal(NakCode::remote_access_error, spec.psn, WcStatus::rem_access_err);
+            return false;
+        }
+        piece = {region.ptr, len};
+        npieces = 1;
+    }
+    if (!emit(spec, len, &piece, npieces)) return false;
+    counters_.tx_read_responses.add();
+    if (++r.next == r.count) {
+        r.active = false;
+        r.replay = false;
+    }
+    return true;
+}
+
+// One packet of responder output, in PSN order.
+bool RcQp::resp_emit_one(RcTime now) {
+    if (nak_pending_ && nak_fatal_) return resp_send_nak();
+    if (RdAtomicRes* r = resp_oldest_active()) return resp_send_res(*r);
+    if (nak_pending_) return resp_send_nak();
+    if (!resp_ack_due(now)) return false;
+    PacketSpec spec;
+    spec.opcode = Opcode::rc_acknowledge;
+    spec.pkey = cfg_.pkey;
+    spec.dest_qp = cfg_.dest_qpn;
+    spec.psn = psn_sub(epsn_, 1);
+    spec.aeth.syndrome = kAckSyndrome;
+    spec.aeth.msn = msn_;
+    if (!emit(spec, 0, nullptr, 0)) return false;
+    counters_.tx_acks.add();
+    if (ack_reqs_ > 1) counters_.acks_coalesced.add(ack_reqs_ - 1);
+    ack_needed_ = false;
+    ack_now_ = false;
+    return true;
+}
+
+}  // namespace snic::roce
