@@ -35,6 +35,9 @@ class ControlServer {
 
     // The RDMA devices clients may open, one per port in --port order. Set before serve().
     void set_devices(std::vector<DevicePort> devices) { devices_ = std::move(devices); }
+    Resources& resources() { return resources_; }
+    // Closes every client connection, releasing their sessions (after serve() returned).
+    void disconnect_all() { clients_.clear(); }
 
     Status listen();
     // Answers requests until `stop` is set (checked at least every 100 ms).

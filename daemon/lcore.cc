@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <ctime>
 
+#include "daemon/lcore_tasks.h"
 #include "daemon/port.h"
+#include "daemon/transport.h"
 
 namespace snic::daemon {
 
@@ -28,7 +30,9 @@ void Lcore::run() {
         const std::uint64_t now = rte_rdtsc();
         std::uint32_t work = 0;
         for (Port* p : ports_) work += p->poll_rx(now);
+        for (RoceTransport* t : transports_) work += t->poll(now);
         for (LcoreTask* t : tasks_) work += t->poll(now);
+        if (control_ != nullptr) work += control_->poll();
         for (Port* p : ports_) p->flush_tx();
         if (work != 0) {
             backoff_.busy();
@@ -37,6 +41,7 @@ void Lcore::run() {
         }
     }
     for (Port* p : ports_) p->flush_tx();
+    if (control_ != nullptr) control_->stop();
 }
 
 }  // namespace snic::daemon

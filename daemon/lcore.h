@@ -8,7 +8,9 @@
 
 namespace snic::daemon {
 
+class LcoreTasks;
 class Port;
+class RoceTransport;
 
 // Work an lcore runs each turn besides its ports (timers, the self-test).
 class LcoreTask {
@@ -43,12 +45,20 @@ public:
           const std::atomic<bool>& stop)
         : ports_(std::move(ports)), tasks_(std::move(tasks)), backoff_(idle_backoff_us), stop_(stop) {}
 
+    // The control thread's work for this lcore, and the transports of its ports.
+    void set_transports(LcoreTasks* control, std::vector<RoceTransport*> transports) {
+        control_ = control;
+        transports_ = std::move(transports);
+    }
+
     // Runs until `stop` is set.
     void run();
 
 private:
     std::vector<Port*> ports_;
     std::vector<LcoreTask*> tasks_;
+    LcoreTasks* control_ = nullptr;
+    std::vector<RoceTransport*> transports_;
     IdleBackoff backoff_;
     const std::atomic<bool>& stop_;
 };

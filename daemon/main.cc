@@ -27,7 +27,9 @@
 #include "daemon/lcore.h"
 #include "daemon/port.h"
 #include "daemon/selftest.h"
+#include "daemon/lcore_tasks.h"
 #include "daemon/telemetry.h"
+#include "daemon/transport.h"
 #include "daemon/wire.h"
 
 namespace snic::daemon {
@@ -99,7 +101,8 @@ std::string device_name(const Config& cfg, std::size_t index) {
 
 // The ports as RDMA devices, for the control server's sessions.
 std::vector<DevicePort> device_ports(const Config& cfg,
-                                     const std::vector<std::unique_ptr<Port>>& ports) {
+                                     const std::vector<std::unique_ptr<Port>>& ports,
+                                     const std::vector<std::unique_ptr<RoceTransport>>& transports) {
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
@@ -109,7 +112,8 @@ std::vector<DevicePort> device_ports(const Config& cfg,
             const bool known = l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN;
             return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
         };
-        devices.push_back(DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link});
+        devices.push_back(DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link,
+                                     transports[i].get()});
     }
     return devices;
 }
@@ -160,7 +164,11 @@ struct Running {
     std::optional<VirtualWire> wire;
     rte_mempool* pool = nullptr;
     std::vector<std::unique_ptr<Port>> ports;
+    std::vector<std::unique_ptr<LcoreTasks>> tasks;  // per lcore
+    std::vector<std::unique_ptr<RoceTransport>> transports;  // per port
     ~Running() {
+        transports.clear();
+        tasks.clear();
         ports.clear();  // closes the ports before their pool and wire go
         if (pool != nullptr) rte_mempool_free(pool);
     }
@@ -232,6 +240,25 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             if (selftest && i == 0) tasks.push_back(selftest.get());
             lcores.push_back(std::make_unique<Lcore>(owned[i], std::move(tasks), cfg.idle_backoff_us, g_stop));
         }
+        // Each port's RoCEv2 transport runs on the port's lcore, which also takes the
+        // control thread's work for it (attaching QPs, grace periods).
+        Resources& resources = (*control)->resources();
+        r.transports.resize(r.ports.size());
+        for (std::size_t i = 0; i < lcore_ids.size(); ++i) {
+            r.tasks.push_back(std::make_unique<LcoreTasks>());
+            std::vector<RoceTransport*> mine;
+            for (std::size_t p = i; p < r.ports.size(); p += lcore_ids.size()) {
+                r.transports[p] = std::make_unique<RoceTransport>(*r.ports[p], *r.tasks[i],
+                                                                  resources.keys(), rte_get_tsc_hz());
+                r.ports[p]->set_roce_hook({&RoceTransport::on_rx, r.transports[p].get()});
+                mine.push_back(r.transports[p].get());
+            }
+            lcores[i]->set_transports(r.tasks[i].get(), std::move(mine));
+        }
+        resources.set_quiesce([&r, &owned] {
+            for (std::size_t i = 0; i < r.tasks.size(); ++i)
+                if (!owned[i].empty()) r.tasks[i]->run([] {});
+        });
 
         TelemetryInfo tel{cfg.name, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
@@ -240,7 +267,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         for (std::size_t i = 1; i < lcore_ids.size(); ++i)
             if (!owned[i].empty()) rte_eal_remote_launch(lcore_main, lcores[i].get(), lcore_ids[i]);
 
-        (*control)->set_devices(device_ports(cfg, r.ports));
+        (*control)->set_devices(device_ports(cfg, r.ports, r.transports));
         if (auto st = (*control)->listen(); !st) {
             g_stop.store(true);
             rte_eal_mp_wait_lcore();
@@ -260,6 +287,8 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         }
         rte_eal_mp_wait_lcore();
         control_thread.join();
+        (*control)->disconnect_all();  // sessions go while their transports still exist
+        resources.set_quiesce({});
         unregister_telemetry();
         spdlog::info("snicd {} stopping", cfg.name);
         print_counters(r.ports);

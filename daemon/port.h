@@ -80,6 +80,8 @@ public:
     std::optional<net::MacAddr> resolve(net::Ipv4Addr ip, std::uint64_t now);
     // A fresh mbuf from the port's pool, or nullptr (counted as tx_dropped).
     rte_mbuf* alloc();
+    // Takes a frame this port sent to itself (a transport's loopback) as if received.
+    void receive_local(rte_mbuf* m, std::uint64_t now) { handle(m, now); }
 
 private:
     Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,

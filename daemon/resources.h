@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -127,7 +128,16 @@ class Resources {
     void remove_session(Session* s);
     const std::vector<Session*>& sessions() const { return sessions_; }
 
+    // Returns once no data lcore can still use a pointer to client memory it obtained
+    // through the key table before the call (set by the daemon; nothing to wait for in
+    // unit tests). Between withdrawing a key and unmapping its memory.
+    void set_quiesce(std::function<void()> fn) { quiesce_ = std::move(fn); }
+    void quiesce() const {
+        if (quiesce_) quiesce_();
+    }
+
   private:
+    std::function<void()> quiesce_;
     const Limits limits_;
     Counts counts_{};
     NameTable keys_;

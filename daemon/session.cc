@@ -102,8 +102,13 @@ Session::Session(Resources& resources, std::span<const DevicePort> ports, Peer p
     : r_(resources), ports_(ports), peer_(peer), id_(resources.add_session(this)) {}
 
 Session::~Session() {
-    // Dependency order: each kind goes before what it references.
+    // The engines stop first; then each kind goes before what it references, and client
+    // memory is unmapped only once no lcore can be using it.
+    qps_.for_each([this](const Qp& qp) { stop_runtime(const_cast<Qp&>(qp)); });
     qps_.clear();
+    mrs_.for_each([](const Mr& mr) { const_cast<Mr&>(mr).key = NameLease{}; });
+    mws_.for_each([](const Mw& mw) { const_cast<Mw&>(mw).rkey = NameLease{}; });
+    r_.quiesce();
     srqs_.clear();
     cqs_.clear();
     channels_.clear();
@@ -282,8 +287,10 @@ int Session::reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out)
 }
 
 int Session::dereg_mr(const shm::HandleReq& req, FdList&, shm::Empty&) {
-    if (mrs_.take(req.handle) == nullptr)
-        return refuse(EINVAL, "dereg_mr", "no such MR " + hex(req.handle));
+    std::unique_ptr<Mr> mr = mrs_.take(req.handle);
+    if (mr == nullptr) return refuse(EINVAL, "dereg_mr", "no such MR " + hex(req.handle));
+    mr->key = NameLease{};  // withdrawn: lookups miss it from now on
+    r_.quiesce();           // and no lcore still holds what it found before
     return 0;
 }
 
@@ -718,7 +725,27 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
 
 void Session::enter_state(Qp& qp, QpState cur, QpState next) {
     switch (next) {
+        case QpState::rtr:
+            // An RC QP starts running on its port's lcore: its responder takes requests now.
+            if (qp.type == roce::QpType::rc && port_->transport != nullptr && !qp.runtime) {
+                net::Ipv4Addr peer;
+                if (auto config = rc_config_of(qp, &peer)) {
+                    qp.runtime = std::make_unique<QpRuntime>(*port_->transport, qp, *config, peer);
+                    port_->transport->attach(qp.runtime.get());
+                }
+            }
+            break;
+        case QpState::rts:
+            if (qp.runtime && cur == QpState::rtr) {  // SQD -> RTS goes on where it was
+                const shm::QpAttr& a = qp.attr;
+                on_lcore([&] {
+                    qp.runtime->start_sending(a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry,
+                                              a.max_rd_atomic);
+                });
+            }
+            break;
         case QpState::reset: {  // the queues are emptied without completions
+            stop_runtime(qp);
             shm::SendWqe s;
             while (qp.sq && qp.sq->try_pop(s)) {
             }
@@ -728,7 +755,13 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             break;
         }
         case QpState::err: {
-            const FlushResult f = flush_qp(qp);
+            if (qp.runtime) {  // the engine completes what it holds and what is posted
+                on_lcore([&] { qp.runtime->engine().to_error(); });
+                if (qp.srq) post_async(IBV_EVENT_QP_LAST_WQE_REACHED, qp.handle);
+                break;
+            }
+            FlushResult f;
+            on_lcore([&] { f = flush_qp(qp); });
             if (f.send_cq_overflow) post_async(IBV_EVENT_CQ_ERR, qp.send_cq_handle);
             if (f.recv_cq_overflow && qp.recv_cq_handle != qp.send_cq_handle)
                 post_async(IBV_EVENT_CQ_ERR, qp.recv_cq_handle);
@@ -771,9 +804,25 @@ int Session::query_qp(const shm::HandleReq& req, FdList&, shm::QueryQpReply& out
 }
 
 int Session::destroy_qp(const shm::HandleReq& req, FdList&, shm::Empty&) {
-    if (qps_.take(req.handle) == nullptr)
-        return refuse(EINVAL, "destroy_qp", "no such QP " + hex(req.handle));
+    Qp* qp = qps_.find(req.handle);
+    if (qp == nullptr) return refuse(EINVAL, "destroy_qp", "no such QP " + hex(req.handle));
+    stop_runtime(*qp);
+    qps_.take(req.handle);
     return 0;
+}
+
+void Session::on_lcore(const std::function<void()>& fn) {
+    if (port_ != nullptr && port_->transport != nullptr) {
+        port_->transport->tasks().run(fn);
+    } else {
+        fn();
+    }
+}
+
+void Session::stop_runtime(Qp& qp) {
+    if (!qp.runtime) return;
+    port_->transport->detach(qp.runtime.get());
+    qp.runtime.reset();
 }
 
 }  // namespace snic::daemon

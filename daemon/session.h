@@ -19,6 +19,7 @@
 
 #include "daemon/client_memory.h"
 #include "daemon/resources.h"
+#include "daemon/transport.h"
 #include "proto/net/addr.h"
 #include "proto/roce/qp_state.h"
 #include "shm/control.h"
@@ -39,6 +40,7 @@ struct DevicePort {
     net::Ipv4Prefix ip;
     std::uint16_t mtu;               // Ethernet MTU
     std::function<LinkInfo()> link;  // the link now
+    RoceTransport* transport = nullptr;  // runs the port's QPs; none in unit tests
 };
 
 // The largest IB MTU (ibv_mtu) whose RoCEv2 packets fit an Ethernet MTU: IB MTU plus the
@@ -168,6 +170,8 @@ struct Qp {
     roce::QpState state = roce::QpState::reset;
     shm::QpAttr attr{};  // every attribute as last set (qp_state/cur_qp_state/cap unused)
     NameLease qpn;
+    // The engine its port's lcore runs, from RTR on (RC only); detached before the QP goes.
+    std::unique_ptr<QpRuntime> runtime;
 };
 
 class Session {
@@ -222,6 +226,11 @@ class Session {
     bool post_async(std::uint32_t type, std::uint32_t handle);
     // What entering `next` from `cur` does to the QP's queues and which events it raises.
     void enter_state(Qp& qp, roce::QpState cur, roce::QpState next);
+    // Runs `fn` where the QP's CQEs are produced: on the port's lcore when the port has a
+    // transport, else here.
+    void on_lcore(const std::function<void()>& fn);
+    // Stops the QP's engine, if it has one.
+    void stop_runtime(Qp& qp);
 
     Resources& r_;
     const std::span<const DevicePort> ports_;

@@ -809,9 +809,10 @@ TEST_F(Verbs, WorkRequestApi) {
 }
 
 TEST_F(Verbs, ConcurrentPostersShareEachRing) {
-    // Four threads post to the same receive queue, then the same send queue, one WR at
-    // a time until the ring is full: together they fill it exactly.
-    ibv_cq* cq = make_cq();
+    // Four threads post to the same receive queue, then the same send queue, one WR at a
+    // time until it is full, and no WR is lost or taken twice: every one posted completes
+    // exactly once when the QP is moved to the error state.
+    ibv_cq* cq = make_cq(4096);
     ibv_qp* qp = make_qp(cq, 512, 512);
     ASSERT_NE(qp, nullptr);
     ibv_qp_attr qa{};
@@ -821,10 +822,9 @@ TEST_F(Verbs, ConcurrentPostersShareEachRing) {
     ibv_mr* mr = ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
     ASSERT_NE(mr, nullptr);
     ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey};
-    to_rts(qp);
 
+    constexpr int kThreads = 4;
     const auto fill = [&](bool send) {
-        constexpr int kThreads = 4;
         std::vector<int> posted(kThreads, 0), last_err(kThreads, 0);
         std::vector<std::thread> threads;
         for (int t = 0; t < kThreads; ++t) {
@@ -833,7 +833,7 @@ TEST_F(Verbs, ConcurrentPostersShareEachRing) {
                     int err;
                     if (send) {
                         ibv_send_wr wr{}, *bad = nullptr;
-                        wr.wr_id = static_cast<std::uint64_t>(t);
+                        wr.wr_id = 100 + static_cast<std::uint64_t>(t);
                         wr.sg_list = &sge;
                         wr.num_sge = 1;
                         wr.opcode = IBV_WR_SEND;
@@ -854,15 +854,49 @@ TEST_F(Verbs, ConcurrentPostersShareEachRing) {
             });
         }
         for (auto& th : threads) th.join();
-        int total = 0;
-        for (int t = 0; t < kThreads; ++t) {
-            EXPECT_EQ(last_err[t], ENOMEM);
-            total += posted[t];
-        }
-        return total;
+        for (int t = 0; t < kThreads; ++t) EXPECT_EQ(last_err[t], ENOMEM);
+        return posted;
     };
-    EXPECT_EQ(fill(false), static_cast<int>(qa.cap.max_recv_wr));
-    EXPECT_EQ(fill(true), static_cast<int>(qa.cap.max_send_wr));
+
+    // Receives while the QP is in INIT: nothing consumes them, so they fill it exactly.
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    const std::vector<int> recvs = fill(false);
+    int recv_total = 0;
+    for (int n : recvs) recv_total += n;
+    EXPECT_EQ(recv_total, static_cast<int>(qa.cap.max_recv_wr));
+
+    // Sends towards a peer that does not exist (an unused address of the port's subnet):
+    // the transport takes some of them in, none is delivered.
+    a = rtr_attr(0x123);
+    a.ah_attr.grh.dgid.raw[15] = static_cast<std::uint8_t>(a.ah_attr.grh.dgid.raw[15] ^ 0x80);
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0);
+    a = rts_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtsMask), 0);
+    const std::vector<int> sends = fill(true);
+    int send_total = 0;
+    for (int n : sends) send_total += n;
+    EXPECT_GE(send_total, static_cast<int>(qa.cap.max_send_wr));
+
+    a = {};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    std::vector<int> seen(200, 0);
+    int completions = 0;
+    for (int spins = 0; completions < recv_total + send_total && spins < 1000000; ++spins) {
+        ibv_wc wc[64];
+        const int n = ibv_poll_cq(cq, 64, wc);
+        ASSERT_GE(n, 0);
+        for (int i = 0; i < n; ++i) {
+            ASSERT_LT(wc[i].wr_id, seen.size());
+            ++seen[wc[i].wr_id];
+        }
+        completions += n;
+    }
+    for (int t = 0; t < kThreads; ++t) {
+        EXPECT_EQ(seen[static_cast<std::size_t>(t)], recvs[static_cast<std::size_t>(t)]) << t;
+        EXPECT_EQ(seen[100 + static_cast<std::size_t>(t)], sends[static_cast<std::size_t>(t)]) << t;
+    }
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
     EXPECT_EQ(ibv_dereg_mr(mr), 0);
     EXPECT_EQ(ibv_destroy_cq(cq), 0);

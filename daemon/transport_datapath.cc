@@ -1,0 +1,275 @@
+// The transport's datapath, on the port's lcore: received RoCEv2 packets to their QP's
+// engine; the engines' queues, memory and wire. No allocation (but mbufs), no syscalls
+// (but the completion channel's signal), no locks, no logs.
+#include <rte_cycles.h>
+#include <rte_mbuf.h>
+
+#include <infiniband/verbs.h>
+
+#include <cstring>
+
+#include "daemon/completion.h"
+#include "daemon/port.h"
+#include "daemon/resources.h"
+#include "daemon/session.h"
+#include "daemon/transport.h"
+#include "proto/net/ethernet.h"
+#include "proto/net/ipv4.h"
+#include "proto/net/udp.h"
+#include "proto/roce/icrc.h"
+
+namespace snic::daemon {
+
+namespace {
+
+constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv4 + UDP
+
+// A region of `mr` for [addr, addr + len): the daemon's pointer, or nullptr when out of bounds.
+std::uint8_t* in_region(const Mr& mr, std::uint64_t addr, std::uint32_t len) {
+    if (addr < mr.iova || len > mr.length || addr - mr.iova > mr.length - len) return nullptr;
+    return reinterpret_cast<std::uint8_t*>(mr.addr) + (addr - mr.iova);
+}
+
+// A send WQE copied out of the client's ring, checked, as the engine takes it. A WQE that
+// breaks the rules becomes a local operation that fails: the QP then errors, in order.
+roce::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
+    roce::SendWr wr;
+    wr.wr_id = w.wr_id;
+    wr.signaled = (w.flags & shm::kWqeSignaled) != 0 || qp.sq_sig_all != 0;
+    wr.fence = (w.flags & shm::kWqeFence) != 0;
+    wr.solicited = (w.flags & shm::kWqeSolicited) != 0;
+    const bool valid_op = w.opcode < roce::kWrOpCount;
+    const bool inline_ok = (w.flags & shm::kWqeInline) == 0 ||
+                           w.inline_length <= std::min(shm::kMaxInline, qp.cap.max_inline_data);
+    const bool sge_ok = (w.flags & shm::kWqeInline) != 0 ||
+                        w.num_sge <= std::min(shm::kMaxSge, qp.cap.max_send_sge);
+    if (!valid_op || !inline_ok || !sge_ok) {
+        wr.op = roce::WrOp::local_inv;  // key 0: never valid
+        wr.imm_or_rkey = 0;
+        wr.signaled = true;
+        return wr;
+    }
+    wr.op = static_cast<roce::WrOp>(w.opcode);
+    wr.imm_or_rkey = w.ex;
+    switch (roce::wr_op_info(wr.op).kind) {
+        case roce::WrKind::write:
+        case roce::WrKind::read:
+            wr.remote_addr = w.rdma.remote_addr;
+            wr.rkey = w.rdma.rkey;
+            break;
+        case roce::WrKind::atomic:
+            wr.remote_addr = w.atomic.remote_addr;
+            wr.rkey = w.atomic.rkey;
+            wr.compare_add = w.atomic.compare_add;
+            wr.swap = w.atomic.swap;
+            break;
+        case roce::WrKind::local:
+            if (wr.op == roce::WrOp::bind_mw)
+                wr.bind = {w.bind.mw_handle, w.bind.new_rkey, w.bind.mr_lkey, w.bind.access,
+                           w.bind.addr, w.bind.length};
+            break;
+        case roce::WrKind::send:
+            break;
+    }
+    if ((w.flags & shm::kWqeInline) != 0) {
+        wr.inline_data = true;
+        wr.inline_len = w.inline_length;
+        std::memcpy(wr.inline_bytes.data(), w.inline_data, w.inline_length);
+    } else {
+        wr.num_sge = w.num_sge;
+        for (std::uint32_t i = 0; i < w.num_sge; ++i)
+            wr.sge[i] = {w.sge[i].addr, w.sge[i].length, w.sge[i].lkey};
+    }
+    return wr;
+}
+
+shm::Cqe to_cqe(const roce::Completion& c) {
+    shm::Cqe e{};
+    e.wr_id = c.wr_id;
+    e.status = static_cast<std::uint8_t>(c.status);
+    e.opcode = static_cast<std::uint8_t>(c.opcode);
+    e.wc_flags = static_cast<std::uint8_t>(c.wc_flags());
+    e.byte_len = c.byte_len;
+    e.ex = c.imm_or_rkey;
+    e.qp_num = c.qp_num;
+    e.src_qp = c.src_qp;
+    return e;
+}
+
+}  // namespace
+
+// ---- RcMemory ----------------------------------------------------------------------------
+
+std::uint8_t* QpRuntime::local(std::uint32_t lkey, std::uint64_t addr, std::uint32_t len,
+                               bool write) {
+    const auto* mr = static_cast<const Mr*>(t_.keys_.lookup(lkey, NameTable::kMr));
+    if (mr == nullptr || mr->pd.get() != qp_.pd.get()) return nullptr;
+    if (write && (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0) return nullptr;
+    return in_region(*mr, addr, len);
+}
+
+roce::RemoteRegion QpRuntime::remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
+                                     roce::RemoteNeed need) {
+    const auto* mr = static_cast<const Mr*>(t_.keys_.lookup(rkey, NameTable::kMr));
+    if (mr == nullptr) return {nullptr, roce::RemoteCheck::bad_key};
+    if (mr->pd.get() != qp_.pd.get()) return {nullptr, roce::RemoteCheck::pd_mismatch};
+    const std::uint32_t want = need == roce::RemoteNeed::read    ? IBV_ACCESS_REMOTE_READ
+                               : need == roce::RemoteNeed::write ? IBV_ACCESS_REMOTE_WRITE
+                                                                 : IBV_ACCESS_REMOTE_ATOMIC;
+    if ((mr->access & want) == 0) return {nullptr, roce::RemoteCheck::no_access};
+    std::uint8_t* p = in_region(*mr, addr, len);
+    if (p == nullptr) return {nullptr, roce::RemoteCheck::out_of_bounds};
+    return {p, roce::RemoteCheck::ok};
+}
+
+// Memory windows are not bound yet: no rkey here may be invalidated by a peer, and the
+// local operations on keys fail (the QP errors, in order).
+bool QpRuntime::invalidate(std::uint32_t) { return false; }
+roce::WcStatus QpRuntime::local_invalidate(std::uint32_t) { return roce::WcStatus::loc_qp_op_err; }
+roce::WcStatus QpRuntime::bind_mw(const roce::MwBind&) { return roce::WcStatus::mw_bind_err; }
+
+// ---- RcQueues ----------------------------------------------------------------------------
+
+void QpRuntime::start_sending(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
+                              std::uint8_t rnr_retry, std::uint8_t max_rd_atomic) {
+    engine_.start_requester(sq_psn, timeout, retry_cnt, rnr_retry, max_rd_atomic);
+    sending_ = true;
+}
+
+bool QpRuntime::pop_send(roce::SendWr& out) {
+    shm::SendWqe w;
+    if (!sending_ || !qp_.sq || !qp_.sq->try_pop(w)) return false;
+    out = to_send_wr(w, qp_);
+    return true;
+}
+
+bool QpRuntime::pop_recv(roce::RecvWr& out) {
+    shm::RecvWqe w;
+    const bool got = qp_.srq ? qp_.srq->ring->try_pop(w) : (qp_.rq && qp_.rq->try_pop(w));
+    if (!got) return false;
+    out.wr_id = w.wr_id;
+    // A WQE with more SGEs than there can be has room for nothing: a message to it is too long.
+    out.num_sge = w.num_sge <= shm::kMaxSge ? w.num_sge : 0;
+    for (std::uint32_t i = 0; i < out.num_sge; ++i)
+        out.sge[i] = {w.sge[i].addr, w.sge[i].length, w.sge[i].lkey};
+    return true;
+}
+
+void QpRuntime::complete_send(const roce::Completion& c) {
+    post_cqe(*qp_.send_cq.get(), to_cqe(c), c.solicited);
+}
+
+void QpRuntime::complete_recv(const roce::Completion& c) {
+    post_cqe(*qp_.recv_cq.get(), to_cqe(c), c.solicited);
+}
+
+// ---- RcWire ------------------------------------------------------------------------------
+
+std::span<std::uint8_t> QpRuntime::tx_alloc(std::size_t len) {
+    if (tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(tx_m_, nullptr));  // abandoned
+    rte_mbuf* m = t_.port_.alloc();
+    if (m == nullptr) {
+        t_.counters_.tx_no_mbuf.add();
+        return {};
+    }
+    if (rte_pktmbuf_tailroom(m) < kFrameHeaders + len + roce::kIcrcLen) {
+        rte_pktmbuf_free(m);
+        t_.counters_.tx_no_mbuf.add();
+        return {};
+    }
+    tx_m_ = m;
+    return {rte_pktmbuf_mtod(m, std::uint8_t*) + kFrameHeaders, len};
+}
+
+void QpRuntime::tx_send(std::size_t len) {
+    rte_mbuf* m = std::exchange(tx_m_, nullptr);
+    if (m == nullptr) return;
+    Port& port = t_.port_;
+    std::optional<net::MacAddr> dst =
+        loopback_ ? std::optional(port.mac()) : port.resolve(peer_, now_tsc_);
+    if (!dst) {
+        rte_pktmbuf_free(m);
+        t_.counters_.tx_unresolved.add();
+        return;
+    }
+    auto* frame = rte_pktmbuf_mtod(m, std::uint8_t*);
+    auto& eth = *reinterpret_cast<net::EthHdr*>(frame);
+    auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(frame + net::kEthHdrLen);
+    auto& udp = *reinterpret_cast<net::UdpHdr*>(frame + net::kEthHdrLen + net::kIpv4MinHdrLen);
+    const auto udp_len = static_cast<std::uint16_t>(net::kUdpHdrLen + len + roce::kIcrcLen);
+    net::write_eth(eth, *dst, port.mac(), net::EtherType::ipv4);
+    net::write_ipv4(ip, port.ip().addr, peer_, net::IpProto::udp, udp_len);
+    udp.src_port = src_port_;
+    udp.dst_port = net::kRoceV2Port;
+    udp.length = udp_len;
+    udp.checksum = 0;  // RoCEv2 over IPv4: the ICRC protects the payload
+    const std::size_t ip_len = net::kIpv4MinHdrLen + udp_len;
+    roce::icrc_fill({frame + net::kEthHdrLen, ip_len});
+    m->data_len = static_cast<std::uint16_t>(net::kEthHdrLen + ip_len);
+    m->pkt_len = m->data_len;
+    t_.counters_.tx_packets.add();
+    if (!loopback_) return port.send(m);
+    if (t_.loop_count_ == RoceTransport::kLoopSlots) {
+        t_.counters_.loopback_full.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    t_.loop_[(t_.loop_head_ + t_.loop_count_++) % RoceTransport::kLoopSlots] = m;
+    t_.counters_.loopback_packets.add();
+}
+
+// ---- the transport --------------------------------------------------------------------------
+
+std::uint64_t RoceTransport::ns(std::uint64_t tsc) const {
+    return static_cast<std::uint64_t>(static_cast<double>(tsc) * ns_per_tsc_);
+}
+
+void RoceTransport::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& frame,
+                          std::uint64_t now_tsc) {
+    static_cast<RoceTransport*>(ctx)->receive(m, frame, now_tsc);
+}
+
+void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t now_tsc) {
+    counters_.rx_packets.add();
+    const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
+    const std::span<const std::uint8_t> payload(frame + f.l4_offset + net::kUdpHdrLen,
+                                                f.l4_length - net::kUdpHdrLen);
+    const roce::Packet pkt = roce::parse(payload);
+    auto drop = [&](roce::Drop why) {
+        counters_.drops[static_cast<std::size_t>(why)].add();
+        rte_pktmbuf_free(m);
+    };
+    if (!pkt.ok()) return drop(pkt.drop);
+    const std::size_t l3_len = f.l4_offset + f.l4_length - f.l3_offset;
+    if (!roce::icrc_verify({frame + f.l3_offset, l3_len})) return drop(roce::Drop::bad_icrc);
+    const std::uint32_t qpn = pkt.bth().dest_qp.host();
+    QpRuntime* rt = (*by_slot_)[qpn & (kQpnSlots - 1)];
+    if (rt == nullptr || rt->qpn() != qpn) {
+        counters_.rx_unknown_qpn.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    rt->now_tsc_ = now_tsc;
+    rt->engine_.on_packet(pkt, ns(now_tsc));
+    rte_pktmbuf_free(m);
+}
+
+bool RoceTransport::poll(std::uint64_t now_tsc) {
+    bool work = false;
+    // Frames the engines sent to this port last turn: received now, outside any engine.
+    for (std::uint32_t n = loop_count_; n > 0; --n) {
+        rte_mbuf* m = loop_[loop_head_];
+        loop_head_ = (loop_head_ + 1) % kLoopSlots;
+        --loop_count_;
+        port_.receive_local(m, now_tsc);
+        work = true;
+    }
+    const std::uint64_t now = ns(now_tsc);
+    for (QpRuntime* rt : active_) {
+        rt->now_tsc_ = now_tsc;
+        work |= rt->engine_.poll(now);
+    }
+    return work;
+}
+
+}  // namespace snic::daemon
