@@ -8,21 +8,12 @@
 #include <cstdint>
 #include <string_view>
 
+#include "proto/counter.h"
 #include "proto/net/rx.h"
 
 namespace snic::daemon {
 
-class Counter {
-public:
-    void add(std::uint64_t n = 1) noexcept {
-        v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-    }
-    std::uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
-
-private:
-    std::atomic<std::uint64_t> v_{0};
-};
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+using snic::Counter;
 
 struct PortCounters {
     Counter rx_packets, rx_bytes, tx_packets, tx_bytes, tx_dropped;

@@ -20,6 +20,23 @@
 
 namespace snic::daemon {
 
+// The engines speak libibverbs' numbers, as the shared-memory ABI does: one cast apart.
+static_assert(static_cast<int>(roce::WrOp::rdma_write) == static_cast<int>(shm::WrOpcode::rdma_write));
+static_assert(static_cast<int>(roce::WrOp::rdma_write_imm) == static_cast<int>(shm::WrOpcode::rdma_write_imm));
+static_assert(static_cast<int>(roce::WrOp::send) == static_cast<int>(shm::WrOpcode::send));
+static_assert(static_cast<int>(roce::WrOp::send_imm) == static_cast<int>(shm::WrOpcode::send_imm));
+static_assert(static_cast<int>(roce::WrOp::rdma_read) == static_cast<int>(shm::WrOpcode::rdma_read));
+static_assert(static_cast<int>(roce::WrOp::atomic_cmp_swp) == static_cast<int>(shm::WrOpcode::atomic_cmp_swp));
+static_assert(static_cast<int>(roce::WrOp::atomic_fetch_add) == static_cast<int>(shm::WrOpcode::atomic_fetch_add));
+static_assert(static_cast<int>(roce::WrOp::local_inv) == static_cast<int>(shm::WrOpcode::local_inv));
+static_assert(static_cast<int>(roce::WrOp::bind_mw) == static_cast<int>(shm::WrOpcode::bind_mw));
+static_assert(static_cast<int>(roce::WrOp::send_inv) == static_cast<int>(shm::WrOpcode::send_inv));
+static_assert(static_cast<int>(roce::WcStatus::wr_flush_err) == IBV_WC_WR_FLUSH_ERR);
+static_assert(static_cast<int>(roce::WcStatus::rnr_retry_exc_err) == IBV_WC_RNR_RETRY_EXC_ERR);
+static_assert(static_cast<int>(roce::WcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_IMM);
+static_assert(roce::kWcWithImm == IBV_WC_WITH_IMM && roce::kWcWithInv == IBV_WC_WITH_INV);
+static_assert(roce::kRcMaxSge == shm::kMaxSge && roce::kRcMaxInline == shm::kMaxInline);
+
 namespace {
 
 constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv4 + UDP

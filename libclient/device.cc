@@ -475,6 +475,37 @@ SNIC_EXPORT int ibv_get_pkey_index(ibv_context* c, std::uint8_t port, __be16 pke
 
 // ---- asynchronous events --------------------------------------------------------
 
+namespace {
+
+// Which object an asynchronous event is about (IBA 11.6.3): the one place that says so
+// for both ibv_get_async_event and ibv_ack_async_event.
+enum class EventElement { cq, qp, srq, wq, port };
+
+EventElement element_of(ibv_event_type type) {
+    switch (type) {
+        case IBV_EVENT_CQ_ERR:
+            return EventElement::cq;
+        case IBV_EVENT_QP_FATAL:
+        case IBV_EVENT_QP_REQ_ERR:
+        case IBV_EVENT_QP_ACCESS_ERR:
+        case IBV_EVENT_COMM_EST:
+        case IBV_EVENT_SQ_DRAINED:
+        case IBV_EVENT_PATH_MIG:
+        case IBV_EVENT_PATH_MIG_ERR:
+        case IBV_EVENT_QP_LAST_WQE_REACHED:
+            return EventElement::qp;
+        case IBV_EVENT_SRQ_ERR:
+        case IBV_EVENT_SRQ_LIMIT_REACHED:
+            return EventElement::srq;
+        case IBV_EVENT_WQ_FATAL:
+            return EventElement::wq;
+        default:
+            return EventElement::port;
+    }
+}
+
+}  // namespace
+
 SNIC_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* event) {
     return guarded(-1, [&] {
         Context* ctx = to_ctx(c);
@@ -494,39 +525,31 @@ SNIC_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* event) {
             if (!known_event(ev.type)) continue;
             const auto type = static_cast<ibv_event_type>(ev.type);
             std::lock_guard lock(ctx->objs_mu);
-            switch (type) {
-                case IBV_EVENT_CQ_ERR: {
+            switch (element_of(type)) {
+                case EventElement::cq: {
                     auto it = ctx->cqs.find(ev.handle);
                     if (it == ctx->cqs.end()) continue;
                     ++it->second->async_events_reported;
                     event->element.cq = ibv_cq_ex_to_cq(&it->second->cq);
                     break;
                 }
-                case IBV_EVENT_QP_FATAL:
-                case IBV_EVENT_QP_REQ_ERR:
-                case IBV_EVENT_QP_ACCESS_ERR:
-                case IBV_EVENT_COMM_EST:
-                case IBV_EVENT_SQ_DRAINED:
-                case IBV_EVENT_PATH_MIG:
-                case IBV_EVENT_PATH_MIG_ERR:
-                case IBV_EVENT_QP_LAST_WQE_REACHED: {
+                case EventElement::qp: {
                     auto it = ctx->qps.find(ev.handle);
                     if (it == ctx->qps.end()) continue;
                     ++it->second->events_reported;
                     event->element.qp = &it->second->qpx.qp_base;
                     break;
                 }
-                case IBV_EVENT_SRQ_ERR:
-                case IBV_EVENT_SRQ_LIMIT_REACHED: {
+                case EventElement::srq: {
                     auto it = ctx->srqs.find(ev.handle);
                     if (it == ctx->srqs.end()) continue;
                     ++it->second->events_reported;
                     event->element.srq = &it->second->srq;
                     break;
                 }
-                case IBV_EVENT_WQ_FATAL:
+                case EventElement::wq:
                     continue;  // no work queues
-                default:
+                case EventElement::port:
                     event->element.port_num = static_cast<int>(ev.handle);
                     break;
             }
@@ -543,31 +566,24 @@ SNIC_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
         ::pthread_cond_signal(cv);
         ::pthread_mutex_unlock(m);
     };
-    switch (event->event_type) {
-        case IBV_EVENT_CQ_ERR: {
+    switch (element_of(event->event_type)) {
+        case EventElement::cq: {
             ibv_cq* cq = event->element.cq;
             bump(&cq->mutex, &cq->cond, &cq->async_events_completed);
             break;
         }
-        case IBV_EVENT_QP_FATAL:
-        case IBV_EVENT_QP_REQ_ERR:
-        case IBV_EVENT_QP_ACCESS_ERR:
-        case IBV_EVENT_COMM_EST:
-        case IBV_EVENT_SQ_DRAINED:
-        case IBV_EVENT_PATH_MIG:
-        case IBV_EVENT_PATH_MIG_ERR:
-        case IBV_EVENT_QP_LAST_WQE_REACHED: {
+        case EventElement::qp: {
             ibv_qp* qp = event->element.qp;
             bump(&qp->mutex, &qp->cond, &qp->events_completed);
             break;
         }
-        case IBV_EVENT_SRQ_ERR:
-        case IBV_EVENT_SRQ_LIMIT_REACHED: {
+        case EventElement::srq: {
             ibv_srq* srq = event->element.srq;
             bump(&srq->mutex, &srq->cond, &srq->events_completed);
             break;
         }
-        default:
+        case EventElement::wq:
+        case EventElement::port:
             break;
     }
 }

@@ -15,6 +15,7 @@
 #include <span>
 #include <string_view>
 
+#include "proto/counter.h"
 #include "proto/roce/headers.h"
 #include "proto/roce/opcode.h"
 
@@ -316,17 +317,8 @@ const char* rc_config_error(const RcConfig& c);
 
 // --- counters ----------------------------------------------------------------------------------
 
-// Written by the owning lcore only (a relaxed load and store), readable from any thread.
-class RcCounter {
-  public:
-    void add(std::uint64_t n = 1) noexcept {
-        v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-    }
-    std::uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
-
-  private:
-    std::atomic<std::uint64_t> v_{0};
-};
+// Written by the owning lcore only, readable from any thread.
+using RcCounter = snic::Counter;
 
 struct RcCounters {
     // transmitted, by kind
