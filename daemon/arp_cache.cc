@@ -47,6 +47,12 @@ std::optional<net::MacAddr> ArpCache::lookup(net::Ipv4Addr ip, std::uint64_t now
     return e->mac;
 }
 
+std::optional<net::MacAddr> ArpCache::last_known(net::Ipv4Addr ip) const {
+    const Entry* e = find(ip.value);
+    if (e == nullptr || e->mac.is_zero()) return std::nullopt;
+    return e->mac;
+}
+
 void ArpCache::learn(net::Ipv4Addr ip, net::MacAddr mac, std::uint64_t now) {
     Entry& e = claim(ip.value, now);
     e.state = State::valid;

@@ -20,6 +20,10 @@ public:
     // The MAC of `ip` if known and not expired.
     std::optional<net::MacAddr> lookup(net::Ipv4Addr ip, std::uint64_t now) const;
 
+    // The MAC `ip` last had, expired or not (nullopt if it never resolved): what to keep
+    // sending to while it is being resolved again, as a stale neighbour entry is used.
+    std::optional<net::MacAddr> last_known(net::Ipv4Addr ip) const;
+
     // Records ip -> mac (from a reply, or a request addressed to us).
     void learn(net::Ipv4Addr ip, net::MacAddr mac, std::uint64_t now);
 

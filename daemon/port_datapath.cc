@@ -176,9 +176,13 @@ rte_mbuf* Port::alloc() {
 
 std::optional<net::MacAddr> Port::resolve(net::Ipv4Addr ip, std::uint64_t now) {
     if (auto mac = arp_.lookup(ip, now)) return mac;
-    if (!ip_.contains(ip) || !arp_.should_request(ip, now)) return std::nullopt;
+    if (!ip_.contains(ip)) return std::nullopt;
+    // Expired: ask again (paced), and meanwhile keep using the MAC it had, so that a
+    // connection does not stall (and exhaust its retries) every time the entry ages out.
+    const std::optional<net::MacAddr> stale = arp_.last_known(ip);
+    if (!arp_.should_request(ip, now)) return stale;
     rte_mbuf* m = alloc();
-    if (m == nullptr) return std::nullopt;
+    if (m == nullptr) return stale;
     auto* buf = rte_pktmbuf_mtod(m, std::uint8_t*);
     const std::size_t len =
         net::build_arp_request({buf, rte_pktmbuf_tailroom(m)}, local_.mac, local_.ip, ip);
@@ -186,7 +190,7 @@ std::optional<net::MacAddr> Port::resolve(net::Ipv4Addr ip, std::uint64_t now) {
     m->pkt_len = static_cast<std::uint32_t>(len);
     counters_.arp_requests_sent.add();
     send(m);
-    return std::nullopt;
+    return stale;
 }
 
 }  // namespace snic::daemon

@@ -298,3 +298,30 @@ TEST(ArpCache, many_addresses_expire_together) {
 
 }  // namespace
 }  // namespace snic::daemon
+
+namespace snic::daemon {
+namespace {
+
+TEST(ArpCacheStale, expired_entry_keeps_its_last_mac_while_it_is_resolved_again) {
+    ArpCache c(16, /*lifetime=*/10, /*retry=*/100);
+    const net::Ipv4Addr a{0xc6120001};
+    const net::MacAddr m{{0x02, 1, 2, 3, 4, 5}};
+    EXPECT_FALSE(c.last_known(a));
+    c.learn(a, m, 0);
+    EXPECT_FALSE(c.lookup(a, 10));         // expired
+    EXPECT_TRUE(c.should_request(a, 10));  // asked again
+    ASSERT_TRUE(c.last_known(a));          // and still known meanwhile
+    EXPECT_EQ(*c.last_known(a), m);
+    EXPECT_FALSE(c.should_request(a, 20));  // paced
+    EXPECT_EQ(*c.last_known(a), m);
+}
+
+TEST(ArpCacheStale, never_resolved_address_has_no_last_mac) {
+    ArpCache c(16, 10, 100);
+    const net::Ipv4Addr a{0xc6120002};
+    EXPECT_TRUE(c.should_request(a, 0));
+    EXPECT_FALSE(c.last_known(a));
+}
+
+}  // namespace
+}  // namespace snic::daemon
