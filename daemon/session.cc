@@ -678,6 +678,7 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
     constexpr const char* op = "modify_qp";
     Qp* qp = qps_.find(req.qp);
     if (qp == nullptr) return refuse(EINVAL, op, "no such QP " + hex(req.qp));
+    sync_state(*qp);
     const std::uint32_t mask = req.mask;
     const shm::QpAttr& a = req.attr;
     const QpState cur = qp->state;
@@ -786,8 +787,9 @@ bool Session::post_async(std::uint32_t type, std::uint32_t handle) {
 }
 
 int Session::query_qp(const shm::HandleReq& req, FdList&, shm::QueryQpReply& out) {
-    const Qp* qp = qps_.find(req.handle);
+    Qp* qp = qps_.find(req.handle);
     if (qp == nullptr) return refuse(EINVAL, "query_qp", "no such QP " + hex(req.handle));
+    sync_state(*qp);
     out = {};
     out.attr = qp->attr;
     out.attr.qp_state = static_cast<std::uint32_t>(qp->state);
@@ -817,6 +819,10 @@ void Session::on_lcore(const std::function<void()>& fn) {
     } else {
         fn();
     }
+}
+
+void Session::sync_state(Qp& qp) {
+    if (qp.runtime && qp.runtime->failed() && qp.state != QpState::err) qp.state = QpState::err;
 }
 
 void Session::stop_runtime(Qp& qp) {

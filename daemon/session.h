@@ -231,6 +231,8 @@ class Session {
     void on_lcore(const std::function<void()>& fn);
     // Stops the QP's engine, if it has one.
     void stop_runtime(Qp& qp);
+    // A QP whose engine failed by itself is in ERR from then on (IBA 10.3.1).
+    static void sync_state(Qp& qp);
 
     Resources& r_;
     const std::span<const DevicePort> ports_;

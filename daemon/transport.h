@@ -11,6 +11,7 @@
 #include <rte_mbuf.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -54,6 +55,11 @@ public:
     roce::RcQp& engine() { return engine_; }
     std::uint32_t qpn() const { return config_.qpn; }
 
+    // True once the engine is in the error state, whether it failed by itself (retries
+    // exhausted, a fatal NAK sent or received, a local error) or was told to. Set by the
+    // lcore, read by the control thread (query_qp, modify_qp).
+    bool failed() const { return failed_.load(std::memory_order_acquire); }
+
     // The lcore, at RTR -> RTS: the requester starts from the RTS attributes, and from
     // now on takes WRs from the send queue (in RTR it only responds).
     void start_sending(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
@@ -89,6 +95,10 @@ private:
     rte_mbuf* tx_m_ = nullptr;      // the frame being filled between tx_alloc and tx_send
     bool sending_ = false;          // in RTS (or later): the send queue is served
     std::uint64_t now_tsc_ = 0;
+    std::atomic<bool> failed_{false};
+    // The lcore, after each engine call: publishes a move to the error state.
+    void note_state();
+    void mark_failed();
     roce::RcQp engine_;  // last: built from the interfaces above
 };
 

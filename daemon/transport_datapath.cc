@@ -145,6 +145,20 @@ bool QpRuntime::invalidate(std::uint32_t) { return false; }
 roce::WcStatus QpRuntime::local_invalidate(std::uint32_t) { return roce::WcStatus::loc_qp_op_err; }
 roce::WcStatus QpRuntime::bind_mw(const roce::MwBind&) { return roce::WcStatus::mw_bind_err; }
 
+// ---- state ---------------------------------------------------------------------------------
+
+void QpRuntime::note_state() {
+    if (engine_.state() == roce::RcState::error) mark_failed();
+}
+
+void QpRuntime::mark_failed() {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    failed_.store(true, std::memory_order_release);
+    // The client's view (libsnic's in_error()): the QP is in ERR.
+    std::atomic_ref<std::uint32_t>(qp_.control->state)
+        .store(static_cast<std::uint32_t>(roce::QpState::err), std::memory_order_release);
+}
+
 // ---- RcQueues ----------------------------------------------------------------------------
 
 void QpRuntime::start_sending(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
@@ -172,11 +186,15 @@ bool QpRuntime::pop_recv(roce::RecvWr& out) {
     return true;
 }
 
+// An RC QP completes a WR in error only on its way to ERR: that is published before the
+// client can see the completion (and ask the QP's state).
 void QpRuntime::complete_send(const roce::Completion& c) {
+    if (c.status != roce::WcStatus::success) mark_failed();
     post_cqe(*qp_.send_cq.get(), to_cqe(c), c.solicited);
 }
 
 void QpRuntime::complete_recv(const roce::Completion& c) {
+    if (c.status != roce::WcStatus::success) mark_failed();
     post_cqe(*qp_.recv_cq.get(), to_cqe(c), c.solicited);
 }
 
@@ -268,6 +286,7 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     }
     rt->now_tsc_ = now_tsc;
     rt->engine_.on_packet(pkt, ns(now_tsc));
+    rt->note_state();
     rte_pktmbuf_free(m);
 }
 
@@ -285,6 +304,7 @@ bool RoceTransport::poll(std::uint64_t now_tsc) {
     for (QpRuntime* rt : active_) {
         rt->now_tsc_ = now_tsc;
         work |= rt->engine_.poll(now);
+        rt->note_state();
     }
     return work;
 }
