@@ -26,7 +26,7 @@ const ArpCache::Entry* ArpCache::find(std::uint32_t ip) const {
 // The entry for ip: its own, else a free one, else the one in the probe window
 // that expires first (an expired or pending entry goes before a valid one).
 ArpCache::Entry& ArpCache::claim(std::uint32_t ip, std::uint64_t now) {
-    if (const Entry* e = find(ip)) return const_cast<Entry&>(*e);
+    if (Entry* e = find(ip)) return *e;
     // How long an entry is still worth keeping: 0 for free, pending or expired ones.
     auto worth = [now](const Entry& e) {
         return e.state == State::valid && e.expires > now ? e.expires : 0;
@@ -61,9 +61,9 @@ void ArpCache::learn(net::Ipv4Addr ip, net::MacAddr mac, std::uint64_t now) {
 }
 
 bool ArpCache::refresh(net::Ipv4Addr ip, net::MacAddr mac, std::uint64_t now) {
-    const Entry* found = find(ip.value);
+    Entry* found = find(ip.value);
     if (found == nullptr) return false;
-    Entry& e = const_cast<Entry&>(*found);
+    Entry& e = *found;
     e.state = State::valid;
     e.mac = mac;
     e.expires = now + lifetime_;

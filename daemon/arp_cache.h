@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "proto/net/addr.h"
@@ -50,6 +51,9 @@ private:
 
     std::size_t slot(std::uint32_t ip) const;
     const Entry* find(std::uint32_t ip) const;
+    Entry* find(std::uint32_t ip) {
+        return const_cast<Entry*>(std::as_const(*this).find(ip));  // one lookup for both
+    }
     Entry& claim(std::uint32_t ip, std::uint64_t now);
 
     std::vector<Entry> entries_;

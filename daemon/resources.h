@@ -235,6 +235,11 @@ class HandleTable {
     template <class F>
     void for_each(F&& f) const {
         for (const Slot& s : slots_)
+            if (s.obj) f(std::as_const(*s.obj));
+    }
+    template <class F>
+    void for_each(F&& f) {
+        for (Slot& s : slots_)
             if (s.obj) f(*s.obj);
     }
 

@@ -104,10 +104,10 @@ Session::Session(Resources& resources, std::span<const DevicePort> ports, Peer p
 Session::~Session() {
     // The engines stop first; then each kind goes before what it references, and client
     // memory is unmapped only once no lcore can be using it.
-    qps_.for_each([this](const Qp& qp) { stop_runtime(const_cast<Qp&>(qp)); });
+    qps_.for_each([this](Qp& qp) { stop_runtime(qp); });
     qps_.clear();
-    mrs_.for_each([](const Mr& mr) { const_cast<Mr&>(mr).key = NameLease{}; });
-    mws_.for_each([](const Mw& mw) { const_cast<Mw&>(mw).rkey = NameLease{}; });
+    mrs_.for_each([](Mr& mr) { mr.key = NameLease{}; });
+    mws_.for_each([](Mw& mw) { mw.rkey = NameLease{}; });
     r_.quiesce();
     srqs_.clear();
     cqs_.clear();
