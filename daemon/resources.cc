@@ -62,15 +62,26 @@ void NameTable::release(std::uint32_t name) {
     --live_;
 }
 
-const void* NameTable::lookup(std::uint32_t name, std::uint8_t kind) const {
-    if (name == 0) return nullptr;
+// The slot `name` points at, or nullptr when the name has bits outside its format.
+const NameTable::Slot* NameTable::slot_of(std::uint32_t name) const {
     const std::uint32_t index = index_of(name);
     if (index >= nslots_ || make(index, 0) != (name & ~make(0, (1u << format_.gen_bits) - 1)))
         return nullptr;
-    const Slot& s = slots_[index];
-    if (s.name.load(std::memory_order_acquire) != name) return nullptr;
-    if (s.kind.load(std::memory_order_relaxed) != kind) return nullptr;
-    return s.obj.load(std::memory_order_relaxed);
+    return &slots_[index];
+}
+
+const void* NameTable::lookup(std::uint32_t name, std::uint8_t kind) const {
+    const Slot* s = name == 0 ? nullptr : slot_of(name);
+    if (s == nullptr || s->name.load(std::memory_order_acquire) != name) return nullptr;
+    if (s->kind.load(std::memory_order_relaxed) != kind) return nullptr;
+    return s->obj.load(std::memory_order_relaxed);
+}
+
+const void* NameTable::lookup_slot(std::uint32_t name, std::uint8_t kind) const {
+    const Slot* s = slot_of(name);
+    if (s == nullptr || s->name.load(std::memory_order_acquire) == 0) return nullptr;
+    if (s->kind.load(std::memory_order_relaxed) != kind) return nullptr;
+    return s->obj.load(std::memory_order_relaxed);
 }
 
 NameLease& NameLease::operator=(NameLease&& o) noexcept {

@@ -61,6 +61,10 @@ class NameTable {
     // The object `name` stands for now, or nullptr: stale generation, free slot, index out
     // of range, or another kind. Safe from any thread (acquire load).
     const void* lookup(std::uint32_t name, std::uint8_t kind = 0) const;
+    // The object of kind `kind` in the slot `name` points at, whatever the name's
+    // generation: for memory windows, whose key byte each bind renames (the window then
+    // checks the whole key itself). Safe from any thread (acquire load).
+    const void* lookup_slot(std::uint32_t name, std::uint8_t kind) const;
 
     std::uint32_t capacity() const { return nslots_; }
     std::uint32_t live() const { return live_; }
@@ -74,6 +78,7 @@ class NameTable {
     };
 
     std::uint32_t index_of(std::uint32_t name) const;
+    const Slot* slot_of(std::uint32_t name) const;
     std::uint32_t make(std::uint32_t index, std::uint32_t gen) const;
 
     const std::uint32_t nslots_;

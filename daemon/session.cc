@@ -1,6 +1,7 @@
 #include "daemon/session.h"
 
 #include "daemon/completion.h"
+#include "daemon/memory_keys.h"
 
 #include <infiniband/verbs.h>
 
@@ -107,7 +108,7 @@ Session::~Session() {
     qps_.for_each([this](Qp& qp) { stop_runtime(qp); });
     qps_.clear();
     mrs_.for_each([](Mr& mr) { mr.key = NameLease{}; });
-    mws_.for_each([](Mw& mw) { mw.rkey = NameLease{}; });
+    mws_.for_each([](Mw& mw) { mw.key = NameLease{}; });
     r_.quiesce();
     srqs_.clear();
     cqs_.clear();
@@ -287,10 +288,21 @@ int Session::reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out)
 }
 
 int Session::dereg_mr(const shm::HandleReq& req, FdList&, shm::Empty&) {
-    std::unique_ptr<Mr> mr = mrs_.take(req.handle);
+    Mr* mr = mrs_.find(req.handle);
     if (mr == nullptr) return refuse(EINVAL, "dereg_mr", "no such MR " + hex(req.handle));
-    mr->key = NameLease{};  // withdrawn: lookups miss it from now on
-    r_.quiesce();           // and no lcore still holds what it found before
+    // A region with windows bound to it stays (IBA 10.6.7.1, verbs' EBUSY). Asked where
+    // windows are bound, so that no bind can slip in between the check and the withdrawal.
+    bool busy = false;
+    on_lcore([&] {
+        busy = mr->windows != 0;
+        if (!busy) mr->deregistering = true;
+    });
+    if (busy)
+        return refuse(EBUSY, "dereg_mr",
+                      fmt::format("MR {} has {} memory window(s) bound", hex(req.handle), mr->windows));
+    std::unique_ptr<Mr> gone = mrs_.take(req.handle);
+    gone->key = NameLease{};  // withdrawn: lookups miss it from now on
+    r_.quiesce();             // and no lcore still holds what it found before
     return 0;
 }
 
@@ -307,7 +319,7 @@ int Session::alloc_mw(const shm::AllocMwReq& req, FdList&, shm::AllocMwReply& ou
     mw->type = req.type;
     const std::uint32_t rkey = r_.keys().acquire(mw.get(), NameTable::kMw);
     if (rkey == 0) return refuse(ENOMEM, op, "key space full");
-    mw->rkey = NameLease(r_.keys(), rkey);
+    mw->key = NameLease(r_.keys(), rkey);
     const shm::Handle h = mws_.insert(std::move(mw));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
     out = {h, rkey};
@@ -315,8 +327,12 @@ int Session::alloc_mw(const shm::AllocMwReq& req, FdList&, shm::AllocMwReply& ou
 }
 
 int Session::dealloc_mw(const shm::HandleReq& req, FdList&, shm::Empty&) {
-    if (mws_.take(req.handle) == nullptr)
-        return refuse(EINVAL, "dealloc_mw", "no such MW " + hex(req.handle));
+    Mw* mw = mws_.find(req.handle);
+    if (mw == nullptr) return refuse(EINVAL, "dealloc_mw", "no such MW " + hex(req.handle));
+    mw->key = NameLease{};  // withdrawn: no bind or access finds the window any more
+    r_.quiesce();           // nor holds it from before
+    on_lcore([&] { unbind_window(*mw); });
+    mws_.take(req.handle);
     return 0;
 }
 

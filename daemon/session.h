@@ -101,6 +101,24 @@ struct Mr {
     std::uint64_t length = 0;
     std::uint32_t access = 0;
     NameLease key;  // lkey == rkey; withdrawn before the mapping goes
+    // Owned by the lcore of the session's port (daemon/memory_keys.h), which alone binds
+    // windows: how many are bound to this region, and whether dereg_mr has claimed it
+    // (then no window may be bound to it any more).
+    mutable std::uint32_t windows = 0;
+    mutable bool deregistering = false;
+};
+
+// Where a bound memory window points (IBA 10.6.7). Owned by the lcore of the session's
+// port: written by binds and invalidations on that lcore, read there on every access.
+struct MwBinding {
+    std::uint32_t rkey = 0;       // the window's key now: its slot's, with the key byte of the last bind
+    bool valid = false;           // bound: remote access under rkey is allowed
+    const Mr* mr = nullptr;       // the region it is bound to (counted in mr->windows)
+    std::uint64_t va = 0;         // the first address the peer uses (0 when zero-based)
+    std::uint64_t mr_addr = 0;    // where that is in the region's address space (iova)
+    std::uint64_t length = 0;
+    std::uint32_t access = 0;     // IBV_ACCESS_REMOTE_* granted
+    std::uint32_t qpn = 0;        // type 2: the QP it was bound through, the only one it serves
 };
 
 struct Mw {
@@ -108,7 +126,8 @@ struct Mw {
     Ref<Pd> pd;
     shm::Handle handle = shm::kNoHandle;
     std::uint32_t type = 0;
-    NameLease rkey;
+    NameLease key;  // the window's slot in the key table; withdrawn before the window goes
+    mutable MwBinding bound;
 };
 
 struct Channel {

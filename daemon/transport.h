@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "daemon/lcore_tasks.h"
+#include "daemon/memory_keys.h"
 #include "daemon/stats.h"
 #include "proto/net/addr.h"
 #include "proto/net/rx.h"
@@ -96,6 +97,7 @@ private:
     bool sending_ = false;          // in RTS (or later): the send queue is served
     std::uint64_t now_tsc_ = 0;
     std::atomic<bool> failed_{false};
+    KeyUser key_user() const;
     // The lcore, after each engine call: publishes a move to the error state.
     void note_state();
     void mark_failed();

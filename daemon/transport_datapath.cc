@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "daemon/completion.h"
+#include "daemon/memory_keys.h"
 #include "daemon/port.h"
 #include "daemon/resources.h"
 #include "daemon/session.h"
@@ -40,12 +41,6 @@ static_assert(roce::kRcMaxSge == shm::kMaxSge && roce::kRcMaxInline == shm::kMax
 namespace {
 
 constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv4 + UDP
-
-// A region of `mr` for [addr, addr + len): the daemon's pointer, or nullptr when out of bounds.
-std::uint8_t* in_region(const Mr& mr, std::uint64_t addr, std::uint32_t len) {
-    if (addr < mr.iova || len > mr.length || addr - mr.iova > mr.length - len) return nullptr;
-    return reinterpret_cast<std::uint8_t*>(mr.addr) + (addr - mr.iova);
-}
 
 // A send WQE copied out of the client's ring, checked, as the engine takes it. A WQE that
 // breaks the rules becomes a local operation that fails: the QP then errors, in order.
@@ -117,33 +112,27 @@ shm::Cqe to_cqe(const roce::Completion& c) {
 
 // ---- RcMemory ----------------------------------------------------------------------------
 
+KeyUser QpRuntime::key_user() const { return {t_.keys_, qp_.pd.get(), config_.qpn}; }
+
 std::uint8_t* QpRuntime::local(std::uint32_t lkey, std::uint64_t addr, std::uint32_t len,
                                bool write) {
-    const auto* mr = static_cast<const Mr*>(t_.keys_.lookup(lkey, NameTable::kMr));
-    if (mr == nullptr || mr->pd.get() != qp_.pd.get()) return nullptr;
-    if (write && (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0) return nullptr;
-    return in_region(*mr, addr, len);
+    return local_access(key_user(), lkey, addr, len, write);
 }
 
 roce::RemoteRegion QpRuntime::remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
                                      roce::RemoteNeed need) {
-    const auto* mr = static_cast<const Mr*>(t_.keys_.lookup(rkey, NameTable::kMr));
-    if (mr == nullptr) return {nullptr, roce::RemoteCheck::bad_key};
-    if (mr->pd.get() != qp_.pd.get()) return {nullptr, roce::RemoteCheck::pd_mismatch};
-    const std::uint32_t want = need == roce::RemoteNeed::read    ? IBV_ACCESS_REMOTE_READ
-                               : need == roce::RemoteNeed::write ? IBV_ACCESS_REMOTE_WRITE
-                                                                 : IBV_ACCESS_REMOTE_ATOMIC;
-    if ((mr->access & want) == 0) return {nullptr, roce::RemoteCheck::no_access};
-    std::uint8_t* p = in_region(*mr, addr, len);
-    if (p == nullptr) return {nullptr, roce::RemoteCheck::out_of_bounds};
-    return {p, roce::RemoteCheck::ok};
+    return remote_access(key_user(), rkey, addr, len, need);
 }
 
-// Memory windows are not bound yet: no rkey here may be invalidated by a peer, and the
-// local operations on keys fail (the QP errors, in order).
-bool QpRuntime::invalidate(std::uint32_t) { return false; }
-roce::WcStatus QpRuntime::local_invalidate(std::uint32_t) { return roce::WcStatus::loc_qp_op_err; }
-roce::WcStatus QpRuntime::bind_mw(const roce::MwBind&) { return roce::WcStatus::mw_bind_err; }
+bool QpRuntime::invalidate(std::uint32_t rkey) { return invalidate_remote(key_user(), rkey); }
+
+roce::WcStatus QpRuntime::local_invalidate(std::uint32_t key) {
+    return invalidate_local(key_user(), key);
+}
+
+roce::WcStatus QpRuntime::bind_mw(const roce::MwBind& bind) {
+    return bind_window(key_user(), bind);
+}
 
 // ---- state ---------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -1013,12 +1014,23 @@ TEST_F(Verbs, MemoryWindows) {
     wr.bind_mw.mw = mw1;
     EXPECT_EQ(ibv_post_send(qp, &wr, &bad), EINVAL);
 
+    // Both binds take effect (the QP sends to itself): the region is busy while windows are
+    // bound to it, and free again once they are gone.
+    ibv_wc wc{};
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ibv_poll_cq(cq, 1, &wc) == 0 && std::chrono::steady_clock::now() < until) {
+    }
+    EXPECT_EQ(wc.wr_id, 5u);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.opcode, IBV_WC_BIND_MW);
+    EXPECT_EQ(ibv_dereg_mr(mr), EBUSY);
+
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
     EXPECT_EQ(ibv_destroy_cq(cq), 0);
     EXPECT_EQ(ibv_dereg_mr(plain), 0);
-    EXPECT_EQ(ibv_dereg_mr(mr), 0);
     EXPECT_EQ(ibv_dealloc_mw(mw1), 0);
     EXPECT_EQ(ibv_dealloc_mw(mw2), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
 
 TEST_F(Verbs, AddressHandles) {

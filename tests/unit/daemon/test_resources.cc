@@ -21,6 +21,7 @@
 #include "daemon/client_memory.h"
 #include "daemon/limits.h"
 #include "daemon/session.h"
+#include "tests/unit/daemon/session_fixture.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
 
@@ -30,6 +31,7 @@ namespace {
 using shm::Handle;
 using shm::kNoHandle;
 using shm::ObjKind;
+using namespace fixture;
 
 // ---- name tables --------------------------------------------------------------------
 
@@ -231,128 +233,6 @@ TEST(Port, node_guid_is_the_eui64_of_the_mac_in_network_order) {
 }
 
 // ---- sessions -------------------------------------------------------------------------
-
-// A memfd as libsnic makes it: sized, sealed against shrinking, mapped here too.
-class ClientMemfd {
-  public:
-    explicit ClientMemfd(std::size_t bytes, bool seal = true) : size_(bytes) {
-        fd_ = ::memfd_create("snic-unit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        EXPECT_GE(fd_, 0);
-        EXPECT_EQ(::ftruncate(fd_, static_cast<off_t>(bytes)), 0);
-        if (seal) {
-            EXPECT_EQ(::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-        }
-        p_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-        EXPECT_NE(p_, MAP_FAILED);
-    }
-    ~ClientMemfd() {
-        ::munmap(p_, size_);
-        ::close(fd_);
-    }
-    int fd() const { return fd_; }
-    std::span<std::byte> span(std::size_t off, std::size_t len) {
-        return {static_cast<std::byte*>(p_) + off, len};
-    }
-    std::span<std::byte> span(std::size_t off = 0) { return span(off, size_ - off); }
-
-  private:
-    int fd_ = -1;
-    void* p_ = nullptr;
-    std::size_t size_;
-};
-
-// The descriptors of one request (duplicates: the list closes what the op does not keep).
-FdList fds_of(std::initializer_list<int> fds) {
-    FdList l;
-    for (int fd : fds) l.push(::dup(fd));
-    return l;
-}
-
-std::vector<DevicePort> test_ports() {
-    return {DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
-                           return LinkInfo{true, 10000};
-                       }}};
-}
-
-constexpr std::uint64_t kAddr = 0x7f0000000000;
-
-// One client: a session and what it needs to call ops the way libsnic does.
-struct Client {
-    Client(Resources& r, std::span<const DevicePort> ports) : session(r, ports, Peer{1234, 0, 0}) {}
-    Session session;
-    shm::Empty none{};
-
-    int open() {
-        const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
-        ClientMemfd async(l.bytes);
-        EXPECT_TRUE(shm::RingConsumer<shm::AsyncEvent>::init(async.span(), shm::kAsyncCapacity));
-        int sv[2];
-        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        FdList fds = fds_of({sv[1], async.fd()});
-        ::close(sv[0]);
-        ::close(sv[1]);
-        shm::OpenDeviceReply out{};
-        return session.open_device({0, 0}, fds, out);
-    }
-    Handle pd() {
-        FdList fds;
-        shm::HandleReply out{};
-        EXPECT_EQ(session.alloc_pd(none, fds, out), 0);
-        return out.handle;
-    }
-    int reg_mr(Handle pd, const ClientMemfd& m, std::uint64_t length, std::uint32_t access,
-               shm::RegMrReply& out, std::uint64_t offset = 0) {
-        shm::RegMrReq req{};
-        req.pd = pd;
-        req.access = access;
-        req.addr = kAddr;
-        req.length = length;
-        req.iova = kAddr;
-        req.nsegs = 1;
-        req.segs[0] = {kAddr, shm::round_up(length, shm::kPageSize), offset};
-        FdList fds = fds_of({m.fd()});
-        return session.reg_mr(req, fds, out);
-    }
-    Handle cq() {
-        const shm::Layout l = shm::cq_layout(16);
-        ClientMemfd m(l.bytes);
-        EXPECT_TRUE(shm::RingConsumer<shm::Cqe>::init(m.span(l.ring0), 16));
-        FdList fds = fds_of({m.fd()});
-        shm::CreateCqReply out{};
-        EXPECT_EQ(session.create_cq({15, 16, kNoHandle, 0}, fds, out), 0);
-        return out.cq;
-    }
-    int qp(Handle pd, Handle cq, shm::CreateQpReply& out, std::uint32_t type = IBV_QPT_RC) {
-        const shm::Layout l = shm::qp_layout(16, 16);
-        ClientMemfd m(l.bytes);
-        EXPECT_TRUE(shm::RingProducer<shm::SendWqe>::init(m.span(l.ring0, l.ring1 - l.ring0), 16));
-        EXPECT_TRUE(shm::RingProducer<shm::RecvWqe>::init(m.span(l.ring1), 16));
-        shm::CreateQpReq req{pd, cq, cq, kNoHandle, type, 0, {16, 16, 1, 1, 0}, 16, 16};
-        FdList fds = fds_of({m.fd()});
-        return session.create_qp(req, fds, out);
-    }
-    int modify(Handle qp, std::uint32_t mask, const shm::QpAttr& attr) {
-        FdList fds;
-        shm::ModifyQpReply out{};
-        return session.modify_qp({qp, mask, attr}, fds, out);
-    }
-    shm::QueryQpReply query(Handle qp) {
-        FdList fds;
-        shm::QueryQpReply out{};
-        EXPECT_EQ(session.query_qp({qp, 0}, fds, out), 0);
-        return out;
-    }
-    int destroy_pd(Handle pd) {
-        FdList fds;
-        return session.dealloc_pd({pd, 0}, fds, none);
-    }
-};
-
-class SessionTest : public ::testing::Test {
-  protected:
-    std::vector<DevicePort> ports = test_ports();
-    Resources resources;
-};
 
 TEST_F(SessionTest, open_device_once_with_a_notification_socket_and_a_formatted_ring) {
     Client c(resources, ports);
