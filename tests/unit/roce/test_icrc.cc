@@ -93,6 +93,21 @@ TEST(Crc32, slicing_by_8_matches_the_bitwise_reference_at_every_length_and_align
     }
 }
 
+TEST(Crc32, folding_matches_slicing_by_8_from_any_register_at_any_length) {
+    if (!crc32_folds()) GTEST_SKIP() << "this CPU has no PCLMULQDQ: crc32_update is slicing-by-8";
+    std::mt19937 rng(5040);
+    const auto buf = random_bytes(rng, 70000);
+    std::vector<std::size_t> lengths;
+    for (std::size_t n = 60; n < 300; ++n) lengths.push_back(n);
+    for (std::size_t n : {1023u, 1024u, 1025u, 4096u, 4099u, 9000u, 65536u, 69990u}) lengths.push_back(n);
+    for (std::size_t n : lengths) {
+        const std::size_t off = rng() % (buf.size() - n + 1);
+        const std::uint32_t reg = static_cast<std::uint32_t>(rng());
+        const auto s = std::span(buf).subspan(off, n);
+        ASSERT_EQ(crc32_update(reg, s), crc32_update_table(reg, s)) << "length " << n;
+    }
+}
+
 TEST(Crc32, update_in_pieces_equals_one_pass) {
     std::mt19937 rng(4791);
     const auto buf = random_bytes(rng, 1500);
