@@ -155,6 +155,31 @@ snic_stop_pid() {
     return 1
 }
 
+# snic_perftest SOCK_DIR SERVER_DEV CLIENT_DEV TCP_PORT TOOL [ARGS...]
+# Runs rdma-core's perftest TOOL, unmodified, under snic-run: a server on
+# SERVER_DEV pinned to core 0 (with the daemon) and a client on CLIENT_DEV
+# pinned to core 1 (when the machine has one), started once the server listens.
+# Prints the client's output; returns non-zero when either side fails.
+snic_perftest() {
+    local sock_dir=$1 sdev=$2 cdev=$3 port=$4 tool=$5 i rc=0 out server
+    shift 5
+    local run=("$SNIC_BUILD/libclient/snic-run") score=() ccore=()
+    if (($(nproc) > 1)); then score=(taskset -c 0); ccore=(taskset -c 1); fi
+    SNIC_SOCKET_DIR=$sock_dir "${score[@]}" "${run[@]}" "$tool" -d "$sdev" -x 0 -p "$port" "$@" \
+        </dev/null >/dev/null 2>&1 &
+    server=$!
+    for ((i = 0; i < 300; i++)); do
+        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+        snic_pid_alive "$server" || break
+        sleep 0.05
+    done
+    out=$(SNIC_SOCKET_DIR=$sock_dir timeout 600 "${ccore[@]}" "${run[@]}" "$tool" -d "$cdev" -x 0 \
+        -p "$port" "$@" 127.0.0.1 </dev/null 2>&1) || rc=$?
+    wait "$server" || rc=${rc:-1}
+    printf '%s\n' "$out"
+    return "$rc"
+}
+
 # snic_build: configures build/ if needed and brings it up to date.
 snic_build() {
     if [[ ! -f $SNIC_BUILD/build.ninja ]]; then
