@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""snic beside its floor and its alternatives, on one machine (scripts/bench.sh runs it).
+
+  snic      snic-perf --loopback: one client thread alternating between two QPs, one on
+            each port of one snicd's virtual wire (the daemon busy-polls core 0, the
+            client core 1). RC SEND round trips, and RDMA WRITE bandwidth.
+  floor     snicd's raw self-tests over the same ports and wire, no RDMA: ICMP echo
+            round trips (raw-ping) and a frame stream (raw-bw).
+  kernel    snic-kping over a veth pair between two namespaces: TCP (TCP_NODELAY) and
+            UDP ping-pong, what a user would use instead of RDMA.
+  perftest  rdma-core's perftest, unmodified, under snic-run, a server and a client
+            process on the two ports (both posting APIs).
+
+Prints one table (median and p99 round trip per size, the ratios, bandwidth and message
+rate), writes results.json, the samples, and two PNG plots (latency CDF at 8 B,
+bandwidth by size) into the output directory. Figures only: it asserts nothing on time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("SNIC_BUILD", ROOT / "build"))
+SNICD = BUILD / "daemon" / "snicd"
+SNICCTL = BUILD / "tools" / "snicctl" / "snicctl"
+PERF = BUILD / "tools" / "perf" / "snic-perf"
+KPING = BUILD / "tools" / "kping" / "snic-kping"
+SNIC_RUN = BUILD / "libclient" / "snic-run"
+KPING_NET = ROOT / "scripts" / "kping-net.sh"
+
+SIZES = [8, 64, 4096, 65536]
+BW_SIZES_FULL = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
+BW_SIZES_QUICK = [64, 1024, 65536]
+WIRE_MTU = 9000  # jumbo frames on the virtual wire, as RoCE deployments use: IB MTU 4096
+KP_NS = ("snic-kping-a", "snic-kping-b")
+KP_SERVER = "198.18.7.2"
+UDP_MAX = 65507
+
+
+def log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def cores() -> tuple[list[str], list[str]]:
+    """taskset prefixes: the daemon's (or server's) core and the client's."""
+    if (os.cpu_count() or 1) > 1:
+        return ["taskset", "-c", "0"], ["taskset", "-c", "1"]
+    return [], []
+
+
+def mem_args() -> list[str]:
+    out = subprocess.run(["bash", "-c", f". {ROOT}/scripts/lib.sh && snic_eal_mem_args"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return out
+
+
+def run(cmd: list[str], timeout: float = 600, env: dict | None = None) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                         stdin=subprocess.DEVNULL)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {res.returncode}:\n"
+                           f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return res.stdout
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+class WireDaemon:
+    """One snicd with the virtual wire, busy-polling core 0; stopped on exit."""
+
+    def __init__(self, name: str, extra: list[str] | None = None):
+        self.name = name
+        self.dir = Path(tempfile.mkdtemp(prefix="bench.", dir="/run/snic"))
+        self.sock = self.dir / f"{name}.sock"
+        daemon_core, _ = cores()
+        cmd = [str(SNICD), "-l", "0", "--no-pci", *mem_args(), "--", "--name", name,
+               "--ctrl", str(self.sock), "--wire",
+               "--port", f"wire0,ip=198.18.46.1/24,mtu={WIRE_MTU}",
+               "--port", f"wire1,ip=198.18.46.2/24,mtu={WIRE_MTU}", *(extra or [])]
+        self.log = open(self.dir / "snicd.log", "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        for _ in range(600):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"snicd exited: {(self.dir / 'snicd.log').read_text()[-2000:]}")
+            if subprocess.run([str(SNICCTL), "-s", str(self.sock), "status"],
+                              capture_output=True).returncode == 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("snicd did not become ready")
+
+    def env(self) -> dict:
+        env = dict(os.environ, SNIC_SOCKET_DIR=str(self.dir))
+        env.pop("LD_PRELOAD", None)
+        return env
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- the measurements ------------------------------------------------------------------
+
+def snic_latency(d: WireDaemon, test: str, size: int, iters: int, samples: Path | None) -> dict:
+    _, client = cores()
+    cmd = [*client, str(PERF), test, "--loopback", "-d", f"{d.name}_0", "--peer-device",
+           f"{d.name}_1", "-s", str(size), "-n", str(iters), "--json"]
+    if samples is not None:
+        cmd += ["--samples", str(samples)]
+    return json_lines(run(cmd, env=d.env()))[-1]
+
+
+def snic_bandwidth(d: WireDaemon, test: str, size: int, iters: int) -> dict:
+    _, client = cores()
+    cmd = [*client, str(PERF), test, "--loopback", "-d", f"{d.name}_0", "--peer-device",
+           f"{d.name}_1", "-s", str(size), "-n", str(iters), "--json"]
+    return json_lines(run(cmd, env=d.env()))[-1]
+
+
+def floor_selftest(spec: str) -> dict:
+    """snicd --selftest SPEC,json on a wire of its own (the self-test exits)."""
+    daemon_core, _ = cores()
+    name = "snic-bench-floor"
+    tmp = Path(tempfile.mkdtemp(prefix="bench.", dir="/run/snic"))
+    try:
+        out = run([*daemon_core, str(SNICD), "-l", "0", "--no-pci", *mem_args(), "--",
+                   "--name", name, "--ctrl", str(tmp / f"{name}.sock"), "--wire",
+                   "--port", f"wire0,ip=198.18.47.1/24,mtu={WIRE_MTU}",
+                   "--port", f"wire1,ip=198.18.47.2/24,mtu={WIRE_MTU}",
+                   "--selftest", f"{spec},json"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return json_lines(out)[-1]
+
+
+class KernelNet:
+    """The veth pair between two namespaces (scripts/kping-net.sh); removed on exit."""
+
+    def __enter__(self):
+        run([str(KPING_NET), "up"])
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([str(KPING_NET), "down"], capture_output=True)
+
+    def pingpong(self, proto: str, size: int, iters: int, samples: Path | None) -> dict:
+        server_core, client_core = cores()
+        port = 19000 + (size % 997) + (0 if proto == "tcp" else 1)
+        server = subprocess.Popen(["ip", "netns", "exec", KP_NS[1], *server_core, str(KPING),
+                                   "server", f"--{proto}", "-p", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            if proto == "tcp":
+                self._wait_listening(port)
+            else:
+                self._wait_udp(port)
+            cmd = ["ip", "netns", "exec", KP_NS[0], *client_core, str(KPING), "client",
+                   f"--{proto}", "-p", str(port), "-s", str(size), "-n", str(iters), "--json"]
+            if samples is not None:
+                cmd += ["--samples", str(samples)]
+            cmd.append(KP_SERVER)
+            return json_lines(run(cmd))[-1]
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+
+    @staticmethod
+    def _wait_listening(port: int) -> None:
+        for _ in range(400):
+            out = subprocess.run(["ip", "netns", "exec", KP_NS[1], "ss", "-Hltn", f"sport = :{port}"],
+                                 capture_output=True, text=True).stdout
+            if out.strip():
+                return
+            time.sleep(0.025)
+        raise RuntimeError(f"kping server not listening on {port}")
+
+    @staticmethod
+    def _wait_udp(port: int) -> None:
+        for _ in range(400):
+            out = subprocess.run(["ip", "netns", "exec", KP_NS[1], "ss", "-Huln", f"sport = :{port}"],
+                                 capture_output=True, text=True).stdout
+            if out.strip():
+                return
+            time.sleep(0.025)
+        raise RuntimeError(f"kping UDP server not bound to {port}")
+
+
+def perftest_row(d: WireDaemon, tool: str, args: list[str], port: int) -> dict:
+    out = run(["bash", "-c", f'. {ROOT}/scripts/lib.sh && snic_perftest "$@"', "perftest",
+               str(d.dir), f"{d.name}_0", f"{d.name}_1", str(port), tool, *args])
+    lines = out.split("#bytes", 1)[-1].splitlines()[1:]
+    nums = next((ln.split() for ln in lines if ln.strip() and ln.split()[0].isdigit()), None)
+    if nums is None:
+        raise RuntimeError(f"no result row from {tool}:\n{out[-2000:]}")
+    if tool.endswith("_bw"):
+        return {"tool": tool, "args": " ".join(args), "size": int(nums[0]),
+                "bw_avg_MBps": float(nums[3]), "msg_rate_mpps": float(nums[4])}
+    return {"tool": tool, "args": " ".join(args), "size": int(nums[0]),
+            "t_typical_us": float(nums[4]), "t_min_us": float(nums[2]), "p99_us": float(nums[7])}
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+def fmt(v, unit="") -> str:
+    return "-" if v is None else f"{v:.2f}{unit}"
+
+
+def ratio(a, b) -> str:
+    return "-" if a is None or b in (None, 0) else f"{a / b:.2f}x"
+
+
+def print_table(r: dict) -> None:
+    print()
+    print("Round trips, median / p99 in microseconds (8 B ... 64 KiB):")
+    print(f"{'size':>7}  {'snic SEND':>15}  {'floor (raw)':>15}  {'kernel TCP':>15}  "
+          f"{'kernel UDP':>15}  {'snic/floor':>10}  {'snic/TCP':>9}")
+    for s in SIZES:
+        k = str(s)
+        sn, fl = r["snic_lat"].get(k), r["floor_lat"].get(k)
+        tcp, udp = r["tcp_lat"].get(k), r["udp_lat"].get(k)
+        cell = lambda x: "-" if x is None else f"{x['rtt_us']['median']:.2f} / {x['rtt_us']['p99']:.2f}"
+        med = lambda x: None if x is None else x["rtt_us"]["median"]
+        print(f"{s:>7}  {cell(sn):>15}  {cell(fl):>15}  {cell(tcp):>15}  {cell(udp):>15}  "
+              f"{ratio(med(sn), med(fl)):>10}  {ratio(med(sn), med(tcp)):>9}")
+    print()
+    print("Bandwidth (payload) and message rate:")
+    print(f"{'size':>8}  {'snic WRITE Gb/s':>15}  {'Mmsg/s':>7}  {'floor Gb/s':>10}  {'Mmsg/s':>7}  {'snic/floor':>10}")
+    for s in r["bw_sizes"]:
+        k = str(s)
+        sn, fl = r["snic_bw"].get(k), r["floor_bw"].get(k)
+        g = lambda x: None if x is None else x["bw_gbps"]
+        m = lambda x: None if x is None else x["msg_rate_mpps"]
+        print(f"{s:>8}  {fmt(g(sn)):>15}  {fmt(m(sn)):>7}  {fmt(g(fl)):>10}  {fmt(m(fl)):>7}  "
+              f"{ratio(g(sn), g(fl)):>10}")
+    if r["perftest"]:
+        print()
+        print("perftest under snic-run (two processes, one per port; see docs/PERFORMANCE.md):")
+        for p in r["perftest"]:
+            if "bw_avg_MBps" in p:
+                print(f"  {p['tool']} {p['args']}: {p['bw_avg_MBps']:.0f} MB/s, {p['msg_rate_mpps']:.3f} Mpps")
+            else:
+                print(f"  {p['tool']} {p['args']}: t_typical {p['t_typical_us']:.2f} us, "
+                      f"p99 {p['p99_us']:.2f} us")
+    print()
+    t = r["targets"]
+    print("Targets: 8 B SEND median / floor = {} (target <= 1.5x); / kernel TCP = {} (target < 0.5x); "
+          "64 KiB WRITE bandwidth / floor = {} (target >= 0.70)".format(
+              t["send8_over_floor"], t["send8_over_tcp"], t["write64k_over_floor"]))
+
+
+def plot(out: Path, r: dict) -> None:
+    if shutil.which("gnuplot") is None:
+        log("gnuplot is missing: no plots (scripts/setup.sh installs gnuplot-nox)")
+        return
+    series = []
+    for label, f in (("snic SEND", "snic-8.samples"), ("floor (raw ICMP)", "floor-8.samples"),
+                     ("kernel TCP", "tcp-8.samples"), ("kernel UDP", "udp-8.samples")):
+        p = out / f
+        if not p.exists():
+            continue
+        xs = sorted(float(x) for x in p.read_text().split())
+        if not xs:
+            continue
+        cdf = out / (f + ".cdf")
+        step = max(1, len(xs) // 2000)
+        with open(cdf, "w") as fh:
+            for i in range(0, len(xs), step):
+                fh.write(f"{xs[i]} {(i + 1) / len(xs)}\n")
+            fh.write(f"{xs[-1]} 1\n")
+        series.append(f"'{cdf}' using 1:2 with lines lw 2 title '{label}'")
+    if series:
+        script = (f"set terminal pngcairo size 900,560\nset output '{out / 'latency-cdf-8B.png'}'\n"
+                  "set title 'Round trip at 8 B: CDF'\nset xlabel 'round trip (us, log scale)'\n"
+                  "set ylabel 'fraction of round trips'\nset logscale x\nset key bottom right\n"
+                  "set grid\nplot " + ", ".join(series) + "\n")
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    rows = out / "bandwidth.dat"
+    with open(rows, "w") as fh:
+        for s in r["bw_sizes"]:
+            sn, fl = r["snic_bw"].get(str(s)), r["floor_bw"].get(str(s))
+            fh.write(f"{s} {sn['bw_gbps'] if sn else 'NaN'} {fl['bw_gbps'] if fl else 'NaN'}\n")
+    script = (f"set terminal pngcairo size 900,560\nset output '{out / 'bandwidth-by-size.png'}'\n"
+              "set title 'Bandwidth by message size'\nset xlabel 'message size (bytes, log scale)'\n"
+              "set ylabel 'Gb/s of payload'\nset logscale x 2\nset key top left\nset grid\n"
+              f"plot '{rows}' using 1:2 with linespoints lw 2 title 'snic RDMA WRITE', "
+              f"'{rows}' using 1:3 with linespoints lw 2 title 'floor (raw frames)'\n")
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations and sizes (under two minutes)")
+    ap.add_argument("--out", default=str(BUILD / "bench"), help="output directory")
+    ap.add_argument("--no-perftest", action="store_true", help="skip the perftest rows")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    Path("/run/snic").mkdir(parents=True, exist_ok=True)
+    for b in (SNICD, SNICCTL, PERF, KPING, SNIC_RUN):
+        if not os.access(b, os.X_OK):
+            log(f"{b} is not built (scripts/setup.sh)")
+            return 1
+    lat_iters = 2000 if a.quick else 20000
+    bw_iters = 2000 if a.quick else 20000
+    bw_sizes = BW_SIZES_QUICK if a.quick else BW_SIZES_FULL
+    r = {"quick": a.quick, "wire_mtu": WIRE_MTU, "lat_iters": lat_iters, "bw_iters": bw_iters,
+         "bw_sizes": bw_sizes, "snic_lat": {}, "floor_lat": {}, "tcp_lat": {}, "udp_lat": {},
+         "snic_bw": {}, "floor_bw": {}, "perftest": []}
+
+    log("floor: snicd raw-ping / raw-bw self-tests over the virtual wire")
+    for s in SIZES:
+        spec = f"raw-ping,size={s},count={lat_iters}"
+        if s == 8:
+            spec += f",samples={out / 'floor-8.samples'}"
+        r["floor_lat"][str(s)] = floor_selftest(spec)
+    for s in bw_sizes:
+        r["floor_bw"][str(s)] = floor_selftest(f"raw-bw,size={s},count={max(bw_iters, 2000)}")
+
+    log("snic: snic-perf --loopback across the virtual wire")
+    d = WireDaemon("snic-bench")
+    try:
+        for s in SIZES:
+            samples = out / "snic-8.samples" if s == 8 else None
+            r["snic_lat"][str(s)] = snic_latency(d, "send_lat", s, lat_iters, samples)
+        for s in bw_sizes:
+            r["snic_bw"][str(s)] = snic_bandwidth(d, "write_bw", s, bw_iters)
+        if not a.no_perftest:
+            log("perftest under snic-run")
+            n_lat = "200" if a.quick else "1000"
+            n_bw = "2000" if a.quick else "10000"
+            port = 18900
+            for tool, args in (("ib_send_lat", ["-s", "8", "-n", n_lat]),
+                               ("ib_send_lat", ["-s", "8", "-n", n_lat, "--use_old_post_send"]),
+                               ("ib_send_lat", ["-s", "8", "-n", n_lat, "-e"]),
+                               ("ib_read_lat", ["-s", "8", "-n", n_lat]),
+                               ("ib_write_lat", ["-s", "8", "-n", n_lat]),
+                               ("ib_write_bw", ["-s", "65536", "-n", n_bw]),
+                               ("ib_write_bw", ["-s", "65536", "-n", n_bw, "--use_old_post_send"])):
+                r["perftest"].append(perftest_row(d, tool, args, port))
+                port += 1
+    finally:
+        d.stop()
+
+    log("kernel: TCP and UDP ping-pong over a veth pair between two namespaces")
+    with KernelNet() as net:
+        for s in SIZES:
+            r["tcp_lat"][str(s)] = net.pingpong("tcp", s, lat_iters,
+                                                 out / "tcp-8.samples" if s == 8 else None)
+            if s <= UDP_MAX:
+                r["udp_lat"][str(s)] = net.pingpong("udp", s, lat_iters,
+                                                     out / "udp-8.samples" if s == 8 else None)
+
+    med = lambda x: x["rtt_us"]["median"]
+    g = lambda x: x["bw_gbps"]
+    r["targets"] = {
+        "send8_over_floor": ratio(med(r["snic_lat"]["8"]), med(r["floor_lat"]["8"])),
+        "send8_over_tcp": ratio(med(r["snic_lat"]["8"]), med(r["tcp_lat"]["8"])),
+        "write64k_over_floor": ratio(g(r["snic_bw"]["65536"]), g(r["floor_bw"]["65536"])),
+    }
+    (out / "results.json").write_text(json.dumps(r, indent=2) + "\n")
+    print_table(r)
+    plot(out, r)
+    print(f"\nresults: {out / 'results.json'}; plots: {out / 'latency-cdf-8B.png'}, "
+          f"{out / 'bandwidth-by-size.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The benchmark: snic beside its floor and its alternatives on this machine.
+# Sets the machine up (packages, hugepages, build; idempotent), then runs
+# scripts/bench.py: snic-perf --loopback over one snicd's virtual wire, the raw
+# frame floor over the same wire (snicd self-tests), kernel TCP and UDP
+# ping-pong over a veth pair between two namespaces, and perftest under
+# snic-run. Prints one table, writes build/bench/results.json and two plots
+# (latency CDF at 8 B, bandwidth by size). Run as root.
+#
+#   scripts/bench.sh [--quick] [--no-deps] [--no-build] [--out DIR] [--no-perftest]
+#
+# --quick takes under two minutes; the full run takes several.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+    sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+}
+
+setup_args=()
+bench_args=()
+while (($#)); do
+    case $1 in
+        --no-deps | --no-build) setup_args+=("$1") ;;
+        --quick | --no-perftest) bench_args+=("$1") ;;
+        --out) bench_args+=("$1" "${2:?--out needs a directory}"); shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;
+    esac
+    shift
+done
+
+snic_require_root
+"$SNIC_ROOT/scripts/setup.sh" "${setup_args[@]}"
+exec /usr/bin/python3 "$SNIC_ROOT/scripts/bench.py" "${bench_args[@]}"
