@@ -47,13 +47,39 @@ Result<SelftestSpec> parse_selftest(std::string_view text) {
     const auto fields = split(text, ',');
     SelftestSpec spec;
     spec.name = std::string(fields[0]);
-    if (spec.name != "arp-ping") return bad("--selftest", "self-test (known: arp-ping)", text);
+    const bool ping = spec.name == "arp-ping" || spec.name == "raw-ping";
+    if (!ping && spec.name != "raw-bw")
+        return bad("--selftest", "self-test (known: arp-ping, raw-ping, raw-bw)", text);
+    if (spec.name == "raw-bw") spec.count = 10000;
+    if (spec.name == "raw-ping") spec.count = 1000;
     for (std::size_t i = 1; i < fields.size(); ++i) {
         const auto f = fields[i];
-        if (!f.starts_with("count=")) return bad("--selftest", "parameter", f);
-        const auto n = parse_number<std::uint32_t>(f.substr(6));
-        if (!n || *n == 0 || *n > 1'000'000) return bad("--selftest", "count (1..1000000)", f);
-        spec.count = *n;
+        const auto eq = f.find('=');
+        const auto key = f.substr(0, eq);
+        const auto value = eq == std::string_view::npos ? std::string_view{} : f.substr(eq + 1);
+        if (key == "json" && eq == std::string_view::npos && spec.name != "arp-ping") {
+            spec.json = true;
+            continue;
+        }
+        if (eq == std::string_view::npos) return bad("--selftest", "parameter", f);
+        if (key == "samples" && spec.name == "raw-ping" && !value.empty()) {
+            spec.samples = std::string(value);
+            continue;
+        }
+        const auto n = parse_number<std::uint32_t>(value);
+        if (key == "count") {
+            if (!n || *n == 0 || *n > 10'000'000) return bad("--selftest", "count (1..10000000)", f);
+            spec.count = *n;
+        } else if (key == "size" && spec.name != "arp-ping") {
+            if (!n || *n == 0 || *n > kMaxSelftestSize)
+                return bad("--selftest", "size (1..8388608 bytes)", f);
+            spec.size = *n;
+        } else if (key == "warmup" && spec.name == "raw-ping") {
+            if (!n || *n > 1'000'000) return bad("--selftest", "warmup (0..1000000)", f);
+            spec.warmup = *n;
+        } else {
+            return bad("--selftest", "parameter", f);
+        }
     }
     return spec;
 }
@@ -236,7 +262,7 @@ Result<Config> parse_config(std::span<const std::string> args) {
     if (cfg.ports.empty())
         return make_error(EINVAL, "no port configured: give --port <port>,ip=<a.b.c.d/len>");
     if (cfg.selftest && cfg.ports.size() < 2)
-        return make_error(EINVAL, "--selftest arp-ping needs two ports (--port twice)");
+        return make_error(EINVAL, "--selftest " + cfg.selftest->name + " needs two ports (--port twice)");
     if (!ctrl_given) cfg.ctrl_path = "/run/snic/" + cfg.name + ".sock";
     return cfg;
 }
@@ -262,8 +288,13 @@ snicd options:
   --idle-backoff USEC    an idle data lcore sleeps up to USEC us per empty poll (0: busy poll, default)
   --arp-timeout SEC      lifetime of ARP cache entries (default 60)
   --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)
-  --selftest SPEC        arp-ping[,count=N]: from the first port, resolve the second port's IP and
-                         ping it N times (default 10), print the round trips and exit
+  --selftest SPEC        run a self-test from the first port to the second, print one line, exit:
+                         arp-ping[,count=N]: resolve the second port's IP and ping it N times (10)
+                         raw-ping[,size=B][,count=N][,warmup=N][,json][,samples=FILE]: N round trips
+                           (1000) of a B-byte message (8) as ICMP echoes, one frame per MTU: the
+                           floor under RDMA latency; samples= writes each round trip (us) to FILE
+                         raw-bw[,size=B][,count=N][,json]: stream N messages (10000) of B bytes
+                           (65536) as UDP frames and report what arrived: the floor under bandwidth
   -h, --help             this text
   -V, --version          the version
 )";

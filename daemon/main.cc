@@ -221,11 +221,9 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             r.ports.push_back(std::move(port.value()));
         }
 
-        std::unique_ptr<ArpPing> selftest;
-        if (cfg.selftest) {
-            selftest = std::make_unique<ArpPing>(*r.ports[0], r.ports[1]->ip().addr,
-                                                 cfg.selftest->count, rte_get_tsc_hz(), g_stop);
-        }
+        std::unique_ptr<Selftest> selftest;
+        if (cfg.selftest)
+            selftest = make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
 
         // Ports go round-robin to the enabled lcores, main lcore first.
         std::vector<unsigned> lcore_ids{rte_get_main_lcore()};
@@ -294,10 +292,13 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         print_counters(r.ports);
 
         if (selftest) {
-            if (selftest->passed()) {
-                std::printf("selftest arp-ping: %s\n", selftest->report().c_str());
+            const std::string& name = cfg.selftest->name;
+            if (!selftest->passed()) {
+                rc = fail(kExitRuntime, "selftest " + name + " failed: " + selftest->report());
+            } else if (cfg.selftest->json) {
+                std::printf("%s\n", selftest->report().c_str());
             } else {
-                rc = fail(kExitRuntime, "selftest arp-ping failed: " + selftest->report());
+                std::printf("selftest %s: %s\n", name.c_str(), selftest->report().c_str());
             }
         }
     }

@@ -66,6 +66,8 @@ public:
 
     void set_roce_hook(RxHook h) { roce_hook_ = h; }
     void set_tcp_hook(RxHook h) { tcp_hook_ = h; }
+    // Other UDP traffic (the raw-bw self-test's sink); dropped as udp_no_listener without one.
+    void set_udp_hook(RxHook h) { udp_hook_ = h; }
     void set_echo_listener(EchoListener* l) { echo_listener_ = l; }
 
     // --- datapath: owning lcore only ---
@@ -117,6 +119,7 @@ private:
     PortCounters counters_;
     RxHook roce_hook_;
     RxHook tcp_hook_;
+    RxHook udp_hook_;
     EchoListener* echo_listener_ = nullptr;
 
     FaultPath rx_fault_;

@@ -80,10 +80,12 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
             return;
         }
         case net::RxKind::udp:
-            if (f.dst_port != net::kRoceV2Port || roce_hook_.fn == nullptr)
-                return drop(m, net::Drop::udp_no_listener);
-            counters_.roce_dispatched.add();
-            return roce_hook_.fn(roce_hook_.ctx, *this, m, f, now);
+            if (f.dst_port == net::kRoceV2Port && roce_hook_.fn != nullptr) {
+                counters_.roce_dispatched.add();
+                return roce_hook_.fn(roce_hook_.ctx, *this, m, f, now);
+            }
+            if (udp_hook_.fn != nullptr) return udp_hook_.fn(udp_hook_.ctx, *this, m, f, now);
+            return drop(m, net::Drop::udp_no_listener);
         case net::RxKind::tcp:
             if (tcp_hook_.fn == nullptr) return drop(m, net::Drop::tcp_no_listener);
             counters_.tcp_dispatched.add();

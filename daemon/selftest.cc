@@ -4,127 +4,314 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 
+#include "proto/latency.h"
 #include "proto/net/icmp.h"
+#include "proto/net/udp.h"
 
 namespace snic::daemon {
 
 namespace {
 constexpr std::uint64_t kResolveSeconds = 5;
-constexpr std::uint64_t kEchoTimeoutSeconds = 1;
+constexpr std::uint64_t kRoundTimeoutSeconds = 1;
+constexpr std::uint64_t kStallSeconds = 5;
+constexpr std::uint32_t kArpPingSize = 56;  // ping(8)'s default payload
+constexpr std::uint32_t kRawPingSize = 8;
+constexpr std::uint32_t kRawBwSize = 65536;
+
+std::uint32_t div_up(std::uint64_t a, std::uint64_t b) {
+    return static_cast<std::uint32_t>((a + b - 1) / b);
+}
+
+// Resolves `target` from `from`; sets `failure` when the subnet is wrong or time runs out.
+// Returns the MAC once known.
+std::optional<net::MacAddr> resolve_peer(Port& from, net::Ipv4Addr target, std::uint64_t now,
+                                         std::uint64_t deadline, std::string& failure) {
+    if (!from.ip().contains(target)) {
+        failure = target.to_string() + " is not on the subnet of " + from.name();
+        return std::nullopt;
+    }
+    if (auto mac = from.resolve(target, now)) return mac;
+    if (now > deadline) failure = "no ARP reply from " + target.to_string();
+    return std::nullopt;
+}
 }  // namespace
 
-ArpPing::ArpPing(Port& from, net::Ipv4Addr target, std::uint32_t count, std::uint64_t tsc_hz,
-                 std::atomic<bool>& stop)
-    : from_(from), target_(target), count_(count), tsc_hz_(tsc_hz), stop_(stop) {
-    rtts_.reserve(count);
+std::uint32_t icmp_payload_per_frame(std::uint16_t mtu) {
+    return mtu - net::kIpv4MinHdrLen - sizeof(net::IcmpEchoHdr);
+}
+
+// ---- Pinger ------------------------------------------------------------------------------
+
+Pinger::Pinger(const SelftestSpec& spec, Port& from, Port& to, std::uint64_t tsc_hz,
+               std::atomic<bool>& stop)
+    : spec_(spec),
+      from_(from),
+      target_(to.ip().addr),
+      tsc_hz_(tsc_hz),
+      stop_(stop),
+      size_(spec.size != 0 ? spec.size : spec.name == "arp-ping" ? kArpPingSize : kRawPingSize),
+      per_frame_(icmp_payload_per_frame(std::min(from.mtu(), to.mtu()))),
+      frames_(div_up(size_, per_frame_)) {
+    rtts_.reserve(spec.count);
     from_.set_echo_listener(this);
 }
 
-bool ArpPing::poll(std::uint64_t now) {
+Pinger::~Pinger() { from_.set_echo_listener(nullptr); }
+
+bool Pinger::poll(std::uint64_t now) {
     switch (phase_) {
         case Phase::start:
-            if (!from_.ip().contains(target_)) {
-                failure_ = target_.to_string() + " is not on the subnet of " + from_.name();
-                finish();
-                return true;
-            }
             deadline_ = now + kResolveSeconds * tsc_hz_;
             phase_ = Phase::resolving;
             [[fallthrough]];
         case Phase::resolving:
-            if (auto mac = from_.resolve(target_, now)) {
+            if (auto mac = resolve_peer(from_, target_, now, deadline_, failure_)) {
                 peer_mac_ = *mac;
                 phase_ = Phase::pinging;
-                send_echo(now);
+                start_round(now);
                 return true;
             }
-            if (now > deadline_) {
-                failure_ = "no ARP reply from " + target_.to_string();
-                finish();
-            }
+            if (!failure_.empty()) finish();
             return false;
-        case Phase::pinging:
-            if (in_flight_ && now > deadline_) {  // lost: go on with the next
-                in_flight_ = false;
-                if (sent_ == count_) {
-                    finish();
-                    return true;
-                }
-                send_echo(now);
-                return true;
+        case Phase::pinging: {
+            if (in_round_ && now > deadline_) {  // lost: go on with the next round
+                in_round_ = false;
+                ++lost_;
             }
-            if (!in_flight_) {
-                if (sent_ == count_) {
+            if (!in_round_) {
+                if (rounds_ == spec_.count + spec_.warmup) {
                     finish();
                 } else {
-                    send_echo(now);
+                    start_round(now);
                 }
                 return true;
             }
-            return false;
+            bool work = false;
+            while (sent_ < frames_ && sent_ - got_ < kMaxInFlight && send_frame(now)) work = true;
+            return work;
+        }
         case Phase::done:
             return false;
     }
     return false;
 }
 
-void ArpPing::send_echo(std::uint64_t now) {
-    rte_mbuf* m = from_.alloc();
-    if (m == nullptr) {
-        failure_ = "mbuf pool exhausted";
-        finish();
-        return;
+void Pinger::start_round(std::uint64_t now) {
+    base_seq_ = static_cast<std::uint16_t>(base_seq_ + sent_);
+    sent_ = got_ = 0;
+    ++rounds_;
+    in_round_ = true;
+    round_start_ = now;
+    deadline_ = now + kRoundTimeoutSeconds * tsc_hz_;
+    while (sent_ < frames_ && sent_ < kMaxInFlight && send_frame(now)) {
     }
+}
+
+bool Pinger::send_frame(std::uint64_t) {
+    rte_mbuf* m = from_.alloc();
+    if (m == nullptr) return false;  // the pool is busy: again on the next poll
     net::EchoRequest req;
     req.src_mac = from_.mac();
     req.dst_mac = peer_mac_;
     req.src_ip = from_.ip().addr;
     req.dst_ip = target_;
     req.id = kEchoId;
-    req.seq = ++seq_;
-    const std::size_t len =
-        net::build_icmp_echo_request({rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)}, req);
+    req.seq = static_cast<std::uint16_t>(base_seq_ + sent_);
+    req.payload_length = static_cast<std::uint16_t>(
+        std::min<std::uint64_t>(per_frame_, size_ - std::uint64_t{sent_} * per_frame_));
+    const std::size_t len = net::build_icmp_echo_request(
+        {rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)}, req);
+    if (len == 0) {
+        rte_pktmbuf_free(m);
+        failure_ = "an echo frame does not fit an mbuf";
+        finish();
+        return false;
+    }
     m->data_len = static_cast<std::uint16_t>(len);
     m->pkt_len = static_cast<std::uint32_t>(len);
     from_.send(m);
     ++sent_;
-    sent_at_ = now;
-    deadline_ = now + kEchoTimeoutSeconds * tsc_hz_;
-    in_flight_ = true;
+    return true;
 }
 
-void ArpPing::on_echo_reply(std::uint16_t id, std::uint16_t seq, std::uint64_t now) {
-    if (id != kEchoId || !in_flight_ || seq != seq_) return;  // late or foreign
-    rtts_.push_back(now - sent_at_);
-    in_flight_ = false;
+void Pinger::on_echo_reply(std::uint16_t id, std::uint16_t seq, std::uint64_t now) {
+    const auto off = static_cast<std::uint16_t>(seq - base_seq_);
+    if (id != kEchoId || !in_round_ || off >= sent_) return;  // late or foreign
+    if (++got_ < frames_) return;
+    in_round_ = false;
+    if (rounds_ > spec_.warmup) rtts_.push_back(now - round_start_);
 }
 
-void ArpPing::finish() {
+void Pinger::finish() {
     phase_ = Phase::done;
     from_.set_echo_listener(nullptr);
     stop_.store(true, std::memory_order_relaxed);
 }
 
-bool ArpPing::passed() const { return failure_.empty() && rtts_.size() == count_; }
+bool Pinger::passed() const { return failure_.empty() && rtts_.size() == spec_.count; }
 
-std::string ArpPing::report() const {
+std::string Pinger::report() const {
     if (!failure_.empty()) return failure_;
     if (rtts_.empty()) return "no echo reply from " + target_.to_string();
-    std::vector<std::uint64_t> sorted = rtts_;
-    std::sort(sorted.begin(), sorted.end());
-    std::uint64_t sum = 0;
-    for (auto r : sorted) sum += r;
-    auto us = [this](double cycles) { return cycles * 1e6 / static_cast<double>(tsc_hz_); };
-    const std::size_t p99 = std::min(sorted.size() - 1, sorted.size() * 99 / 100);
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "%s is at %s ; %zu/%u echo replies, rtt min/avg/max/p99 = %.1f/%.1f/%.1f/%.1f us",
-                  target_.to_string().c_str(), peer_mac_.to_string().c_str(), rtts_.size(), count_,
-                  us(static_cast<double>(sorted.front())),
-                  us(static_cast<double>(sum) / static_cast<double>(sorted.size())),
-                  us(static_cast<double>(sorted.back())), us(static_cast<double>(sorted[p99])));
+    std::vector<double> us(rtts_.size());
+    std::transform(rtts_.begin(), rtts_.end(), us.begin(), [this](std::uint64_t c) {
+        return static_cast<double>(c) * 1e6 / static_cast<double>(tsc_hz_);
+    });
+    if (!spec_.samples.empty()) {
+        if (FILE* f = std::fopen(spec_.samples.c_str(), "w")) {
+            for (double v : us) std::fprintf(f, "%.3f\n", v);
+            std::fclose(f);
+        }
+    }
+    const LatencySummary s = summarize_latency(us);
+    char buf[512];
+    if (spec_.name == "arp-ping") {
+        std::snprintf(buf, sizeof buf,
+                      "%s is at %s ; %zu/%u echo replies, rtt min/avg/max/p99 = %.1f/%.1f/%.1f/%.1f us",
+                      target_.to_string().c_str(), peer_mac_.to_string().c_str(), rtts_.size(),
+                      spec_.count, s.min, s.mean, s.max, s.p99);
+    } else if (spec_.json) {
+        std::snprintf(buf, sizeof buf,
+                      "{\"test\":\"raw-ping\",\"size\":%u,\"count\":%zu,\"lost\":%u,\"frames\":%u,"
+                      "\"rtt_us\":{\"min\":%.3f,\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,"
+                      "\"p999\":%.3f,\"max\":%.3f}}",
+                      size_, rtts_.size(), lost_, frames_, s.min, s.median, s.mean, s.p99, s.p999, s.max);
+    } else {
+        std::snprintf(buf, sizeof buf,
+                      "%s size %u B (%u frame%s) ; %zu/%u round trips, rtt min/median/mean/p99/p99.9/max "
+                      "= %.2f/%.2f/%.2f/%.2f/%.2f/%.2f us",
+                      target_.to_string().c_str(), size_, frames_, frames_ == 1 ? "" : "s",
+                      rtts_.size(), spec_.count, s.min, s.median, s.mean, s.p99, s.p999, s.max);
+    }
     return buf;
+}
+
+// ---- Streamer ----------------------------------------------------------------------------
+
+Streamer::Streamer(const SelftestSpec& spec, Port& from, Port& to, std::uint64_t tsc_hz,
+                   std::atomic<bool>& stop)
+    : spec_(spec),
+      from_(from),
+      to_(to),
+      tsc_hz_(tsc_hz),
+      stop_(stop),
+      size_(spec.size != 0 ? spec.size : kRawBwSize),
+      per_frame_(std::min(from.mtu(), to.mtu()) - net::kIpv4MinHdrLen - net::kUdpHdrLen),
+      total_frames_(std::uint64_t{div_up(size_, per_frame_)} * spec.count),
+      source_(size_),
+      sink_(size_) {
+    for (std::size_t i = 0; i < source_.size(); ++i) source_[i] = static_cast<std::uint8_t>(i * 7);
+    to_.set_udp_hook({&Streamer::on_rx, this});
+}
+
+Streamer::~Streamer() { to_.set_udp_hook({}); }
+
+void Streamer::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, std::uint64_t) {
+    auto* self = static_cast<Streamer*>(ctx);
+    const std::size_t len = f.l4_length - net::kUdpHdrLen;
+    if (self->rx_msg_off_ + len > self->sink_.size()) self->rx_msg_off_ = 0;  // not ours
+    std::memcpy(self->sink_.data() + self->rx_msg_off_,
+                rte_pktmbuf_mtod(m, const std::uint8_t*) + f.l4_offset + net::kUdpHdrLen, len);
+    self->rx_msg_off_ += len;
+    if (self->rx_msg_off_ == self->sink_.size()) self->rx_msg_off_ = 0;
+    ++self->received_;
+    rte_pktmbuf_free(m);
+}
+
+bool Streamer::poll(std::uint64_t now) {
+    switch (phase_) {
+        case Phase::start:
+            deadline_ = now + kResolveSeconds * tsc_hz_;
+            phase_ = Phase::resolving;
+            [[fallthrough]];
+        case Phase::resolving:
+            if (auto mac = resolve_peer(from_, to_.ip().addr, now, deadline_, failure_)) {
+                peer_mac_ = *mac;
+                phase_ = Phase::streaming;
+                start_ = last_progress_ = now;
+                return true;
+            }
+            if (!failure_.empty()) finish();
+            return false;
+        case Phase::streaming: {
+            const std::uint64_t got = received_;
+            if (got != seen_) {
+                seen_ = got;
+                last_progress_ = now;
+            }
+            if (got >= total_frames_) {
+                end_ = now;
+                finish();
+                return true;
+            }
+            if (now - last_progress_ > kStallSeconds * tsc_hz_) {
+                failure_ = "the stream stalled: " + std::to_string(got) + " of " +
+                           std::to_string(total_frames_) + " frames arrived";
+                finish();
+                return true;
+            }
+            bool work = false;
+            const net::UdpFlow flow{from_.mac(), peer_mac_, from_.ip().addr, to_.ip().addr,
+                                    kDiscardPort, kDiscardPort};
+            for (int i = 0; i < Port::kBurst && sent_ < total_frames_ && sent_ - got < kMaxInFlight; ++i) {
+                rte_mbuf* m = from_.alloc();
+                if (m == nullptr) break;
+                if (msg_left_ == 0) msg_left_ = size_;
+                const std::uint32_t len = std::min(msg_left_, per_frame_);
+                auto* frame = rte_pktmbuf_mtod(m, std::uint8_t*);
+                std::memcpy(frame + net::kUdpFrameOverhead, source_.data() + (size_ - msg_left_), len);
+                const std::size_t flen = net::build_udp_frame(
+                    {frame, rte_pktmbuf_tailroom(m)}, flow, static_cast<std::uint16_t>(len), false);
+                m->data_len = static_cast<std::uint16_t>(flen);
+                m->pkt_len = static_cast<std::uint32_t>(flen);
+                from_.send(m);
+                msg_left_ -= len;
+                ++sent_;
+                work = true;
+            }
+            return work;
+        }
+        case Phase::done:
+            return false;
+    }
+    return false;
+}
+
+void Streamer::finish() {
+    phase_ = Phase::done;
+    stop_.store(true, std::memory_order_relaxed);
+}
+
+bool Streamer::passed() const { return failure_.empty() && end_ > start_; }
+
+std::string Streamer::report() const {
+    if (!failure_.empty()) return failure_;
+    const double seconds = static_cast<double>(end_ - start_) / static_cast<double>(tsc_hz_);
+    const double msgs = spec_.count / seconds;
+    const double gbps = msgs * size_ * 8 / 1e9;
+    char buf[384];
+    if (spec_.json) {
+        std::snprintf(buf, sizeof buf,
+                      "{\"test\":\"raw-bw\",\"size\":%u,\"messages\":%u,\"frames\":%llu,"
+                      "\"seconds\":%.6f,\"msg_rate_mpps\":%.4f,\"bw_gbps\":%.3f}",
+                      size_, spec_.count, static_cast<unsigned long long>(total_frames_), seconds,
+                      msgs / 1e6, gbps);
+    } else {
+        std::snprintf(buf, sizeof buf,
+                      "%s size %u B ; %u messages (%llu frames) in %.3f s = %.4f Mmsg/s, %.3f Gb/s",
+                      to_.ip().addr.to_string().c_str(), size_, spec_.count,
+                      static_cast<unsigned long long>(total_frames_), seconds, msgs / 1e6, gbps);
+    }
+    return buf;
+}
+
+std::unique_ptr<Selftest> make_selftest(const SelftestSpec& spec, Port& from, Port& to,
+                                        std::uint64_t tsc_hz, std::atomic<bool>& stop) {
+    if (spec.name == "raw-bw") return std::make_unique<Streamer>(spec, from, to, tsc_hz, stop);
+    return std::make_unique<Pinger>(spec, from, to, tsc_hz, stop);
 }
 
 }  // namespace snic::daemon

@@ -328,6 +328,43 @@ TEST(Config, selftest_arp_ping_defaults_to_ten) {
     EXPECT_EQ(r->selftest->count, 10u);
 }
 
+TEST(Config, selftest_raw_ping_takes_size_warmup_json_and_samples) {
+    auto r = parse({"--port", kPort0, "--port", kPort1, "--selftest",
+                    "raw-ping,size=65536,count=50,warmup=5,json,samples=/tmp/s.txt"});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->selftest->name, "raw-ping");
+    EXPECT_EQ(r->selftest->size, 65536u);
+    EXPECT_EQ(r->selftest->count, 50u);
+    EXPECT_EQ(r->selftest->warmup, 5u);
+    EXPECT_TRUE(r->selftest->json);
+    EXPECT_EQ(r->selftest->samples, "/tmp/s.txt");
+}
+
+TEST(Config, selftest_raw_bw_defaults) {
+    auto r = parse({"--port", kPort0, "--port", kPort1, "--selftest", "raw-bw"});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->selftest->name, "raw-bw");
+    EXPECT_EQ(r->selftest->count, 10000u);
+    EXPECT_EQ(r->selftest->size, 0u);  // the test's default, 64 KiB
+    EXPECT_FALSE(r->selftest->json);
+}
+
+TEST(Config, selftest_refuses_bad_specs) {
+    for (const char* spec : {"raw-ping,size=0", "raw-ping,size=8388609", "raw-bw,count=0",
+                             "raw-ping,foo=1", "raw-bw,warmup=3", "raw-bw,samples=/tmp/x",
+                             "arp-ping,size=8", "arp-ping,json", "raw-ping,json=1", "raw-ping,size=",
+                             "ping", "raw-ping,samples="}) {
+        auto r = parse({"--port", kPort0, "--port", kPort1, "--selftest", spec});
+        EXPECT_FALSE(r.ok()) << spec;
+        if (!r.ok()) {
+            EXPECT_EQ(r.error().code, EINVAL) << spec;
+        }
+    }
+    auto one = parse({"--port", kPort0, "--selftest", "raw-bw"});
+    ASSERT_FALSE(one.ok());
+    EXPECT_EQ(one.error().message, "--selftest raw-bw needs two ports (--port twice)");
+}
+
 TEST(Config, selftest_count) {
     auto r = parse({"--port", kPort0, "--port", kPort1, "--selftest=arp-ping,count=1000000"});
     ASSERT_TRUE(r.ok()) << r.error().message;
