@@ -1,0 +1,149 @@
+"""snic-perf, the bundled perf tool, against one snicd's virtual wire: every test in
+--loopback (one process, one thread, the two ports' devices) and the server/client form,
+with statistics in order and the JSON parseable; bad flags are usage errors. The tool
+checks the bytes that arrived itself (exit 1 otherwise). Nothing asserts on time."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+import snictest as st
+
+PERF = st.BUILD / "tools" / "perf" / "snic-perf"
+LAT = ("send_lat", "write_lat", "read_lat", "atomic_lat")
+BW = ("send_bw", "write_bw", "read_bw")
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory, mem_args):
+    if not os.access(PERF, os.X_OK):
+        pytest.fail(f"{PERF} is not built (ninja -C {st.BUILD})")
+    name = st.unique("perf", maxlen=24)
+    st.remove_daemon_leftovers(name)
+    sock_dir = tmp_path_factory.mktemp("snic-sockets")
+    d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
+                  ["--wire", "--port", "wire0,ip=198.18.49.1/24,mtu=9000",
+                   "--port", "wire1,ip=198.18.49.2/24,mtu=9000", "--idle-backoff", "20"],
+                  tmp_path_factory.mktemp("snicd"), ctrl=str(sock_dir / f"{name}.sock"))
+    d.start()
+    try:
+        d.wait_ready()
+        yield d, sock_dir
+    finally:
+        d.cleanup()
+
+
+def env(sock_dir) -> dict:
+    e = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir))
+    e.pop("LD_PRELOAD", None)
+    return e
+
+
+def perf(wire, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    d, sock_dir = wire
+    return subprocess.run([str(PERF), *args], env=env(sock_dir), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def ok(res: subprocess.CompletedProcess) -> str:
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res.stdout
+
+
+def check_rtt(r: dict) -> None:
+    t = r["rtt_us"]
+    assert 0 < t["min"] <= t["median"] <= t["p99"] <= t["p999"] <= t["max"], r
+    assert t["min"] <= t["mean"] <= t["max"], r
+    assert sum(b["count"] for b in r["histogram"]) == r["iterations"], r
+
+
+def test_send_lat_loopback_all_sizes(wire):
+    d, _ = wire
+    out = ok(perf(wire, "send_lat", "--loopback", "-a", "-n", "20", "-w", "2", "-d", f"{d.name}_0"))
+    rows = re.findall(r"^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
+                      out, re.M)
+    assert [int(r[0]) for r in rows] == [2 ** k for k in range(1, 24)], out
+    for r in rows:
+        mn, med, avg, p99, p999, mx = map(float, r[2:])
+        assert int(r[1]) == 20
+        assert mn <= med <= p99 <= p999 <= mx and mn <= avg <= mx, r
+    assert "round trips" in out
+
+
+@pytest.mark.parametrize("test", LAT + BW)
+def test_every_test_in_loopback_gives_json(wire, test, tmp_path):
+    args = [test, "--loopback", "-n", "200", "--json"]
+    if test != "atomic_lat":
+        args += ["-s", "5000"]  # more than one 4096-byte packet
+    samples = tmp_path / "s.txt"
+    if test in LAT:
+        args += ["--samples", str(samples)]
+    lines = ok(perf(wire, *args)).splitlines()
+    assert len(lines) == 1, lines
+    r = json.loads(lines[0])
+    assert r["test"] == test and r["iterations"] == 200
+    if test in LAT:
+        check_rtt(r)
+        assert len(samples.read_text().split()) == 200
+    else:
+        assert r["seconds"] > 0 and r["msg_rate_mpps"] > 0 and r["bw_gbps"] > 0
+        assert r["bw_gbps"] == pytest.approx(r["msg_rate_mpps"] * 1e6 * 5000 * 8 / 1e9, rel=0.01)
+
+
+def test_bandwidth_over_several_qps(wire):
+    r = json.loads(ok(perf(wire, "write_bw", "--loopback", "-q", "4", "-t", "16", "-s", "65536",
+                           "-n", "400", "--json")))
+    assert r["qps"] == 4 and r["iterations"] == 400
+
+
+@pytest.mark.parametrize("test,extra", [("send_lat", ["-s", "64"]), ("write_bw", ["-s", "65536"]),
+                                        ("read_lat", ["-s", "4096"]), ("send_bw", ["-s", "1000"])])
+def test_server_and_client_processes(wire, test, extra):
+    d, sock_dir = wire
+    port = str(18800 + ["send_lat", "write_bw", "read_lat", "send_bw"].index(test))
+    common = [test, "-p", port, "-n", "50", "--json", *extra]
+    server = subprocess.Popen([str(PERF), *common, "-d", f"{d.name}_0"], env=env(sock_dir),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        client = perf(wire, *common, "-d", f"{d.name}_1", "127.0.0.1")  # retries its connect
+        sout, serr = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    r = json.loads(ok(client).splitlines()[-1])
+    assert server.returncode == 0, serr
+    assert sout == "", "the server prints nothing; the client reports"
+    assert r["test"] == test and r["iterations"] == 50
+    if "rtt_us" in r:
+        check_rtt(r)
+
+
+@pytest.mark.parametrize("args,why", [
+    ([], "no test given"),
+    (["bogus_lat"], "unknown test"),
+    (["send_lat", "-s", "0"], "invalid size"),
+    (["send_lat", "-s", "9000000"], "invalid size"),
+    (["send_lat", "-n", "ten"], "invalid iterations"),
+    (["send_lat", "-a", "-s", "8"], "exclude each other"),
+    (["atomic_lat", "-s", "16"], "atomics are 8 bytes"),
+    (["send_lat", "--loopback", "10.0.0.1"], "--loopback takes no server"),
+    (["send_lat", "-m", "1000"], "MTU"),
+    (["send_bw", "--samples", "/tmp/x"], "--samples goes with latency"),
+    (["send_lat", "--frobnicate"], "unknown option"),
+    (["send_lat", "-s"], "needs a value"),
+])
+def test_bad_flags_are_usage_errors(wire, args, why):
+    res = perf(wire, *args)
+    assert res.returncode == 2, res
+    assert why in res.stderr and res.stdout == "", res.stderr
+
+
+def test_missing_device_is_a_runtime_error(wire):
+    res = perf(wire, "send_lat", "--loopback", "-d", "nosuchdev_0", "-n", "5")
+    assert res.returncode == 1 and "no RDMA device nosuchdev_0" in res.stderr, res
