@@ -47,8 +47,8 @@ valgrind --tool=callgrind --callgrind-out-file="$raw" --collect-atstart=no \
     --toggle-collect='snic::daemon::RoceTransport::receive*' \
     --toggle-collect='snic::daemon::RoceTransport::poll*' \
     "$SNICD" -l 0 --no-pci --no-huge -m 512 --no-shconf -- --name "$NAME" \
-    --ctrl "$sock_dir/$NAME.sock" --wire --port wire0,ip=198.18.45.1/24 \
-    --port wire1,ip=198.18.45.2/24 --idle-backoff 200 </dev/null >"$out_dir/snicd.log" 2>&1 &
+    --ctrl "$sock_dir/$NAME.sock" --wire --port wire0,ip=198.18.45.1/24,mtu=9000 \
+    --port wire1,ip=198.18.45.2/24,mtu=9000 --idle-backoff 200 </dev/null >"$out_dir/snicd.log" 2>&1 &
 pid=$!
 cleanup() {
     snic_stop_pid "$pid" >/dev/null || true

@@ -2,7 +2,9 @@
 # The main job: sets the machine up (packages, hugepages, build; idempotent),
 # then runs one snicd on the in-process virtual wire. The daemon resolves the
 # far port's address by ARP and measures ICMP echo round trips across the
-# wire, prints the result and exits. Exits with snicd's exit code. Run as root.
+# wire, prints the result and exits. Then a second snicd carries RDMA across
+# the wire: rdma-core's ibv_rc_pingpong under snic-run, and snic-perf's SEND
+# round trips. Exits non-zero when any step fails. Run as root.
 #
 #   scripts/run.sh [--no-deps] [--no-build]
 set -euo pipefail
@@ -90,4 +92,15 @@ for size in 8 4096 65536; do
     printf '  %6s B: ' "$size"
     pingpong "$size" 10000 | tr '\n' ' ' || snic_die "ibv_rc_pingpong failed at $size bytes"
     echo
+done
+
+# The bundled perf tool, one client thread alternating between the wire's two
+# ports (the daemon busy-polls its core, the client the other): scripts/bench.sh
+# puts these beside the raw floor and kernel TCP.
+echo
+snic_log "RDMA SEND round trips, snic-perf send_lat --loopback (us; data checked):"
+for size in 8 4096 65536; do
+    SNIC_SOCKET_DIR=$SOCK_DIR "${cpus[@]}" "$SNIC_BUILD/tools/perf/snic-perf" send_lat --loopback \
+        -d "${RDMA_NAME}_0" -s "$size" -n 10000 | grep -E '^ (#bytes|[0-9])' |
+        { [[ $size == 8 ]] && cat || tail -n 1; } || snic_die "snic-perf failed at $size bytes"
 done
