@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -169,10 +168,7 @@ class KernelNet:
                                    "server", f"--{proto}", "-p", str(port)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            if proto == "tcp":
-                self._wait_listening(port)
-            else:
-                self._wait_udp(port)
+            self._wait_bound(proto, port)
             cmd = ["ip", "netns", "exec", KP_NS[0], *client_core, str(KPING), "client",
                    f"--{proto}", "-p", str(port), "-s", str(size), "-n", str(iters), "--json"]
             if samples is not None:
@@ -185,24 +181,15 @@ class KernelNet:
             server.wait()
 
     @staticmethod
-    def _wait_listening(port: int) -> None:
+    def _wait_bound(proto: str, port: int) -> None:
+        flag = "-Hltn" if proto == "tcp" else "-Huln"
         for _ in range(400):
-            out = subprocess.run(["ip", "netns", "exec", KP_NS[1], "ss", "-Hltn", f"sport = :{port}"],
+            out = subprocess.run(["ip", "netns", "exec", KP_NS[1], "ss", flag, f"sport = :{port}"],
                                  capture_output=True, text=True).stdout
             if out.strip():
                 return
             time.sleep(0.025)
-        raise RuntimeError(f"kping server not listening on {port}")
-
-    @staticmethod
-    def _wait_udp(port: int) -> None:
-        for _ in range(400):
-            out = subprocess.run(["ip", "netns", "exec", KP_NS[1], "ss", "-Huln", f"sport = :{port}"],
-                                 capture_output=True, text=True).stdout
-            if out.strip():
-                return
-            time.sleep(0.025)
-        raise RuntimeError(f"kping UDP server not bound to {port}")
+        raise RuntimeError(f"the kping {proto} server is not bound to port {port}")
 
 
 def perftest_row(d: WireDaemon, tool: str, args: list[str], port: int) -> dict:

@@ -23,19 +23,8 @@ BW = ("send_bw", "write_bw", "read_bw")
 def wire(tmp_path_factory, mem_args):
     if not os.access(PERF, os.X_OK):
         pytest.fail(f"{PERF} is not built (ninja -C {st.BUILD})")
-    name = st.unique("perf", maxlen=24)
-    st.remove_daemon_leftovers(name)
-    sock_dir = tmp_path_factory.mktemp("snic-sockets")
-    d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
-                  ["--wire", "--port", "wire0,ip=198.18.49.1/24,mtu=9000",
-                   "--port", "wire1,ip=198.18.49.2/24,mtu=9000", "--idle-backoff", "20"],
-                  tmp_path_factory.mktemp("snicd"), ctrl=str(sock_dir / f"{name}.sock"))
-    d.start()
-    try:
-        d.wait_ready()
-        yield d, sock_dir
-    finally:
-        d.cleanup()
+    with st.wire_daemon(tmp_path_factory, mem_args, "perf", "198.18.49", ",mtu=9000") as wire:
+        yield wire
 
 
 def env(sock_dir) -> dict:

@@ -29,19 +29,8 @@ def wire_daemon(tmp_path_factory, mem_args):
     for tool in ("ib_send_lat", "ib_write_bw"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is missing: scripts/setup.sh installs the perftest package")
-    name = st.unique("pt", maxlen=24)
-    st.remove_daemon_leftovers(name)
-    sock_dir = tmp_path_factory.mktemp("snic-sockets")
-    d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
-                  ["--wire", "--port", "wire0,ip=198.18.43.1/24", "--port", "wire1,ip=198.18.43.2/24",
-                   "--idle-backoff", "20"],
-                  tmp_path_factory.mktemp("snicd"), ctrl=str(sock_dir / f"{name}.sock"))
-    d.start()
-    try:
-        d.wait_ready()
-        yield d, sock_dir
-    finally:
-        d.cleanup()
+    with st.wire_daemon(tmp_path_factory, mem_args, "pt", "198.18.43") as wire:
+        yield wire
 
 
 def listening(port: int) -> bool:

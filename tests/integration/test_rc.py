@@ -62,19 +62,8 @@ def pingpong(tool: str, server_dev: str, client_dev: str, sock_dir, args: list[s
 
 @pytest.fixture(scope="module")
 def wire_daemon(tmp_path_factory, mem_args):
-    name = st.unique("rc", maxlen=24)
-    st.remove_daemon_leftovers(name)
-    sock_dir = tmp_path_factory.mktemp("snic-sockets")
-    d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
-                  ["--wire", "--port", "wire0,ip=198.18.13.1/24", "--port", "wire1,ip=198.18.13.2/24",
-                   "--idle-backoff", "20"],
-                  tmp_path_factory.mktemp("snicd"), ctrl=str(sock_dir / f"{name}.sock"))
-    d.start()
-    try:
-        d.wait_ready()
-        yield d, sock_dir
-    finally:
-        d.cleanup()
+    with st.wire_daemon(tmp_path_factory, mem_args, "rc", "198.18.13") as wire:
+        yield wire
 
 
 @pytest.mark.parametrize("size", [1, 4096, 65536, 1 << 20])

@@ -24,19 +24,8 @@ ROUNDS = 200
 def daemon(tmp_path_factory, mem_args):
     if not os.access(CHURN, os.X_OK):
         pytest.fail(f"{CHURN} is not built (ninja -C {st.BUILD})")
-    name = st.unique("reclaim", maxlen=24)
-    st.remove_daemon_leftovers(name)
-    sock_dir = tmp_path_factory.mktemp("snic-sockets")
-    d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
-                  ["--wire", "--port", "wire0,ip=198.18.12.1/24", "--port", "wire1,ip=198.18.12.2/24",
-                   "--idle-backoff", "100"],
-                  tmp_path_factory.mktemp("snicd"), ctrl=str(sock_dir / f"{name}.sock"))
-    d.start()
-    try:
-        d.wait_ready()
-        yield d, sock_dir
-    finally:
-        d.cleanup()
+    with st.wire_daemon(tmp_path_factory, mem_args, "reclaim", "198.18.12", idle_backoff=100) as wire:
+        yield wire
 
 
 def held(d: st.Daemon) -> dict:

@@ -22,19 +22,8 @@ WINDOW_TESTS = st.BUILD / "tests" / "verbs" / "snic-window-tests"
 def wire_daemon(tmp_path_factory, mem_args):
     if not os.access(WINDOW_TESTS, os.X_OK):
         pytest.fail(f"{WINDOW_TESTS} is not built (ninja -C {st.BUILD})")
-    name = st.unique("mw", maxlen=24)
-    st.remove_daemon_leftovers(name)
-    sock_dir = tmp_path_factory.mktemp("snic-sockets")
-    d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
-                  ["--wire", "--port", "wire0,ip=198.18.41.1/24", "--port", "wire1,ip=198.18.41.2/24",
-                   "--idle-backoff", "20"],
-                  tmp_path_factory.mktemp("snicd"), ctrl=str(sock_dir / f"{name}.sock"))
-    d.start()
-    try:
-        d.wait_ready()
-        yield d, sock_dir
-    finally:
-        d.cleanup()
+    with st.wire_daemon(tmp_path_factory, mem_args, "mw", "198.18.41") as wire:
+        yield wire
 
 
 def test_memory_windows_on_the_wire(wire_daemon):
