@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 
 import pytest
@@ -25,6 +26,12 @@ def wire(tmp_path_factory, mem_args):
         pytest.fail(f"{PERF} is not built (ninja -C {st.BUILD})")
     with st.wire_daemon(tmp_path_factory, mem_args, "perf", "198.18.49", ",mtu=9000") as wire:
         yield wire
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def env(sock_dir) -> dict:
@@ -84,33 +91,78 @@ def test_every_test_in_loopback_gives_json(wire, test, tmp_path):
         assert r["bw_gbps"] == pytest.approx(r["msg_rate_mpps"] * 1e6 * 5000 * 8 / 1e9, rel=0.01)
 
 
-def test_bandwidth_over_several_qps(wire):
-    r = json.loads(ok(perf(wire, "write_bw", "--loopback", "-q", "4", "-t", "16", "-s", "65536",
-                           "-n", "400", "--json")))
-    assert r["qps"] == 4 and r["iterations"] == 400
+@pytest.mark.parametrize("test", BW)
+@pytest.mark.parametrize("qps,depth,iters,warmup", [(4, 16, 400, 0), (3, 13, 101, 7), (2, 1, 33, 0)])
+def test_bandwidth_over_several_qps(wire, test, qps, depth, iters, warmup):
+    """Round robin over the QPs with -t in flight on each; message counts that do not divide
+    among the QPs and depths that are not a multiple of the signaling interval must still
+    retire every WR (each QP's last WR is signaled)."""
+    r = json.loads(ok(perf(wire, test, "--loopback", "-q", str(qps), "-t", str(depth), "-s", "3000",
+                           "-n", str(iters), "-w", str(warmup), "--json")))
+    assert r["qps"] == qps and r["tx_depth"] == depth and r["iterations"] == iters
 
 
-@pytest.mark.parametrize("test,extra", [("send_lat", ["-s", "64"]), ("write_bw", ["-s", "65536"]),
-                                        ("read_lat", ["-s", "4096"]), ("send_bw", ["-s", "1000"])])
-def test_server_and_client_processes(wire, test, extra):
+@pytest.mark.parametrize("inline", ["0", "64", "220"])
+def test_inline_sizes(wire, inline):
+    """-I: SEND and WRITE at or under the size go inline, larger ones through the SGE."""
+    for test in ("send_lat", "write_lat"):
+        out = ok(perf(wire, test, "--loopback", "-I", inline, "-s", "100", "-n", "50"))
+        assert f"inline up to {inline} B" in out, out
+    out = ok(perf(wire, "send_bw", "--loopback", "-I", inline, "-s", "200", "-n", "500"))
+    assert f"inline up to {inline} B" in out, out
+
+
+def test_inline_size_above_the_device_limit_is_refused(wire):
+    res = perf(wire, "send_lat", "--loopback", "-I", "4096", "-n", "5")
+    assert res.returncode == 1 and "ibv_create_qp" in res.stderr, res
+
+
+def server_and_client(wire, server_args: list[str], client_args: list[str]):
+    """Runs a server on NAME_0 and a client on NAME_1 (it retries its connect while the
+    server comes up); returns both CompletedProcess-like (returncode, stdout, stderr)."""
     d, sock_dir = wire
-    port = str(18800 + ["send_lat", "write_bw", "read_lat", "send_bw"].index(test))
-    common = [test, "-p", port, "-n", "50", "--json", *extra]
-    server = subprocess.Popen([str(PERF), *common, "-d", f"{d.name}_0"], env=env(sock_dir),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port = str(free_tcp_port())
+    server = subprocess.Popen([str(PERF), *server_args, "-p", port, "-d", f"{d.name}_0"],
+                              env=env(sock_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, stdin=subprocess.DEVNULL)
     try:
-        client = perf(wire, *common, "-d", f"{d.name}_1", "127.0.0.1")  # retries its connect
+        client = perf(wire, *client_args, "-p", port, "-d", f"{d.name}_1", "127.0.0.1")
         sout, serr = server.communicate(timeout=120)
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
+    return subprocess.CompletedProcess(server.args, server.returncode, sout, serr), client
+
+
+@pytest.mark.parametrize("test,extra", [
+    ("send_lat", ["-s", "64"]), ("write_lat", ["-s", "5000"]), ("read_lat", ["-s", "4096"]),
+    ("atomic_lat", []), ("send_bw", ["-s", "1000", "-q", "2"]), ("write_bw", ["-s", "65536"]),
+    ("read_bw", ["-s", "5000", "-t", "7"]),
+])
+def test_server_and_client_processes(wire, test, extra):
+    common = [test, "-n", "50", "--json", *extra]
+    server, client = server_and_client(wire, common, common)
     r = json.loads(ok(client).splitlines()[-1])
-    assert server.returncode == 0, serr
-    assert sout == "", "the server prints nothing; the client reports"
+    assert server.returncode == 0, server.stderr
+    assert server.stdout == "", "the server prints nothing; the client reports"
     assert r["test"] == test and r["iterations"] == 50
     if "rtt_us" in r:
         check_rtt(r)
+
+
+def test_server_and_client_agree_on_the_smaller_mtu(wire):
+    server, client = server_and_client(wire, ["write_lat", "-m", "512", "-s", "3000", "-n", "20"],
+                                       ["write_lat", "-s", "3000", "-n", "20", "--json"])
+    assert server.returncode == 0, server.stderr
+    assert json.loads(ok(client))["path_mtu"] == 512
+
+
+def test_server_and_client_with_different_runs_refuse(wire):
+    server, client = server_and_client(wire, ["send_lat", "-n", "100"], ["send_lat", "-n", "200"])
+    for res in (server, client):
+        assert res.returncode == 1, res
+        assert "give both the same options" in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("args,why", [
@@ -126,11 +178,17 @@ def test_server_and_client_processes(wire, test, extra):
     (["send_bw", "--samples", "/tmp/x"], "--samples goes with latency"),
     (["send_lat", "--frobnicate"], "unknown option"),
     (["send_lat", "-s"], "needs a value"),
+    (["send_lat", "-q", "0"], "invalid QP count"),
+    (["send_bw", "-t", "0"], "invalid tx depth"),
+    (["send_lat", "-I", "x"], "invalid inline size"),
+    (["send_lat", "--peer-device", "x_1"], "--peer-device goes with --loopback"),
+    (["send_lat", "a", "b"], "unexpected argument"),
 ])
 def test_bad_flags_are_usage_errors(wire, args, why):
     res = perf(wire, *args)
     assert res.returncode == 2, res
     assert why in res.stderr and res.stdout == "", res.stderr
+    assert res.stderr.count("\n") == 1, "one line"
 
 
 def test_missing_device_is_a_runtime_error(wire):

@@ -4,18 +4,20 @@
 //                                                 send_bw write_bw read_bw
 //
 // Without SERVER it is the server and waits for one client on TCP port -p; with SERVER it
-// is the client. The two exchange each QP's number, PSN, GID, rkey and buffer address over
-// that connection, connect RC QPs and run. --loopback runs both ends in one process and one
-// thread through two devices (the two ports of one snicd's virtual wire, typically),
-// alternating between them, so that the measurement needs one core.
+// is the client. Over that connection the two check that they run the same test, agree on
+// the path MTU and exchange each QP's number, PSN, GID, rkey and buffer address; then they
+// connect RC QPs (INIT, RTR, RTS), run, and meet at a sync after each size. --loopback runs both
+// ends in one process and one thread through two devices (the two ports of one snicd's virtual
+// wire, typically), alternating between them, so that the measurement needs one core.
 //
 // Latency tests time every iteration: send_lat and write_lat are ping-pongs (a SEND answered
 // by a SEND; an RDMA WRITE answered by a WRITE, detected by polling memory), read_lat and
 // atomic_lat one READ or fetch-and-add until its completion. All figures are ROUND TRIPS in
 // microseconds (perftest prints half of them for send_lat and write_lat as "t_typical").
-// Bandwidth tests keep -t WRs in flight from the client (or the first device) and report
-// messages per second and payload bandwidth. After each size the bytes that arrived are
-// checked once against the pattern that was sent.
+// Bandwidth tests post from the client (or the first device), round robin over the -q QPs
+// with up to -t WRs in flight on each, and report messages per second and payload
+// bandwidth. After each size the bytes that arrived are checked once against the pattern
+// that was sent (atomic_lat: the counter), outside the timed loop.
 //
 // Uses only <infiniband/verbs.h>; linked with libsnic. Exit 0, 1 on a run-time failure
 // (a verb failed, a completion in error, data that does not match), 2 on a usage error.
@@ -44,6 +46,7 @@
 #include <vector>
 
 #include "proto/latency.h"
+#include "proto/net/byteorder.h"
 
 namespace {
 
@@ -52,9 +55,9 @@ constexpr const char* kProg = "snic-perf";
 constexpr int kExitFail = 1;
 constexpr int kExitUsage = 2;
 constexpr std::uint32_t kMaxSize = 8u << 20;
-constexpr std::uint32_t kRxDepth = 512;
+constexpr std::uint32_t kRxDepth = 512;  // receives kept posted per QP (at least -t)
 constexpr std::uint32_t kSignalEvery = 32;
-constexpr std::uint32_t kMaxInline = 220;
+constexpr std::uint32_t kDefaultInline = 220;  // perftest's default -I
 
 // A failure at run time: reported in one line, exit 1.
 struct Failure : std::runtime_error {
@@ -84,9 +87,9 @@ struct TestInfo {
     bool latency;
 };
 constexpr TestInfo kTests[] = {
-    {"send_lat", Test::send_lat, true},   {"write_lat", Test::write_lat, true},
-    {"read_lat", Test::read_lat, true},   {"atomic_lat", Test::atomic_lat, true},
-    {"send_bw", Test::send_bw, false},    {"write_bw", Test::write_bw, false},
+    {"send_lat", Test::send_lat, true}, {"write_lat", Test::write_lat, true},
+    {"read_lat", Test::read_lat, true}, {"atomic_lat", Test::atomic_lat, true},
+    {"send_bw", Test::send_bw, false},  {"write_bw", Test::write_bw, false},
     {"read_bw", Test::read_bw, false},
 };
 
@@ -100,6 +103,8 @@ struct Options {
     int gid_index = 0;
     std::uint32_t qps = 1;
     std::uint32_t tx_depth = 128;
+    std::uint32_t inline_size = kDefaultInline;
+    bool inline_set = false;  // -I given: the device must take it as is
     std::uint16_t port = 18515;
     bool gbits = false;
     std::uint32_t mtu = 0;  // 0: the port's active MTU
@@ -111,32 +116,36 @@ struct Options {
 };
 
 void usage(FILE* out) {
-    std::fprintf(out,
-                 "usage: %s TEST [options] [SERVER]\n"
-                 "  TEST: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
-                 "  Without SERVER: wait for a client on TCP port -p; with SERVER: connect to it.\n"
-                 "  Latency tests print ROUND TRIPS in microseconds (perftest's send_lat and\n"
-                 "  write_lat print half of them as t_typical).\n"
-                 "options:\n"
-                 "  -s, --size BYTES        message size (default 2; atomics: 8)\n"
-                 "  -a, --all               every size from 2 to 8 MiB by powers of two\n"
-                 "  -n, --iters N           iterations (latency 1000, bandwidth 5000)\n"
-                 "  -w, --warmup N          untimed iterations first (latency 100, bandwidth 0)\n"
-                 "  -d, --ib-dev DEV        the RDMA device (default: the first)\n"
-                 "      --peer-device DEV   --loopback: the other end's device (default: DEV's\n"
-                 "                          sibling NAME_1 for NAME_0, else the next device)\n"
-                 "  -x, --gid-index N       GID index (default 0, snic's RoCEv2 GID)\n"
-                 "  -q, --qp N              QPs (bandwidth tests spread over them; default 1)\n"
-                 "  -t, --tx-depth N        WRs in flight in bandwidth tests (default 128)\n"
-                 "  -p, --port PORT         TCP port of the exchange (default 18515)\n"
-                 "  -m, --mtu BYTES         path MTU 256..4096 (default: the port's active MTU)\n"
-                 "      --report_gbits      bandwidth in Gb/s rather than MB/s\n"
-                 "      --loopback          both ends in this process and thread (two devices)\n"
-                 "      --json              one JSON object per size on stdout, nothing else\n"
-                 "      --histogram         print the latency histogram with -a too\n"
-                 "      --samples FILE      latency: every measured round trip (us), one a line\n"
-                 "  -h, --help              this text\n",
-                 kProg);
+    std::fprintf(
+        out,
+        "usage: %s TEST [options] [SERVER]\n"
+        "  TEST: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
+        "  Without SERVER: wait for a client on TCP port -p; with SERVER: connect to it.\n"
+        "  Latency tests print ROUND TRIPS in microseconds (perftest's send_lat and\n"
+        "  write_lat print half of them as t_typical).\n"
+        "options:\n"
+        "  -s, --size BYTES        message size (default 2; atomics: 8)\n"
+        "  -a, --all               every size from 2 to 8 MiB by powers of two\n"
+        "  -n, --iters N           iterations (latency 1000, bandwidth 5000)\n"
+        "  -w, --warmup N          untimed iterations first (latency 100, bandwidth 0)\n"
+        "  -d, --ib-dev DEV        the RDMA device (default: the first)\n"
+        "      --peer-device DEV   --loopback: the other end's device (default: DEV's\n"
+        "                          sibling NAME_1 for NAME_0, else the next device)\n"
+        "  -x, --gid-index N       GID index (default 0, snic's RoCEv2 GID)\n"
+        "  -q, --qp N              QPs (bandwidth tests spread over them; default 1)\n"
+        "  -t, --tx-depth N        WRs in flight per QP in bandwidth tests (default 128)\n"
+        "  -I, --inline_size BYTES SEND and WRITE of at most BYTES go inline (default 220,\n"
+        "                          or less if the device allows less; 0: never)\n"
+        "  -p, --port PORT         TCP port of the exchange (default 18515)\n"
+        "  -m, --mtu BYTES         path MTU 256..4096 (default: the port's active MTU)\n"
+        "      --report_gbits      bandwidth in Gb/s rather than MB/s\n"
+        "      --loopback          both ends in this process and thread (two devices)\n"
+        "      --json              one JSON object per size on stdout, nothing else\n"
+        "      --histogram         print the latency histogram with -a too\n"
+        "      --samples FILE      latency: every measured round trip (us), one a line,\n"
+        "                          in measuring order (with -a: size after size)\n"
+        "  -h, --help              this text\n",
+        kProg);
 }
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -149,8 +158,8 @@ std::uint64_t number(const char* s, const char* what, std::uint64_t lo, std::uin
     errno = 0;
     const unsigned long long v = std::strtoull(s, &end, 10);
     if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo || v > hi)
-        usage_error(std::string("invalid ") + what + " '" + s + "' (" + std::to_string(lo) +
-                    ".." + std::to_string(hi) + ")");
+        usage_error(std::string("invalid ") + what + " '" + s + "' (" + std::to_string(lo) + ".." +
+                    std::to_string(hi) + ")");
     return v;
 }
 
@@ -166,48 +175,95 @@ Options parse_options(int argc, char** argv) {
     if (o.test == nullptr) usage_error(std::string("unknown test '") + argv[1] + "'");
     enum { kPeer = 256, kGbits, kLoop, kJson, kHist, kSamples };
     static const option longs[] = {
-        {"size", required_argument, nullptr, 's'},    {"all", no_argument, nullptr, 'a'},
-        {"iters", required_argument, nullptr, 'n'},   {"warmup", required_argument, nullptr, 'w'},
-        {"ib-dev", required_argument, nullptr, 'd'},  {"peer-device", required_argument, nullptr, kPeer},
-        {"gid-index", required_argument, nullptr, 'x'}, {"qp", required_argument, nullptr, 'q'},
-        {"tx-depth", required_argument, nullptr, 't'}, {"port", required_argument, nullptr, 'p'},
-        {"mtu", required_argument, nullptr, 'm'},     {"report_gbits", no_argument, nullptr, kGbits},
-        {"loopback", no_argument, nullptr, kLoop},    {"json", no_argument, nullptr, kJson},
-        {"histogram", no_argument, nullptr, kHist},   {"samples", required_argument, nullptr, kSamples},
-        {"help", no_argument, nullptr, 'h'},          {nullptr, 0, nullptr, 0},
+        {"size", required_argument, nullptr, 's'},
+        {"all", no_argument, nullptr, 'a'},
+        {"iters", required_argument, nullptr, 'n'},
+        {"warmup", required_argument, nullptr, 'w'},
+        {"ib-dev", required_argument, nullptr, 'd'},
+        {"peer-device", required_argument, nullptr, kPeer},
+        {"gid-index", required_argument, nullptr, 'x'},
+        {"qp", required_argument, nullptr, 'q'},
+        {"tx-depth", required_argument, nullptr, 't'},
+        {"inline_size", required_argument, nullptr, 'I'},
+        {"port", required_argument, nullptr, 'p'},
+        {"mtu", required_argument, nullptr, 'm'},
+        {"report_gbits", no_argument, nullptr, kGbits},
+        {"loopback", no_argument, nullptr, kLoop},
+        {"json", no_argument, nullptr, kJson},
+        {"histogram", no_argument, nullptr, kHist},
+        {"samples", required_argument, nullptr, kSamples},
+        {"help", no_argument, nullptr, 'h'},
+        {nullptr, 0, nullptr, 0},
     };
     bool all = false;
     std::optional<std::uint32_t> size;
     opterr = 0;
     optind = 2;
-    for (int c; (c = getopt_long(argc, argv, ":s:an:w:d:x:q:t:p:m:h", longs, nullptr)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, ":s:an:w:d:x:q:t:I:p:m:h", longs, nullptr)) != -1;) {
         switch (c) {
-            case 's': size = static_cast<std::uint32_t>(number(optarg, "size", 1, kMaxSize)); break;
-            case 'a': all = true; break;
-            case 'n': o.iters = static_cast<std::uint32_t>(number(optarg, "iterations", 1, 100'000'000)); break;
+            case 's':
+                size = static_cast<std::uint32_t>(number(optarg, "size", 1, kMaxSize));
+                break;
+            case 'a':
+                all = true;
+                break;
+            case 'n':
+                o.iters = static_cast<std::uint32_t>(number(optarg, "iterations", 1, 100'000'000));
+                break;
             case 'w':
                 o.warmup = static_cast<std::uint32_t>(number(optarg, "warm-up", 0, 10'000'000));
                 o.warmup_set = true;
                 break;
-            case 'd': o.device = optarg; break;
-            case kPeer: o.peer_device = optarg; break;
-            case 'x': o.gid_index = static_cast<int>(number(optarg, "GID index", 0, 255)); break;
-            case 'q': o.qps = static_cast<std::uint32_t>(number(optarg, "QP count", 1, 64)); break;
-            case 't': o.tx_depth = static_cast<std::uint32_t>(number(optarg, "tx depth", 1, 4096)); break;
-            case 'p': o.port = static_cast<std::uint16_t>(number(optarg, "port", 1, 65535)); break;
+            case 'd':
+                o.device = optarg;
+                break;
+            case kPeer:
+                o.peer_device = optarg;
+                break;
+            case 'x':
+                o.gid_index = static_cast<int>(number(optarg, "GID index", 0, 255));
+                break;
+            case 'q':
+                o.qps = static_cast<std::uint32_t>(number(optarg, "QP count", 1, 64));
+                break;
+            case 't':
+                o.tx_depth = static_cast<std::uint32_t>(number(optarg, "tx depth", 1, 4096));
+                break;
+            case 'I':
+                o.inline_size = static_cast<std::uint32_t>(number(optarg, "inline size", 0, 4096));
+                o.inline_set = true;
+                break;
+            case 'p':
+                o.port = static_cast<std::uint16_t>(number(optarg, "port", 1, 65535));
+                break;
             case 'm': {
                 o.mtu = static_cast<std::uint32_t>(number(optarg, "MTU", 256, 4096));
-                if ((o.mtu & (o.mtu - 1)) != 0) usage_error("the MTU is 256, 512, 1024, 2048 or 4096");
+                if ((o.mtu & (o.mtu - 1)) != 0)
+                    usage_error("the MTU is 256, 512, 1024, 2048 or 4096");
                 break;
             }
-            case kGbits: o.gbits = true; break;
-            case kLoop: o.loopback = true; break;
-            case kJson: o.json = true; break;
-            case kHist: o.histogram = true; break;
-            case kSamples: o.samples = optarg; break;
-            case 'h': usage(stdout); std::exit(0);
-            case ':': usage_error(std::string("option ") + argv[optind - 1] + " needs a value");
-            default: usage_error(std::string("unknown option ") + argv[optind - 1]);
+            case kGbits:
+                o.gbits = true;
+                break;
+            case kLoop:
+                o.loopback = true;
+                break;
+            case kJson:
+                o.json = true;
+                break;
+            case kHist:
+                o.histogram = true;
+                break;
+            case kSamples:
+                o.samples = optarg;
+                break;
+            case 'h':
+                usage(stdout);
+                std::exit(0);
+            case ':':
+                usage_error(std::string("option ") + argv[optind - 1] + " needs a value");
+            default:
+                usage_error(std::string("unknown option ") + argv[optind - 1]);
         }
     }
     if (optind < argc) o.server = argv[optind++];
@@ -233,13 +289,12 @@ Options parse_options(int argc, char** argv) {
 
 // ---- one end: device, PD, CQs, QPs and its buffer -----------------------------------------
 
-// What the other end needs to reach one QP and the buffer (sent over TCP as is).
+// What the other end needs to reach one QP and the buffer.
 struct PeerInfo {
     std::uint32_t qpn;
     std::uint32_t psn;
     std::uint8_t gid[16];
     std::uint32_t rkey;
-    std::uint32_t pad;
     std::uint64_t addr;
 };
 
@@ -290,7 +345,7 @@ class End {
     ibv_cq* rcq() { return rcq_; }
     std::uint32_t qps() const { return static_cast<std::uint32_t>(qps_.size()); }
     std::uint32_t max_inline() const { return max_inline_; }
-    void set_peer(const std::vector<PeerInfo>& p) { peer_ = p; }
+    std::uint32_t rx_depth() const { return std::max(kRxDepth, o_.tx_depth); }
 
   private:
     std::uint8_t* base() { return static_cast<std::uint8_t*>(buf_.p); }
@@ -332,8 +387,9 @@ End::End(const std::string& device, const Options& o, std::uint32_t buf_size)
         if (device.empty() || device == ibv_get_device_name(list[i])) dev = list[i];
     if (dev == nullptr) {
         ibv_free_device_list(list);
-        if (n == 0) failf("no RDMA device found (is snicd running? SNIC_SOCKET_DIR=%s)",
-                          std::getenv("SNIC_SOCKET_DIR") ? std::getenv("SNIC_SOCKET_DIR") : "/run/snic");
+        if (n == 0)
+            failf("no RDMA device found (is snicd running? SNIC_SOCKET_DIR=%s)",
+                  std::getenv("SNIC_SOCKET_DIR") ? std::getenv("SNIC_SOCKET_DIR") : "/run/snic");
         failf("no RDMA device %s", device.c_str());
     }
     name_ = ibv_get_device_name(dev);
@@ -344,10 +400,11 @@ End::End(const std::string& device, const Options& o, std::uint32_t buf_size)
     check(ibv_query_gid(ctx_, 1, o.gid_index, &gid_), "ibv_query_gid");
     pd_ = ibv_alloc_pd(ctx_);
     if (pd_ == nullptr) failf("ibv_alloc_pd: %s", std::strerror(errno));
-    const int depth = static_cast<int>(o.tx_depth * o.qps + kRxDepth * o.qps + 64);
+    const int depth = static_cast<int>((o.tx_depth + rx_depth()) * o.qps + 64);
     scq_ = ibv_create_cq(ctx_, depth, nullptr, nullptr, 0);
     rcq_ = ibv_create_cq(ctx_, depth, nullptr, nullptr, 0);
-    if (scq_ == nullptr || rcq_ == nullptr) failf("ibv_create_cq %d: %s", depth, std::strerror(errno));
+    if (scq_ == nullptr || rcq_ == nullptr)
+        failf("ibv_create_cq %d: %s", depth, std::strerror(errno));
     std::memset(buf_.p, 0, buf_.len);
     mr_ = ibv_reg_mr(pd_, buf_.p, buf_.len,
                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -359,13 +416,23 @@ End::End(const std::string& device, const Options& o, std::uint32_t buf_size)
         a.recv_cq = rcq_;
         a.qp_type = IBV_QPT_RC;
         a.cap.max_send_wr = o.tx_depth + kSignalEvery;
-        a.cap.max_recv_wr = kRxDepth;
+        a.cap.max_recv_wr = rx_depth();
         a.cap.max_send_sge = 1;
         a.cap.max_recv_sge = 1;
-        a.cap.max_inline_data = kMaxInline;
-        ibv_qp* qp = ibv_create_qp(pd_, &a);
-        if (qp == nullptr) failf("ibv_create_qp: %s", std::strerror(errno));
-        max_inline_ = a.cap.max_inline_data;
+        // The device's inline limit is not among ibv_query_device's attributes: without
+        // -I, ask for the default and halve it until the device accepts (as perftest does).
+        std::uint32_t want = i == 0 ? o.inline_size : max_inline_;
+        ibv_qp* qp = nullptr;
+        for (;;) {
+            a.cap.max_inline_data = want;
+            qp = ibv_create_qp(pd_, &a);
+            if (qp != nullptr || errno != EINVAL || o.inline_set || want == 0) break;
+            want /= 2;
+        }
+        if (qp == nullptr)
+            failf("ibv_create_qp (send WRs %u, inline %u): %s", a.cap.max_send_wr, want,
+                  std::strerror(errno));
+        max_inline_ = std::min(want, a.cap.max_inline_data);
         qps_.push_back(qp);
         psn_.push_back(static_cast<std::uint32_t>(std::rand()) & 0xffffff);
     }
@@ -396,11 +463,16 @@ std::vector<PeerInfo> End::info() const {
 
 ibv_mtu to_mtu(std::uint32_t bytes) {
     switch (bytes) {
-        case 256: return IBV_MTU_256;
-        case 512: return IBV_MTU_512;
-        case 1024: return IBV_MTU_1024;
-        case 2048: return IBV_MTU_2048;
-        default: return IBV_MTU_4096;
+        case 256:
+            return IBV_MTU_256;
+        case 512:
+            return IBV_MTU_512;
+        case 1024:
+            return IBV_MTU_1024;
+        case 2048:
+            return IBV_MTU_2048;
+        default:
+            return IBV_MTU_4096;
     }
 }
 
@@ -411,8 +483,10 @@ void End::connect(const std::vector<PeerInfo>& peer, std::uint32_t mtu) {
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_INIT;
         a.port_num = 1;
-        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-        check(ibv_modify_qp(qps_[i], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+        a.qp_access_flags =
+            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        check(ibv_modify_qp(qps_[i], &a,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
               "ibv_modify_qp INIT");
         a = {};
         a.qp_state = IBV_QPS_RTR;
@@ -426,8 +500,9 @@ void End::connect(const std::vector<PeerInfo>& peer, std::uint32_t mtu) {
         a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(o_.gid_index);
         a.ah_attr.grh.hop_limit = 64;
         a.ah_attr.port_num = 1;
-        check(ibv_modify_qp(qps_[i], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+        check(ibv_modify_qp(qps_[i], &a,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
               "ibv_modify_qp RTR");
         a = {};
         a.qp_state = IBV_QPS_RTS;
@@ -436,8 +511,9 @@ void End::connect(const std::vector<PeerInfo>& peer, std::uint32_t mtu) {
         a.rnr_retry = 7;
         a.sq_psn = psn_[i];
         a.max_rd_atomic = 16;
-        check(ibv_modify_qp(qps_[i], &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                             IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+        check(ibv_modify_qp(qps_[i], &a,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
               "ibv_modify_qp RTS");
     }
 }
@@ -491,6 +567,36 @@ int End::poll(ibv_cq* cq, ibv_wc* wc, int n) {
 
 // ---- the out-of-band exchange over TCP ------------------------------------------------------
 
+// The exchange's messages, big-endian. First both sides send a WireHello, then one WireQp
+// per QP; after that, 8-byte syncs (sync()) mark the points both sides must reach.
+using snic::net::Be32;
+using snic::net::Be64;
+constexpr std::uint32_t kHelloMagic = 0x736e7066;  // "snpf"
+
+struct WireHello {
+    Be32 magic, test, sizes, first_size, iters, warmup, qps, mtu;
+};
+struct WireQp {
+    Be32 qpn, psn;
+    std::uint8_t gid[16];
+    Be32 rkey;
+    Be64 addr;
+};
+static_assert(sizeof(WireHello) == 32 && sizeof(WireQp) == 36);
+
+WireHello hello_of(const Options& o, std::uint32_t mtu) {
+    WireHello h;
+    h.magic = kHelloMagic;
+    h.test = static_cast<std::uint32_t>(o.test - kTests);
+    h.sizes = static_cast<std::uint32_t>(o.sizes.size());
+    h.first_size = o.sizes.front();
+    h.iters = o.iters;
+    h.warmup = o.warmup;
+    h.qps = o.qps;
+    h.mtu = mtu;
+    return h;
+}
+
 class Oob {
   public:
     // Server: accepts one client on `port`; client: connects to host:port (retrying 10 s).
@@ -505,7 +611,8 @@ class Oob {
             a.sin6_family = AF_INET6;
             a.sin6_port = htons(o.port);
             a.sin6_addr = in6addr_any;
-            if (::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(ls, 1) != 0) {
+            if (::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+                ::listen(ls, 1) != 0) {
                 const int e = errno;
                 ::close(ls);
                 failf("cannot listen on TCP port %u: %s", o.port, std::strerror(e));
@@ -529,9 +636,11 @@ class Oob {
                 fd_ = -1;
                 if (Clock::now() > until) {
                     ::freeaddrinfo(res);
-                    failf("cannot connect to %s port %u: %s", o.server->c_str(), o.port, std::strerror(e));
+                    failf("cannot connect to %s port %u: %s", o.server->c_str(), o.port,
+                          std::strerror(e));
                 }
-                std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the server is not up yet
+                std::this_thread::sleep_for(
+                    std::chrono::milliseconds(50));  // the server is not up yet
             }
             ::freeaddrinfo(res);
         }
@@ -562,15 +671,48 @@ class Oob {
             n -= static_cast<std::size_t>(r);
         }
     }
+    // Both sides send their parameters; a peer that would run something else (another
+    // test, sizes, iterations or QP count) would wait forever in the middle of a run, so
+    // that is an error here. Returns the path MTU both can use.
+    std::uint32_t hello(const Options& o, std::uint32_t mtu) {
+        const WireHello mine = hello_of(o, mtu);
+        send_all(&mine, sizeof mine);
+        WireHello theirs;
+        recv_all(&theirs, sizeof theirs);
+        if (theirs.magic.host() != kHelloMagic) failf("the peer is not snic-perf %s", SNIC_VERSION);
+        const auto differs = [&](const char* what, const Be32& a, const Be32& b) {
+            if (a != b)
+                failf("the peer runs %s %u, this side %u: give both the same options", what,
+                      b.host(), a.host());
+        };
+        if (mine.test != theirs.test)
+            failf("the peer runs %s, this side %s",
+                  kTests[std::min<std::size_t>(theirs.test.host(), std::size(kTests) - 1)]
+                      .name.data(),
+                  o.test->name.data());
+        differs("sizes", mine.sizes, theirs.sizes);
+        differs("first size", mine.first_size, theirs.first_size);
+        differs("iterations", mine.iters, theirs.iters);
+        differs("warm-up iterations", mine.warmup, theirs.warmup);
+        differs("QPs", mine.qps, theirs.qps);
+        return std::min(mtu, theirs.mtu.host());
+    }
     std::vector<PeerInfo> exchange(const std::vector<PeerInfo>& mine) {
-        const auto n = static_cast<std::uint32_t>(mine.size());
-        send_all(&n, sizeof n);
-        send_all(mine.data(), n * sizeof(PeerInfo));
-        std::uint32_t m = 0;
-        recv_all(&m, sizeof m);
-        if (m == 0 || m > 64) failf("the peer sent %u QPs", m);
-        std::vector<PeerInfo> theirs(m);
-        recv_all(theirs.data(), m * sizeof(PeerInfo));
+        std::vector<WireQp> out;
+        for (const PeerInfo& p : mine) {
+            WireQp w{p.qpn, p.psn, {}, p.rkey, p.addr};
+            std::memcpy(w.gid, p.gid, sizeof w.gid);
+            out.push_back(w);
+        }
+        send_all(out.data(), out.size() * sizeof(WireQp));
+        std::vector<WireQp> in(mine.size());  // the same count: hello() checked it
+        recv_all(in.data(), in.size() * sizeof(WireQp));
+        std::vector<PeerInfo> theirs;
+        for (const WireQp& w : in) {
+            PeerInfo p{w.qpn.host(), w.psn.host(), {}, w.rkey.host(), w.addr.host()};
+            std::memcpy(p.gid, w.gid, sizeof p.gid);
+            theirs.push_back(p);
+        }
         return theirs;
     }
     // Both sides reach this point; each sends `mine` and returns the peer's.
@@ -590,13 +732,14 @@ class Oob {
 // Who is running in this process: both ends (loopback), or one end and its role.
 struct Run {
     const Options& o;
-    End* a;  // loopback: the first device; else this process's end
-    End* b;  // loopback: the second device; else nullptr
+    End* a;       // loopback: the first device; else this process's end
+    End* b;       // loopback: the second device; else nullptr
     bool client;  // this process starts ping-pongs and posts bandwidth WRs
 };
 
 void fill_pattern(std::uint8_t* p, std::uint32_t n, std::uint32_t size) {
-    for (std::uint32_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>((i * 131u + size) & 0xff);
+    for (std::uint32_t i = 0; i < n; ++i)
+        p[i] = static_cast<std::uint8_t>((i * 131u + size) & 0xff);
 }
 bool pattern_ok(const std::uint8_t* p, std::uint32_t n, std::uint32_t size) {
     for (std::uint32_t i = 0; i < n; ++i)
@@ -607,12 +750,14 @@ bool pattern_ok(const std::uint8_t* p, std::uint32_t n, std::uint32_t size) {
 class Progress {
   public:
     Progress(bool on, const char* what, std::uint32_t size, std::uint64_t total)
-        : on_(on && total >= 20000 && ::isatty(STDERR_FILENO)), what_(what), size_(size), total_(total) {}
+        : on_(on && total >= 20000 && ::isatty(STDERR_FILENO)),
+          what_(what),
+          size_(size),
+          total_(total) {}
     void update(std::uint64_t done) {
-        if (!on_ || (done & 4095) != 0) return;
-        const int pct = static_cast<int>(done * 100 / total_);
-        if (pct == last_) return;
-        last_ = pct;
+        if (!on_ || done < next_) return;
+        next_ = done + total_ / 100 + 1;
+        const int pct = static_cast<int>(std::min<std::uint64_t>(done * 100 / total_, 100));
         std::fprintf(stderr, "\r%s %u B [%-40.*s] %3d%%", what_, size_, pct * 40 / 100,
                      "########################################", pct);
     }
@@ -625,7 +770,7 @@ class Progress {
     const char* what_;
     std::uint32_t size_;
     std::uint64_t total_;
-    int last_ = -1;
+    std::uint64_t next_ = 0;
 };
 
 // Waits for one completion on `cq` of `e`; while waiting, `idle` runs (the loopback's
@@ -657,11 +802,14 @@ std::vector<double> run_latency(Run& r, std::uint32_t size) {
         const auto t0 = Clock::now();
         body(i);
         const auto t1 = Clock::now();
-        if (i >= o.warmup) rtt.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        if (i >= o.warmup)
+            rtt.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         progress.update(i);
     };
     const bool signal_every = t == Test::read_lat || t == Test::atomic_lat;
-    auto signaled = [&](std::uint32_t i) { return signal_every || i % kSignalEvery == kSignalEvery - 1; };
+    auto signaled = [&](std::uint32_t i) {
+        return signal_every || i % kSignalEvery == kSignalEvery - 1;
+    };
 
     switch (t) {
         case Test::send_lat: {
@@ -741,7 +889,8 @@ std::vector<double> run_latency(Run& r, std::uint32_t size) {
         case Test::read_lat:
         case Test::atomic_lat: {
             if (!r.client && r.b == nullptr) break;  // the server is passive
-            const ibv_wr_opcode op = t == Test::read_lat ? IBV_WR_RDMA_READ : IBV_WR_ATOMIC_FETCH_AND_ADD;
+            const ibv_wr_opcode op =
+                t == Test::read_lat ? IBV_WR_RDMA_READ : IBV_WR_ATOMIC_FETCH_AND_ADD;
             for (std::uint32_t i = 0; i < total; ++i)
                 ping_once(i, [&](std::uint32_t k) {
                     a.post(0, op, size, true, k);
@@ -764,10 +913,10 @@ BwResult run_bandwidth(Run& r, std::uint32_t size) {
     const Options& o = r.o;
     const Test t = o.test->test;
     End& a = *r.a;
-    const ibv_wr_opcode op = t == Test::send_bw ? IBV_WR_SEND : t == Test::write_bw ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-    const std::uint64_t n = o.iters;
+    const ibv_wr_opcode op = t == Test::send_bw    ? IBV_WR_SEND
+                             : t == Test::write_bw ? IBV_WR_RDMA_WRITE
+                                                   : IBV_WR_RDMA_READ;
     const std::uint32_t q = a.qps();
-    Progress progress(!o.json, o.test->name.data(), size, n);
     ibv_wc wc[64];
 
     // The receiving side of send_bw keeps each receive queue full (a receive's wr_id is
@@ -779,43 +928,63 @@ BwResult run_bandwidth(Run& r, std::uint32_t size) {
     };
     if (!r.client && r.b == nullptr) {
         if (t != Test::send_bw) return {};  // WRITE and READ need nothing of the target
-        for (std::uint64_t got = 0; got < n;) got += receive(a);
+        for (std::uint64_t got = 0, n = std::uint64_t{o.warmup} + o.iters; got < n;)
+            got += receive(a);
         return {};
     }
 
-    std::vector<std::uint64_t> posted(q, 0), done(q, 0);
-    std::uint64_t total_posted = 0, total_done = 0, received = 0;
-    const std::uint32_t batch = std::max<std::uint32_t>(1, std::min(kSignalEvery, o.tx_depth / 2));
-    const auto t0 = Clock::now();
-    while (total_done < n || (t == Test::send_bw && r.b != nullptr && received < n)) {
-        for (std::uint32_t j = 0; j < q && total_posted < n; ++j) {
-            while (posted[j] - done[j] < o.tx_depth && total_posted < n) {
-                const bool last = total_posted + 1 == n;
-                const bool sig = posted[j] % batch == batch - 1 || last;
-                a.post(j, op, size, sig, (std::uint64_t{j} << 40) | (posted[j] + 1));
-                ++posted[j];
-                ++total_posted;
+    // Sends `n` messages, round robin over the QPs (QP j gets quota[j] of them), with at most
+    // -t in flight on each. Every `batch`-th WR of a QP and its last one are signaled; a
+    // completion's wr_id says which QP and how many of its WRs are done. Allocates nothing.
+    std::vector<std::uint64_t> quota(q), posted(q), done(q);
+    const std::uint32_t batch = std::clamp<std::uint32_t>(o.tx_depth / 2, 1, kSignalEvery);
+    constexpr int kQpShift = 40;
+    constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kQpShift) - 1;
+    auto pump = [&](std::uint64_t n, Progress* progress) {
+        for (std::uint32_t j = 0; j < q; ++j) quota[j] = n / q + (j < n % q ? 1 : 0);
+        std::fill(posted.begin(), posted.end(), 0);
+        std::fill(done.begin(), done.end(), 0);
+        const bool count_received = t == Test::send_bw && r.b != nullptr;
+        std::uint64_t total_done = 0, received = 0;
+        while (total_done < n || (count_received && received < n)) {
+            for (bool more = true; more;) {
+                more = false;
+                for (std::uint32_t j = 0; j < q; ++j) {
+                    if (posted[j] == quota[j] || posted[j] - done[j] >= o.tx_depth) continue;
+                    const std::uint64_t k = ++posted[j];
+                    a.post(j, op, size, k % batch == 0 || k == quota[j],
+                           (std::uint64_t{j} << kQpShift) | k);
+                    more = true;
+                }
             }
+            const int got = a.poll(a.scq(), wc, 64);
+            for (int i = 0; i < got; ++i) {
+                const auto j = static_cast<std::uint32_t>(wc[i].wr_id >> kQpShift);
+                const std::uint64_t upto = wc[i].wr_id & kCountMask;
+                total_done += upto - done[j];
+                done[j] = upto;
+            }
+            if (count_received) received += receive(*r.b);
+            if (progress != nullptr) progress->update(total_done);
         }
-        const int k = a.poll(a.scq(), wc, 64);
-        for (int i = 0; i < k; ++i) {
-            const auto j = static_cast<std::uint32_t>(wc[i].wr_id >> 40);
-            const std::uint64_t upto = wc[i].wr_id & ((std::uint64_t{1} << 40) - 1);
-            total_done += upto - done[j];
-            done[j] = upto;
-        }
-        if (r.b != nullptr && t == Test::send_bw) received += receive(*r.b);
-        progress.update(total_done);
-    }
+    };
+    if (o.warmup > 0) pump(o.warmup, nullptr);
+    Progress progress(!o.json, o.test->name.data(), size, o.iters);
+    const auto t0 = Clock::now();
+    pump(o.iters, &progress);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    return {seconds, n};
+    return {seconds, o.iters};
 }
 
-// ---- output --------------------------------------------------------------------------------------
+// ---- output
+// --------------------------------------------------------------------------------------
 
-void print_latency(const Options& o, std::uint32_t size, std::vector<double>& us, bool header) {
+void print_latency(const Options& o, std::uint32_t size, std::uint32_t mtu, std::vector<double>& us,
+                   bool header) {
     if (!o.samples.empty()) {
-        if (FILE* f = std::fopen(o.samples.c_str(), "w")) {
+        // In measuring order, before summarize_latency sorts them; with -a the sizes
+        // follow each other (-n lines each).
+        if (FILE* f = std::fopen(o.samples.c_str(), header ? "w" : "a")) {
             for (double v : us) std::fprintf(f, "%.3f\n", v);
             std::fclose(f);
         } else {
@@ -824,9 +993,12 @@ void print_latency(const Options& o, std::uint32_t size, std::vector<double>& us
     }
     const snic::LatencySummary s = snic::summarize_latency(us);
     if (o.json) {
-        std::printf("{\"test\":\"%s\",\"size\":%u,\"iterations\":%zu,\"rtt_us\":{\"min\":%.3f,"
-                    "\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},\"histogram\":[",
-                    o.test->name.data(), size, s.count, s.min, s.median, s.mean, s.p99, s.p999, s.max);
+        std::printf(
+            "{\"test\":\"%s\",\"size\":%u,\"iterations\":%zu,\"path_mtu\":%u,\"rtt_us\":{\"min\":%."
+            "3f,"
+            "\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},\"histogram\":"
+            "[",
+            o.test->name.data(), size, s.count, mtu, s.min, s.median, s.mean, s.p99, s.p999, s.max);
         for (std::size_t i = 0; i < s.histogram.size(); ++i)
             std::printf("%s{\"lo\":%g,\"hi\":%g,\"count\":%llu}", i ? "," : "", s.histogram[i].lo,
                         s.histogram[i].hi, static_cast<unsigned long long>(s.histogram[i].count));
@@ -844,20 +1016,24 @@ void print_latency(const Options& o, std::uint32_t size, std::vector<double>& us
         for (const auto& b : s.histogram) most = std::max(most, b.count);
         for (const auto& b : s.histogram)
             std::printf("   [%9.3f, %9.3f) us %9llu %.*s\n", b.lo, b.hi,
-                        static_cast<unsigned long long>(b.count), static_cast<int>(b.count * 50 / most),
+                        static_cast<unsigned long long>(b.count),
+                        static_cast<int>(b.count * 50 / most),
                         "##################################################");
     }
     std::fflush(stdout);
 }
 
-void print_bandwidth(const Options& o, std::uint32_t size, const BwResult& r, bool header) {
+void print_bandwidth(const Options& o, std::uint32_t size, std::uint32_t mtu, const BwResult& r,
+                     bool header) {
     const double rate = static_cast<double>(r.messages) / r.seconds;
     const double bytes = rate * size;
     if (o.json) {
-        std::printf("{\"test\":\"%s\",\"size\":%u,\"iterations\":%llu,\"qps\":%u,\"tx_depth\":%u,"
-                    "\"seconds\":%.6f,\"msg_rate_mpps\":%.4f,\"bw_gbps\":%.3f,\"bw_MBps\":%.2f}\n",
-                    o.test->name.data(), size, static_cast<unsigned long long>(r.messages), o.qps,
-                    o.tx_depth, r.seconds, rate / 1e6, bytes * 8 / 1e9, bytes / 1e6);
+        std::printf(
+            "{\"test\":\"%s\",\"size\":%u,\"iterations\":%llu,\"path_mtu\":%u,\"qps\":%u,"
+            "\"tx_depth\":%u,"
+            "\"seconds\":%.6f,\"msg_rate_mpps\":%.4f,\"bw_gbps\":%.3f,\"bw_MBps\":%.2f}\n",
+            o.test->name.data(), size, static_cast<unsigned long long>(r.messages), mtu, o.qps,
+            o.tx_depth, r.seconds, rate / 1e6, bytes * 8 / 1e9, bytes / 1e6);
         std::fflush(stdout);
         return;
     }
@@ -869,13 +1045,22 @@ void print_bandwidth(const Options& o, std::uint32_t size, const BwResult& r, bo
     std::fflush(stdout);
 }
 
-// What arrived in the last message of `size`, checked where it landed.
-void check_data(Run& r, std::uint32_t size, std::uint8_t* landed, const char* where) {
+// What arrived in the last message of `size`, checked where it landed; for atomic_lat, the
+// target counter, which every fetch-and-add (warm-up included) incremented by 1.
+void check_data(Run& r, std::uint32_t size, const std::uint8_t* landed, const char* where) {
     const Test t = r.o.test->test;
-    std::uint32_t n = size;
-    if (t == Test::write_lat) n = size - 1;  // the last byte carries the iteration
-    if (t == Test::atomic_lat) return;
-    if (!pattern_ok(landed, n, size)) failf("%s: the data of the last %u-byte message differs from what was sent", where, size);
+    if (t == Test::atomic_lat) {
+        std::uint64_t counter = 0;
+        std::memcpy(&counter, landed, sizeof counter);
+        const std::uint64_t want = std::uint64_t{r.o.warmup} + r.o.iters;
+        if (counter != want)
+            failf("%s: %llu fetch-and-adds of 1 left the counter at %llu", where,
+                  static_cast<unsigned long long>(want), static_cast<unsigned long long>(counter));
+        return;
+    }
+    const std::uint32_t n = t == Test::write_lat ? size - 1 : size;  // last byte: the stamp
+    if (!pattern_ok(landed, n, size))
+        failf("%s: the data of the last %u-byte message differs from what was sent", where, size);
 }
 
 int run_all(const Options& o) {
@@ -886,14 +1071,19 @@ int run_all(const Options& o) {
     std::optional<Oob> oob;
     std::string dev = o.device;
     a.emplace(dev, o, max_size);
+    // A RoCE packet larger than the port's active MTU would not fit the Ethernet frame.
     std::uint32_t mtu = o.mtu != 0 ? std::min(o.mtu, a->active_mtu()) : a->active_mtu();
+    if (o.mtu > mtu)
+        std::fprintf(stderr, "%s: -m %u is above %s's active MTU; using %u\n", kProg, o.mtu,
+                     a->name().c_str(), mtu);
     if (o.loopback) {
         std::string peer = o.peer_device;
         if (peer.empty()) {
             const std::string& mine = a->name();
             const auto names = device_names();
             if (mine.size() > 2 && mine.ends_with("_0") &&
-                std::find(names.begin(), names.end(), mine.substr(0, mine.size() - 1) + "1") != names.end())
+                std::find(names.begin(), names.end(), mine.substr(0, mine.size() - 1) + "1") !=
+                    names.end())
                 peer = mine.substr(0, mine.size() - 1) + "1";
             for (const auto& nm : names)
                 if (peer.empty() && nm != mine) peer = nm;
@@ -906,15 +1096,25 @@ int run_all(const Options& o) {
         b->connect(a->info(), mtu);
     } else {
         oob.emplace(o);
+        mtu = oob->hello(o, mtu);
         a->connect(oob->exchange(a->info()), mtu);
-        mtu = static_cast<std::uint32_t>(std::min<std::uint64_t>(mtu, oob->sync(mtu)));
     }
     Run r{o, &*a, b ? &*b : nullptr, o.server.has_value() || o.loopback};
-    if (!o.json)
-        std::printf("%s: %s%s, %s%s%s, RC, path MTU %u, %u QP(s), %s\n", kProg, o.test->name.data(),
-                    o.loopback ? " --loopback" : (r.client ? " client" : " server"), a->name().c_str(),
-                    b ? " <-> " : "", b ? b->name().c_str() : "", mtu, o.qps,
-                    o.test->latency ? "round trips in microseconds" : "bandwidth of payload");
+    if (!o.json) {
+        std::printf("%s: %s%s, %s%s%s, RC, path MTU %u, %u QP(s), inline up to %u B\n", kProg,
+                    o.test->name.data(),
+                    o.loopback ? " --loopback" : (r.client ? " client" : " server"),
+                    a->name().c_str(), b ? " <-> " : "", b ? b->name().c_str() : "", mtu, o.qps,
+                    a->max_inline());
+        if (o.test->latency)
+            std::printf("%s: figures are ROUND TRIPS in microseconds%s\n", kProg,
+                        t == Test::send_lat || t == Test::write_lat
+                            ? " (perftest's t_typical is half a round trip)"
+                            : ", post to completion");
+        else
+            std::printf("%s: payload bandwidth, up to %u WRs in flight per QP\n", kProg,
+                        o.tx_depth);
+    }
 
     bool header = true;
     for (std::uint32_t size : o.sizes) {
@@ -926,17 +1126,17 @@ int run_all(const Options& o) {
             std::memset(e->recv_area(), 0, size);
             if (header && (t == Test::send_lat || t == Test::send_bw))
                 for (std::uint32_t j = 0; j < e->qps(); ++j)
-                    for (std::uint32_t k = 0; k < kRxDepth; ++k) e->post_recv(j);
+                    for (std::uint32_t k = 0; k < e->rx_depth(); ++k) e->post_recv(j);
         }
         if (oob) oob->sync();  // both sides posted their receives
         if (o.test->latency) {
             std::vector<double> us = run_latency(r, size);
             if (oob) oob->sync();
-            if (r.client) print_latency(o, size, us, header);
+            if (r.client) print_latency(o, size, mtu, us, header);
         } else {
             const BwResult res = run_bandwidth(r, size);
             if (oob) oob->sync();
-            if (r.client) print_bandwidth(o, size, res, header);
+            if (r.client) print_bandwidth(o, size, mtu, res, header);
         }
         header = false;
         // The data that landed, where it landed.
