@@ -71,6 +71,15 @@ def test_send_lat_loopback_all_sizes(wire):
     assert "round trips" in out
 
 
+def test_one_size_prints_a_histogram_and_the_peer_is_the_daemons_other_port(wire):
+    d, _ = wire
+    out = ok(perf(wire, "read_lat", "--loopback", "-d", f"{d.name}_1", "-n", "100"))
+    assert f"{d.name}_1 <-> {d.name}_0" in out, out
+    assert "ROUND TRIPS" in out, out
+    buckets = re.findall(r"^ +\[ *([\d.]+), *([\d.]+)\) us +(\d+)", out, re.M)
+    assert buckets and sum(int(b[2]) for b in buckets) == 100, out
+
+
 @pytest.mark.parametrize("test", LAT + BW)
 def test_every_test_in_loopback_gives_json(wire, test, tmp_path):
     args = [test, "--loopback", "-n", "200", "--json"]

@@ -129,8 +129,8 @@ void usage(FILE* out) {
         "  -n, --iters N           iterations (latency 1000, bandwidth 5000)\n"
         "  -w, --warmup N          untimed iterations first (latency 100, bandwidth 0)\n"
         "  -d, --ib-dev DEV        the RDMA device (default: the first)\n"
-        "      --peer-device DEV   --loopback: the other end's device (default: DEV's\n"
-        "                          sibling NAME_1 for NAME_0, else the next device)\n"
+        "      --peer-device DEV   --loopback: the other end's device (default: another\n"
+        "                          port of DEV's daemon, e.g. NAME_1 for NAME_0)\n"
         "  -x, --gid-index N       GID index (default 0, snic's RoCEv2 GID)\n"
         "  -q, --qp N              QPs (bandwidth tests spread over them; default 1)\n"
         "  -t, --tx-depth N        WRs in flight per QP in bandwidth tests (default 128)\n"
@@ -298,6 +298,8 @@ struct PeerInfo {
     std::uint64_t addr;
 };
 
+// Anonymous memory of its own for an end's buffer (libsnic moves it into a memfd when it
+// is registered; page-aligned, so nothing else shares its pages).
 struct Mapped {
     void* p = MAP_FAILED;
     std::size_t len = 0;
@@ -313,6 +315,8 @@ struct Mapped {
     Mapped& operator=(const Mapped&) = delete;
 };
 
+// One end of the test: a device context, a PD, a send CQ and a receive CQ shared by the
+// end's RC QPs, and one registered buffer that all of them use.
 class End {
   public:
     End(const std::string& device, const Options& o, std::uint32_t buf_size);
@@ -597,10 +601,11 @@ WireHello hello_of(const Options& o, std::uint32_t mtu) {
     return h;
 }
 
+// The out-of-band TCP connection between server and client (never used in the timed loop).
 class Oob {
   public:
     // Server: accepts one client on `port`; client: connects to host:port (retrying 10 s).
-    Oob(const Options& o) {
+    explicit Oob(const Options& o) {
         if (!o.server) {
             const int ls = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
             if (ls < 0) failf("socket: %s", std::strerror(errno));
@@ -737,16 +742,22 @@ struct Run {
     bool client;  // this process starts ping-pongs and posts bandwidth WRs
 };
 
+// The bytes each message carries: byte i of a `size`-byte message. The higher bits of i
+// take part so that a packet placed at another multiple of 256 (or of the MTU) shows.
+constexpr std::uint8_t pattern_byte(std::uint32_t i, std::uint32_t size) {
+    return static_cast<std::uint8_t>(i * 131u + (i >> 8) * 7u + (i >> 16) * 11u + size);
+}
 void fill_pattern(std::uint8_t* p, std::uint32_t n, std::uint32_t size) {
-    for (std::uint32_t i = 0; i < n; ++i)
-        p[i] = static_cast<std::uint8_t>((i * 131u + size) & 0xff);
+    for (std::uint32_t i = 0; i < n; ++i) p[i] = pattern_byte(i, size);
 }
 bool pattern_ok(const std::uint8_t* p, std::uint32_t n, std::uint32_t size) {
     for (std::uint32_t i = 0; i < n; ++i)
-        if (p[i] != static_cast<std::uint8_t>((i * 131u + size) & 0xff)) return false;
+        if (p[i] != pattern_byte(i, size)) return false;
     return true;
 }
 
+// A progress bar on stderr, only on a terminal and for long runs; in the timed loop it
+// costs a compare per update and one fprintf per percent.
 class Progress {
   public:
     Progress(bool on, const char* what, std::uint32_t size, std::uint64_t total)
@@ -1063,6 +1074,20 @@ void check_data(Run& r, std::uint32_t size, const std::uint8_t* landed, const ch
         failf("%s: the data of the last %u-byte message differs from what was sent", where, size);
 }
 
+// --loopback's default peer: another port of the same daemon (devices are DAEMON_i), else
+// any other device.
+std::string sibling_device(const std::string& mine) {
+    const auto daemon = [](const std::string& dev) { return dev.substr(0, dev.rfind('_')); };
+    std::string any;
+    for (const std::string& name : device_names()) {
+        if (name == mine) continue;
+        if (daemon(name) == daemon(mine)) return name;
+        if (any.empty()) any = name;
+    }
+    if (any.empty()) failf("--loopback needs a second device (--peer-device)");
+    return any;
+}
+
 int run_all(const Options& o) {
     std::uint32_t max_size = 0;
     for (std::uint32_t s : o.sizes) max_size = std::max(max_size, s);
@@ -1078,17 +1103,7 @@ int run_all(const Options& o) {
                      a->name().c_str(), mtu);
     if (o.loopback) {
         std::string peer = o.peer_device;
-        if (peer.empty()) {
-            const std::string& mine = a->name();
-            const auto names = device_names();
-            if (mine.size() > 2 && mine.ends_with("_0") &&
-                std::find(names.begin(), names.end(), mine.substr(0, mine.size() - 1) + "1") !=
-                    names.end())
-                peer = mine.substr(0, mine.size() - 1) + "1";
-            for (const auto& nm : names)
-                if (peer.empty() && nm != mine) peer = nm;
-            if (peer.empty()) failf("--loopback needs a second device (--peer-device)");
-        }
+        if (peer.empty()) peer = sibling_device(a->name());
         if (peer == a->name()) failf("--loopback needs two different devices");
         b.emplace(peer, o, max_size);
         mtu = std::min(mtu, b->active_mtu());
