@@ -68,7 +68,8 @@ Result<SelftestSpec> parse_selftest(std::string_view text) {
         }
         const auto n = parse_number<std::uint32_t>(value);
         if (key == "count") {
-            if (!n || *n == 0 || *n > 10'000'000) return bad("--selftest", "count (1..10000000)", f);
+            if (!n || *n == 0 || *n > 10'000'000)
+                return bad("--selftest", "count (1..10000000)", f);
             spec.count = *n;
         } else if (key == "size" && spec.name != "arp-ping") {
             if (!n || *n == 0 || *n > kMaxSelftestSize)
@@ -262,7 +263,8 @@ Result<Config> parse_config(std::span<const std::string> args) {
     if (cfg.ports.empty())
         return make_error(EINVAL, "no port configured: give --port <port>,ip=<a.b.c.d/len>");
     if (cfg.selftest && cfg.ports.size() < 2)
-        return make_error(EINVAL, "--selftest " + cfg.selftest->name + " needs two ports (--port twice)");
+        return make_error(EINVAL,
+                          "--selftest " + cfg.selftest->name + " needs two ports (--port twice)");
     if (!ctrl_given) cfg.ctrl_path = "/run/snic/" + cfg.name + ".sock";
     return cfg;
 }

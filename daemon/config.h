@@ -27,12 +27,12 @@ struct PortSpec {
 
 // A built-in self-test between the first two ports (daemon/selftest.h).
 struct SelftestSpec {
-    std::string name;            // "arp-ping", "raw-ping" or "raw-bw"
-    std::uint32_t count = 10;    // round trips (pings) or messages (raw-bw)
-    std::uint32_t size = 0;      // message bytes; 0: the test's default
-    std::uint32_t warmup = 0;    // raw-ping: round trips before the measured ones
-    bool json = false;           // the result as one JSON object
-    std::string samples;         // raw-ping: write each round trip (us) to this file
+    std::string name;          // "arp-ping", "raw-ping" or "raw-bw"
+    std::uint32_t count = 10;  // round trips (pings) or messages (raw-bw)
+    std::uint32_t size = 0;    // message bytes; 0: the test's default
+    std::uint32_t warmup = 0;  // raw-ping: round trips before the measured ones
+    bool json = false;         // the result as one JSON object
+    std::string samples;       // raw-ping: write each round trip (us) to this file
 };
 inline constexpr std::uint32_t kMaxSelftestSize = 8u << 20;
 

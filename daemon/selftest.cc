@@ -1,5 +1,6 @@
 #include "daemon/selftest.h"
 
+#include <rte_cycles.h>
 #include <rte_mbuf.h>
 
 #include <algorithm>
@@ -52,14 +53,19 @@ Pinger::Pinger(const SelftestSpec& spec, Port& from, Port& to, std::uint64_t tsc
       target_(to.ip().addr),
       tsc_hz_(tsc_hz),
       stop_(stop),
-      size_(spec.size != 0 ? spec.size : spec.name == "arp-ping" ? kArpPingSize : kRawPingSize),
+      size_(spec.size != 0            ? spec.size
+            : spec.name == "arp-ping" ? kArpPingSize
+                                      : kRawPingSize),
       per_frame_(icmp_payload_per_frame(std::min(from.mtu(), to.mtu()))),
-      frames_(div_up(size_, per_frame_)) {
+      frames_(div_up(size_, per_frame_)),
+      refused_(from) {
     rtts_.reserve(spec.count);
     from_.set_echo_listener(this);
 }
 
-Pinger::~Pinger() { from_.set_echo_listener(nullptr); }
+Pinger::~Pinger() {
+    from_.set_echo_listener(nullptr);
+}
 
 bool Pinger::poll(std::uint64_t now) {
     switch (phase_) {
@@ -71,12 +77,20 @@ bool Pinger::poll(std::uint64_t now) {
             if (auto mac = resolve_peer(from_, target_, now, deadline_, failure_)) {
                 peer_mac_ = *mac;
                 phase_ = Phase::pinging;
+                refused_.take();  // what went before is not ours
                 start_round(now);
                 return true;
             }
             if (!failure_.empty()) finish();
             return false;
         case Phase::pinging: {
+            if (const std::uint64_t refused = refused_.take(); refused != 0 && in_round_) {
+                const auto back =
+                    static_cast<std::uint32_t>(std::min<std::uint64_t>(refused, last_burst_));
+                sent_ -= back;  // the tail of the last burst: send it again
+                resent_ += back;
+            }
+            last_burst_ = 0;
             if (in_round_ && now > deadline_) {  // lost: go on with the next round
                 in_round_ = false;
                 ++lost_;
@@ -89,9 +103,7 @@ bool Pinger::poll(std::uint64_t now) {
                 }
                 return true;
             }
-            bool work = false;
-            while (sent_ < frames_ && sent_ - got_ < kMaxInFlight && send_frame(now)) work = true;
-            return work;
+            return send_burst();
         }
         case Phase::done:
             return false;
@@ -104,15 +116,24 @@ void Pinger::start_round(std::uint64_t now) {
     sent_ = got_ = 0;
     ++rounds_;
     in_round_ = true;
-    round_start_ = now;
     deadline_ = now + kRoundTimeoutSeconds * tsc_hz_;
-    while (sent_ < frames_ && sent_ < kMaxInFlight && send_frame(now)) {
-    }
+    round_start_ = rte_rdtsc();
+    send_burst();
 }
 
-bool Pinger::send_frame(std::uint64_t) {
+bool Pinger::send_burst() {
+    std::uint32_t n = 0;
+    while (n < Port::kBurst && sent_ < frames_ && sent_ - got_ < kMaxInFlight && send_frame()) ++n;
+    last_burst_ = n;
+    return n != 0;
+}
+
+bool Pinger::send_frame() {
     rte_mbuf* m = from_.alloc();
-    if (m == nullptr) return false;  // the pool is busy: again on the next poll
+    if (m == nullptr) {  // the pool is busy: again on the next poll
+        refused_.alloc_failed();
+        return false;
+    }
     net::EchoRequest req;
     req.src_mac = from_.mac();
     req.dst_mac = peer_mac_;
@@ -137,12 +158,12 @@ bool Pinger::send_frame(std::uint64_t) {
     return true;
 }
 
-void Pinger::on_echo_reply(std::uint16_t id, std::uint16_t seq, std::uint64_t now) {
+void Pinger::on_echo_reply(std::uint16_t id, std::uint16_t seq, std::uint64_t) {
     const auto off = static_cast<std::uint16_t>(seq - base_seq_);
     if (id != kEchoId || !in_round_ || off >= sent_) return;  // late or foreign
     if (++got_ < frames_) return;
     in_round_ = false;
-    if (rounds_ > spec_.warmup) rtts_.push_back(now - round_start_);
+    if (rounds_ > spec_.warmup) rtts_.push_back(rte_rdtsc() - round_start_);
 }
 
 void Pinger::finish() {
@@ -151,7 +172,9 @@ void Pinger::finish() {
     stop_.store(true, std::memory_order_relaxed);
 }
 
-bool Pinger::passed() const { return failure_.empty() && rtts_.size() == spec_.count; }
+bool Pinger::passed() const {
+    return failure_.empty() && rtts_.size() == spec_.count;
+}
 
 std::string Pinger::report() const {
     if (!failure_.empty()) return failure_;
@@ -169,24 +192,31 @@ std::string Pinger::report() const {
     const LatencySummary s = summarize_latency(us);
     char buf[512];
     if (spec_.name == "arp-ping") {
-        std::snprintf(buf, sizeof buf,
-                      "%s is at %s ; %zu/%u echo replies, rtt min/avg/max/p99 = %.1f/%.1f/%.1f/%.1f us",
-                      target_.to_string().c_str(), peer_mac_.to_string().c_str(), rtts_.size(),
-                      spec_.count, s.min, s.mean, s.max, s.p99);
+        std::snprintf(
+            buf, sizeof buf,
+            "%s is at %s ; %zu/%u echo replies, rtt min/avg/max/p99 = %.1f/%.1f/%.1f/%.1f us",
+            target_.to_string().c_str(), peer_mac_.to_string().c_str(), rtts_.size(), spec_.count,
+            s.min, s.mean, s.max, s.p99);
     } else if (spec_.json) {
         std::snprintf(buf, sizeof buf,
                       "{\"test\":\"raw-ping\",\"size\":%u,\"count\":%zu,\"lost\":%u,\"frames\":%u,"
-                      "\"rtt_us\":{\"min\":%.3f,\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,"
+                      "\"tx_resent\":%llu,\"rtt_us\":{\"min\":%.3f,\"median\":%.3f,\"mean\":%.3f,"
+                      "\"p99\":%.3f,"
                       "\"p999\":%.3f,\"max\":%.3f}}",
-                      size_, rtts_.size(), lost_, frames_, s.min, s.median, s.mean, s.p99, s.p999, s.max);
+                      size_, rtts_.size(), lost_, frames_, static_cast<unsigned long long>(resent_),
+                      s.min, s.median, s.mean, s.p99, s.p999, s.max);
     } else {
-        std::snprintf(buf, sizeof buf,
-                      "%s size %u B (%u frame%s) ; %zu/%u round trips, rtt min/median/mean/p99/p99.9/max "
-                      "= %.2f/%.2f/%.2f/%.2f/%.2f/%.2f us",
-                      target_.to_string().c_str(), size_, frames_, frames_ == 1 ? "" : "s",
-                      rtts_.size(), spec_.count, s.min, s.median, s.mean, s.p99, s.p999, s.max);
+        std::snprintf(
+            buf, sizeof buf,
+            "%s size %u B (%u frame%s) ; %zu/%u round trips, rtt min/median/mean/p99/p99.9/max "
+            "= %.2f/%.2f/%.2f/%.2f/%.2f/%.2f us",
+            target_.to_string().c_str(), size_, frames_, frames_ == 1 ? "" : "s", rtts_.size(),
+            spec_.count, s.min, s.median, s.mean, s.p99, s.p999, s.max);
     }
-    return buf;
+    std::string line = buf;
+    if (resent_ != 0 && !spec_.json)
+        line += " ; " + std::to_string(resent_) + " refused frames sent again";
+    return line;
 }
 
 // ---- Streamer ----------------------------------------------------------------------------
@@ -200,14 +230,18 @@ Streamer::Streamer(const SelftestSpec& spec, Port& from, Port& to, std::uint64_t
       stop_(stop),
       size_(spec.size != 0 ? spec.size : kRawBwSize),
       per_frame_(std::min(from.mtu(), to.mtu()) - net::kIpv4MinHdrLen - net::kUdpHdrLen),
-      total_frames_(std::uint64_t{div_up(size_, per_frame_)} * spec.count),
+      frames_per_msg_(div_up(size_, per_frame_)),
+      total_frames_(std::uint64_t{frames_per_msg_} * spec.count),
+      refused_(from),
       source_(size_),
       sink_(size_) {
     for (std::size_t i = 0; i < source_.size(); ++i) source_[i] = static_cast<std::uint8_t>(i * 7);
     to_.set_udp_hook({&Streamer::on_rx, this});
 }
 
-Streamer::~Streamer() { to_.set_udp_hook({}); }
+Streamer::~Streamer() {
+    to_.set_udp_hook({});
+}
 
 void Streamer::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, std::uint64_t) {
     auto* self = static_cast<Streamer*>(ctx);
@@ -231,12 +265,19 @@ bool Streamer::poll(std::uint64_t now) {
             if (auto mac = resolve_peer(from_, to_.ip().addr, now, deadline_, failure_)) {
                 peer_mac_ = *mac;
                 phase_ = Phase::streaming;
+                refused_.take();  // what went before is not ours
                 start_ = last_progress_ = now;
                 return true;
             }
             if (!failure_.empty()) finish();
             return false;
         case Phase::streaming: {
+            if (const std::uint64_t refused = refused_.take(); refused != 0) {
+                const std::uint64_t back = std::min<std::uint64_t>(refused, last_burst_);
+                sent_ -= back;  // the tail of the last burst: send it again
+                resent_ += back;
+            }
+            last_burst_ = 0;
             const std::uint64_t got = received_;
             if (got != seen_) {
                 seen_ = got;
@@ -253,26 +294,28 @@ bool Streamer::poll(std::uint64_t now) {
                 finish();
                 return true;
             }
-            bool work = false;
-            const net::UdpFlow flow{from_.mac(), peer_mac_, from_.ip().addr, to_.ip().addr,
-                                    kDiscardPort, kDiscardPort};
-            for (int i = 0; i < Port::kBurst && sent_ < total_frames_ && sent_ - got < kMaxInFlight; ++i) {
+            const net::UdpFlow flow{from_.mac(),   peer_mac_,    from_.ip().addr,
+                                    to_.ip().addr, kDiscardPort, kDiscardPort};
+            for (;
+                 last_burst_ < Port::kBurst && sent_ < total_frames_ && sent_ - got < kMaxInFlight;
+                 ++last_burst_) {
                 rte_mbuf* m = from_.alloc();
-                if (m == nullptr) break;
-                if (msg_left_ == 0) msg_left_ = size_;
-                const std::uint32_t len = std::min(msg_left_, per_frame_);
+                if (m == nullptr) {  // the pool is busy: again on the next poll
+                    refused_.alloc_failed();
+                    break;
+                }
+                const auto off = static_cast<std::uint32_t>(sent_ % frames_per_msg_) * per_frame_;
+                const std::uint32_t len = std::min(size_ - off, per_frame_);
                 auto* frame = rte_pktmbuf_mtod(m, std::uint8_t*);
-                std::memcpy(frame + net::kUdpFrameOverhead, source_.data() + (size_ - msg_left_), len);
+                std::memcpy(frame + net::kUdpFrameOverhead, source_.data() + off, len);
                 const std::size_t flen = net::build_udp_frame(
                     {frame, rte_pktmbuf_tailroom(m)}, flow, static_cast<std::uint16_t>(len), false);
                 m->data_len = static_cast<std::uint16_t>(flen);
                 m->pkt_len = static_cast<std::uint32_t>(flen);
                 from_.send(m);
-                msg_left_ -= len;
                 ++sent_;
-                work = true;
             }
-            return work;
+            return last_burst_ != 0;
         }
         case Phase::done:
             return false;
@@ -285,7 +328,9 @@ void Streamer::finish() {
     stop_.store(true, std::memory_order_relaxed);
 }
 
-bool Streamer::passed() const { return failure_.empty() && end_ > start_; }
+bool Streamer::passed() const {
+    return failure_.empty() && end_ > start_;
+}
 
 std::string Streamer::report() const {
     if (!failure_.empty()) return failure_;
@@ -294,18 +339,22 @@ std::string Streamer::report() const {
     const double gbps = msgs * size_ * 8 / 1e9;
     char buf[384];
     if (spec_.json) {
-        std::snprintf(buf, sizeof buf,
-                      "{\"test\":\"raw-bw\",\"size\":%u,\"messages\":%u,\"frames\":%llu,"
-                      "\"seconds\":%.6f,\"msg_rate_mpps\":%.4f,\"bw_gbps\":%.3f}",
-                      size_, spec_.count, static_cast<unsigned long long>(total_frames_), seconds,
-                      msgs / 1e6, gbps);
+        std::snprintf(
+            buf, sizeof buf,
+            "{\"test\":\"raw-bw\",\"size\":%u,\"messages\":%u,\"frames\":%llu,"
+            "\"tx_resent\":%llu,\"seconds\":%.6f,\"msg_rate_mpps\":%.4f,\"bw_gbps\":%.3f}",
+            size_, spec_.count, static_cast<unsigned long long>(total_frames_),
+            static_cast<unsigned long long>(resent_), seconds, msgs / 1e6, gbps);
     } else {
         std::snprintf(buf, sizeof buf,
                       "%s size %u B ; %u messages (%llu frames) in %.3f s = %.4f Mmsg/s, %.3f Gb/s",
                       to_.ip().addr.to_string().c_str(), size_, spec_.count,
                       static_cast<unsigned long long>(total_frames_), seconds, msgs / 1e6, gbps);
     }
-    return buf;
+    std::string line = buf;
+    if (resent_ != 0 && !spec_.json)
+        line += " ; " + std::to_string(resent_) + " refused frames sent again";
+    return line;
 }
 
 std::unique_ptr<Selftest> make_selftest(const SelftestSpec& spec, Port& from, Port& to,

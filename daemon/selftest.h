@@ -9,6 +9,10 @@
 //   the wire holds); the peer port copies each payload into its place in a message buffer
 //   of its own and counts it. The data moves as a NIC must move it, without a protocol
 //   around it: the floor under RDMA bandwidth.
+//
+// Both send at most one burst per turn of the lcore, so that the frames a device refuses
+// (Port::flush_tx frees them and counts tx_dropped) are the tail of the last turn's burst;
+// they are sent again, never counted as delivered.
 #pragma once
 
 #include <atomic>
@@ -23,8 +27,28 @@
 
 namespace snic::daemon {
 
+// Frames a port's device refused since the last look: the growth of its tx_dropped counter,
+// less the empty-pool allocations the caller reported (Port::alloc counts those there too).
+class TxRefusals {
+  public:
+    explicit TxRefusals(const Port& port) : port_(port), seen_(port.counters().tx_dropped.get()) {}
+    void alloc_failed() { ++alloc_failures_; }
+    std::uint64_t take() {
+        const std::uint64_t now = port_.counters().tx_dropped.get();
+        const std::uint64_t refused = now - seen_ - alloc_failures_;
+        seen_ = now;
+        alloc_failures_ = 0;
+        return refused;
+    }
+
+  private:
+    const Port& port_;
+    std::uint64_t seen_;
+    std::uint64_t alloc_failures_ = 0;
+};
+
 class Selftest : public LcoreTask {
-public:
+  public:
     virtual ~Selftest() = default;
     // After the lcore stopped: whether the test passed, and its one-line report.
     virtual bool passed() const = 0;
@@ -35,7 +59,7 @@ public:
 std::uint32_t icmp_payload_per_frame(std::uint16_t mtu);
 
 class Pinger final : public Selftest, public EchoListener {
-public:
+  public:
     Pinger(const SelftestSpec& spec, Port& from, Port& to, std::uint64_t tsc_hz,
            std::atomic<bool>& stop);
     ~Pinger() override;
@@ -45,13 +69,15 @@ public:
     bool passed() const override;
     std::string report() const override;
 
-private:
+  private:
     enum class Phase { start, resolving, pinging, done };
-    bool send_frame(std::uint64_t now);
+    bool send_frame();
+    // Sends the round's next frames, one burst at most; whether any went.
+    bool send_burst();
     void start_round(std::uint64_t now);
     void finish();
 
-    static constexpr std::uint16_t kEchoId = 0x736e;  // "sn"
+    static constexpr std::uint16_t kEchoId = 0x736e;    // "sn"
     static constexpr std::uint32_t kMaxInFlight = 256;  // frames of one round on the wire
 
     const SelftestSpec spec_;
@@ -73,12 +99,15 @@ private:
     std::uint32_t got_ = 0;       // and answered
     std::uint32_t rounds_ = 0;    // started, warm-up included
     std::uint32_t lost_ = 0;
+    std::uint32_t last_burst_ = 0;  // frames sent in the last turn
+    std::uint64_t resent_ = 0;      // frames the device refused, sent again
+    TxRefusals refused_;
     bool in_round_ = false;
     std::vector<std::uint64_t> rtts_;  // cycles of the measured rounds; reserved up front
 };
 
 class Streamer final : public Selftest {
-public:
+  public:
     Streamer(const SelftestSpec& spec, Port& from, Port& to, std::uint64_t tsc_hz,
              std::atomic<bool>& stop);
     ~Streamer() override;
@@ -87,7 +116,7 @@ public:
     bool passed() const override;
     std::string report() const override;
 
-private:
+  private:
     enum class Phase { start, resolving, streaming, done };
     void finish();
     // The peer port's receive hook for the stream's frames.
@@ -104,16 +133,19 @@ private:
     std::atomic<bool>& stop_;
     const std::uint32_t size_;
     const std::uint32_t per_frame_;
+    const std::uint32_t frames_per_msg_;
     const std::uint64_t total_frames_;
 
     Phase phase_ = Phase::start;
     std::string failure_;
     net::MacAddr peer_mac_{};
     std::uint64_t deadline_ = 0;
-    std::uint64_t received_ = 0;   // frames
-    std::uint64_t rx_msg_off_ = 0; // where the next received payload goes in sink_
-    std::uint64_t sent_ = 0;       // frames
-    std::uint32_t msg_left_ = 0;   // payload bytes of the current message still to send
+    std::uint64_t received_ = 0;    // frames
+    std::uint64_t rx_msg_off_ = 0;  // where the next received payload goes in sink_
+    std::uint64_t sent_ = 0;        // frames; frame i is frame i % frames_per_msg_ of a message
+    std::uint32_t last_burst_ = 0;  // frames sent in the last turn
+    std::uint64_t resent_ = 0;      // frames the device refused, sent again
+    TxRefusals refused_;
     std::uint64_t start_ = 0, end_ = 0;
     std::uint64_t last_progress_ = 0;
     std::uint64_t seen_ = 0;

@@ -18,7 +18,7 @@ usage() {
     sed -n '2,6s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
-ns_exists() { ip netns list 2>/dev/null | grep -qw "^$1"; }
+ns_exists() { ip netns list 2>/dev/null | awk '{ print $1 }' | grep -qx "$1"; }
 
 up() {
     for ns in "$NS_A" "$NS_B"; do ns_exists "$ns" || ip netns add "$ns"; done
@@ -38,8 +38,15 @@ up() {
     snic_die "$IP_B does not answer from $NS_A"
 }
 
+# Stops what still runs in the namespaces (a server left by a failed run would keep its
+# namespace, and the veth, alive after the name is gone), then removes them.
 down() {
-    for ns in "$NS_A" "$NS_B"; do ns_exists "$ns" && ip netns delete "$ns"; done
+    local ns pid
+    for ns in "$NS_A" "$NS_B"; do
+        ns_exists "$ns" || continue
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+        ip netns delete "$ns"
+    done
     return 0
 }
 

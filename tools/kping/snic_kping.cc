@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -60,7 +61,9 @@ struct Options {
     std::exit(1);
 }
 
-std::string sys(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+std::string sys(const char* what) {
+    return std::string(what) + ": " + std::strerror(errno);
+}
 
 std::uint64_t number(const char* s, const char* what, std::uint64_t lo, std::uint64_t hi) {
     char* end = nullptr;
@@ -95,9 +98,12 @@ Options parse(int argc, char** argv) {
     }
     enum { kTcp = 256, kUdp, kJson, kForever, kSamples };
     static const option longs[] = {
-        {"tcp", no_argument, nullptr, kTcp},      {"udp", no_argument, nullptr, kUdp},
-        {"json", no_argument, nullptr, kJson},    {"forever", no_argument, nullptr, kForever},
-        {"samples", required_argument, nullptr, kSamples}, {"help", no_argument, nullptr, 'h'},
+        {"tcp", no_argument, nullptr, kTcp},
+        {"udp", no_argument, nullptr, kUdp},
+        {"json", no_argument, nullptr, kJson},
+        {"forever", no_argument, nullptr, kForever},
+        {"samples", required_argument, nullptr, kSamples},
+        {"help", no_argument, nullptr, 'h'},
         {nullptr, 0, nullptr, 0},
     };
     opterr = 0;
@@ -105,22 +111,44 @@ Options parse(int argc, char** argv) {
     bool size_set = false;
     for (int c; (c = getopt_long(argc, argv, ":p:B:s:n:w:h", longs, nullptr)) != -1;) {
         switch (c) {
-            case kTcp: o.udp = false; break;
-            case kUdp: o.udp = true; break;
-            case kJson: o.json = true; break;
-            case kForever: o.forever = true; break;
-            case kSamples: o.samples = optarg; break;
-            case 'p': o.port = static_cast<std::uint16_t>(number(optarg, "port", 1, 65535)); break;
-            case 'B': o.bind_addr = optarg; break;
+            case kTcp:
+                o.udp = false;
+                break;
+            case kUdp:
+                o.udp = true;
+                break;
+            case kJson:
+                o.json = true;
+                break;
+            case kForever:
+                o.forever = true;
+                break;
+            case kSamples:
+                o.samples = optarg;
+                break;
+            case 'p':
+                o.port = static_cast<std::uint16_t>(number(optarg, "port", 1, 65535));
+                break;
+            case 'B':
+                o.bind_addr = optarg;
+                break;
             case 's':
                 o.size = static_cast<std::uint32_t>(number(optarg, "size", 1, kTcpMax));
                 size_set = true;
                 break;
-            case 'n': o.iters = static_cast<std::uint32_t>(number(optarg, "iterations", 1, 100'000'000)); break;
-            case 'w': o.warmup = static_cast<std::uint32_t>(number(optarg, "warm-up", 0, 10'000'000)); break;
-            case 'h': usage(); std::exit(0);
-            case ':': usage_error(std::string("option ") + argv[optind - 1] + " needs a value");
-            default: usage_error(std::string("unknown option ") + argv[optind - 1]);
+            case 'n':
+                o.iters = static_cast<std::uint32_t>(number(optarg, "iterations", 1, 100'000'000));
+                break;
+            case 'w':
+                o.warmup = static_cast<std::uint32_t>(number(optarg, "warm-up", 0, 10'000'000));
+                break;
+            case 'h':
+                usage();
+                std::exit(0);
+            case ':':
+                usage_error(std::string("option ") + argv[optind - 1] + " needs a value");
+            default:
+                usage_error(std::string("unknown option ") + argv[optind - 1]);
         }
     }
     if (!o.server) {
@@ -128,7 +156,8 @@ Options parse(int argc, char** argv) {
         o.host = argv[optind++];
         if (!size_set) usage_error("the client needs -s SIZE");
         if (o.udp && o.size > kUdpMax)
-            usage_error("a UDP message is one datagram of at most 65507 bytes, not " + std::to_string(o.size));
+            usage_error("a UDP message is one datagram of at most 65507 bytes, not " +
+                        std::to_string(o.size));
     }
     if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
     return o;
@@ -141,7 +170,8 @@ addrinfo* resolve(const std::string& host, std::uint16_t port, bool udp, bool pa
     hints.ai_family = AF_INET;
     addrinfo* res = nullptr;
     const std::string p = std::to_string(port);
-    if (const int e = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), p.c_str(), &hints, &res); e != 0)
+    if (const int e = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), p.c_str(), &hints, &res);
+        e != 0)
         fail((host.empty() ? "any" : host) + ": " + gai_strerror(e));
     return res;
 }
@@ -166,6 +196,33 @@ bool write_full(int fd, const char* p, std::size_t n) {
     return true;
 }
 
+// Sends out[0..n) and receives the n-byte echo into `in`. While a send would block it reads
+// what has come back, so that a message bigger than the socket buffers cannot deadlock
+// against the echoing server; a message that fits goes out in one send and is read with
+// blocking receives, as a kernel user would write it.
+bool exchange(int fd, const char* out, char* in, std::size_t n) {
+    std::size_t sent = 0, got = 0;
+    while (sent < n) {
+        const ssize_t w = ::send(fd, out + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            sent += static_cast<std::size_t>(w);
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+        pollfd p{fd, POLLIN | POLLOUT, 0};
+        if (::poll(&p, 1, -1) < 0 && errno != EINTR) return false;
+        if ((p.revents & POLLIN) != 0) {
+            const ssize_t r = ::recv(fd, in + got, n - got, MSG_DONTWAIT);
+            if (r == 0) return false;
+            if (r > 0)
+                got += static_cast<std::size_t>(r);
+            else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return false;
+        }
+    }
+    return read_full(fd, in + got, n - got);
+}
+
 int serve(const Options& o) {
     addrinfo* ai = resolve(o.bind_addr, o.port, o.udp, true);
     const int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
@@ -180,10 +237,12 @@ int serve(const Options& o) {
             for (;;) {
                 sockaddr_storage from{};
                 socklen_t fl = sizeof from;
-                const ssize_t n = ::recvfrom(s, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+                const ssize_t n = ::recvfrom(s, buf.data(), buf.size(), 0,
+                                             reinterpret_cast<sockaddr*>(&from), &fl);
                 if (n < 0) fail(sys("recvfrom"));
                 if (n == 0) break;  // the client's end of run
-                if (::sendto(s, buf.data(), static_cast<std::size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), fl) != n)
+                if (::sendto(s, buf.data(), static_cast<std::size_t>(n), 0,
+                             reinterpret_cast<sockaddr*>(&from), fl) != n)
                     fail(sys("sendto"));
             }
         } while (o.forever);
@@ -227,15 +286,18 @@ int client(const Options& o) {
         if (o.udp) {
             if (::send(s, out.data(), o.size, 0) != static_cast<ssize_t>(o.size)) fail(sys("send"));
             const ssize_t n = ::recv(s, in.data(), in.size(), 0);
-            if (n != static_cast<ssize_t>(o.size)) fail(n < 0 ? sys("recv (lost datagram?)") : "a short echo");
+            if (n != static_cast<ssize_t>(o.size))
+                fail(n < 0 ? sys("recv (lost datagram?)") : "a short echo");
         } else {
-            if (!write_full(s, out.data(), o.size)) fail(sys("send"));
-            if (!read_full(s, in.data(), o.size)) fail("the server closed the connection");
+            errno = 0;
+            if (!exchange(s, out.data(), in.data(), o.size))
+                fail(errno != 0 ? sys("send/recv") : "the server closed the connection");
         }
         const auto t1 = std::chrono::steady_clock::now();
         if (i >= o.warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }
-    if (std::memcmp(in.data(), out.data(), o.size) != 0) fail("the echo differs from what was sent");
+    if (std::memcmp(in.data(), out.data(), o.size) != 0)
+        fail("the echo differs from what was sent");
     if (o.udp) ::send(s, nullptr, 0, 0);  // tells the server the run is over
     ::close(s);
     if (!o.samples.empty()) {
@@ -247,13 +309,15 @@ int client(const Options& o) {
     const snic::LatencySummary st = snic::summarize_latency(us);
     const char* proto = o.udp ? "udp" : "tcp";
     if (o.json) {
-        std::printf("{\"test\":\"kernel-%s\",\"size\":%u,\"iterations\":%zu,\"rtt_us\":{\"min\":%.3f,"
-                    "\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}}\n",
-                    proto, o.size, st.count, st.min, st.median, st.mean, st.p99, st.p999, st.max);
+        std::printf(
+            "{\"test\":\"kernel-%s\",\"size\":%u,\"iterations\":%zu,\"rtt_us\":{\"min\":%.3f,"
+            "\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}}\n",
+            proto, o.size, st.count, st.min, st.median, st.mean, st.p99, st.p999, st.max);
     } else {
-        std::printf("%s %s size %u B ; %zu round trips, rtt min/median/mean/p99/p99.9/max = "
-                    "%.2f/%.2f/%.2f/%.2f/%.2f/%.2f us\n",
-                    kProg, proto, o.size, st.count, st.min, st.median, st.mean, st.p99, st.p999, st.max);
+        std::printf(
+            "%s %s size %u B ; %zu round trips, rtt min/median/mean/p99/p99.9/max = "
+            "%.2f/%.2f/%.2f/%.2f/%.2f/%.2f us\n",
+            kProg, proto, o.size, st.count, st.min, st.median, st.mean, st.p99, st.p999, st.max);
     }
     return 0;
 }

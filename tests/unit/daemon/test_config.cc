@@ -379,6 +379,52 @@ TEST(Config, selftest_bad_count_is_named) {
     }
 }
 
+TEST(Config, selftest_size_is_one_byte_to_8_mib) {
+    for (const char* spec :
+         {"raw-ping,size=1", "raw-ping,size=8388608", "raw-bw,size=1", "raw-bw,size=8388608"}) {
+        auto r = parse({"--port", kPort0, "--port", kPort1, "--selftest", spec});
+        ASSERT_TRUE(r.ok()) << spec << ": " << r.error().message;
+    }
+    for (const char* bad : {"size=0", "size=8388609", "size=", "size=1k", "size=-8"}) {
+        for (const char* test : {"raw-ping,", "raw-bw,"}) {
+            const std::string spec = std::string(test) + bad;
+            EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", spec.c_str()}),
+                      std::string("--selftest: invalid size (1..8388608 bytes) '") + bad + "'");
+        }
+    }
+}
+
+TEST(Config, selftest_raw_bw_takes_size_count_and_json) {
+    auto r =
+        parse({"--port", kPort0, "--port", kPort1, "--selftest", "raw-bw,json,size=4096,count=7"});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->selftest->name, "raw-bw");
+    EXPECT_EQ(r->selftest->size, 4096u);
+    EXPECT_EQ(r->selftest->count, 7u);
+    EXPECT_TRUE(r->selftest->json);
+}
+
+TEST(Config, selftest_raw_ping_defaults) {
+    auto r = parse({"--port", kPort0, "--port", kPort1, "--selftest", "raw-ping"});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->selftest->count, 1000u);
+    EXPECT_EQ(r->selftest->size, 0u);  // the test's default, 8 B
+    EXPECT_EQ(r->selftest->warmup, 0u);
+    EXPECT_FALSE(r->selftest->json);
+    EXPECT_TRUE(r->selftest->samples.empty());
+}
+
+TEST(Config, selftest_bad_warmup_and_json_are_named) {
+    EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "raw-ping,warmup=x"}),
+              "--selftest: invalid warmup (0..1000000) 'warmup=x'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "raw-bw,warmup=1"}),
+              "--selftest: invalid parameter 'warmup=1'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "raw-ping,json=yes"}),
+              "--selftest: invalid parameter 'json=yes'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "raw-bw,fast"}),
+              "--selftest: invalid parameter 'fast'");
+}
+
 TEST(Config, selftest_unknown_parameter_is_named) {
     EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "arp-ping,size=64"}),
               "--selftest: invalid parameter 'size=64'");
