@@ -9,7 +9,10 @@
 #include <memory>
 
 #include "proto/latency.h"
+#include "proto/net/checksum.h"
+#include "proto/net/ethernet.h"
 #include "proto/net/icmp.h"
+#include "proto/net/ipv4.h"
 #include "proto/net/udp.h"
 
 namespace snic::daemon {
@@ -58,7 +61,15 @@ Pinger::Pinger(const SelftestSpec& spec, Port& from, Port& to, std::uint64_t tsc
                                       : kRawPingSize),
       per_frame_(icmp_payload_per_frame(std::min(from.mtu(), to.mtu()))),
       frames_(div_up(size_, per_frame_)),
-      refused_(from) {
+      refused_(from),
+      message_(size_),
+      slice_sums_(frames_) {
+    for (std::size_t i = 0; i < message_.size(); ++i)
+        message_[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    for (std::uint32_t f = 0; f < frames_; ++f) {
+        const std::uint32_t off = f * per_frame_;
+        slice_sums_[f] = net::csum_add({message_.data() + off, std::min(per_frame_, size_ - off)});
+    }
     rtts_.reserve(spec.count);
     from_.set_echo_listener(this);
 }
@@ -134,25 +145,38 @@ bool Pinger::send_frame() {
         refused_.alloc_failed();
         return false;
     }
-    net::EchoRequest req;
-    req.src_mac = from_.mac();
-    req.dst_mac = peer_mac_;
-    req.src_ip = from_.ip().addr;
-    req.dst_ip = target_;
-    req.id = kEchoId;
-    req.seq = static_cast<std::uint16_t>(base_seq_ + sent_);
-    req.payload_length = static_cast<std::uint16_t>(
-        std::min<std::uint64_t>(per_frame_, size_ - std::uint64_t{sent_} * per_frame_));
-    const std::size_t len = net::build_icmp_echo_request(
-        {rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)}, req);
-    if (len == 0) {
+    // The frame's slice of the message is copied out of the message buffer (as a NIC
+    // reads it from memory); its share of the ICMP checksum was summed up front.
+    const std::uint32_t off = sent_ * per_frame_;
+    const std::uint32_t payload = std::min(per_frame_, size_ - off);
+    const auto icmp_len = static_cast<std::uint16_t>(sizeof(net::IcmpEchoHdr) + payload);
+    const std::size_t len = net::kEthHdrLen + net::kIpv4MinHdrLen + icmp_len;
+    const std::size_t frame_len = std::max<std::size_t>(len, net::kEthMinFrame);
+    if (frame_len > rte_pktmbuf_tailroom(m)) {
         rte_pktmbuf_free(m);
         failure_ = "an echo frame does not fit an mbuf";
         finish();
         return false;
     }
-    m->data_len = static_cast<std::uint16_t>(len);
-    m->pkt_len = static_cast<std::uint32_t>(len);
+    const auto seq = static_cast<std::uint16_t>(base_seq_ + sent_);
+    auto* p = rte_pktmbuf_mtod(m, std::uint8_t*);
+    auto* msg = p + net::kEthHdrLen + net::kIpv4MinHdrLen;
+    auto& icmp = *reinterpret_cast<net::IcmpEchoHdr*>(msg);
+    net::write_eth(*reinterpret_cast<net::EthHdr*>(p), peer_mac_, from_.mac(),
+                   net::EtherType::ipv4);
+    net::write_ipv4(*reinterpret_cast<net::Ipv4Hdr*>(p + net::kEthHdrLen), from_.ip().addr, target_,
+                    net::IpProto::icmp, icmp_len, seq);
+    icmp.type = static_cast<std::uint8_t>(net::IcmpType::echo_request);
+    icmp.code = 0;
+    icmp.checksum = 0;
+    icmp.id = kEchoId;
+    icmp.seq = seq;
+    std::memcpy(msg + sizeof(net::IcmpEchoHdr), message_.data() + off, payload);
+    icmp.checksum =
+        net::csum_finish(net::csum_add({msg, sizeof(net::IcmpEchoHdr)}, slice_sums_[sent_]));
+    std::memset(p + len, 0, frame_len - len);  // the padding of a short frame
+    m->data_len = static_cast<std::uint16_t>(frame_len);
+    m->pkt_len = static_cast<std::uint32_t>(frame_len);
     from_.send(m);
     ++sent_;
     return true;

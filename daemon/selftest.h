@@ -1,14 +1,14 @@
 // Built-in self-tests that run on a data lcore, from the first port to the second:
 //
 //   Pinger (arp-ping, raw-ping): resolves the peer's MAC by ARP and measures round trips
-//   of a message of `size` bytes sent as ICMP echo requests, one frame per MTU, answered
-//   by the peer port's ordinary receive path. Over the virtual wire this is the floor
-//   under an RDMA round trip on the same ports.
-//   Streamer (raw-bw): sends `count` messages of `size` bytes as UDP frames, each payload
-//   copied from a message buffer, as fast as the wire takes them (never more in flight than
-//   the wire holds); the peer port copies each payload into its place in a message buffer
-//   of its own and counts it. The data moves as a NIC must move it, without a protocol
-//   around it: the floor under RDMA bandwidth.
+//   of a message of `size` bytes sent as ICMP echo requests, one frame per MTU, each
+//   payload copied from a message buffer, answered by the peer port's ordinary receive
+//   path (which checks the ICMP checksum, as the sender's port does the reply's). Over the virtual
+//   wire this is the floor under an RDMA round trip on the same ports. Streamer (raw-bw): sends
+//   `count` messages of `size` bytes as UDP frames, each payload copied from a message buffer, as
+//   fast as the wire takes them (never more in flight than the wire holds); the peer port copies
+//   each payload into its place in a message buffer of its own and counts it. The data moves as a
+//   NIC must move it, without a protocol around it: the floor under RDMA bandwidth.
 //
 // Both send at most one burst per turn of the lcore, so that the frames a device refuses
 // (Port::flush_tx frees them and counts tx_dropped) are the tail of the last turn's burst;
@@ -103,7 +103,9 @@ class Pinger final : public Selftest, public EchoListener {
     std::uint64_t resent_ = 0;      // frames the device refused, sent again
     TxRefusals refused_;
     bool in_round_ = false;
-    std::vector<std::uint64_t> rtts_;  // cycles of the measured rounds; reserved up front
+    std::vector<std::uint8_t> message_;      // the message, sent slice by slice
+    std::vector<std::uint32_t> slice_sums_;  // each slice's share of its frame's ICMP checksum
+    std::vector<std::uint64_t> rtts_;        // cycles of the measured rounds; reserved up front
 };
 
 class Streamer final : public Selftest {
