@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "proto/latency.h"
+#include "tools/common/cli.h"
 
 namespace {
 
@@ -51,10 +52,7 @@ struct Options {
     std::string samples;
 };
 
-[[noreturn]] void usage_error(const std::string& why) {
-    std::fprintf(stderr, "%s: %s (see %s --help)\n", kProg, why.c_str(), kProg);
-    std::exit(2);
-}
+[[noreturn]] void usage_error(const std::string& why) { snic::cli::usage_error(kProg, why); }
 
 [[noreturn]] void fail(const std::string& why) {
     std::fprintf(stderr, "%s: %s\n", kProg, why.c_str());
@@ -66,13 +64,7 @@ std::string sys(const char* what) {
 }
 
 std::uint64_t number(const char* s, const char* what, std::uint64_t lo, std::uint64_t hi) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo || v > hi)
-        usage_error(std::string("invalid ") + what + " '" + s + "' (" + std::to_string(lo) + ".." +
-                    std::to_string(hi) + ")");
-    return v;
+    return snic::cli::number(kProg, s, what, lo, hi);
 }
 
 void usage() {

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "proto/latency.h"
+#include "tools/common/cli.h"
 #include "proto/net/byteorder.h"
 
 namespace {
@@ -53,7 +54,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kProg = "snic-perf";
 constexpr int kExitFail = 1;
-constexpr int kExitUsage = 2;
 constexpr std::uint32_t kMaxSize = 8u << 20;
 constexpr std::uint32_t kRxDepth = 512;  // receives kept posted per QP (at least -t)
 constexpr std::uint32_t kSignalEvery = 32;
@@ -148,19 +148,10 @@ void usage(FILE* out) {
         kProg);
 }
 
-[[noreturn]] void usage_error(const std::string& why) {
-    std::fprintf(stderr, "%s: %s (see %s --help)\n", kProg, why.c_str(), kProg);
-    std::exit(kExitUsage);
-}
+[[noreturn]] void usage_error(const std::string& why) { snic::cli::usage_error(kProg, why); }
 
 std::uint64_t number(const char* s, const char* what, std::uint64_t lo, std::uint64_t hi) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo || v > hi)
-        usage_error(std::string("invalid ") + what + " '" + s + "' (" + std::to_string(lo) + ".." +
-                    std::to_string(hi) + ")");
-    return v;
+    return snic::cli::number(kProg, s, what, lo, hi);
 }
 
 Options parse_options(int argc, char** argv) {
