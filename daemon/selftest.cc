@@ -29,10 +29,13 @@ std::uint32_t div_up(std::uint64_t a, std::uint64_t b) {
     return static_cast<std::uint32_t>((a + b - 1) / b);
 }
 
-// Resolves `target` from `from`; sets `failure` when the subnet is wrong or time runs out.
-// Returns the MAC once known.
+// Resolves `target` from `from`, giving it kResolveSeconds from the first call (which
+// sets `deadline`, 0 until then); sets `failure` when the subnet is wrong or time runs
+// out. Returns the MAC once known.
 std::optional<net::MacAddr> resolve_peer(Port& from, net::Ipv4Addr target, std::uint64_t now,
-                                         std::uint64_t deadline, std::string& failure) {
+                                         std::uint64_t tsc_hz, std::uint64_t& deadline,
+                                         std::string& failure) {
+    if (deadline == 0) deadline = now + kResolveSeconds * tsc_hz;
     if (!from.ip().contains(target)) {
         failure = target.to_string() + " is not on the subnet of " + from.name();
         return std::nullopt;
@@ -80,12 +83,8 @@ Pinger::~Pinger() {
 
 bool Pinger::poll(std::uint64_t now) {
     switch (phase_) {
-        case Phase::start:
-            deadline_ = now + kResolveSeconds * tsc_hz_;
-            phase_ = Phase::resolving;
-            [[fallthrough]];
         case Phase::resolving:
-            if (auto mac = resolve_peer(from_, target_, now, deadline_, failure_)) {
+            if (auto mac = resolve_peer(from_, target_, now, tsc_hz_, deadline_, failure_)) {
                 peer_mac_ = *mac;
                 phase_ = Phase::pinging;
                 refused_.take();  // what went before is not ours
@@ -281,12 +280,8 @@ void Streamer::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, std::
 
 bool Streamer::poll(std::uint64_t now) {
     switch (phase_) {
-        case Phase::start:
-            deadline_ = now + kResolveSeconds * tsc_hz_;
-            phase_ = Phase::resolving;
-            [[fallthrough]];
         case Phase::resolving:
-            if (auto mac = resolve_peer(from_, to_.ip().addr, now, deadline_, failure_)) {
+            if (auto mac = resolve_peer(from_, to_.ip().addr, now, tsc_hz_, deadline_, failure_)) {
                 peer_mac_ = *mac;
                 phase_ = Phase::streaming;
                 refused_.take();  // what went before is not ours

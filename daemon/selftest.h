@@ -70,7 +70,7 @@ class Pinger final : public Selftest, public EchoListener {
     std::string report() const override;
 
   private:
-    enum class Phase { start, resolving, pinging, done };
+    enum class Phase { resolving, pinging, done };
     bool send_frame();
     // Sends the round's next frames, one burst at most; whether any went.
     bool send_burst();
@@ -89,10 +89,10 @@ class Pinger final : public Selftest, public EchoListener {
     const std::uint32_t per_frame_;
     const std::uint32_t frames_;  // per round
 
-    Phase phase_ = Phase::start;
+    Phase phase_ = Phase::resolving;
     std::string failure_;
     net::MacAddr peer_mac_{};
-    std::uint64_t deadline_ = 0;  // of the current phase or round
+    std::uint64_t deadline_ = 0;  // of resolving or of the current round; 0 before either
     std::uint64_t round_start_ = 0;
     std::uint16_t base_seq_ = 0;  // of the round's first frame
     std::uint32_t sent_ = 0;      // frames of this round sent
@@ -119,7 +119,7 @@ class Streamer final : public Selftest {
     std::string report() const override;
 
   private:
-    enum class Phase { start, resolving, streaming, done };
+    enum class Phase { resolving, streaming, done };
     void finish();
     // The peer port's receive hook for the stream's frames.
     static void on_rx(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& frame,
@@ -138,7 +138,7 @@ class Streamer final : public Selftest {
     const std::uint32_t frames_per_msg_;
     const std::uint64_t total_frames_;
 
-    Phase phase_ = Phase::start;
+    Phase phase_ = Phase::resolving;
     std::string failure_;
     net::MacAddr peer_mac_{};
     std::uint64_t deadline_ = 0;

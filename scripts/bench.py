@@ -119,19 +119,13 @@ class WireDaemon:
 
 # ---- the measurements ------------------------------------------------------------------
 
-def snic_latency(d: WireDaemon, test: str, size: int, iters: int, samples: Path | None) -> dict:
+def snic_perf(d: WireDaemon, test: str, size: int, iters: int, samples: Path | None = None) -> dict:
+    """One snic-perf --loopback run across the daemon's two ports; its JSON result."""
     _, client = cores()
     cmd = [*client, str(PERF), test, "--loopback", "-d", f"{d.name}_0", "--peer-device",
            f"{d.name}_1", "-s", str(size), "-n", str(iters), "--json"]
     if samples is not None:
         cmd += ["--samples", str(samples)]
-    return json_lines(run(cmd, env=d.env()))[-1]
-
-
-def snic_bandwidth(d: WireDaemon, test: str, size: int, iters: int) -> dict:
-    _, client = cores()
-    cmd = [*client, str(PERF), test, "--loopback", "-d", f"{d.name}_0", "--peer-device",
-           f"{d.name}_1", "-s", str(size), "-n", str(iters), "--json"]
     return json_lines(run(cmd, env=d.env()))[-1]
 
 
@@ -329,9 +323,9 @@ def main() -> int:
     try:
         for s in SIZES:
             samples = out / "snic-8.samples" if s == 8 else None
-            r["snic_lat"][str(s)] = snic_latency(d, "send_lat", s, lat_iters, samples)
+            r["snic_lat"][str(s)] = snic_perf(d, "send_lat", s, lat_iters, samples)
         for s in bw_sizes:
-            r["snic_bw"][str(s)] = snic_bandwidth(d, "write_bw", s, bw_iters)
+            r["snic_bw"][str(s)] = snic_perf(d, "write_bw", s, bw_iters)
         if not a.no_perftest:
             log("perftest under snic-run")
             n_lat = "200" if a.quick else "1000"

@@ -195,6 +195,17 @@ class Windows : public ::testing::Test {
         return wc.status;
     }
 
+    // A receive WR on A's QP for [offset, offset + len) of A's memory.
+    void post_recv_a(std::size_t offset, std::uint32_t len, std::uint64_t wr_id) {
+        ibv_sge sge{addr(a(), offset), len, a().mr->lkey};
+        ibv_recv_wr wr{};
+        wr.wr_id = wr_id;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        ibv_recv_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_recv(a().qp, &wr, &bad), 0);
+    }
+
     static std::uint64_t addr(Side& s, std::size_t offset) {
         return reinterpret_cast<std::uintptr_t>(s.mem.data()) + offset;
     }
@@ -293,13 +304,7 @@ TEST_F(Windows, send_with_invalidate_reports_the_key_and_ends_the_window) {
     const std::uint32_t rkey = ibv_inc_rkey(mw->rkey);
     ASSERT_EQ(bind_type2(mw, rkey, 0, 4096, IBV_ACCESS_REMOTE_WRITE), IBV_WC_SUCCESS);
 
-    ibv_sge rsge{addr(a(), 32768), 256, a().mr->lkey};
-    ibv_recv_wr rwr{};
-    rwr.wr_id = 7;
-    rwr.sg_list = &rsge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* rbad = nullptr;
-    ASSERT_EQ(ibv_post_recv(a().qp, &rwr, &rbad), 0);
+    post_recv_a(32768, 256, 7);
 
     // The ibv_wr_* API, as perftest and newer programs post.
     std::memcpy(b().mem.data(), "invalidate", 10);
@@ -330,13 +335,7 @@ TEST_F(Windows, send_with_invalidate_reports_the_key_and_ends_the_window) {
 }
 
 TEST_F(Windows, send_with_invalidate_of_a_key_that_cannot_be_invalidated_fails) {
-    ibv_sge rsge{addr(a(), 0), 256, a().mr->lkey};
-    ibv_recv_wr rwr{};
-    rwr.wr_id = 9;
-    rwr.sg_list = &rsge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* rbad = nullptr;
-    ASSERT_EQ(ibv_post_recv(a().qp, &rwr, &rbad), 0);
+    post_recv_a(0, 256, 9);
     ibv_sge sge{addr(b(), 0), 8, b().mr->lkey};
     ibv_send_wr wr{};
     wr.wr_id = 10;
