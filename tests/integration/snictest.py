@@ -299,19 +299,30 @@ def link_exists(iface: str, netns: Optional[str] = None) -> bool:
     return run(cmd).returncode == 0
 
 
+def _gone_or_fail(cmd: list[str], still_there: Callable[[], bool], what: str) -> None:
+    """Runs a delete command; it is done when the object is gone afterwards, whoever took
+    it away (deleting a namespace takes its veth ends with it, asynchronously, so a
+    check-then-delete races with the kernel). Idempotent: a second call is a no-op."""
+    r = run(cmd)
+    if r.returncode != 0 and still_there():
+        raise RuntimeError(f"cannot delete {what}: {r.stderr.strip() or r.stdout.strip()}")
+
+
 def delete_netns(ns: str) -> None:
-    if netns_exists(ns):
-        for pid in run(["ip", "netns", "pids", ns]).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        run(["ip", "netns", "delete", ns], check=True)
+    if not netns_exists(ns):
+        return
+    for pid in run(["ip", "netns", "pids", ns]).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    _gone_or_fail(["ip", "netns", "delete", ns], lambda: netns_exists(ns), f"netns {ns}")
 
 
 def delete_link(iface: str) -> None:
     if link_exists(iface):
-        run(["ip", "link", "delete", "dev", iface], check=True)
+        _gone_or_fail(["ip", "link", "delete", "dev", iface], lambda: link_exists(iface),
+                      f"link {iface}")
 
 
 def disable_ipv6(iface: str, netns: Optional[str] = None) -> None:

@@ -1,6 +1,6 @@
 // Frame builders (ARP, ICMP echo, UDP) and in-place replies, checked against frames
 // from outside authorities: real traffic captured between two Linux hosts running
-// soft-RoCE (/work/shared/vectors/rxe_real.pcap) and frames built by scapy.
+// soft-RoCE (tests/vectors/rxe_real.pcap) and frames built by scapy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,7 +61,7 @@ std::uint16_t reference_udp_checksum(Ipv4Addr src, Ipv4Addr dst,
     return c == 0 ? 0xffff : c;
 }
 
-// --- Real frames from /work/shared/vectors/rxe_real.pcap ----------------------------------
+// --- Real frames from tests/vectors/rxe_real.pcap ----------------------------------
 // Extracted with scapy's rdpcap (frame numbers as tshark shows them); tshark dissects
 // each as shown in the comment and reports their IPv4 header checksums as good.
 

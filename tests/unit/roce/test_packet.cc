@@ -159,7 +159,7 @@ TEST(Packet, udp_checksum_when_asked_covers_the_icrc_and_both_verify) {
     EXPECT_TRUE(icrc_verify(l3));
 }
 
-// --- Real frames from /work/shared/vectors/rxe_real.pcap (as in tests/unit/net), rebuilt --
+// --- Real frames from tests/vectors/rxe_real.pcap (as in tests/unit/net), rebuilt --
 
 // Frame 46: RC SEND Only, 100 bytes of 0x7b, 10.99.0.3 -> 10.99.0.2, IPv4 id 0x4d9c.
 std::vector<std::uint8_t> real_send_only() {

@@ -1,5 +1,5 @@
 // Real RoCEv2 traffic from Linux soft-RoCE (rxe), captured between two machines running
-// rdma-core's tools (see the vectors' README.md): every RoCEv2 packet must parse with our
+// rdma-core's tools (see tests/vectors/README.md): every RoCEv2 packet must parse with our
 // opcode table, its lengths must add up, and our ICRC must equal the one rxe put on the
 // wire, over IPv4 and IPv6. Everything else in the captures must be told apart from RoCE.
 //
@@ -24,7 +24,7 @@
 #include "proto/roce/psn.h"
 
 #ifndef SNIC_VECTORS_DIR
-#define SNIC_VECTORS_DIR "../shared/vectors"
+#define SNIC_VECTORS_DIR "tests/vectors"
 #endif
 
 namespace snic::roce {
