@@ -296,8 +296,8 @@ struct RcConfig {
     std::uint8_t retry_cnt = 7;       // 0..7
     std::uint8_t rnr_retry = 7;       // 0..7; 7 = infinite
     std::uint8_t min_rnr_timer = 12;  // code for our RNR NAKs (rnr.h)
-    std::uint8_t max_rd_atomic = 16;  // our READ/atomics outstanding at the peer (<= 16)
-    std::uint8_t max_dest_rd_atomic = 16;  // the peer's READ/atomics we track (<= 16)
+    std::uint8_t max_rd_atomic = 16;  // our READ/atomics outstanding at the peer (<= 128)
+    std::uint8_t max_dest_rd_atomic = 16;  // the peer's READ/atomics we track (<= 128)
     std::uint32_t remote_access = 0;       // rc_access::remote_* the peer may use
     std::uint32_t sq_depth = 128;          // send WRs in flight
     std::uint32_t max_inline = kRcMaxInline;
@@ -310,7 +310,10 @@ struct RcConfig {
     RcTime ack_delay_ns = 8'000;       // responder: or when the oldest waited this long
 };
 
-inline constexpr std::uint8_t kRcMaxRdAtomic = 16;
+// READ/atomics outstanding each way: as many as the Linux soft-RoCE driver offers, since
+// peers (perftest) set max_rd_atomic to the other side's max_qp_rd_atom. The responder's
+// resources are sized by the QP's own max_dest_rd_atomic (about 72 bytes each).
+inline constexpr std::uint8_t kRcMaxRdAtomic = 128;
 
 // Why the config cannot be used, or nullptr. RcQp clamps what it is given regardless.
 const char* rc_config_error(const RcConfig& c);

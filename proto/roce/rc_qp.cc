@@ -19,7 +19,7 @@ const char* rc_config_error(const RcConfig& c) {
     if (c.retry_cnt > 7 || c.rnr_retry > 7) return "retry counts are 3-bit";
     if (c.min_rnr_timer > 31) return "min_rnr_timer is a 5-bit code";
     if (c.max_rd_atomic > kRcMaxRdAtomic || c.max_dest_rd_atomic > kRcMaxRdAtomic)
-        return "at most 16 READ/atomics outstanding";
+        return "at most 128 READ/atomics outstanding";
     if (c.sq_depth == 0 || c.sq_depth > 65536) return "send queue depth must be 1..65536";
     if (c.max_inline > kRcMaxInline) return "at most 256 bytes of inline data";
     if (c.window == 0 || c.window > (1u << 20)) return "window must be 1..2^20 PSNs";
@@ -167,6 +167,7 @@ void RcQp::fail(RcError why) {
     ack_needed_ = false;
     if (!nak_fatal_) nak_pending_ = false;  // only a fatal NAK still goes out
     for (std::uint32_t i = 0; i < std::max<std::uint32_t>(nres_, 1); ++i) res_[i].active = false;
+    res_active_ = 0;
     flush();
 }
 

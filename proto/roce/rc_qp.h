@@ -153,6 +153,7 @@ class RcQp {
     void resp_executed(const Packet& pkt, RcTime now);
     RdAtomicRes* resp_alloc_res();
     RdAtomicRes* resp_oldest_active();
+    void res_set_active(RdAtomicRes& r, bool active);
     bool resp_emit_one(RcTime now);
     bool resp_send_nak();
     bool resp_send_res(RdAtomicRes& r);
@@ -207,6 +208,7 @@ class RcQp {
     RcTime ack_since_ = 0;
     std::unique_ptr<RdAtomicRes[]> res_;
     std::uint32_t nres_ = 0, res_next_ = 0;
+    std::uint32_t res_active_ = 0;  // resources with responses still to send
 };
 
 }  // namespace snic::roce

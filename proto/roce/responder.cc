@@ -299,6 +299,7 @@ RcQp::RdAtomicRes* RcQp::resp_alloc_res() {
     RdAtomicRes& r = res_[res_next_ % nres_];
     if (r.used && r.active && !r.replay) return nullptr;
     ++res_next_;
+    res_set_active(r, false);
     r = RdAtomicRes{};
     r.used = true;
     return &r;
@@ -334,7 +335,7 @@ void RcQp::resp_read(const Packet& pkt) {
     r->rkey = reth.rkey.host();
     r->len = len;
     r->msn = msn_;
-    r->active = true;
+    res_set_active(*r, true);
     epsn_ = psn_add(epsn_, n);
     seq_nak_sent_ = false;
     if (nak_pending_ && !nak_fatal_) nak_pending_ = false;
@@ -383,7 +384,7 @@ void RcQp::resp_atomic(const Packet& pkt) {
     r->npsn = r->count = 1;
     r->orig = orig;
     r->msn = msn_;
-    r->active = true;
+    res_set_active(*r, true);
     epsn_ = psn_add(epsn_, 1);
     seq_nak_sent_ = false;
     if (nak_pending_ && !nak_fatal_) nak_pending_ = false;
@@ -409,7 +410,7 @@ void RcQp::resp_duplicate(const Packet& pkt, RcTime now) {
         if (!r.used || !psn_in_range(psn, r.first_psn, r.npsn)) continue;
         if (info.has(kAtomic)) {
             if (!r.atomic || r.first_psn != psn) return;
-            r.active = true;  // the ATOMIC ACK again, from the saved original value
+            res_set_active(r, true);  // the ATOMIC ACK again, from the saved original value
             r.replay = true;
             counters_.atomic_replays.add();
             return;
@@ -433,7 +434,7 @@ void RcQp::resp_duplicate(const Packet& pkt, RcTime now) {
         r.va = reth.va.host();
         r.rkey = reth.rkey.host();
         r.len = len;
-        r.active = true;
+        res_set_active(r, true);
         r.replay = true;
         counters_.read_replays.add();
         return;
@@ -443,7 +444,14 @@ void RcQp::resp_duplicate(const Packet& pkt, RcTime now) {
 
 // --- output --------------------------------------------------------------------------------------
 
+void RcQp::res_set_active(RdAtomicRes& r, bool active) {
+    if (r.active == active) return;
+    r.active = active;
+    active ? ++res_active_ : --res_active_;
+}
+
 RcQp::RdAtomicRes* RcQp::resp_oldest_active() {
+    if (res_active_ == 0) return nullptr;  // the common case, without a scan of 128
     RdAtomicRes* best = nullptr;
     std::int32_t best_d = 0;
     for (std::uint32_t i = 0; i < nres_; ++i) {
@@ -498,7 +506,7 @@ bool RcQp::resp_send_res(RdAtomicRes& r) {
         spec.atomic_ack_eth.orig = r.orig;
         if (!emit(spec, 0, nullptr, 0)) return false;
         counters_.tx_atomic_acks.add();
-        r.active = false;
+        res_set_active(r, false);
         r.replay = false;
         return true;
     }
@@ -518,7 +526,7 @@ bool RcQp::resp_send_res(RdAtomicRes& r) {
         // Read now, from the region as it is now (a duplicate READ reads again).
         const RemoteRegion region = mem_.remote(r.rkey, r.va + off, len, RemoteNeed::read);
         if (region.check != RemoteCheck::ok || region.ptr == nullptr) {
-            r.active = false;
+            res_set_active(r, false);
             resp_fatal(NakCode::remote_access_error, spec.psn, WcStatus::rem_access_err);
             return false;
         }
@@ -528,7 +536,7 @@ bool RcQp::resp_send_res(RdAtomicRes& r) {
     if (!emit(spec, len, &piece, npieces)) return false;
     counters_.tx_read_responses.add();
     if (++r.next == r.count) {
-        r.active = false;
+        res_set_active(r, false);
         r.replay = false;
     }
     return true;

@@ -199,8 +199,8 @@ TEST(Resources, device_limits_are_the_contract) {
     EXPECT_EQ(d.max_sge, 16u);
     EXPECT_EQ(d.max_sge_rd, 16u);
     EXPECT_EQ(d.max_inline_data, 256u);
-    EXPECT_EQ(d.max_qp_rd_atom, 16u);
-    EXPECT_EQ(d.max_qp_init_rd_atom, 16u);
+    EXPECT_EQ(d.max_qp_rd_atom, 128u);
+    EXPECT_EQ(d.max_qp_init_rd_atom, 128u);
     EXPECT_EQ(d.max_mr_size, std::uint64_t{1} << 40);
     EXPECT_EQ(d.page_size_cap, 4096u);
     EXPECT_EQ(d.atomic_cap, std::uint32_t{IBV_ATOMIC_HCA});
@@ -467,7 +467,7 @@ TEST_F(SessionTest, qp_steps_reset_init_rtr_rts_with_checked_values) {
     bad.min_rnr_timer = 32;
     EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
     bad = r;
-    bad.max_dest_rd_atomic = 17;
+    bad.max_dest_rd_atomic = 129;
     EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
     bad = r;
     bad.dest_qp_num = 1u << 24;

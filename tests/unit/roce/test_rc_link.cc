@@ -599,5 +599,36 @@ TEST(RcLink, read_of_a_bad_rkey_completes_with_rem_access_err) {
     EXPECT_EQ(pair.a.q.scq[0].opcode, WcOpcode::rdma_read);
 }
 
+// perftest sets max_rd_atomic to the peer's max_qp_rd_atom, which the Linux soft-RoCE driver
+// reports as 128: that many READs may be outstanding at once, and each is answered.
+TEST(RcLink, one_hundred_twenty_eight_reads_outstanding_are_all_answered) {
+    RcConfig ca = pair_config(0x11, 0x22, 100, 5000);
+    RcConfig cb = pair_config(0x22, 0x11, 5000, 100);
+    ca.max_rd_atomic = cb.max_dest_rd_atomic = kRcMaxRdAtomic;
+    ca.sq_depth = 256;
+    ASSERT_EQ(rc_config_error(ca), nullptr);
+    ASSERT_EQ(rc_config_error(cb), nullptr);
+    RcPair pair(ca, cb);
+    constexpr std::uint32_t kReads = kRcMaxRdAtomic;
+    const std::uint32_t src = pair.b.mem.add(kReads * 64);
+    const std::uint32_t dst = pair.a.mem.add(kReads * 64);
+    auto& from = pair.b.mem.region(src);
+    for (std::uint32_t i = 0; i < kReads * 64; ++i) from.base[i] = static_cast<std::uint8_t>(i * 7);
+    for (std::uint32_t i = 0; i < kReads; ++i) {
+        SendWr wr = send_wr(i, WrOp::rdma_read, dst, pair.a.mem.va(dst) + i * 64, 64);
+        wr.remote_addr = pair.b.mem.va(src) + i * 64;
+        wr.rkey = src;
+        pair.a.q.sq.push_back(wr);
+    }
+    ASSERT_TRUE(pair.run_until([&] { return pair.a.q.scq.size() == kReads; }));
+    for (std::uint32_t i = 0; i < kReads; ++i) {
+        EXPECT_EQ(pair.a.q.scq[i].status, WcStatus::success);
+        EXPECT_EQ(pair.a.q.scq[i].wr_id, i);
+    }
+    const auto& to = pair.a.mem.region(dst);
+    EXPECT_EQ(std::memcmp(to.base, from.base, kReads * 64), 0);
+    EXPECT_EQ(pair.b.qp->counters().tx_read_responses.get(), kReads);
+}
+
 }  // namespace
 }  // namespace snic::roce::test

@@ -138,7 +138,7 @@ TEST(RcConfig, check_refuses_what_iba_does_not_allow) {
     c.retry_cnt = 8;
     EXPECT_NE(rc_config_error(c), nullptr);
     c = RcConfig{};
-    c.max_rd_atomic = 17;
+    c.max_rd_atomic = 129;
     EXPECT_NE(rc_config_error(c), nullptr);
     c = RcConfig{};
     c.sq_psn = 1u << 24;
