@@ -11,7 +11,7 @@
 #include <span>
 #include <utility>
 
-#include "proto/result.h"
+#include "common/result.h"
 #include "shm/control.h"
 
 namespace snic::daemon {

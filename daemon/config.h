@@ -13,7 +13,7 @@
 
 #include "daemon/fault.h"
 #include "proto/net/addr.h"
-#include "proto/result.h"
+#include "common/result.h"
 
 namespace snic::daemon {
 

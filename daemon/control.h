@@ -21,7 +21,7 @@
 #include "daemon/client_memory.h"
 #include "daemon/resources.h"
 #include "daemon/session.h"
-#include "proto/result.h"
+#include "common/result.h"
 #include "shm/control.h"
 
 namespace snic::daemon {

@@ -26,13 +26,13 @@ std::uint8_t* in_region(const Mr& mr, std::uint64_t addr, std::uint64_t len) {
     return reinterpret_cast<std::uint8_t*>(mr.addr) + (addr - mr.iova);
 }
 
-constexpr std::uint32_t access_for(roce::RemoteNeed need) {
+constexpr std::uint32_t access_for(verbs::RemoteNeed need) {
     switch (need) {
-        case roce::RemoteNeed::read:
+        case verbs::RemoteNeed::read:
             return IBV_ACCESS_REMOTE_READ;
-        case roce::RemoteNeed::write:
+        case verbs::RemoteNeed::write:
             return IBV_ACCESS_REMOTE_WRITE;
-        case roce::RemoteNeed::atomic:
+        case verbs::RemoteNeed::atomic:
             break;
     }
     return IBV_ACCESS_REMOTE_ATOMIC;
@@ -66,30 +66,30 @@ std::uint8_t* local_access(const KeyUser& u, std::uint32_t lkey, std::uint64_t a
     return in_region(*mr, addr, len);
 }
 
-roce::RemoteRegion remote_access(const KeyUser& u, std::uint32_t rkey, std::uint64_t addr,
-                                 std::uint32_t len, roce::RemoteNeed need) {
+verbs::RemoteRegion remote_access(const KeyUser& u, std::uint32_t rkey, std::uint64_t addr,
+                                 std::uint32_t len, verbs::RemoteNeed need) {
     const std::uint32_t want = access_for(need);
     if (const Mr* mr = find_mr(u, rkey)) {
-        if (mr->pd.get() != u.pd) return {nullptr, roce::RemoteCheck::pd_mismatch};
-        if ((mr->access & want) == 0) return {nullptr, roce::RemoteCheck::no_access};
+        if (mr->pd.get() != u.pd) return {nullptr, verbs::RemoteCheck::pd_mismatch};
+        if ((mr->access & want) == 0) return {nullptr, verbs::RemoteCheck::no_access};
         std::uint8_t* p = in_region(*mr, addr, len);
-        if (p == nullptr) return {nullptr, roce::RemoteCheck::out_of_bounds};
-        return {p, roce::RemoteCheck::ok};
+        if (p == nullptr) return {nullptr, verbs::RemoteCheck::out_of_bounds};
+        return {p, verbs::RemoteCheck::ok};
     }
     const auto* mw = static_cast<const Mw*>(u.keys.lookup_slot(rkey, NameTable::kMw));
-    if (mw == nullptr) return {nullptr, roce::RemoteCheck::bad_key};
-    if (mw->pd.get() != u.pd) return {nullptr, roce::RemoteCheck::pd_mismatch};
-    if (!serves(*mw, u, rkey)) return {nullptr, roce::RemoteCheck::bad_key};
+    if (mw == nullptr) return {nullptr, verbs::RemoteCheck::bad_key};
+    if (mw->pd.get() != u.pd) return {nullptr, verbs::RemoteCheck::pd_mismatch};
+    if (!serves(*mw, u, rkey)) return {nullptr, verbs::RemoteCheck::bad_key};
     const MwBinding& b = mw->bound;
-    if ((b.access & want) == 0) return {nullptr, roce::RemoteCheck::no_access};
-    if (!within(b.va, b.length, addr, len)) return {nullptr, roce::RemoteCheck::out_of_bounds};
+    if ((b.access & want) == 0) return {nullptr, verbs::RemoteCheck::no_access};
+    if (!within(b.va, b.length, addr, len)) return {nullptr, verbs::RemoteCheck::out_of_bounds};
     std::uint8_t* p = in_region(*b.mr, b.mr_addr + (addr - b.va), len);
-    if (p == nullptr) return {nullptr, roce::RemoteCheck::out_of_bounds};
-    return {p, roce::RemoteCheck::ok};
+    if (p == nullptr) return {nullptr, verbs::RemoteCheck::out_of_bounds};
+    return {p, verbs::RemoteCheck::ok};
 }
 
-roce::WcStatus bind_window(const KeyUser& u, const roce::MwBind& bind) {
-    constexpr auto fail = roce::WcStatus::mw_bind_err;
+verbs::WcStatus bind_window(const KeyUser& u, const verbs::MwBind& bind) {
+    constexpr auto fail = verbs::WcStatus::mw_bind_err;
     const Mw* mw = find_own_mw(u, bind.new_rkey);
     if (mw == nullptr || mw->handle != bind.mw_handle) return fail;
     const bool zero_based = (bind.access & IBV_ACCESS_ZERO_BASED) != 0;
@@ -116,7 +116,7 @@ roce::WcStatus bind_window(const KeyUser& u, const roce::MwBind& bind) {
     MwBinding& b = mw->bound;
     b.rkey = bind.new_rkey;
     b.qpn = u.qpn;
-    if (mr == nullptr) return roce::WcStatus::success;  // type 1, length 0: unbound
+    if (mr == nullptr) return verbs::WcStatus::success;  // type 1, length 0: unbound
     ++mr->windows;
     b.mr = mr;
     b.mr_addr = bind.addr;
@@ -124,15 +124,15 @@ roce::WcStatus bind_window(const KeyUser& u, const roce::MwBind& bind) {
     b.length = bind.length;
     b.access = bind.access & kRemoteAccess;
     b.valid = true;
-    return roce::WcStatus::success;
+    return verbs::WcStatus::success;
 }
 
-roce::WcStatus invalidate_local(const KeyUser& u, std::uint32_t key) {
+verbs::WcStatus invalidate_local(const KeyUser& u, std::uint32_t key) {
     const Mw* mw = find_own_mw(u, key);
     if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || !mw->bound.valid || mw->bound.rkey != key)
-        return roce::WcStatus::loc_qp_op_err;
+        return verbs::WcStatus::loc_qp_op_err;
     unbind_window(*mw);
-    return roce::WcStatus::success;
+    return verbs::WcStatus::success;
 }
 
 bool invalidate_remote(const KeyUser& u, std::uint32_t rkey) {

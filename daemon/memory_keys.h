@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "proto/roce/rc.h"
+#include "proto/verbs/qp_memory.h"
 
 namespace snic::daemon {
 
@@ -34,17 +34,17 @@ std::uint8_t* local_access(const KeyUser& u, std::uint32_t lkey, std::uint64_t a
 
 // [addr, addr + len) under `rkey` (an MR, or a bound window that serves this QP) for the
 // peer's operation `need`.
-roce::RemoteRegion remote_access(const KeyUser& u, std::uint32_t rkey, std::uint64_t addr,
-                                 std::uint32_t len, roce::RemoteNeed need);
+verbs::RemoteRegion remote_access(const KeyUser& u, std::uint32_t rkey, std::uint64_t addr,
+                                 std::uint32_t len, verbs::RemoteNeed need);
 
 // Bind MW (a type 1 window through ibv_bind_mw, a type 2 window through a bind WR): checks
 // the window, the region and the range, then points the window there under bind.new_rkey.
 // A type 1 bind of length 0 unbinds. mw_bind_err when a rule is broken; nothing changes then.
-roce::WcStatus bind_window(const KeyUser& u, const roce::MwBind& bind);
+verbs::WcStatus bind_window(const KeyUser& u, const verbs::MwBind& bind);
 
 // Local Invalidate of `key`: a bound type 2 window of the QP's PD becomes free (its key
 // stops working). Regions registered through verbs cannot be invalidated: loc_qp_op_err.
-roce::WcStatus invalidate_local(const KeyUser& u, std::uint32_t key);
+verbs::WcStatus invalidate_local(const KeyUser& u, std::uint32_t key);
 
 // Send with Invalidate from the peer: `rkey` must be a bound type 2 window serving this QP;
 // it becomes free. False when it may not be invalidated (the responder then NAKs).

@@ -16,7 +16,7 @@
 #include "daemon/stats.h"
 #include "proto/net/addr.h"
 #include "proto/net/rx.h"
-#include "proto/result.h"
+#include "common/result.h"
 
 struct rte_mempool;
 

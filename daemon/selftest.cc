@@ -8,7 +8,7 @@
 #include <cstring>
 #include <memory>
 
-#include "proto/latency.h"
+#include "common/latency.h"
 #include "proto/net/checksum.h"
 #include "proto/net/ethernet.h"
 #include "proto/net/icmp.h"

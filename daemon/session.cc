@@ -17,9 +17,9 @@ namespace snic::daemon {
 
 namespace {
 
-using roce::QpState;
+using verbs::QpState;
 using shm::ObjKind;
-namespace qa = roce::qp_attr;
+namespace qa = verbs::qp_attr;
 
 constexpr std::uint64_t kPage = shm::kPageSize;
 
@@ -524,7 +524,7 @@ int Session::destroy_srq(const shm::HandleReq& req, FdList&, shm::Empty&) {
 int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpReply& out) {
     constexpr const char* op = "create_qp";
     const Limits& l = r_.limits();
-    const auto type = roce::qp_type_from(req.qp_type);
+    const auto type = verbs::qp_type_from(req.qp_type);
     if (!type)
         return refuse(EINVAL, op, fmt::format("QP type {} (RC 2, UC 3, UD 4 only)", req.qp_type));
     Pd* pd = pds_.find(req.pd);
@@ -701,17 +701,17 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
     if ((mask & qa::cur_state) != 0 && a.cur_qp_state != static_cast<std::uint32_t>(cur))
         return refuse(EINVAL, op,
                       fmt::format("cur_qp_state {} but the QP is in {}", a.cur_qp_state,
-                                  roce::qp_state_name(cur)));
+                                  verbs::qp_state_name(cur)));
     QpState next = cur;
     if ((mask & qa::state) != 0) {
-        const auto s = roce::qp_state_from(a.qp_state);
+        const auto s = verbs::qp_state_from(a.qp_state);
         if (!s) return refuse(EINVAL, op, fmt::format("qp_state {}", a.qp_state));
         next = *s;
     }
-    if (!roce::qp_modify_ok(cur, next, qp->type, mask))
+    if (!verbs::qp_modify_ok(cur, next, qp->type, mask))
         return refuse(EINVAL, op,
                       fmt::format("{} -> {} with attribute mask {:#x} is not a valid transition",
-                                  roce::qp_state_name(cur), roce::qp_state_name(next), mask));
+                                  verbs::qp_state_name(cur), verbs::qp_state_name(next), mask));
     if (const int err = check_modify_values(mask, a); err != 0) return err;
 
     shm::QpAttr& s = qp->attr;
@@ -744,7 +744,7 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
     switch (next) {
         case QpState::rtr:
             // An RC QP starts running on its port's lcore: its responder takes requests now.
-            if (qp.type == roce::QpType::rc && port_->transport != nullptr && !qp.runtime) {
+            if (qp.type == verbs::QpType::rc && port_->transport != nullptr && !qp.runtime) {
                 net::Ipv4Addr peer;
                 if (auto config = rc_config_of(qp, &peer)) {
                     qp.runtime = std::make_unique<QpRuntime>(*port_->transport, qp, *config, peer);

@@ -21,7 +21,7 @@
 #include "daemon/resources.h"
 #include "daemon/transport.h"
 #include "proto/net/addr.h"
-#include "proto/roce/qp_state.h"
+#include "proto/verbs/qp_state.h"
 #include "shm/control.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
@@ -183,10 +183,10 @@ struct Qp {
     shm::QpControl* control = nullptr;
     std::optional<shm::RingConsumer<shm::SendWqe>> sq;  // the client produces
     std::optional<shm::RingConsumer<shm::RecvWqe>> rq;  // none with an SRQ
-    roce::QpType type = roce::QpType::rc;
+    verbs::QpType type = verbs::QpType::rc;
     std::uint32_t sq_sig_all = 0;
     shm::QpCap cap{};
-    roce::QpState state = roce::QpState::reset;
+    verbs::QpState state = verbs::QpState::reset;
     shm::QpAttr attr{};  // every attribute as last set (qp_state/cur_qp_state/cap unused)
     NameLease qpn;
     // The engine its port's lcore runs, from RTR on (RC only); detached before the QP goes.
@@ -244,7 +244,7 @@ class Session {
     // context's notification socket; false when the client's event ring is full.
     bool post_async(std::uint32_t type, std::uint32_t handle);
     // What entering `next` from `cur` does to the QP's queues and which events it raises.
-    void enter_state(Qp& qp, roce::QpState cur, roce::QpState next);
+    void enter_state(Qp& qp, verbs::QpState cur, verbs::QpState next);
     // Runs `fn` where the QP's CQEs are produced: on the port's lcore when the port has a
     // transport, else here.
     void on_lcore(const std::function<void()>& fn);

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "proto/counter.h"
+#include "common/counter.h"
 #include "proto/net/rx.h"
 
 namespace snic::daemon {

@@ -42,9 +42,9 @@ std::optional<roce::RcConfig> rc_config_of(const Qp& qp, net::Ipv4Addr* peer) {
     c.min_rnr_timer = a.min_rnr_timer;
     c.max_rd_atomic = a.max_rd_atomic;
     c.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    c.remote_access = a.qp_access_flags & (roce::rc_access::remote_write |
-                                           roce::rc_access::remote_read |
-                                           roce::rc_access::remote_atomic);
+    c.remote_access = a.qp_access_flags & (verbs::access::remote_write |
+                                           verbs::access::remote_read |
+                                           verbs::access::remote_atomic);
     c.sq_depth = std::max<std::uint32_t>(qp.cap.max_send_wr, 1);
     c.max_inline = qp.cap.max_inline_data;
     c.srq = static_cast<bool>(qp.srq);

@@ -1,6 +1,6 @@
 // The RoCEv2 transport of one port. Its lcore runs the RC engines (proto/roce/rc_qp.h) of
 // the QPs of the sessions bound to the port: QpRuntime glues one engine to the client's
-// rings and CQs (RcQueues), to the daemon's memory tables (RcMemory) and to the port
+// rings and CQs (QpQueues), to the daemon's memory tables (QpMemory) and to the port
 // (RcWire: framing Ethernet/IPv4/UDP around each transport packet and filling its ICRC).
 // The port's UDP 4791 hook parses, checks the ICRC and hands each packet to its QP.
 //
@@ -48,7 +48,7 @@ class RoceTransport;
 
 // One QP as its lcore runs it. Created by the control thread when the QP enters RTR,
 // attached to the lcore, detached before the QP goes.
-class QpRuntime final : public roce::RcMemory, public roce::RcQueues, public roce::RcWire {
+class QpRuntime final : public verbs::QpMemory, public verbs::QpQueues, public roce::RcWire {
 public:
     QpRuntime(RoceTransport& transport, Qp& qp, const roce::RcConfig& config,
               net::Ipv4Addr peer);
@@ -66,20 +66,20 @@ public:
     void start_sending(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
                        std::uint8_t rnr_retry, std::uint8_t max_rd_atomic);
 
-    // RcMemory
+    // QpMemory
     std::uint8_t* local(std::uint32_t lkey, std::uint64_t addr, std::uint32_t len,
                         bool write) override;
-    roce::RemoteRegion remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
-                              roce::RemoteNeed need) override;
+    verbs::RemoteRegion remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
+                              verbs::RemoteNeed need) override;
     bool invalidate(std::uint32_t rkey) override;
-    roce::WcStatus local_invalidate(std::uint32_t key) override;
-    roce::WcStatus bind_mw(const roce::MwBind& bind) override;
+    verbs::WcStatus local_invalidate(std::uint32_t key) override;
+    verbs::WcStatus bind_mw(const verbs::MwBind& bind) override;
 
-    // RcQueues
-    bool pop_send(roce::SendWr& out) override;
-    bool pop_recv(roce::RecvWr& out) override;
-    void complete_send(const roce::Completion& c) override;
-    void complete_recv(const roce::Completion& c) override;
+    // QpQueues
+    bool pop_send(verbs::SendWr& out) override;
+    bool pop_recv(verbs::RecvWr& out) override;
+    void complete_send(const verbs::Completion& c) override;
+    void complete_recv(const verbs::Completion& c) override;
 
     // RcWire
     std::span<std::uint8_t> tx_alloc(std::size_t len) override;

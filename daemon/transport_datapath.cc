@@ -22,21 +22,21 @@
 namespace snic::daemon {
 
 // The engines speak libibverbs' numbers, as the shared-memory ABI does: one cast apart.
-static_assert(static_cast<int>(roce::WrOp::rdma_write) == static_cast<int>(shm::WrOpcode::rdma_write));
-static_assert(static_cast<int>(roce::WrOp::rdma_write_imm) == static_cast<int>(shm::WrOpcode::rdma_write_imm));
-static_assert(static_cast<int>(roce::WrOp::send) == static_cast<int>(shm::WrOpcode::send));
-static_assert(static_cast<int>(roce::WrOp::send_imm) == static_cast<int>(shm::WrOpcode::send_imm));
-static_assert(static_cast<int>(roce::WrOp::rdma_read) == static_cast<int>(shm::WrOpcode::rdma_read));
-static_assert(static_cast<int>(roce::WrOp::atomic_cmp_swp) == static_cast<int>(shm::WrOpcode::atomic_cmp_swp));
-static_assert(static_cast<int>(roce::WrOp::atomic_fetch_add) == static_cast<int>(shm::WrOpcode::atomic_fetch_add));
-static_assert(static_cast<int>(roce::WrOp::local_inv) == static_cast<int>(shm::WrOpcode::local_inv));
-static_assert(static_cast<int>(roce::WrOp::bind_mw) == static_cast<int>(shm::WrOpcode::bind_mw));
-static_assert(static_cast<int>(roce::WrOp::send_inv) == static_cast<int>(shm::WrOpcode::send_inv));
-static_assert(static_cast<int>(roce::WcStatus::wr_flush_err) == IBV_WC_WR_FLUSH_ERR);
-static_assert(static_cast<int>(roce::WcStatus::rnr_retry_exc_err) == IBV_WC_RNR_RETRY_EXC_ERR);
-static_assert(static_cast<int>(roce::WcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_IMM);
-static_assert(roce::kWcWithImm == IBV_WC_WITH_IMM && roce::kWcWithInv == IBV_WC_WITH_INV);
-static_assert(roce::kRcMaxSge == shm::kMaxSge && roce::kRcMaxInline == shm::kMaxInline);
+static_assert(static_cast<int>(verbs::WrOp::rdma_write) == static_cast<int>(shm::WrOpcode::rdma_write));
+static_assert(static_cast<int>(verbs::WrOp::rdma_write_imm) == static_cast<int>(shm::WrOpcode::rdma_write_imm));
+static_assert(static_cast<int>(verbs::WrOp::send) == static_cast<int>(shm::WrOpcode::send));
+static_assert(static_cast<int>(verbs::WrOp::send_imm) == static_cast<int>(shm::WrOpcode::send_imm));
+static_assert(static_cast<int>(verbs::WrOp::rdma_read) == static_cast<int>(shm::WrOpcode::rdma_read));
+static_assert(static_cast<int>(verbs::WrOp::atomic_cmp_swp) == static_cast<int>(shm::WrOpcode::atomic_cmp_swp));
+static_assert(static_cast<int>(verbs::WrOp::atomic_fetch_add) == static_cast<int>(shm::WrOpcode::atomic_fetch_add));
+static_assert(static_cast<int>(verbs::WrOp::local_inv) == static_cast<int>(shm::WrOpcode::local_inv));
+static_assert(static_cast<int>(verbs::WrOp::bind_mw) == static_cast<int>(shm::WrOpcode::bind_mw));
+static_assert(static_cast<int>(verbs::WrOp::send_inv) == static_cast<int>(shm::WrOpcode::send_inv));
+static_assert(static_cast<int>(verbs::WcStatus::wr_flush_err) == IBV_WC_WR_FLUSH_ERR);
+static_assert(static_cast<int>(verbs::WcStatus::rnr_retry_exc_err) == IBV_WC_RNR_RETRY_EXC_ERR);
+static_assert(static_cast<int>(verbs::WcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_IMM);
+static_assert(verbs::kWcWithImm == IBV_WC_WITH_IMM && verbs::kWcWithInv == IBV_WC_WITH_INV);
+static_assert(verbs::kMaxSge == shm::kMaxSge && verbs::kMaxInline == shm::kMaxInline);
 
 namespace {
 
@@ -44,43 +44,43 @@ constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv
 
 // A send WQE copied out of the client's ring, checked, as the engine takes it. A WQE that
 // breaks the rules becomes a local operation that fails: the QP then errors, in order.
-roce::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
-    roce::SendWr wr;
+verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
+    verbs::SendWr wr;
     wr.wr_id = w.wr_id;
     wr.signaled = (w.flags & shm::kWqeSignaled) != 0 || qp.sq_sig_all != 0;
     wr.fence = (w.flags & shm::kWqeFence) != 0;
     wr.solicited = (w.flags & shm::kWqeSolicited) != 0;
-    const bool valid_op = w.opcode < roce::kWrOpCount;
+    const bool valid_op = w.opcode < verbs::kWrOpCount;
     const bool inline_ok = (w.flags & shm::kWqeInline) == 0 ||
                            w.inline_length <= std::min(shm::kMaxInline, qp.cap.max_inline_data);
     const bool sge_ok = (w.flags & shm::kWqeInline) != 0 ||
                         w.num_sge <= std::min(shm::kMaxSge, qp.cap.max_send_sge);
     if (!valid_op || !inline_ok || !sge_ok) {
-        wr.op = roce::WrOp::local_inv;  // key 0: never valid
+        wr.op = verbs::WrOp::local_inv;  // key 0: never valid
         wr.imm_or_rkey = 0;
         wr.signaled = true;
         return wr;
     }
-    wr.op = static_cast<roce::WrOp>(w.opcode);
+    wr.op = static_cast<verbs::WrOp>(w.opcode);
     wr.imm_or_rkey = w.ex;
-    switch (roce::wr_op_info(wr.op).kind) {
-        case roce::WrKind::write:
-        case roce::WrKind::read:
+    switch (verbs::wr_op_kind(wr.op).kind) {
+        case verbs::WrKind::write:
+        case verbs::WrKind::read:
             wr.remote_addr = w.rdma.remote_addr;
             wr.rkey = w.rdma.rkey;
             break;
-        case roce::WrKind::atomic:
+        case verbs::WrKind::atomic:
             wr.remote_addr = w.atomic.remote_addr;
             wr.rkey = w.atomic.rkey;
             wr.compare_add = w.atomic.compare_add;
             wr.swap = w.atomic.swap;
             break;
-        case roce::WrKind::local:
-            if (wr.op == roce::WrOp::bind_mw)
+        case verbs::WrKind::local:
+            if (wr.op == verbs::WrOp::bind_mw)
                 wr.bind = {w.bind.mw_handle, w.bind.new_rkey, w.bind.mr_lkey, w.bind.access,
                            w.bind.addr, w.bind.length};
             break;
-        case roce::WrKind::send:
+        case verbs::WrKind::send:
             break;
     }
     if ((w.flags & shm::kWqeInline) != 0) {
@@ -95,7 +95,7 @@ roce::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
     return wr;
 }
 
-shm::Cqe to_cqe(const roce::Completion& c) {
+shm::Cqe to_cqe(const verbs::Completion& c) {
     shm::Cqe e{};
     e.wr_id = c.wr_id;
     e.status = static_cast<std::uint8_t>(c.status);
@@ -110,7 +110,7 @@ shm::Cqe to_cqe(const roce::Completion& c) {
 
 }  // namespace
 
-// ---- RcMemory ----------------------------------------------------------------------------
+// ---- QpMemory ----------------------------------------------------------------------------
 
 KeyUser QpRuntime::key_user() const { return {t_.keys_, qp_.pd.get(), config_.qpn}; }
 
@@ -119,18 +119,18 @@ std::uint8_t* QpRuntime::local(std::uint32_t lkey, std::uint64_t addr, std::uint
     return local_access(key_user(), lkey, addr, len, write);
 }
 
-roce::RemoteRegion QpRuntime::remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
-                                     roce::RemoteNeed need) {
+verbs::RemoteRegion QpRuntime::remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
+                                     verbs::RemoteNeed need) {
     return remote_access(key_user(), rkey, addr, len, need);
 }
 
 bool QpRuntime::invalidate(std::uint32_t rkey) { return invalidate_remote(key_user(), rkey); }
 
-roce::WcStatus QpRuntime::local_invalidate(std::uint32_t key) {
+verbs::WcStatus QpRuntime::local_invalidate(std::uint32_t key) {
     return invalidate_local(key_user(), key);
 }
 
-roce::WcStatus QpRuntime::bind_mw(const roce::MwBind& bind) {
+verbs::WcStatus QpRuntime::bind_mw(const verbs::MwBind& bind) {
     return bind_window(key_user(), bind);
 }
 
@@ -145,10 +145,10 @@ void QpRuntime::mark_failed() {
     failed_.store(true, std::memory_order_release);
     // The client's view (libsnic's in_error()): the QP is in ERR.
     std::atomic_ref<std::uint32_t>(qp_.control->state)
-        .store(static_cast<std::uint32_t>(roce::QpState::err), std::memory_order_release);
+        .store(static_cast<std::uint32_t>(verbs::QpState::err), std::memory_order_release);
 }
 
-// ---- RcQueues ----------------------------------------------------------------------------
+// ---- QpQueues ----------------------------------------------------------------------------
 
 void QpRuntime::start_sending(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
                               std::uint8_t rnr_retry, std::uint8_t max_rd_atomic) {
@@ -156,14 +156,14 @@ void QpRuntime::start_sending(std::uint32_t sq_psn, std::uint8_t timeout, std::u
     sending_ = true;
 }
 
-bool QpRuntime::pop_send(roce::SendWr& out) {
+bool QpRuntime::pop_send(verbs::SendWr& out) {
     shm::SendWqe w;
     if (!sending_ || !qp_.sq || !qp_.sq->try_pop(w)) return false;
     out = to_send_wr(w, qp_);
     return true;
 }
 
-bool QpRuntime::pop_recv(roce::RecvWr& out) {
+bool QpRuntime::pop_recv(verbs::RecvWr& out) {
     shm::RecvWqe w;
     const bool got = qp_.srq ? qp_.srq->ring->try_pop(w) : (qp_.rq && qp_.rq->try_pop(w));
     if (!got) return false;
@@ -177,13 +177,13 @@ bool QpRuntime::pop_recv(roce::RecvWr& out) {
 
 // An RC QP completes a WR in error only on its way to ERR: that is published before the
 // client can see the completion (and ask the QP's state).
-void QpRuntime::complete_send(const roce::Completion& c) {
-    if (c.status != roce::WcStatus::success) mark_failed();
+void QpRuntime::complete_send(const verbs::Completion& c) {
+    if (c.status != verbs::WcStatus::success) mark_failed();
     post_cqe(*qp_.send_cq.get(), to_cqe(c), c.solicited);
 }
 
-void QpRuntime::complete_recv(const roce::Completion& c) {
-    if (c.status != roce::WcStatus::success) mark_failed();
+void QpRuntime::complete_recv(const verbs::Completion& c) {
+    if (c.status != verbs::WcStatus::success) mark_failed();
     post_cqe(*qp_.recv_cq.get(), to_cqe(c), c.solicited);
 }
 

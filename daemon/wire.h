@@ -2,7 +2,7 @@
 // back through a pair of rte_rings (what one sends, the other receives).
 #pragma once
 
-#include "proto/result.h"
+#include "common/result.h"
 
 struct rte_ring;
 

@@ -1,11 +1,10 @@
-// The Reliable Connection transport's types and the three interfaces through which its
-// engines (requester, completer, responder; rc_qp.h ties them into one QP) meet the rest
-// of snicd: RcMemory (the QP's view of the memory tables), RcQueues (its send and receive
-// queues and completion queues) and RcWire (its transmit path). Pure and DPDK-free: work
-// requests arrive already copied out of shared memory and validated by the daemon, packets
-// arrive parsed and ICRC-checked, time is a nanosecond value passed into every call.
-// Numeric values of opcodes, statuses and flags are libibverbs' (ibv_wr_opcode,
-// ibv_wc_status, ibv_wc_opcode, ibv_wc_flags, ibv_access_flags), so the glue casts.
+// The Reliable Connection transport's types: the WR opcode table on RC's wire, NAK codes to
+// completion statuses, timers, RcWire (the engines' transmit path), the configuration,
+// counters and error reasons. Its engines (requester, completer, responder; rc_qp.h ties
+// them into one QP) meet the rest of snicd through verbs::QpMemory and verbs::QpQueues
+// (proto/verbs/qp_memory.h) and RcWire. Pure and DPDK-free: work requests arrive already
+// copied out of shared memory and validated by the daemon, packets arrive parsed and
+// ICRC-checked, time is a nanosecond value passed into every call.
 #pragma once
 
 #include <array>
@@ -15,183 +14,84 @@
 #include <span>
 #include <string_view>
 
-#include "proto/counter.h"
+#include "common/counter.h"
 #include "proto/roce/headers.h"
 #include "proto/roce/opcode.h"
+#include "proto/verbs/qp_memory.h"
+#include "proto/verbs/wr.h"
 
 namespace snic::roce {
 
 using RcTime = std::uint64_t;  // nanoseconds on the caller's clock
 inline constexpr RcTime kRcNever = ~RcTime{0};
 
-inline constexpr std::uint32_t kRcMaxSge = 16;              // per send or receive WR
-inline constexpr std::uint32_t kRcMaxInline = 256;          // bytes of inline data per send WR
-inline constexpr std::uint64_t kRcMaxMessage = 1ull << 31;  // IBA: a message is < 2^31 bytes
 
-// --- work requests ------------------------------------------------------------------------
-
-// ibv_wr_opcode values.
-enum class WrOp : std::uint8_t {
-    rdma_write = 0,
-    rdma_write_imm = 1,
-    send = 2,
-    send_imm = 3,
-    rdma_read = 4,
-    atomic_cmp_swp = 5,
-    atomic_fetch_add = 6,
-    local_inv = 7,
-    bind_mw = 8,
-    send_inv = 9,
-};
-inline constexpr std::size_t kWrOpCount = 10;
-
-// ibv_wc_status values.
-enum class WcStatus : std::uint8_t {
-    success = 0,
-    loc_len_err = 1,
-    loc_qp_op_err = 2,
-    loc_eec_op_err = 3,
-    loc_prot_err = 4,
-    wr_flush_err = 5,
-    mw_bind_err = 6,
-    bad_resp_err = 7,
-    loc_access_err = 8,
-    rem_inv_req_err = 9,
-    rem_access_err = 10,
-    rem_op_err = 11,
-    retry_exc_err = 12,
-    rnr_retry_exc_err = 13,
-    loc_rdd_viol_err = 14,
-    rem_inv_rd_req_err = 15,
-    rem_abort_err = 16,
-    inv_eecn_err = 17,
-    inv_eec_state_err = 18,
-    fatal_err = 19,
-    resp_timeout_err = 20,
-    general_err = 21,
-};
-
-// ibv_wc_opcode values.
-enum class WcOpcode : std::uint8_t {
-    send = 0,
-    rdma_write = 1,
-    rdma_read = 2,
-    comp_swap = 3,
-    fetch_add = 4,
-    bind_mw = 5,
-    local_inv = 6,
-    recv = 128,
-    recv_rdma_with_imm = 129,
-};
-
-// ibv_wc_flags bits.
-inline constexpr std::uint32_t kWcWithImm = 1u << 1;
-inline constexpr std::uint32_t kWcWithInv = 1u << 3;
-
-// ibv_access_flags bits: of a QP (what the peer may do through it) and of a region.
-namespace rc_access {
-inline constexpr std::uint32_t local_write = 1u << 0;
-inline constexpr std::uint32_t remote_write = 1u << 1;
-inline constexpr std::uint32_t remote_read = 1u << 2;
-inline constexpr std::uint32_t remote_atomic = 1u << 3;
-}  // namespace rc_access
-
-struct Sge {
-    std::uint64_t addr = 0;
-    std::uint32_t length = 0;
-    std::uint32_t lkey = 0;
-};
-
-// The fields of a bind_mw WR (the window, its new rkey, the region, access, range).
-struct MwBind {
-    std::uint32_t mw_handle = 0;
-    std::uint32_t new_rkey = 0;
-    std::uint32_t mr_lkey = 0;
-    std::uint32_t access = 0;  // ibv_access_flags
-    std::uint64_t addr = 0;
-    std::uint64_t length = 0;
-};
-
-// A send queue WR as the daemon hands it over, copied out of the client's ring.
-struct SendWr {
-    std::uint64_t wr_id = 0;
-    WrOp op = WrOp::send;
-    bool signaled = false;
-    bool fence = false;
-    bool solicited = false;
-    bool inline_data = false;  // payload in inline_bytes[0, inline_len), not in the SGEs
-    // send_imm/rdma_write_imm: the immediate data as posted (network order, opaque);
-    // send_inv: the rkey to invalidate at the peer; local_inv: the key to invalidate.
-    std::uint32_t imm_or_rkey = 0;
-    std::uint64_t remote_addr = 0;  // RDMA and atomics
-    std::uint32_t rkey = 0;
-    std::uint64_t compare_add = 0;  // cmp_swp: compare; fetch_add: add
-    std::uint64_t swap = 0;
-    MwBind bind;
-    std::uint32_t num_sge = 0;
-    std::array<Sge, kRcMaxSge> sge{};
-    std::uint32_t inline_len = 0;
-    std::array<std::uint8_t, kRcMaxInline> inline_bytes{};
-};
-
-// A receive WR (RQ or SRQ).
-struct RecvWr {
-    std::uint64_t wr_id = 0;
-    std::uint32_t num_sge = 0;
-    std::array<Sge, kRcMaxSge> sge{};
-};
-
-// One work completion (send or receive side).
-struct Completion {
-    std::uint64_t wr_id = 0;
-    WcStatus status = WcStatus::success;
-    WcOpcode opcode = WcOpcode::send;
-    std::uint32_t byte_len = 0;
-    std::uint32_t imm_or_rkey = 0;  // with_imm: immediate data (network order); with_inv: rkey
-    bool with_imm = false;
-    bool with_inv = false;
-    bool solicited = false;  // the message asked for a solicited event (CQ arming)
-    std::uint32_t qp_num = 0;
-    std::uint32_t src_qp = 0;
-
-    constexpr std::uint32_t wc_flags() const {
-        return (with_imm ? kWcWithImm : 0) | (with_inv ? kWcWithInv : 0);
-    }
-};
+// RC speaks the verbs vocabulary (proto/verbs): its work requests, completions, memory and
+// queues are those every transport shares.
+using verbs::Completion;
+using verbs::kMaxInline;
+using verbs::kMaxMessage;
+using verbs::kMaxSge;
+using verbs::kWcWithImm;
+using verbs::kWcWithInv;
+using verbs::kWrOpCount;
+using verbs::MwBind;
+using verbs::QpMemory;
+using verbs::QpQueues;
+using verbs::RecvWr;
+using verbs::RemoteCheck;
+using verbs::RemoteNeed;
+using verbs::RemoteRegion;
+using verbs::SendWr;
+using verbs::Sge;
+using verbs::WcOpcode;
+using verbs::WcStatus;
+using verbs::WrKind;
+using verbs::WrOp;
+namespace rc_access = verbs::access;
 
 // --- the WR opcode table ---------------------------------------------------------------------
 
-enum class WrKind : std::uint8_t { send, write, read, atomic, local };
-
-// What each WR opcode becomes on the wire: its work completion opcode and the RC opcodes
-// of its packets by place in the message (READ and atomics are one request packet: `only`).
-struct WrOpInfo {
-    std::string_view name;
-    WrKind kind = WrKind::local;
-    WcOpcode wc = WcOpcode::send;
+// What each WR opcode becomes on the wire: its verbs kind and completion (proto/verbs/wr.h)
+// and the RC opcodes of its packets by place in the message (READ and atomics are one
+// request packet: `only`; local operations send nothing).
+struct WrOpInfo : verbs::WrOpKind {
     Opcode first = Opcode::rc_send_first;
     Opcode middle = Opcode::rc_send_middle;
     Opcode last = Opcode::rc_send_last;
     Opcode only = Opcode::rc_send_only;
-
-    constexpr bool rd_atomic() const { return kind == WrKind::read || kind == WrKind::atomic; }
-    constexpr bool has_payload() const { return kind == WrKind::send || kind == WrKind::write; }
 };
 
+namespace detail {
+struct RcOpcodes {
+    Opcode first, middle, last, only;
+};
 // clang-format off
-inline constexpr std::array<WrOpInfo, kWrOpCount> kWrOpTable = {{
-    {"rdma_write",       WrKind::write,  WcOpcode::rdma_write, Opcode::rc_rdma_write_first, Opcode::rc_rdma_write_middle, Opcode::rc_rdma_write_last,                Opcode::rc_rdma_write_only},
-    {"rdma_write_imm",   WrKind::write,  WcOpcode::rdma_write, Opcode::rc_rdma_write_first, Opcode::rc_rdma_write_middle, Opcode::rc_rdma_write_last_with_immediate, Opcode::rc_rdma_write_only_with_immediate},
-    {"send",             WrKind::send,   WcOpcode::send,       Opcode::rc_send_first,       Opcode::rc_send_middle,       Opcode::rc_send_last,                      Opcode::rc_send_only},
-    {"send_imm",         WrKind::send,   WcOpcode::send,       Opcode::rc_send_first,       Opcode::rc_send_middle,       Opcode::rc_send_last_with_immediate,       Opcode::rc_send_only_with_immediate},
-    {"rdma_read",        WrKind::read,   WcOpcode::rdma_read,  Opcode::rc_rdma_read_request, Opcode::rc_rdma_read_request, Opcode::rc_rdma_read_request,           Opcode::rc_rdma_read_request},
-    {"atomic_cmp_swp",   WrKind::atomic, WcOpcode::comp_swap,  Opcode::rc_compare_swap,     Opcode::rc_compare_swap,      Opcode::rc_compare_swap,                   Opcode::rc_compare_swap},
-    {"atomic_fetch_add", WrKind::atomic, WcOpcode::fetch_add,  Opcode::rc_fetch_add,        Opcode::rc_fetch_add,         Opcode::rc_fetch_add,                      Opcode::rc_fetch_add},
-    {"local_inv",        WrKind::local,  WcOpcode::local_inv},
-    {"bind_mw",          WrKind::local,  WcOpcode::bind_mw},
-    {"send_inv",         WrKind::send,   WcOpcode::send,       Opcode::rc_send_first,       Opcode::rc_send_middle,       Opcode::rc_send_last_with_invalidate,      Opcode::rc_send_only_with_invalidate},
+inline constexpr std::array<RcOpcodes, kWrOpCount> kRcWrOpcodes = {{
+    {Opcode::rc_rdma_write_first,   Opcode::rc_rdma_write_middle,  Opcode::rc_rdma_write_last,                Opcode::rc_rdma_write_only},
+    {Opcode::rc_rdma_write_first,   Opcode::rc_rdma_write_middle,  Opcode::rc_rdma_write_last_with_immediate, Opcode::rc_rdma_write_only_with_immediate},
+    {Opcode::rc_send_first,         Opcode::rc_send_middle,        Opcode::rc_send_last,                      Opcode::rc_send_only},
+    {Opcode::rc_send_first,         Opcode::rc_send_middle,        Opcode::rc_send_last_with_immediate,       Opcode::rc_send_only_with_immediate},
+    {Opcode::rc_rdma_read_request,  Opcode::rc_rdma_read_request,  Opcode::rc_rdma_read_request,              Opcode::rc_rdma_read_request},
+    {Opcode::rc_compare_swap,       Opcode::rc_compare_swap,       Opcode::rc_compare_swap,                   Opcode::rc_compare_swap},
+    {Opcode::rc_fetch_add,          Opcode::rc_fetch_add,          Opcode::rc_fetch_add,                      Opcode::rc_fetch_add},
+    {Opcode::rc_send_first,         Opcode::rc_send_middle,        Opcode::rc_send_last,                      Opcode::rc_send_only},  // local_inv: none
+    {Opcode::rc_send_first,         Opcode::rc_send_middle,        Opcode::rc_send_last,                      Opcode::rc_send_only},  // bind_mw: none
+    {Opcode::rc_send_first,         Opcode::rc_send_middle,        Opcode::rc_send_last_with_invalidate,      Opcode::rc_send_only_with_invalidate},
 }};
 // clang-format on
+
+consteval std::array<WrOpInfo, kWrOpCount> make_wr_op_table() {
+    std::array<WrOpInfo, kWrOpCount> t{};
+    for (std::size_t i = 0; i < kWrOpCount; ++i) {
+        const RcOpcodes& o = kRcWrOpcodes[i];
+        t[i] = WrOpInfo{verbs::kWrOpKinds[i], o.first, o.middle, o.last, o.only};
+    }
+    return t;
+}
+}  // namespace detail
+
+inline constexpr std::array<WrOpInfo, kWrOpCount> kWrOpTable = detail::make_wr_op_table();
 
 constexpr const WrOpInfo& wr_op_info(WrOp op) {
     return kWrOpTable[static_cast<std::size_t>(op)];
@@ -224,51 +124,6 @@ constexpr RcTime ack_timeout_ns(std::uint8_t code) {
 
 // --- the interfaces ----------------------------------------------------------------------------
 
-// Why a remote key check failed. Every failure is answered with NAK remote access error.
-enum class RemoteCheck : std::uint8_t { ok, bad_key, out_of_bounds, no_access, pd_mismatch };
-enum class RemoteNeed : std::uint8_t { read, write, atomic };
-
-struct RemoteRegion {
-    std::uint8_t* ptr = nullptr;  // the daemon's address of [addr, addr + len)
-    RemoteCheck check = RemoteCheck::bad_key;
-};
-
-// The memory a QP may touch: the daemon implements it over its MR/MW tables, knowing the
-// QP's PD. Every call is checked afresh (keys may be invalidated at any time); a pointer is
-// valid for the bytes asked for until the engine returns to its caller.
-class RcMemory {
-  public:
-    // [addr, addr + len) under lkey, for reading (gather) or writing (scatter, needs local
-    // write access); nullptr when the key, bounds, access or PD do not allow it.
-    virtual std::uint8_t* local(std::uint32_t lkey, std::uint64_t addr, std::uint32_t len,
-                                bool write) = 0;
-    // [addr, addr + len) under rkey for the peer's operation `need`.
-    virtual RemoteRegion remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
-                                RemoteNeed need) = 0;
-    // Send with Invalidate: invalidates rkey (an MW or MR of this QP's PD that allows remote
-    // invalidation); false when it may not be invalidated.
-    virtual bool invalidate(std::uint32_t rkey) = 0;
-    // The local operations of the send queue; they return the WR's completion status.
-    virtual WcStatus local_invalidate(std::uint32_t key) = 0;
-    virtual WcStatus bind_mw(const MwBind& bind) = 0;
-
-  protected:
-    ~RcMemory() = default;
-};
-
-// The QP's work queues and completion queues. The engine takes a send WR only when it has
-// a slot for it and keeps it until it completes; receive WRs come from the RQ or the SRQ.
-class RcQueues {
-  public:
-    virtual bool pop_send(SendWr& out) = 0;
-    virtual bool pop_recv(RecvWr& out) = 0;
-    virtual void complete_send(const Completion& c) = 0;
-    virtual void complete_recv(const Completion& c) = 0;
-
-  protected:
-    ~RcQueues() = default;
-};
-
 // The QP's transmit path. tx_alloc(len) returns `len` bytes for one transport packet (BTH
 // through payload and pad; the glue adds Ethernet/IP/UDP in front and the ICRC behind), or
 // an empty span when the path is full: the engine then stops and tries again on its next
@@ -300,7 +155,7 @@ struct RcConfig {
     std::uint8_t max_dest_rd_atomic = 16;  // the peer's READ/atomics we track (<= 128)
     std::uint32_t remote_access = 0;       // rc_access::remote_* the peer may use
     std::uint32_t sq_depth = 128;          // send WRs in flight
-    std::uint32_t max_inline = kRcMaxInline;
+    std::uint32_t max_inline = kMaxInline;
     bool srq = false;  // receive WRs come from an SRQ: flushing leaves its WRs alone
     // Tuning (not IBA attributes):
     std::uint32_t window = 128;        // request PSNs sent beyond the oldest unacknowledged

@@ -21,13 +21,13 @@ const char* rc_config_error(const RcConfig& c) {
     if (c.max_rd_atomic > kRcMaxRdAtomic || c.max_dest_rd_atomic > kRcMaxRdAtomic)
         return "at most 128 READ/atomics outstanding";
     if (c.sq_depth == 0 || c.sq_depth > 65536) return "send queue depth must be 1..65536";
-    if (c.max_inline > kRcMaxInline) return "at most 256 bytes of inline data";
+    if (c.max_inline > kMaxInline) return "at most 256 bytes of inline data";
     if (c.window == 0 || c.window > (1u << 20)) return "window must be 1..2^20 PSNs";
     if (c.max_burst == 0) return "max_burst must be at least 1";
     return nullptr;
 }
 
-RcQp::RcQp(const RcConfig& config, RcMemory& memory, RcQueues& queues, RcWire& wire)
+RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& wire)
     : cfg_(config), mem_(memory), queues_(queues), wire_(wire) {
     // Clamp what rc_config_error() would refuse, so that a bad config cannot break the
     // engine's arithmetic.
@@ -45,7 +45,7 @@ RcQp::RcQp(const RcConfig& config, RcMemory& memory, RcQueues& queues, RcWire& w
     cfg_.max_rd_atomic = std::min(cfg_.max_rd_atomic, kRcMaxRdAtomic);
     cfg_.max_dest_rd_atomic = std::min(cfg_.max_dest_rd_atomic, kRcMaxRdAtomic);
     cfg_.sq_depth = std::clamp<std::uint32_t>(cfg_.sq_depth, 1, 65536);
-    cfg_.max_inline = std::min(cfg_.max_inline, kRcMaxInline);
+    cfg_.max_inline = std::min(cfg_.max_inline, kMaxInline);
     cfg_.window = std::clamp<std::uint32_t>(cfg_.window, 1, 1u << 20);
     cfg_.max_burst = std::max<std::uint32_t>(cfg_.max_burst, 1);
     cfg_.ack_req_every = std::max<std::uint32_t>(cfg_.ack_req_every, 1);

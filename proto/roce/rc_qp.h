@@ -1,7 +1,7 @@
 // One RoCEv2 Reliable Connection QP: the requester (requester.cc: send WRs -> request
 // packets), the completer (completer.cc: ACKs, NAKs and responses -> retired WRs) and the
 // responder (responder.cc: request packets -> checks, placement, ACKs and responses), in
-// the manner of the Linux soft-RoCE driver, tied together over the QP's RcMemory, RcQueues
+// the manner of the Linux soft-RoCE driver, tied together over the QP's QpMemory, QpQueues
 // and RcWire (rc.h). IBA vol 1 §9.7 (reliable service) is the rule book.
 //
 // Pure engine: no DPDK, no syscalls, no exceptions, no logs, no allocation after the
@@ -20,7 +20,7 @@ namespace snic::roce {
 
 class RcQp {
   public:
-    RcQp(const RcConfig& config, RcMemory& memory, RcQueues& queues, RcWire& wire);
+    RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& wire);
     RcQp(const RcQp&) = delete;
     RcQp& operator=(const RcQp&) = delete;
 
@@ -91,7 +91,7 @@ class RcQp {
         const std::uint8_t* data;
         std::uint32_t len;
     };
-    static constexpr std::uint32_t kMaxPieces = kRcMaxSge + 1;
+    static constexpr std::uint32_t kMaxPieces = kMaxSge + 1;
     bool emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
               std::uint32_t npieces);
     bool pkey_ok(std::uint16_t pkey) const;
@@ -161,8 +161,8 @@ class RcQp {
 
     // --- state -----------------------------------------------------------------------------
     RcConfig cfg_;
-    RcMemory& mem_;
-    RcQueues& queues_;
+    QpMemory& mem_;
+    QpQueues& queues_;
     RcWire& wire_;
     RcCounters counters_;
     RcState state_ = RcState::ok;

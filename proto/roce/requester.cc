@@ -1,6 +1,6 @@
 // The requester: turns send WRs into request packets (IBA vol 1 §9.7).
 //
-// A WR is taken from the send queue when a slot is free, checked (SGEs against RcMemory,
+// A WR is taken from the send queue when a slot is free, checked (SGEs against QpMemory,
 // lengths, atomic alignment) and started when it may be: not past a failed WR, a fenced WR
 // only when no READ/atomic is outstanding, a READ/atomic only under max_rd_atomic, and not
 // beyond the window of unacknowledged PSNs. Starting gives the WR its PSNs: one per packet
@@ -58,13 +58,13 @@ void RcQp::req_prepare(SendSlot& s) {
         }
         length = wr.inline_len;
     } else {
-        if (wr.num_sge > kRcMaxSge) {
+        if (wr.num_sge > kMaxSge) {
             req_fail_slot(s, WcStatus::loc_qp_op_err, RcError::local_error);
             return;
         }
         for (std::uint32_t i = 0; i < wr.num_sge; ++i) length += wr.sge[i].length;
     }
-    if (length > kRcMaxMessage || packets_for(length, cfg_.mtu) > kMaxWrPsns) {
+    if (length > kMaxMessage || packets_for(length, cfg_.mtu) > kMaxWrPsns) {
         req_fail_slot(s, WcStatus::loc_len_err, RcError::local_error);
         return;
     }

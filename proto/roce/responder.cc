@@ -1,7 +1,7 @@
 // The responder: checks and executes incoming requests (IBA vol 1 §9.7, §9.9.3).
 //
 // The request at the expected PSN (ePSN) is checked (opcode sequence, the QP's remote
-// access flags, lengths, keys through RcMemory) and executed: SEND placed into the receive
+// access flags, lengths, keys through QpMemory) and executed: SEND placed into the receive
 // WR taken at its first packet, RDMA WRITE into the region its RETH names (checked for the
 // whole message at the first packet, nothing written when the check fails), READ and
 // atomics recorded in a ring of max_dest_rd_atomic resources whose responses poll() sends.
@@ -126,7 +126,7 @@ bool RcQp::resp_take_recv() {
     have_recv_ = true;
     recv_off_ = 0;
     recv_cap_ = 0;
-    if (recv_.num_sge > kRcMaxSge) recv_.num_sge = kRcMaxSge;  // the daemon validated it
+    if (recv_.num_sge > kMaxSge) recv_.num_sge = kMaxSge;  // the daemon validated it
     for (std::uint32_t i = 0; i < recv_.num_sge; ++i) recv_cap_ += recv_.sge[i].length;
     return true;
 }
@@ -230,7 +230,7 @@ void RcQp::resp_write(const Packet& pkt, RcTime now) {
     if (info.has(kFirst)) {
         const Reth& reth = *pkt.reth();
         const std::uint32_t dma_len = reth.dma_len.host();
-        if (dma_len > kRcMaxMessage) {
+        if (dma_len > kMaxMessage) {
             resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
             return;
         }
@@ -314,7 +314,7 @@ void RcQp::resp_read(const Packet& pkt) {
     const Reth& reth = *pkt.reth();
     const std::uint32_t len = reth.dma_len.host();
     const std::uint32_t n = packets_for(len, cfg_.mtu);
-    if (len > kRcMaxMessage || n >= (1u << 22)) {
+    if (len > kMaxMessage || n >= (1u << 22)) {
         resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
         return;
     }
@@ -421,7 +421,7 @@ void RcQp::resp_duplicate(const Packet& pkt, RcTime now) {
         const Reth& reth = *pkt.reth();
         const std::uint32_t len = reth.dma_len.host();
         const std::uint32_t n = packets_for(len, cfg_.mtu);
-        if (len > kRcMaxMessage || psn_add(psn, n) != psn_add(r.first_psn, r.npsn)) return;
+        if (len > kMaxMessage || psn_add(psn, n) != psn_add(r.first_psn, r.npsn)) return;
         if (len != 0 &&
             mem_.remote(reth.rkey.host(), reth.va.host(), len, RemoteNeed::read).check !=
                 RemoteCheck::ok) {

@@ -7,7 +7,7 @@
 //
 // The client sends a message of SIZE bytes and waits until all of it has come back, ITERS
 // times, and prints the round trips (min, median, mean, p99, p99.9, max in microseconds;
-// proto/latency.h). TCP runs with TCP_NODELAY; a UDP message is one datagram (at most
+// common/latency.h). TCP runs with TCP_NODELAY; a UDP message is one datagram (at most
 // 65507 bytes). Blocking sockets, as a kernel user would write it. The server answers one
 // client (TCP) or one run (UDP: until a zero-length datagram), or all of them with
 // --forever. Exit 0, 1 on a failure, 2 on a usage error.
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/latency.h"
+#include "common/latency.h"
 #include "tools/common/cli.h"
 
 namespace {

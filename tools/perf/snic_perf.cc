@@ -45,7 +45,7 @@
 #include <thread>
 #include <vector>
 
-#include "proto/latency.h"
+#include "common/latency.h"
 #include "tools/common/cli.h"
 #include "proto/net/byteorder.h"
 

@@ -13,9 +13,9 @@ namespace snic::daemon {
 namespace {
 
 using namespace fixture;
-using roce::RemoteCheck;
-using roce::RemoteNeed;
-using roce::WcStatus;
+using verbs::RemoteCheck;
+using verbs::RemoteNeed;
+using verbs::WcStatus;
 
 constexpr std::uint64_t kLen = 4 * shm::kPageSize;
 constexpr std::uint32_t kQpn = 0x123;
@@ -48,7 +48,7 @@ class MemoryKeys : public SessionTest {
         return {resources.keys(), mr_obj->pd.get(), qpn};
     }
     static std::uint32_t next_key(std::uint32_t rkey) { return ibv_inc_rkey(rkey); }
-    roce::MwBind bind_of(const shm::AllocMwReply& w, std::uint32_t new_rkey, std::uint64_t offset,
+    verbs::MwBind bind_of(const shm::AllocMwReply& w, std::uint32_t new_rkey, std::uint64_t offset,
                          std::uint64_t length, std::uint32_t access) const {
         return {w.mw, new_rkey, mr.lkey, access, kAddr + offset, length};
     }
@@ -132,7 +132,7 @@ TEST_F(MemoryKeys, type1_bind_of_length_zero_unbinds) {
 TEST_F(MemoryKeys, bind_refuses_what_the_region_does_not_allow) {
     const auto w = window(IBV_MW_TYPE_1);
     const std::uint32_t key = next_key(w.rkey);
-    auto fails = [&](roce::MwBind b) { return bind_window(user(), b) == WcStatus::mw_bind_err; };
+    auto fails = [&](verbs::MwBind b) { return bind_window(user(), b) == WcStatus::mw_bind_err; };
     const auto no_bind = reg(pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
     EXPECT_TRUE(fails({w.mw, key, no_bind.lkey, IBV_ACCESS_REMOTE_READ, kAddr, 64}));
     const auto read_only = reg(pd, IBV_ACCESS_MW_BIND | IBV_ACCESS_REMOTE_READ);

@@ -1,5 +1,5 @@
-// The latency summary every measuring tool prints (proto/latency.h).
-#include "proto/latency.h"
+// The latency summary every measuring tool prints (common/latency.h).
+#include "common/latency.h"
 
 #include <gtest/gtest.h>
 

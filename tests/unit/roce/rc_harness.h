@@ -30,7 +30,7 @@ inline constexpr std::uint32_t kAllAccess = rc_access::local_write | kAllRemote;
 
 // One node's registered memory. Regions (MRs) and windows (MWs bound into an MR) have one
 // key for both lkey and rkey; the QP using the memory belongs to PD `pd`.
-class FakeMemory final : public RcMemory {
+class FakeMemory final : public QpMemory {
   public:
     struct Region {
         std::uint32_t key = 0;
@@ -75,7 +75,7 @@ class FakeMemory final : public RcMemory {
         return {host(key, off), static_cast<std::size_t>(len)};
     }
 
-    // RcMemory
+    // QpMemory
     std::uint8_t* local(std::uint32_t lkey, std::uint64_t addr, std::uint32_t len,
                         bool write) override {
         ++local_calls;
@@ -147,7 +147,7 @@ class FakeMemory final : public RcMemory {
 
 // --- queues ----------------------------------------------------------------------------------
 
-class FakeQueues final : public RcQueues {
+class FakeQueues final : public QpQueues {
   public:
     bool pop_send(SendWr& out) override {
         if (sq.empty()) return false;

@@ -184,7 +184,7 @@ class Traffic {
 
     // Splits [off, off + len) of a region into 1..4 SGEs, with gaps between them and now
     // and then a zero-length SGE.
-    std::uint32_t split(std::array<Sge, kRcMaxSge>& sge, std::uint32_t key, FakeMemory& mem,
+    std::uint32_t split(std::array<Sge, kMaxSge>& sge, std::uint32_t key, FakeMemory& mem,
                         std::uint64_t& off, std::uint32_t len) {
         const std::uint32_t pieces = static_cast<std::uint32_t>(rnd(1, 4));
         std::uint32_t n = 0;
@@ -266,7 +266,7 @@ class Traffic {
                     const bool two = chance(0.3);
                     const std::uint32_t first =
                         two ? static_cast<std::uint32_t>(rnd(0, op.length)) : op.length;
-                    std::array<Sge, kRcMaxSge> a{}, b{};
+                    std::array<Sge, kMaxSge> a{}, b{};
                     const std::uint64_t at1 = off_src_;
                     const std::uint32_t na = split(a, src_, req_.mem, off_src_, first);
                     const std::uint64_t at2 = off_src2_;

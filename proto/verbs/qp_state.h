@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace snic::roce {
+namespace snic::verbs {
 
 enum class QpState : std::uint8_t { reset = 0, init, rtr, rts, sqd, sqe, err };
 inline constexpr std::size_t kQpStates = 7;
@@ -74,4 +74,4 @@ QpTransition qp_transition(QpState cur, QpState next, QpType type);
 // RTR, RTS, SQD or SQE. Only the mask is checked here, not the attribute values.
 bool qp_modify_ok(QpState cur, QpState next, QpType type, std::uint32_t mask);
 
-}  // namespace snic::roce
+}  // namespace snic::verbs

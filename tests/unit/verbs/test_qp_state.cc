@@ -1,6 +1,6 @@
 // The QP state machine table (proto/roce/qp_state): one test per rule of IBA vol 1
 // §11.2.4.2, and the values checked against libibverbs' own enums.
-#include "proto/roce/qp_state.h"
+#include "proto/verbs/qp_state.h"
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -9,7 +9,7 @@
 #include <set>
 #include <tuple>
 
-namespace snic::roce {
+namespace snic::verbs {
 namespace {
 
 using namespace qp_attr;
@@ -260,4 +260,4 @@ TEST(QpState, capability_rate_limit_and_unknown_bits_are_refused) {
 }
 
 }  // namespace
-}  // namespace snic::roce
+}  // namespace snic::verbs

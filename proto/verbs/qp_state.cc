@@ -1,8 +1,8 @@
-#include "proto/roce/qp_state.h"
+#include "proto/verbs/qp_state.h"
 
 #include <array>
 
-namespace snic::roce {
+namespace snic::verbs {
 
 namespace {
 
@@ -119,4 +119,4 @@ bool qp_modify_ok(QpState cur, QpState next, QpType type, std::uint32_t mask) {
     return (mask & ~(t.required | t.optional | state)) == 0;
 }
 
-}  // namespace snic::roce
+}  // namespace snic::verbs
