@@ -59,6 +59,22 @@ bool post_cqe(Cq& cq, const shm::Cqe& cqe, bool solicited) {
     return true;
 }
 
+bool AsyncEvents::post(std::uint32_t type, std::uint32_t handle) {
+    if (!ring || !ring->try_push(shm::AsyncEvent{type, handle})) return false;
+    daemon::notify(notify.get());
+    return true;
+}
+
+void Srq::check_limit(AsyncEvents* to) {
+    std::atomic_ref<std::uint32_t> armed(limit);
+    std::uint32_t at = armed.load(std::memory_order_acquire);
+    if (at == 0 || ring->size() >= at) return;
+    // Disarmed whether or not the event fits (the client re-arms after reading it); a
+    // modify_srq that re-armed meanwhile wins.
+    if (armed.compare_exchange_strong(at, 0, std::memory_order_acq_rel) && to != nullptr)
+        to->post(IBV_EVENT_SRQ_LIMIT_REACHED, handle);
+}
+
 FlushResult flush_qp(Qp& qp) {
     FlushResult r;
     shm::SendWqe swqe;

@@ -1,7 +1,8 @@
-// Completions and events towards a client: CQEs into a CQ's ring (with its arming
-// and its completion channel), and the flush of a QP's queues when it enters the
-// error state. The session uses them on the control thread today; the transport
-// will post its CQEs through the same functions from the CQ's owning lcore.
+// Completions and events towards a client: CQEs into a CQ's ring (with its arming and its
+// completion channel), async events (AsyncEvents::post, session.h), and the flush of a QP's
+// queues when it enters the error state without an engine. All run on the lcore of the
+// session's port (the control thread reaches it through Transport::run), or on the control
+// thread for a port without a transport.
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,6 @@
 
 #include "daemon/lcore_tasks.h"
 #include "daemon/port.h"
-#include "daemon/transport.h"
 
 namespace snic::daemon {
 
@@ -30,8 +29,7 @@ void Lcore::run() {
         const std::uint64_t now = rte_rdtsc();
         std::uint32_t work = 0;
         for (Port* p : ports_) work += p->poll_rx(now);
-        for (RoceTransport* t : transports_) work += t->poll(now);
-        for (LcoreTask* t : tasks_) work += t->poll(now);
+        for (LcorePoller* p : pollers_) work += p->poll(now);
         if (control_ != nullptr) work += control_->poll();
         for (Port* p : ports_) p->flush_tx();
         if (work != 0) {

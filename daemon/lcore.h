@@ -1,5 +1,6 @@
-// A data lcore's poll loop: poll rx, run tasks, flush tx, back off when idle.
-// Everything it drives (ports, tasks) is owned by this lcore alone.
+// A data lcore's poll loop: poll rx, run the pollers (transports, a self-test), run the
+// control thread's tasks, flush tx, back off when idle. Everything it drives is owned by this
+// lcore alone.
 #pragma once
 
 #include <atomic>
@@ -10,22 +11,22 @@ namespace snic::daemon {
 
 class LcoreTasks;
 class Port;
-class RoceTransport;
 
-// Work an lcore runs each turn besides its ports (timers, the self-test).
-class LcoreTask {
-public:
-    // Returns true when it did something (which resets the idle backoff).
+// Work an lcore runs on every turn besides its ports: a transport (its engines' timers and
+// output), the self-test.
+class LcorePoller {
+  public:
+    // Returns true when it did something (which resets the idle backoff). `now` is rdtsc.
     virtual bool poll(std::uint64_t now) = 0;
 
-protected:
-    ~LcoreTask() = default;
+  protected:
+    ~LcorePoller() = default;
 };
 
 // Idle policy: spin a while on empty polls, then sleep with exponential growth up
 // to `max_us` (0: never sleep), so that a small machine is not starved.
 class IdleBackoff {
-public:
+  public:
     explicit IdleBackoff(std::uint32_t max_us) : max_us_(max_us) {}
     void busy() { empty_polls_ = 0, sleep_us_ = 0; }
     void idle();
@@ -33,32 +34,34 @@ public:
 
     static constexpr std::uint32_t kSpinPolls = 256;
 
-private:
+  private:
     std::uint32_t max_us_;
     std::uint32_t empty_polls_ = 0;
     std::uint32_t sleep_us_ = 0;
 };
 
 class Lcore {
-public:
-    Lcore(std::vector<Port*> ports, std::vector<LcoreTask*> tasks, std::uint32_t idle_backoff_us,
-          const std::atomic<bool>& stop)
-        : ports_(std::move(ports)), tasks_(std::move(tasks)), backoff_(idle_backoff_us), stop_(stop) {}
+  public:
+    Lcore(std::vector<Port*> ports, std::vector<LcorePoller*> pollers,
+          std::uint32_t idle_backoff_us, const std::atomic<bool>& stop)
+        : ports_(std::move(ports)),
+          pollers_(std::move(pollers)),
+          backoff_(idle_backoff_us),
+          stop_(stop) {}
 
-    // The control thread's work for this lcore, and the transports of its ports.
-    void set_transports(LcoreTasks* control, std::vector<RoceTransport*> transports) {
+    // The control thread's work for this lcore, and more pollers (its ports' transports).
+    void serve(LcoreTasks* control, const std::vector<LcorePoller*>& pollers) {
         control_ = control;
-        transports_ = std::move(transports);
+        pollers_.insert(pollers_.end(), pollers.begin(), pollers.end());
     }
 
     // Runs until `stop` is set.
     void run();
 
-private:
+  private:
     std::vector<Port*> ports_;
-    std::vector<LcoreTask*> tasks_;
+    std::vector<LcorePoller*> pollers_;
     LcoreTasks* control_ = nullptr;
-    std::vector<RoceTransport*> transports_;
     IdleBackoff backoff_;
     const std::atomic<bool>& stop_;
 };

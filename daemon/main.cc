@@ -29,7 +29,7 @@
 #include "daemon/selftest.h"
 #include "daemon/lcore_tasks.h"
 #include "daemon/telemetry.h"
-#include "daemon/transport.h"
+#include "daemon/roce_transport.h"
 #include "daemon/wire.h"
 
 namespace snic::daemon {
@@ -234,9 +234,10 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             owned[i % lcore_ids.size()].push_back(r.ports[i].get());
         std::vector<std::unique_ptr<Lcore>> lcores;
         for (std::size_t i = 0; i < lcore_ids.size(); ++i) {
-            std::vector<LcoreTask*> tasks;
-            if (selftest && i == 0) tasks.push_back(selftest.get());
-            lcores.push_back(std::make_unique<Lcore>(owned[i], std::move(tasks), cfg.idle_backoff_us, g_stop));
+            std::vector<LcorePoller*> pollers;
+            if (selftest && i == 0) pollers.push_back(selftest.get());
+            lcores.push_back(std::make_unique<Lcore>(owned[i], std::move(pollers),
+                                                     cfg.idle_backoff_us, g_stop));
         }
         // Each port's RoCEv2 transport runs on the port's lcore, which also takes the
         // control thread's work for it (attaching QPs, grace periods).
@@ -244,14 +245,14 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         r.transports.resize(r.ports.size());
         for (std::size_t i = 0; i < lcore_ids.size(); ++i) {
             r.tasks.push_back(std::make_unique<LcoreTasks>());
-            std::vector<RoceTransport*> mine;
+            std::vector<LcorePoller*> mine;
             for (std::size_t p = i; p < r.ports.size(); p += lcore_ids.size()) {
                 r.transports[p] = std::make_unique<RoceTransport>(*r.ports[p], *r.tasks[i],
                                                                   resources.keys(), rte_get_tsc_hz());
                 r.ports[p]->set_roce_hook({&RoceTransport::on_rx, r.transports[p].get()});
                 mine.push_back(r.transports[p].get());
             }
-            lcores[i]->set_transports(r.tasks[i].get(), std::move(mine));
+            lcores[i]->serve(r.tasks[i].get(), mine);
         }
         resources.set_quiesce([&r, &owned] {
             for (std::size_t i = 0; i < r.tasks.size(); ++i)

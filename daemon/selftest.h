@@ -47,7 +47,7 @@ class TxRefusals {
     std::uint64_t alloc_failures_ = 0;
 };
 
-class Selftest : public LcoreTask {
+class Selftest : public LcorePoller {
   public:
     virtual ~Selftest() = default;
     // After the lcore stopped: whether the test passed, and its one-line report.

@@ -68,12 +68,6 @@ std::pair<std::uint32_t, std::uint32_t> ib_speed_width(std::uint32_t mbps) {
     return {kEdr, k4x};
 }
 
-bool ipv4_mapped(const std::uint8_t (&gid)[16]) {
-    for (int i = 0; i < 10; ++i)
-        if (gid[i] != 0) return false;
-    return gid[10] == 0xff && gid[11] == 0xff;
-}
-
 }  // namespace
 
 std::uint32_t active_ib_mtu(std::uint32_t eth_mtu) {
@@ -105,7 +99,7 @@ Session::Session(Resources& resources, std::span<const DevicePort> ports, Peer p
 Session::~Session() {
     // The engines stop first; then each kind goes before what it references, and client
     // memory is unmapped only once no lcore can be using it.
-    qps_.for_each([this](Qp& qp) { stop_runtime(qp); });
+    qps_.for_each([this](Qp& qp) { stop_engine(qp); });
     qps_.clear();
     mrs_.for_each([](Mr& mr) { mr.key = NameLease{}; });
     mws_.for_each([](Mw& mw) { mw.key = NameLease{}; });
@@ -116,9 +110,7 @@ Session::~Session() {
     mws_.clear();
     mrs_.clear();
     pds_.clear();
-    async_ring_.reset();
-    async_map_.reset();
-    async_notify_ = ClientFd{};
+    events_ = AsyncEvents{};
     r_.remove_session(this);
 }
 
@@ -165,9 +157,9 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
                                   shm::kAsyncCapacity));
 
     const DevicePort& port = ports_[req.port_index];
-    async_map_ = std::move(*map);
-    async_ring_ = *ring;
-    async_notify_ = ClientFd(fds.take(0));
+    events_.map = std::move(*map);
+    events_.ring = *ring;
+    events_.notify = ClientFd(fds.take(0));
     port_ = &port;
 
     out = {};
@@ -475,6 +467,7 @@ int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSr
     srq->max_sge = req.max_sge;
     srq->limit = req.srq_limit;
     srq->capacity = req.capacity;
+    srq->events = &events_;
     const std::uint32_t srqn = r_.srqns().acquire(srq.get());
     if (srqn == 0) return refuse(ENOMEM, op, "SRQ numbers exhausted");
     srq->srqn = NameLease(r_.srqns(), srqn);
@@ -498,15 +491,17 @@ int Session::modify_srq(const shm::ModifySrqReq& req, FdList&, shm::Empty&) {
         if (req.srq_limit > srq->max_wr)
             return refuse(EINVAL, op,
                           fmt::format("srq_limit {} above max_wr {}", req.srq_limit, srq->max_wr));
-        srq->limit = req.srq_limit;
+        // Arms (or disarms, with 0) the limit the lcore checks as it takes WQEs.
+        std::atomic_ref<std::uint32_t>(srq->limit).store(req.srq_limit, std::memory_order_release);
     }
     return 0;
 }
 
 int Session::query_srq(const shm::HandleReq& req, FdList&, shm::QuerySrqReply& out) {
-    const Srq* srq = srqs_.find(req.handle);
+    Srq* srq = srqs_.find(req.handle);
     if (srq == nullptr) return refuse(EINVAL, "query_srq", "no such SRQ " + hex(req.handle));
-    out = {srq->max_wr, srq->max_sge, srq->limit, 0};
+    out = {srq->max_wr, srq->max_sge,
+           std::atomic_ref<std::uint32_t>(srq->limit).load(std::memory_order_acquire), 0};
     return 0;
 }
 
@@ -612,6 +607,7 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     qp->control = at<shm::QpControl>(qp->map, layout.control);
     qp->sq = *sq;
     qp->type = *type;
+    qp->events = &events_;
     qp->sq_sig_all = req.sq_sig_all != 0 ? 1 : 0;
     qp->cap = c;
     if (srq != nullptr) qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
@@ -682,10 +678,10 @@ int Session::check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const
             return refuse(EINVAL, op, fmt::format("sgid_index {} (one GID)", ah.sgid_index));
         if (ah.port_num != 1)
             return refuse(EINVAL, op, fmt::format("ah_attr.port_num {} (port 1)", ah.port_num));
-        if (!ipv4_mapped(ah.dgid))
-            return refuse(EINVAL, op,
-                          "dgid is not an IPv4-mapped address (::ffff:a.b.c.d): the wire is IPv4");
         if (ah.flow_label > 0xfffff) return refuse(EINVAL, op, "flow_label wider than 20 bits");
+    }
+    if (port_->transport != nullptr) {
+        if (const char* why = port_->transport->check_attr(mask, a)) return refuse(EINVAL, op, why);
     }
     return 0;
 }
@@ -741,28 +737,25 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
 }
 
 void Session::enter_state(Qp& qp, QpState cur, QpState next) {
+    Transport* transport = port_->transport;
     switch (next) {
         case QpState::rtr:
-            // An RC QP starts running on its port's lcore: its responder takes requests now.
-            if (qp.type == verbs::QpType::rc && port_->transport != nullptr && !qp.runtime) {
-                net::Ipv4Addr peer;
-                if (auto config = rc_config_of(qp, &peer)) {
-                    qp.runtime = std::make_unique<QpRuntime>(*port_->transport, qp, *config, peer);
-                    port_->transport->attach(qp.runtime.get());
+            // The QP starts running on its port's lcore: its receive side takes packets now.
+            if (transport != nullptr && !qp.engine) {
+                auto engine = transport->start(qp);
+                if (engine) {
+                    qp.engine = std::move(*engine);
+                } else {
+                    spdlog::warn("session {}: QP {:#x} cannot run: {}", id_, qp.qpn.get(),
+                                 engine.error().message);
                 }
             }
             break;
         case QpState::rts:
-            if (qp.runtime && cur == QpState::rtr) {  // SQD -> RTS goes on where it was
-                const shm::QpAttr& a = qp.attr;
-                on_lcore([&] {
-                    qp.runtime->start_sending(a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry,
-                                              a.max_rd_atomic);
-                });
-            }
+            if (qp.engine && cur == QpState::rtr) transport->start_sending(qp);  // SQD -> RTS goes on
             break;
         case QpState::reset: {  // the queues are emptied without completions
-            stop_runtime(qp);
+            stop_engine(qp);
             shm::SendWqe s;
             while (qp.sq && qp.sq->try_pop(s)) {
             }
@@ -772,16 +765,16 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             break;
         }
         case QpState::err: {
-            if (qp.runtime) {  // the engine completes what it holds and what is posted
-                on_lcore([&] { qp.runtime->engine().to_error(); });
-                if (qp.srq) post_async(IBV_EVENT_QP_LAST_WQE_REACHED, qp.handle);
-                break;
+            if (qp.engine) {  // the engine completes what it holds and what is posted
+                transport->to_error(qp);
+            } else {
+                on_lcore([&] {
+                    const FlushResult f = flush_qp(qp);
+                    if (f.send_cq_overflow) events_.post(IBV_EVENT_CQ_ERR, qp.send_cq_handle);
+                    if (f.recv_cq_overflow && qp.recv_cq_handle != qp.send_cq_handle)
+                        events_.post(IBV_EVENT_CQ_ERR, qp.recv_cq_handle);
+                });
             }
-            FlushResult f;
-            on_lcore([&] { f = flush_qp(qp); });
-            if (f.send_cq_overflow) post_async(IBV_EVENT_CQ_ERR, qp.send_cq_handle);
-            if (f.recv_cq_overflow && qp.recv_cq_handle != qp.send_cq_handle)
-                post_async(IBV_EVENT_CQ_ERR, qp.recv_cq_handle);
             // No more WQEs will be taken from the SRQ for this QP (IBA 11.6.3.2).
             if (qp.srq) post_async(IBV_EVENT_QP_LAST_WQE_REACHED, qp.handle);
             break;
@@ -797,9 +790,9 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
 }
 
 bool Session::post_async(std::uint32_t type, std::uint32_t handle) {
-    if (!async_ring_ || !async_ring_->try_push(shm::AsyncEvent{type, handle})) return false;
-    notify(async_notify_.get());
-    return true;
+    bool posted = false;
+    on_lcore([&] { posted = events_.post(type, handle); });
+    return posted;
 }
 
 int Session::query_qp(const shm::HandleReq& req, FdList&, shm::QueryQpReply& out) {
@@ -824,27 +817,27 @@ int Session::query_qp(const shm::HandleReq& req, FdList&, shm::QueryQpReply& out
 int Session::destroy_qp(const shm::HandleReq& req, FdList&, shm::Empty&) {
     Qp* qp = qps_.find(req.handle);
     if (qp == nullptr) return refuse(EINVAL, "destroy_qp", "no such QP " + hex(req.handle));
-    stop_runtime(*qp);
+    stop_engine(*qp);
     qps_.take(req.handle);
     return 0;
 }
 
 void Session::on_lcore(const std::function<void()>& fn) {
     if (port_ != nullptr && port_->transport != nullptr) {
-        port_->transport->tasks().run(fn);
+        port_->transport->run(fn);
     } else {
         fn();
     }
 }
 
 void Session::sync_state(Qp& qp) {
-    if (qp.runtime && qp.runtime->failed() && qp.state != QpState::err) qp.state = QpState::err;
+    if (qp.engine && qp.engine->failed() && qp.state != QpState::err) qp.state = QpState::err;
 }
 
-void Session::stop_runtime(Qp& qp) {
-    if (!qp.runtime) return;
-    port_->transport->detach(qp.runtime.get());
-    qp.runtime.reset();
+void Session::stop_engine(Qp& qp) {
+    if (!qp.engine) return;
+    port_->transport->stop(qp);
+    qp.engine.reset();
 }
 
 }  // namespace snic::daemon

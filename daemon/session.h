@@ -40,7 +40,8 @@ struct DevicePort {
     net::Ipv4Prefix ip;
     std::uint16_t mtu;               // Ethernet MTU
     std::function<LinkInfo()> link;  // the link now
-    RoceTransport* transport = nullptr;  // runs the port's QPs; none in unit tests
+    // Runs the port's QPs on the port's lcore; none in unit tests that need no datapath.
+    Transport* transport = nullptr;
 };
 
 // The largest IB MTU (ibv_mtu) whose RoCEv2 packets fit an Ethernet MTU: IB MTU plus the
@@ -130,6 +131,18 @@ struct Mw {
     mutable MwBinding bound;
 };
 
+// A session's asynchronous events (ibv_get_async_event): a ring in the client's memory and
+// the notification socket that signals it. Produced on the lcore of the session's port only,
+// like CQEs (the control thread posts through a task there).
+struct AsyncEvents {
+    ClientFd notify;
+    Mapping map;
+    std::optional<shm::RingProducer<shm::AsyncEvent>> ring;
+    // Queues an event (ibv_event_type) about `handle` and signals the socket; false when the
+    // ring is full (the event is lost) or absent.
+    bool post(std::uint32_t type, std::uint32_t handle);
+};
+
 struct Channel {
     Counted counted;
     shm::Handle handle = shm::kNoHandle;
@@ -162,10 +175,17 @@ struct Srq {
     std::optional<shm::RingConsumer<shm::RecvWqe>> ring;  // the client produces
     std::uint32_t max_wr = 0;
     std::uint32_t max_sge = 0;
+    // The armed limit (ibv_modify_srq IBV_SRQ_LIMIT), 0 when not armed: written by the control
+    // thread, read and disarmed by the lcore (atomic_ref on both sides).
     std::uint32_t limit = 0;
     std::uint32_t capacity = 0;
     NameLease srqn;
     std::uint32_t refs = 0;  // QPs
+    AsyncEvents* events = nullptr;  // its session's
+
+    // The lcore, after taking a WQE: when armed and fewer than `limit` WQEs are left, raises
+    // IBV_EVENT_SRQ_LIMIT_REACHED once and disarms (IBA 10.2.9.5).
+    void check_limit(AsyncEvents* to);
 };
 
 struct Qp {
@@ -189,8 +209,9 @@ struct Qp {
     verbs::QpState state = verbs::QpState::reset;
     shm::QpAttr attr{};  // every attribute as last set (qp_state/cur_qp_state/cap unused)
     NameLease qpn;
-    // The engine its port's lcore runs, from RTR on (RC only); detached before the QP goes.
-    std::unique_ptr<QpRuntime> runtime;
+    AsyncEvents* events = nullptr;  // its session's
+    // The engine its port's transport runs, from RTR on; stopped before the QP goes.
+    std::unique_ptr<QpEngine> engine;
 };
 
 class Session {
@@ -240,8 +261,8 @@ class Session {
     // Logs why `op` was refused (debug level) and returns `err`.
     int refuse(int err, const char* op, std::string_view why) const;
     int check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const;
-    // Queues an asynchronous event (ibv_event_type) about `handle` and signals the
-    // context's notification socket; false when the client's event ring is full.
+    // Queues an asynchronous event (ibv_event_type) about `handle` on the lcore that produces
+    // the session's events; false when the client's event ring is full.
     bool post_async(std::uint32_t type, std::uint32_t handle);
     // What entering `next` from `cur` does to the QP's queues and which events it raises.
     void enter_state(Qp& qp, verbs::QpState cur, verbs::QpState next);
@@ -249,7 +270,7 @@ class Session {
     // transport, else here.
     void on_lcore(const std::function<void()>& fn);
     // Stops the QP's engine, if it has one.
-    void stop_runtime(Qp& qp);
+    void stop_engine(Qp& qp);
     // A QP whose engine failed by itself is in ERR from then on (IBA 10.3.1).
     static void sync_state(Qp& qp);
 
@@ -262,9 +283,7 @@ class Session {
     std::uint64_t mapped_bytes_ = 0;
 
     const DevicePort* port_ = nullptr;  // set by open_device
-    ClientFd async_notify_;
-    Mapping async_map_;
-    std::optional<shm::RingProducer<shm::AsyncEvent>> async_ring_;
+    AsyncEvents events_;
 
     HandleTable<Pd> pds_;
     HandleTable<Mr> mrs_;

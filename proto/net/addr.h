@@ -35,6 +35,16 @@ struct Ipv4Addr {
     std::string to_string() const;
 };
 
+// The IPv4 address of an IPv4-mapped IPv6 address or GID (::ffff:a.b.c.d, RFC 4291 2.5.5.2),
+// or nullopt for any other.
+constexpr std::optional<Ipv4Addr> ipv4_from_mapped(const std::uint8_t (&gid)[16]) {
+    for (int i = 0; i < 10; ++i)
+        if (gid[i] != 0) return std::nullopt;
+    if (gid[10] != 0xff || gid[11] != 0xff) return std::nullopt;
+    return Ipv4Addr{std::uint32_t{gid[12]} << 24 | std::uint32_t{gid[13]} << 16 |
+                    std::uint32_t{gid[14]} << 8 | gid[15]};
+}
+
 struct Ipv4Prefix {
     Ipv4Addr addr;
     std::uint8_t length = 32;

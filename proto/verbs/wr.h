@@ -175,6 +175,8 @@ inline constexpr std::array<WrOpKind, kWrOpCount> kWrOpKinds = {{
     {"send_inv", WrKind::send, WcOpcode::send},
 }};
 
-constexpr const WrOpKind& wr_op_kind(WrOp op) { return kWrOpKinds[static_cast<std::size_t>(op)]; }
+constexpr const WrOpKind& wr_op_kind(WrOp op) {
+    return kWrOpKinds[static_cast<std::size_t>(op)];
+}
 
 }  // namespace snic::verbs

@@ -1,0 +1,162 @@
+// The RoCEv2 transport's setup side: building a QP's engine from its attributes, and handing
+// it to (and taking it back from) the port's lcore. Control thread only.
+#include "daemon/roce_transport.h"
+
+#include <rte_cycles.h>
+
+#include <algorithm>
+
+#include "daemon/port.h"
+#include "daemon/session.h"
+
+namespace snic::daemon {
+
+namespace {
+
+// The UDP source port of a QP's packets: RoCEv2 uses it for flow entropy (ECMP), from
+// 0xC000 up; one per QP pair so that each connection stays on one path.
+std::uint16_t source_port(std::uint32_t qpn, std::uint32_t dest_qpn) {
+    const std::uint32_t h = (qpn * 0x9e3779b1u) ^ (dest_qpn * 0x85ebca6bu);
+    return static_cast<std::uint16_t>(0xc000u | ((h >> 16) & 0x3fffu));
+}
+
+}  // namespace
+
+const char* roce_check_attr(std::uint32_t mask, const shm::QpAttr& a) {
+    if ((mask & verbs::qp_attr::av) != 0 && !net::ipv4_from_mapped(a.ah_attr.dgid))
+        return "dgid is not an IPv4-mapped address (::ffff:a.b.c.d): the wire is IPv4";
+    return nullptr;
+}
+
+roce::RcConfig rc_config_of(const Qp& qp) {
+    const shm::QpAttr& a = qp.attr;
+    roce::RcConfig c;
+    c.qpn = qp.qpn.get();
+    c.dest_qpn = a.dest_qp_num;
+    c.mtu = 128u << std::clamp<std::uint32_t>(a.path_mtu, 1, 5);
+    c.sq_psn = a.sq_psn;
+    c.rq_psn = a.rq_psn;
+    c.timeout = a.timeout;
+    c.retry_cnt = a.retry_cnt;
+    c.rnr_retry = a.rnr_retry;
+    c.min_rnr_timer = a.min_rnr_timer;
+    c.max_rd_atomic = a.max_rd_atomic;
+    c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    c.remote_access =
+        a.qp_access_flags &
+        (verbs::access::remote_write | verbs::access::remote_read | verbs::access::remote_atomic);
+    c.sq_depth = std::max<std::uint32_t>(qp.cap.max_send_wr, 1);
+    c.max_inline = qp.cap.max_inline_data;
+    c.srq = static_cast<bool>(qp.srq);
+    return c;
+}
+
+RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
+               const roce::RcConfig& config, net::Ipv4Addr peer)
+    : transport_(transport),
+      glue_(qp, keys),
+      config_(config),
+      peer_(peer),
+      src_port_(source_port(config.qpn, config.dest_qpn)),
+      loopback_(peer == transport.port().ip().addr),
+      engine_(config, glue_, glue_, *this) {}
+
+QpEngineView RoceQp::view() const {
+    QpEngineView v;
+    v.failed = failed();
+    v.error = roce::rc_error_name(engine_.error());
+    v.next_psn = engine_.next_psn();
+    v.unacked_psn = engine_.unacked_psn();
+    v.expected_psn = engine_.expected_psn();
+    v.msn = engine_.msn();
+    v.send_wrs_held = engine_.send_wrs_held();
+    return v;
+}
+
+void RoceQp::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const {
+    for (const auto& f : roce::kRcCounterFields)
+        fn(ctx, {f.name, (engine_.counters().*f.field).get()});
+}
+
+RoceTransport::RoceTransport(Port& port, LcoreTasks& tasks, const NameTable& keys,
+                             std::uint64_t tsc_hz)
+    : port_(port),
+      tasks_(tasks),
+      keys_(keys),
+      ns_per_tsc_(1e9 / static_cast<double>(tsc_hz)),
+      by_slot_(std::make_unique<std::array<RoceQp*, kQpnSlots>>()) {
+    by_slot_->fill(nullptr);
+    active_.reserve(1024);
+}
+
+RoceTransport::~RoceTransport() {
+    for (; loop_count_ > 0; --loop_count_, loop_head_ = (loop_head_ + 1) % kLoopSlots)
+        rte_pktmbuf_free(loop_[loop_head_]);
+}
+
+const char* RoceTransport::check_attr(std::uint32_t mask, const shm::QpAttr& a) const {
+    return roce_check_attr(mask, a);
+}
+
+RoceQp& RoceTransport::of(Qp& qp) {
+    return static_cast<RoceQp&>(*qp.engine);
+}
+
+Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
+    if (qp.type != verbs::QpType::rc)
+        return make_error(EOPNOTSUPP, "only RC QPs run on RoCEv2 so far");
+    const std::optional<net::Ipv4Addr> peer = net::ipv4_from_mapped(qp.attr.ah_attr.dgid);
+    if (!peer) return make_error(EINVAL, "the destination GID is not IPv4-mapped");
+    auto rt = std::make_unique<RoceQp>(*this, qp, keys_, rc_config_of(qp), *peer);
+    RoceQp* p = rt.get();
+    tasks_.run([&] {
+        (*by_slot_)[p->qpn() & (kQpnSlots - 1)] = p;
+        active_.push_back(p);
+        if (!p->loopback_) port_.resolve(p->peer_, rte_rdtsc());  // ARP ahead of the first send
+    });
+    return std::unique_ptr<QpEngine>(std::move(rt));
+}
+
+void RoceTransport::start_sending(Qp& qp) {
+    RoceQp& rt = of(qp);
+    const shm::QpAttr& a = qp.attr;
+    tasks_.run([&] {
+        rt.engine_.start_requester(a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic);
+        rt.glue_.set_sending();
+    });
+}
+
+void RoceTransport::to_error(Qp& qp) {
+    RoceQp& rt = of(qp);
+    tasks_.run([&] {
+        rt.glue_.note_failed(true);
+        rt.engine_.to_error();
+    });
+}
+
+void RoceTransport::stop(Qp& qp) {
+    RoceQp* rt = &of(qp);
+    tasks_.run([&] {
+        auto& slot = (*by_slot_)[rt->qpn() & (kQpnSlots - 1)];
+        if (slot == rt) slot = nullptr;
+        std::erase(active_, rt);
+        if (rt->tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(rt->tx_m_, nullptr));
+    });
+}
+
+void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const {
+    const RoceCounters& c = counters_;
+    fn(ctx, {"rx_packets", c.rx_packets.get()});
+    fn(ctx, {"tx_packets", c.tx_packets.get()});
+    fn(ctx, {"rx_unknown_qpn", c.rx_unknown_qpn.get()});
+    fn(ctx, {"rx_bad_source", c.rx_bad_source.get()});
+    fn(ctx, {"rx_not_ipv4", c.rx_not_ipv4.get()});
+    fn(ctx, {"tx_no_mbuf", c.tx_no_mbuf.get()});
+    fn(ctx, {"tx_unresolved", c.tx_unresolved.get()});
+    fn(ctx, {"loopback_packets", c.loopback_packets.get()});
+    fn(ctx, {"loopback_full", c.loopback_full.get()});
+    for (std::size_t i = 0; i < roce::kRoceDropReasons; ++i)
+        fn(ctx, {roce::kRoceDropNames[i], c.drops[i].get()});
+}
+
+}  // namespace snic::daemon

@@ -1,0 +1,149 @@
+// The RoCEv2 transport's datapath, on the port's lcore: received RoCEv2 packets to their QP's
+// engine, and the engines' wire. No allocation (but mbufs), no syscalls (but a notification
+// socket's signal), no locks, no logs.
+#include <rte_cycles.h>
+#include <rte_mbuf.h>
+
+#include <cstring>
+
+#include "daemon/port.h"
+#include "daemon/roce_transport.h"
+#include "daemon/session.h"
+#include "proto/net/ethernet.h"
+#include "proto/net/ipv4.h"
+#include "proto/net/udp.h"
+#include "proto/roce/icrc.h"
+
+namespace snic::daemon {
+
+namespace {
+
+constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv4 + UDP
+
+}  // namespace
+
+void RoceQp::note_state() {
+    if (engine_.state() == roce::RcState::error)
+        glue_.note_failed(engine_.error() == roce::RcError::requested);
+}
+
+// ---- RcWire ------------------------------------------------------------------------------
+
+std::span<std::uint8_t> RoceQp::tx_alloc(std::size_t len) {
+    if (tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(tx_m_, nullptr));  // abandoned
+    rte_mbuf* m = transport_.port_.alloc();
+    if (m == nullptr) {
+        transport_.counters_.tx_no_mbuf.add();
+        return {};
+    }
+    if (rte_pktmbuf_tailroom(m) < kFrameHeaders + len + roce::kIcrcLen) {
+        rte_pktmbuf_free(m);
+        transport_.counters_.tx_no_mbuf.add();
+        return {};
+    }
+    tx_m_ = m;
+    return {rte_pktmbuf_mtod(m, std::uint8_t*) + kFrameHeaders, len};
+}
+
+void RoceQp::tx_send(std::size_t len) {
+    rte_mbuf* m = std::exchange(tx_m_, nullptr);
+    if (m == nullptr) return;
+    Port& port = transport_.port_;
+    std::optional<net::MacAddr> dst =
+        loopback_ ? std::optional(port.mac()) : port.resolve(peer_, now_tsc_);
+    if (!dst) {
+        rte_pktmbuf_free(m);
+        transport_.counters_.tx_unresolved.add();
+        return;
+    }
+    auto* frame = rte_pktmbuf_mtod(m, std::uint8_t*);
+    auto& eth = *reinterpret_cast<net::EthHdr*>(frame);
+    auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(frame + net::kEthHdrLen);
+    auto& udp = *reinterpret_cast<net::UdpHdr*>(frame + net::kEthHdrLen + net::kIpv4MinHdrLen);
+    const auto udp_len = static_cast<std::uint16_t>(net::kUdpHdrLen + len + roce::kIcrcLen);
+    net::write_eth(eth, *dst, port.mac(), net::EtherType::ipv4);
+    net::write_ipv4(ip, port.ip().addr, peer_, net::IpProto::udp, udp_len);
+    udp.src_port = src_port_;
+    udp.dst_port = net::kRoceV2Port;
+    udp.length = udp_len;
+    udp.checksum = 0;  // RoCEv2 over IPv4: the ICRC protects the payload
+    const std::size_t ip_len = net::kIpv4MinHdrLen + udp_len;
+    roce::icrc_fill({frame + net::kEthHdrLen, ip_len});
+    m->data_len = static_cast<std::uint16_t>(net::kEthHdrLen + ip_len);
+    m->pkt_len = m->data_len;
+    transport_.counters_.tx_packets.add();
+    if (!loopback_) return port.send(m);
+    if (transport_.loop_count_ == RoceTransport::kLoopSlots) {
+        transport_.counters_.loopback_full.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    transport_
+        .loop_[(transport_.loop_head_ + transport_.loop_count_++) % RoceTransport::kLoopSlots] = m;
+    transport_.counters_.loopback_packets.add();
+}
+
+// ---- the transport --------------------------------------------------------------------------
+
+std::uint64_t RoceTransport::ns(std::uint64_t tsc) const {
+    return static_cast<std::uint64_t>(static_cast<double>(tsc) * ns_per_tsc_);
+}
+
+void RoceTransport::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& frame,
+                          std::uint64_t now_tsc) {
+    static_cast<RoceTransport*>(ctx)->receive(m, frame, now_tsc);
+}
+
+void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t now_tsc) {
+    counters_.rx_packets.add();
+    const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
+    const std::span<const std::uint8_t> payload(frame + f.l4_offset + net::kUdpHdrLen,
+                                                f.l4_length - net::kUdpHdrLen);
+    const roce::Packet pkt = roce::parse(payload);
+    auto drop = [&](roce::Drop why) {
+        counters_.drops[static_cast<std::size_t>(why)].add();
+        rte_pktmbuf_free(m);
+    };
+    if (!pkt.ok()) return drop(pkt.drop);
+    const std::size_t l3_len = f.l4_offset + f.l4_length - f.l3_offset;
+    if (!roce::icrc_verify({frame + f.l3_offset, l3_len})) return drop(roce::Drop::bad_icrc);
+    const std::uint32_t qpn = pkt.bth().dest_qp.host();
+    RoceQp* rt = (*by_slot_)[qpn & (kQpnSlots - 1)];
+    if (rt == nullptr || rt->qpn() != qpn) {
+        counters_.rx_unknown_qpn.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    // A connected QP hears its peer only (as the Linux soft-RoCE driver checks the address
+    // vector): a packet from anywhere else never reaches the engine, whatever its PSN and keys.
+    if (f.src_ip != rt->peer_) {
+        counters_.rx_bad_source.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    rt->now_tsc_ = now_tsc;
+    rt->engine_.on_packet(pkt, ns(now_tsc));
+    rt->note_state();
+    rte_pktmbuf_free(m);
+}
+
+bool RoceTransport::poll(std::uint64_t now_tsc) {
+    bool work = false;
+    // Frames the engines sent to this port last turn: received now, outside any engine.
+    for (std::uint32_t n = loop_count_; n > 0; --n) {
+        rte_mbuf* m = loop_[loop_head_];
+        loop_head_ = (loop_head_ + 1) % kLoopSlots;
+        --loop_count_;
+        port_.receive_local(m, now_tsc);
+        work = true;
+    }
+    const std::uint64_t now = ns(now_tsc);
+    for (RoceQp* rt : active_) {
+        rt->now_tsc_ = now_tsc;
+        work |= rt->engine_.poll(now);
+        rt->note_state();
+    }
+    return work;
+}
+
+}  // namespace snic::daemon
