@@ -56,20 +56,15 @@ void RoceQp::tx_send(std::size_t len) {
         transport_.counters_.tx_unresolved.add();
         return;
     }
-    auto* frame = rte_pktmbuf_mtod(m, std::uint8_t*);
-    auto& eth = *reinterpret_cast<net::EthHdr*>(frame);
-    auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(frame + net::kEthHdrLen);
-    auto& udp = *reinterpret_cast<net::UdpHdr*>(frame + net::kEthHdrLen + net::kIpv4MinHdrLen);
-    const auto udp_len = static_cast<std::uint16_t>(net::kUdpHdrLen + len + roce::kIcrcLen);
-    net::write_eth(eth, *dst, port.mac(), net::EtherType::ipv4);
-    net::write_ipv4(ip, port.ip().addr, peer_, net::IpProto::udp, udp_len);
-    udp.src_port = src_port_;
-    udp.dst_port = net::kRoceV2Port;
-    udp.length = udp_len;
-    udp.checksum = 0;  // RoCEv2 over IPv4: the ICRC protects the payload
-    const std::size_t ip_len = net::kIpv4MinHdrLen + udp_len;
-    roce::icrc_fill({frame + net::kEthHdrLen, ip_len});
-    m->data_len = static_cast<std::uint16_t>(net::kEthHdrLen + ip_len);
+    const net::UdpFlow flow{port.mac(), *dst, port.ip().addr, peer_, src_port_, net::kRoceV2Port};
+    const std::size_t frame_len = roce::frame_ipv4(
+        {rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)}, flow, len + roce::kIcrcLen);
+    if (frame_len == 0) {  // cannot happen: tx_alloc made room for it
+        rte_pktmbuf_free(m);
+        transport_.counters_.tx_no_mbuf.add();
+        return;
+    }
+    m->data_len = static_cast<std::uint16_t>(frame_len);
     m->pkt_len = m->data_len;
     transport_.counters_.tx_packets.add();
     if (!loopback_) return port.send(m);

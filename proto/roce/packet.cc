@@ -106,6 +106,17 @@ std::size_t build(std::span<std::uint8_t> out, const PacketSpec& spec) noexcept 
     return hdr + len + tail;
 }
 
+std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
+                       std::size_t packet_length) noexcept {
+    if (packet_length < kIcrcLen || packet_length > 0xffff - net::kIpv4MinHdrLen - net::kUdpHdrLen)
+        return 0;
+    const std::size_t frame = net::build_udp_frame(
+        out, flow, static_cast<std::uint16_t>(packet_length), false);
+    if (frame == 0) return 0;
+    if (!icrc_fill(out.subspan(net::kEthHdrLen, frame - net::kEthHdrLen))) return 0;
+    return frame;
+}
+
 std::size_t build_ipv4_frame(std::span<std::uint8_t> out, const net::UdpFlow& flow,
                              const PacketSpec& spec, bool udp_checksum) noexcept {
     if (!opcode_info(spec.opcode).known()) return 0;
@@ -113,11 +124,9 @@ std::size_t build_ipv4_frame(std::span<std::uint8_t> out, const net::UdpFlow& fl
     if (out.size() < net::kUdpFrameOverhead + tlen || tlen > 0xffff) return 0;
     const std::size_t built = build(out.subspan(net::kUdpFrameOverhead), spec);
     if (built == 0) return 0;
-    const std::size_t frame =
-        net::build_udp_frame(out, flow, static_cast<std::uint16_t>(built), false);
+    const std::size_t frame = frame_ipv4(out, flow, built);
     if (frame == 0) return 0;
     const auto l3 = out.subspan(net::kEthHdrLen, frame - net::kEthHdrLen);
-    if (!icrc_fill(l3)) return 0;
     if (udp_checksum) {
         // After the ICRC, which it covers; the ICRC masks this field, so the order is free
         // for the ICRC but not for the checksum.

@@ -116,6 +116,14 @@ std::size_t write_headers(std::span<std::uint8_t> out, const PacketSpec& spec,
 // or 0 as write_headers does.
 std::size_t build(std::span<std::uint8_t> out, const PacketSpec& spec) noexcept;
 
+// Frames the transport packet already at out[net::kUdpFrameOverhead, + packet_length) (its
+// last 4 bytes the ICRC's place): writes Ethernet, IPv4 (DF, TTL 64, TOS 0, valid checksum)
+// and UDP (flow's ports, checksum 0 as RoCEv2 over IPv4 allows) in front and fills the ICRC.
+// Returns the frame length, or 0 when it does not fit. The one framing of every RoCEv2 frame
+// snicd sends, and of those the interop tests judge.
+std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
+                       std::size_t packet_length) noexcept;
+
 // Writes a whole RoCEv2 frame: Ethernet, IPv4 (DF, TTL 64, TOS 0, valid checksum), UDP
 // (flow's ports; checksum 0 as RFC 768 allows over IPv4, or computed when asked), the
 // transport packet and its ICRC. Returns the frame length, or 0 when it does not fit.
