@@ -1,36 +1,88 @@
 #include "daemon/resources.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <bit>
 #include <cassert>
+#include <cerrno>
 #include <stdexcept>
+#include <system_error>
 
 namespace snic::daemon {
 
 namespace {
 
-// Bits of the slot index in a name of `f`.
-constexpr unsigned index_bits(NameFormat f) {
+// Bits of the slot field in a name of `f`.
+constexpr unsigned field_bits(NameFormat f) {
     return f.index_shift == 0 ? f.gen_shift : 32 - f.index_shift;
+}
+
+constexpr std::uint32_t low_mask(unsigned bits) {
+    return bits >= 32 ? ~0u : (std::uint32_t{1} << bits) - 1;
+}
+
+// One step of splitmix64: small, and every output bit depends on every state bit. Not a
+// cryptographic generator: a forger sees a few bits of a few outputs, never the state.
+std::uint64_t splitmix64(std::uint64_t& state) {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// The seed of table `n` of one Resources: tables seeded alike would name alike.
+std::uint64_t table_seed(std::uint64_t seed, unsigned n) {
+    std::uint64_t out = 0;
+    for (unsigned i = 0; i <= n; ++i) out = splitmix64(seed);
+    return out;
 }
 
 }  // namespace
 
-NameTable::NameTable(std::uint32_t slots, NameFormat format)
-    : nslots_(slots), format_(format), slots_(new Slot[slots]), free_(slots) {
-    if (slots == 0 || (index_bits(format) < 32 && slots > (std::uint32_t{1} << index_bits(format))))
+std::uint64_t random_seed() {
+    std::uint64_t seed = 0;
+    auto* p = reinterpret_cast<unsigned char*>(&seed);
+    for (std::size_t got = 0; got < sizeof seed;) {
+        const ssize_t n = ::getrandom(p + got, sizeof seed - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw std::system_error(errno, std::generic_category(), "getrandom");
+        got += static_cast<std::size_t>(n);
+    }
+    return seed;
+}
+
+NameTable::NameTable(std::uint32_t slots, NameFormat format, std::uint64_t seed)
+    : nslots_(slots),
+      format_(format),
+      index_bits_(slots == 0 ? 0 : static_cast<unsigned>(std::bit_width(slots - 1))),
+      index_mask_(low_mask(index_bits_)),
+      tag_mask_(low_mask(field_bits(format)) & ~index_mask_),
+      gen_mask_(low_mask(format.gen_bits)),
+      name_mask_((low_mask(field_bits(format)) << format.index_shift) |
+                 (gen_mask_ << format.gen_shift)),
+      random_(seed),
+      slots_(new Slot[slots]),
+      free_(slots) {
+    if (slots == 0 || index_bits_ > field_bits(format) || format.gen_bits == 0)
         throw std::invalid_argument("NameTable: slot count does not fit the name format");
+    // The first names: the slots in a shuffled order (Fisher-Yates), each at a random
+    // generation (the one before the first it hands out).
     for (std::uint32_t i = 0; i < slots; ++i) free_[i] = i;
+    for (std::uint32_t i = slots - 1; i > 0; --i)
+        std::swap(free_[i], free_[static_cast<std::uint32_t>(next_random() % (i + 1))]);
+    for (std::uint32_t i = 0; i < slots; ++i)
+        slots_[i].gen = static_cast<std::uint32_t>(next_random() % gen_mask_);
     free_count_ = slots;
 }
 
-std::uint32_t NameTable::make(std::uint32_t index, std::uint32_t gen) const {
-    return (index << format_.index_shift) | (gen << format_.gen_shift);
+std::uint64_t NameTable::next_random() {
+    return splitmix64(random_);
 }
 
-std::uint32_t NameTable::index_of(std::uint32_t name) const {
-    const unsigned bits = index_bits(format_);
-    const std::uint32_t mask = bits >= 32 ? ~0u : (std::uint32_t{1} << bits) - 1;
-    return (name >> format_.index_shift) & mask;
+// `tag`: bits of the slot field above the index, already in place.
+std::uint32_t NameTable::make(std::uint32_t index, std::uint32_t tag, std::uint32_t gen) const {
+    return ((tag | index) << format_.index_shift) | (gen << format_.gen_shift);
 }
 
 std::uint32_t NameTable::acquire(const void* obj, std::uint8_t kind) {
@@ -39,11 +91,15 @@ std::uint32_t NameTable::acquire(const void* obj, std::uint8_t kind) {
     free_head_ = (free_head_ + 1) % nslots_;
     --free_count_;
     Slot& s = slots_[index];
-    const std::uint32_t max_gen = (std::uint32_t{1} << format_.gen_bits) - 1;
-    s.gen = s.gen >= max_gen ? 1 : s.gen + 1;
+    s.gen = s.gen >= gen_mask_ ? 1 : s.gen + 1;
     s.obj.store(obj, std::memory_order_relaxed);
     s.kind.store(kind, std::memory_order_relaxed);
-    const std::uint32_t name = make(index, s.gen);
+    const auto tag = static_cast<std::uint32_t>(next_random()) & tag_mask_;
+    std::uint32_t name = make(index, tag, s.gen);
+    if (name == name_mask_) {  // all ones (the last generation): skip to the first
+        s.gen = 1;
+        name = make(index, tag, s.gen);
+    }
     s.name.store(name, std::memory_order_release);
     ++live_;
     return name;
@@ -65,8 +121,7 @@ void NameTable::release(std::uint32_t name) {
 // The slot `name` points at, or nullptr when the name has bits outside its format.
 const NameTable::Slot* NameTable::slot_of(std::uint32_t name) const {
     const std::uint32_t index = index_of(name);
-    if (index >= nslots_ || make(index, 0) != (name & ~make(0, (1u << format_.gen_bits) - 1)))
-        return nullptr;
+    if (index >= nslots_ || (name & ~name_mask_) != 0) return nullptr;
     return &slots_[index];
 }
 
@@ -77,9 +132,14 @@ const void* NameTable::lookup(std::uint32_t name, std::uint8_t kind) const {
     return s->obj.load(std::memory_order_relaxed);
 }
 
+// Whatever the generation, the rest of the name (the slot field: index and tag) must be
+// the live name's.
 const void* NameTable::lookup_slot(std::uint32_t name, std::uint8_t kind) const {
     const Slot* s = slot_of(name);
-    if (s == nullptr || s->name.load(std::memory_order_acquire) == 0) return nullptr;
+    if (s == nullptr) return nullptr;
+    const std::uint32_t live = s->name.load(std::memory_order_acquire);
+    const std::uint32_t gen_field = gen_mask_ << format_.gen_shift;
+    if (live == 0 || (live & ~gen_field) != (name & ~gen_field)) return nullptr;
     if (s->kind.load(std::memory_order_relaxed) != kind) return nullptr;
     return s->obj.load(std::memory_order_relaxed);
 }
@@ -97,12 +157,12 @@ NameLease::~NameLease() {
     if (table_ != nullptr && name_ != 0) table_->release(name_);
 }
 
-Resources::Resources(const Limits& limits)
+Resources::Resources(const Limits& limits, std::uint64_t seed)
     : limits_(limits),
       keys_(limits.of(shm::ObjKind::mr).per_daemon + limits.of(shm::ObjKind::mw).per_daemon,
-            kKeyFormat),
-      qpns_(limits.of(shm::ObjKind::qp).per_daemon, kQpnFormat),
-      srqns_(limits.of(shm::ObjKind::srq).per_daemon, kSrqnFormat) {}
+            kKeyFormat, table_seed(seed, 0)),
+      qpns_(limits.of(shm::ObjKind::qp).per_daemon, kQpnFormat, table_seed(seed, 1)),
+      srqns_(limits.of(shm::ObjKind::srq).per_daemon, kSrqnFormat, table_seed(seed, 2)) {}
 
 bool Resources::reserve(shm::ObjKind k, Counts& session) {
     const auto i = static_cast<std::size_t>(k);

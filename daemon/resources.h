@@ -7,6 +7,12 @@
 // with one acquire load of the slot's name and nothing else: a slot's object pointer and
 // kind are written before its name is published (release), and a name is withdrawn before
 // its object goes.
+//
+// Names go on the wire (QP numbers in every BTH, rkeys in RETHs), so they are not
+// predictable: each table is seeded at start-up (from getrandom(2) in the daemon), hands its
+// slots out first in a shuffled order, starts each slot at a random generation and puts
+// random tag bits in every name, so that a blind forger has to guess the QP number, the key
+// and the PSN together.
 #pragma once
 
 #include <array>
@@ -26,30 +32,42 @@ class Session;
 
 using Counts = std::array<std::uint32_t, shm::kObjKinds>;
 
-// How a table packs (slot index, generation) into a name. Generations run 1..2^gen_bits - 1
-// and never 0, so that no name is 0 (nor 1: QP numbers 0 and 1 are the IBA's SMI and GSI).
+// How a table packs a name: a slot field at index_shift and a generation of gen_bits at
+// gen_shift. The slot field holds the slot's index in its low bits (as many as the table's
+// slot count needs) and a random tag, drawn anew for every name, in the rest. Generations
+// run 1..2^gen_bits - 1 and never 0, so that no name is 0 (nor 1: QP numbers 0 and 1 are
+// the IBA's SMI and GSI); nor is any name all ones (QP number 0xffffff is the IBA's
+// multicast QP).
 struct NameFormat {
     unsigned index_shift;
     unsigned gen_shift;
     unsigned gen_bits;
 };
-// MR and MW keys: (slot index << 8) | generation byte.
+// MR and MW keys: (slot field << 8) | generation byte; the slot field is key >> 8, the byte
+// is the consumer's key byte that ibv_inc_rkey renames.
 inline constexpr NameFormat kKeyFormat{8, 0, 8};
-// QP numbers, 24 bits: (generation << 14) | slot index, 16384 slots.
+// QP numbers, 24 bits: (generation << 14) | slot field, so that a QP number's low 14 bits
+// tell live QPs apart (the transport finds a QP by them).
 inline constexpr NameFormat kQpnFormat{0, 14, 10};
-// SRQ numbers, 24 bits: (generation << 12) | slot index, 4096 slots.
+// SRQ numbers, 24 bits: (generation << 12) | slot field.
 inline constexpr NameFormat kSrqnFormat{0, 12, 12};
 
+// 64 bits from getrandom(2), for seeding the name tables at start-up. Throws
+// std::system_error when the kernel gives none (before Linux 3.17).
+std::uint64_t random_seed();
+
 // A daemon-wide name space: a fixed array of slots, each naming one object at a time.
-// Freed slots are reused oldest first, and each reuse moves the slot's generation on, so a
-// name comes back only after every other slot was reused and the generations went round.
+// Freed slots are reused oldest first (at first in an order shuffled by the seed), and each
+// reuse moves the slot's generation on, so a name comes back only after every other slot
+// was reused and the slot's generations went round. A slot's first generation and each
+// name's tag come from the seed.
 class NameTable {
   public:
     // The object kinds a key names (Slot::kind).
     static constexpr std::uint8_t kMr = 1;
     static constexpr std::uint8_t kMw = 2;
 
-    NameTable(std::uint32_t slots, NameFormat format);
+    NameTable(std::uint32_t slots, NameFormat format, std::uint64_t seed);
     NameTable(const NameTable&) = delete;
     NameTable& operator=(const NameTable&) = delete;
 
@@ -66,6 +84,12 @@ class NameTable {
     // checks the whole key itself). Safe from any thread (acquire load).
     const void* lookup_slot(std::uint32_t name, std::uint8_t kind) const;
 
+    // The index of the slot `name` points at: O(1), whether or not the name is live (it may
+    // be capacity() or more for a name that is no table's).
+    std::uint32_t index_of(std::uint32_t name) const {
+        return (name >> format_.index_shift) & index_mask_;
+    }
+
     std::uint32_t capacity() const { return nslots_; }
     std::uint32_t live() const { return live_; }
 
@@ -77,12 +101,18 @@ class NameTable {
         std::uint32_t gen = 0;  // last generation handed out (control thread only)
     };
 
-    std::uint32_t index_of(std::uint32_t name) const;
     const Slot* slot_of(std::uint32_t name) const;
-    std::uint32_t make(std::uint32_t index, std::uint32_t gen) const;
+    std::uint32_t make(std::uint32_t index, std::uint32_t tag, std::uint32_t gen) const;
+    std::uint64_t next_random();
 
     const std::uint32_t nslots_;
     const NameFormat format_;
+    const unsigned index_bits_;       // low bits of the slot field holding the index
+    const std::uint32_t index_mask_;  // (1 << index_bits_) - 1
+    const std::uint32_t tag_mask_;    // the slot field's bits above the index, in the field
+    const std::uint32_t gen_mask_;    // 2^gen_bits - 1, unshifted
+    const std::uint32_t name_mask_;   // every bit a name of this table may have
+    std::uint64_t random_;            // splitmix64 state (control thread only)
     std::unique_ptr<Slot[]> slots_;
     std::vector<std::uint32_t> free_;  // FIFO of free slot indices, a ring of nslots_
     std::uint32_t free_head_ = 0;
@@ -110,7 +140,8 @@ class NameLease {
 // The daemon-wide state shared by the sessions.
 class Resources {
   public:
-    explicit Resources(const Limits& limits = kLimits);
+    // Each name table is seeded from `seed`.
+    explicit Resources(const Limits& limits = kLimits, std::uint64_t seed = random_seed());
     Resources(const Resources&) = delete;
     Resources& operator=(const Resources&) = delete;
 

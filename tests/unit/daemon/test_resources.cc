@@ -7,23 +7,25 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "daemon/client_memory.h"
 #include "daemon/limits.h"
 #include "daemon/session.h"
-#include "tests/unit/daemon/session_fixture.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
+#include "tests/unit/daemon/session_fixture.h"
 
 namespace snic::daemon {
 namespace {
@@ -36,55 +38,86 @@ using namespace fixture;
 // ---- name tables --------------------------------------------------------------------
 
 TEST(NameTable, key_generation_byte_changes_on_reuse) {
-    NameTable keys(1, kKeyFormat);
+    NameTable keys(1, kKeyFormat, 1);
     int obj = 0;
     const std::uint32_t k1 = keys.acquire(&obj, NameTable::kMr);
     keys.release(k1);
     const std::uint32_t k2 = keys.acquire(&obj, NameTable::kMr);
-    EXPECT_EQ(k1 >> 8, k2 >> 8);  // same slot
-    EXPECT_NE(k1 & 0xff, k2 & 0xff);
+    EXPECT_EQ(keys.index_of(k1), keys.index_of(k2));  // same slot
+    EXPECT_EQ(k2 & 0xff, (k1 & 0xff) == 0xff ? 1 : (k1 & 0xff) + 1);
     EXPECT_EQ(keys.lookup(k1, NameTable::kMr), nullptr);  // the stale key misses
     EXPECT_EQ(keys.lookup(k2, NameTable::kMr), &obj);
 }
 
 TEST(NameTable, generation_never_zero_so_no_key_is_zero) {
-    NameTable keys(1, kKeyFormat);
-    std::set<std::uint32_t> seen;
+    NameTable keys(1, kKeyFormat, 2);
+    std::set<std::uint32_t> generations;
     for (int i = 0; i < 600; ++i) {
         const std::uint32_t k = keys.acquire(&keys);
         ASSERT_NE(k, 0u);
         ASSERT_NE(k & 0xff, 0u);
-        seen.insert(k);
+        generations.insert(k & 0xff);
         keys.release(k);
     }
-    EXPECT_EQ(seen.size(), 255u);  // every generation 1..255 in turn
+    EXPECT_EQ(generations.size(), 255u);  // every generation 1..255 in turn
 }
 
 TEST(NameTable, freed_slots_are_reused_oldest_first) {
-    NameTable qpns(4, kQpnFormat);
+    NameTable qpns(4, kQpnFormat, 3);
     int a = 0;
     const std::uint32_t q1 = qpns.acquire(&a);
     qpns.release(q1);
     // The other three slots come first: a QP number does not return right away.
     std::set<std::uint32_t> slots;
-    for (int i = 0; i < 3; ++i) slots.insert(qpns.acquire(&a) & 0x3fff);
-    EXPECT_EQ(slots.count(q1 & 0x3fff), 0u);
-    EXPECT_EQ((qpns.acquire(&a) & 0x3fff), (q1 & 0x3fff));
+    for (int i = 0; i < 3; ++i) slots.insert(qpns.index_of(qpns.acquire(&a)));
+    EXPECT_EQ(slots.size(), 3u);
+    EXPECT_EQ(slots.count(qpns.index_of(q1)), 0u);
+    const std::uint32_t q2 = qpns.acquire(&a);
+    EXPECT_EQ(qpns.index_of(q2), qpns.index_of(q1));
+    EXPECT_NE(q2, q1);  // and under another generation
 }
 
-TEST(NameTable, qp_numbers_are_24_bits_never_0_or_1) {
-    NameTable qpns(16384, kQpnFormat);
+TEST(NameTable, a_freed_name_comes_back_only_after_its_generations_went_round) {
+    NameTable qpns(1, kQpnFormat, 4);  // one slot: every QP number is that slot's
     int a = 0;
-    for (int i = 0; i < 3 * 16384; ++i) {
+    std::set<std::uint32_t> names;
+    for (int i = 0; i < 1023; ++i) {
         const std::uint32_t q = qpns.acquire(&a);
-        ASSERT_GE(q, 2u);
-        ASSERT_LT(q, 1u << 24);
+        ASSERT_TRUE(names.insert(q).second) << "QP number " << q << " again after " << i;
         qpns.release(q);
     }
 }
 
+TEST(NameTable, qp_numbers_are_24_bits_never_0_1_or_0xffffff) {
+    NameTable qpns(16384, kQpnFormat, 5);
+    int a = 0;
+    for (int i = 0; i < 3 * 16384; ++i) {
+        const std::uint32_t q = qpns.acquire(&a);
+        ASSERT_GE(q, 2u);
+        ASSERT_LT(q, 0xffffffu);
+        qpns.release(q);
+    }
+}
+
+TEST(NameTable, no_name_is_all_ones) {
+    // A 2-bit slot field and 2-bit generations: every slot's generations go round many
+    // times, and name 0xf (all ones) is skipped, not handed out.
+    constexpr NameFormat tiny{0, 2, 2};
+    NameTable t(4, tiny, 13);
+    int a = 0;
+    std::set<std::uint32_t> names;
+    for (int i = 0; i < 400; ++i) {
+        const std::uint32_t n = t.acquire(&a);
+        ASSERT_NE(n, 0xfu);
+        ASSERT_NE(n, 0u);
+        names.insert(n);
+        t.release(n);
+    }
+    EXPECT_EQ(names.size(), 11u);  // 4 slots x 3 generations, less 0xf
+}
+
 TEST(NameTable, full_table_gives_no_name) {
-    NameTable t(2, kSrqnFormat);
+    NameTable t(2, kSrqnFormat, 6);
     int a = 0;
     EXPECT_NE(t.acquire(&a), 0u);
     EXPECT_NE(t.acquire(&a), 0u);
@@ -93,21 +126,40 @@ TEST(NameTable, full_table_gives_no_name) {
 }
 
 TEST(NameTable, lookup_checks_kind_range_and_stray_bits) {
-    NameTable keys(4, kKeyFormat);
+    NameTable keys(5, kKeyFormat, 7);  // indices 0..4 in 3 bits
     int mw = 0;
     const std::uint32_t k = keys.acquire(&mw, NameTable::kMw);
     EXPECT_EQ(keys.lookup(k, NameTable::kMw), &mw);
     EXPECT_EQ(keys.lookup(k, NameTable::kMr), nullptr);  // an MW key is not an MR key
-    EXPECT_EQ(keys.lookup((100u << 8) | 1, NameTable::kMw), nullptr);
+    EXPECT_EQ(keys.lookup((k & ~(7u << 8)) | (6u << 8), NameTable::kMw), nullptr);  // index 6
+    EXPECT_EQ(keys.lookup(k ^ (1u << 11), NameTable::kMw), nullptr);                // another tag
     EXPECT_EQ(keys.lookup(0, NameTable::kMw), nullptr);
-    NameTable qpns(4, kQpnFormat);
+    NameTable qpns(4, kQpnFormat, 8);
     const std::uint32_t q = qpns.acquire(&mw);
     EXPECT_EQ(qpns.lookup(q), &mw);
     EXPECT_EQ(qpns.lookup(q | (1u << 24)), nullptr);
+    EXPECT_EQ(qpns.lookup(q ^ (1u << 13)), nullptr);  // another tag
+}
+
+TEST(NameTable, lookup_by_slot_ignores_the_key_byte_but_not_the_rest) {
+    NameTable keys(1024, kKeyFormat, 9);
+    int a = 0, b = 0;
+    const std::uint32_t ka = keys.acquire(&a, NameTable::kMw);
+    const std::uint32_t kb = keys.acquire(&b, NameTable::kMw);
+    ASSERT_LT(keys.index_of(ka), keys.capacity());
+    ASSERT_NE(keys.index_of(ka), keys.index_of(kb));
+    for (std::uint32_t byte = 0; byte < 256; ++byte) {  // every key byte a bind may choose
+        EXPECT_EQ(keys.lookup_slot((ka & ~0xffu) | byte, NameTable::kMw), &a);
+        EXPECT_EQ(keys.lookup_slot((kb & ~0xffu) | byte, NameTable::kMw), &b);
+    }
+    EXPECT_EQ(keys.lookup_slot(ka ^ (1u << 31), NameTable::kMw), nullptr);  // another tag
+    EXPECT_EQ(keys.lookup_slot(ka, NameTable::kMr), nullptr);
+    keys.release(ka);
+    EXPECT_EQ(keys.lookup_slot(ka, NameTable::kMw), nullptr);
 }
 
 TEST(NameTable, lease_releases_its_name) {
-    NameTable t(2, kKeyFormat);
+    NameTable t(2, kKeyFormat, 10);
     int a = 0;
     std::uint32_t k;
     {
@@ -116,6 +168,117 @@ TEST(NameTable, lease_releases_its_name) {
     }
     EXPECT_EQ(t.lookup(k), nullptr);
     EXPECT_EQ(t.live(), 0u);
+}
+
+// ---- unpredictable names: a forger who cannot see the traffic must guess them -------
+
+// The first `n` names a table seeded with `seed` hands out.
+std::vector<std::uint32_t> first_names(std::uint32_t slots, NameFormat f, std::uint64_t seed,
+                                       int n) {
+    NameTable t(slots, f, seed);
+    std::vector<std::uint32_t> names;
+    for (int i = 0; i < n; ++i) names.push_back(t.acquire(&t));
+    return names;
+}
+
+TEST(NameTable, differently_seeded_tables_hand_out_different_first_names) {
+    for (const auto& [slots, format] : {std::pair{1024u, kQpnFormat}, std::pair{66560u, kKeyFormat},
+                                        std::pair{256u, kSrqnFormat}}) {
+        EXPECT_NE(first_names(slots, format, 1, 1), first_names(slots, format, 2, 1));
+        EXPECT_EQ(first_names(slots, format, 1, 8), first_names(slots, format, 1, 8));
+    }
+}
+
+TEST(NameTable, first_qp_numbers_and_keys_spread_over_all_their_bits) {
+    // The first name of 256 tables seeded 0..255 (the daemon's sizes): no two alike, and
+    // each bit both set and clear among them. Key bit 24 is index bit 16, which only the
+    // last 1024 of the 66560 slots have.
+    std::set<std::uint32_t> qpns, keys;
+    std::uint32_t qpn_or = 0, qpn_and = ~0u, key_or = 0, key_and = ~0u;
+    for (std::uint64_t seed = 0; seed < 256; ++seed) {
+        const std::uint32_t q = first_names(1024, kQpnFormat, seed, 1)[0];
+        const std::uint32_t k = first_names(66560, kKeyFormat, seed, 1)[0];
+        qpns.insert(q);
+        keys.insert(k);
+        qpn_or |= q, qpn_and &= q, key_or |= k, key_and &= k;
+    }
+    EXPECT_EQ(qpns.size(), 256u);
+    EXPECT_EQ(keys.size(), 256u);
+    EXPECT_EQ(qpn_or, 0xffffffu);
+    EXPECT_EQ(qpn_and, 0u);
+    EXPECT_EQ(key_or | (1u << 24), 0xffffffffu);
+    EXPECT_EQ(key_and, 0u);
+}
+
+TEST(NameTable, the_first_names_are_not_in_slot_order) {
+    // Consecutive names of one table do not name consecutive slots.
+    NameTable qpns(1024, kQpnFormat, 11);
+    int steps_of_one = 0;
+    std::uint32_t prev = qpns.index_of(qpns.acquire(&qpns));
+    for (int i = 0; i < 100; ++i) {
+        const std::uint32_t index = qpns.index_of(qpns.acquire(&qpns));
+        steps_of_one += index == prev + 1;
+        prev = index;
+    }
+    EXPECT_LT(steps_of_one, 5);
+}
+
+TEST(NameTable, names_stay_unique_over_many_alloc_free_cycles) {
+    // The daemon's QP table, filled and drained at random: live numbers never collide, nor
+    // do their low 14 bits (the transport's slot), and each resolves to its own object.
+    NameTable qpns(1024, kQpnFormat, 12);
+    struct Live {
+        std::uint32_t name;
+        const int* obj;
+    };
+    std::vector<Live> live;
+    std::vector<int> objs(1024);
+    std::vector<const int*> spare;
+    for (const int& o : objs) spare.push_back(&o);
+    std::set<std::uint32_t> names, low_bits;
+    std::uint64_t r = 12345;  // a small LCG choosing the operations
+    auto rnd = [&r] {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        return r >> 33;
+    };
+    for (int op = 0; op < 200000; ++op) {
+        if (!spare.empty() && (live.empty() || rnd() % 3 != 0)) {
+            const int* obj = spare.back();
+            spare.pop_back();
+            const std::uint32_t q = qpns.acquire(obj);
+            ASSERT_NE(q, 0u);
+            ASSERT_TRUE(names.insert(q).second) << "QP number " << q << " is live already";
+            ASSERT_TRUE(low_bits.insert(q & 0x3fff).second) << "low bits of " << q << " taken";
+            live.push_back({q, obj});
+        } else {
+            const std::size_t i = rnd() % live.size();
+            qpns.release(live[i].name);
+            EXPECT_EQ(qpns.lookup(live[i].name), nullptr);
+            names.erase(live[i].name);
+            low_bits.erase(live[i].name & 0x3fff);
+            spare.push_back(live[i].obj);
+            live[i] = live.back();
+            live.pop_back();
+        }
+        if (op % 1000 != 0) continue;
+        for (const Live& l : live) {
+            ASSERT_EQ(qpns.lookup(l.name), l.obj);
+        }
+    }
+    EXPECT_EQ(qpns.live(), live.size());
+}
+
+TEST(Resources, each_start_seeds_its_tables_afresh) {
+    EXPECT_NE(random_seed(), random_seed());
+    Resources a(kLimits, 1), b(kLimits, 2), c(kLimits, 1), d, e;
+    int obj = 0;
+    auto first = [&obj](Resources& r) {
+        return std::array{r.qpns().acquire(&obj), r.keys().acquire(&obj), r.srqns().acquire(&obj)};
+    };
+    const auto fa = first(a), fb = first(b), fc = first(c);
+    EXPECT_EQ(fa, fc);  // the same seed names alike
+    for (std::size_t i = 0; i < fa.size(); ++i) EXPECT_NE(fa[i], fb[i]) << i;
+    EXPECT_NE(first(d), first(e));  // seeded by getrandom(2): 2^-60 that they agree
 }
 
 // ---- handles --------------------------------------------------------------------
