@@ -25,11 +25,11 @@
 #include "daemon/control.h"
 #include "daemon/eal.h"
 #include "daemon/lcore.h"
-#include "daemon/port.h"
-#include "daemon/selftest.h"
 #include "daemon/lcore_tasks.h"
-#include "daemon/telemetry.h"
+#include "daemon/port.h"
 #include "daemon/roce_transport.h"
+#include "daemon/selftest.h"
+#include "daemon/telemetry.h"
 #include "daemon/wire.h"
 
 namespace snic::daemon {
@@ -42,7 +42,9 @@ constexpr unsigned kPoolCache = 256;
 
 std::atomic<bool> g_stop{false};
 
-extern "C" void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+extern "C" void on_signal(int) {
+    g_stop.store(true, std::memory_order_relaxed);
+}
 
 int fail(int code, const std::string& message) {
     std::fflush(stdout);
@@ -100,9 +102,9 @@ std::string device_name(const Config& cfg, std::size_t index) {
 }
 
 // The ports as RDMA devices, for the control server's sessions.
-std::vector<DevicePort> device_ports(const Config& cfg,
-                                     const std::vector<std::unique_ptr<Port>>& ports,
-                                     const std::vector<std::unique_ptr<RoceTransport>>& transports) {
+std::vector<DevicePort> device_ports(
+    const Config& cfg, const std::vector<std::unique_ptr<Port>>& ports,
+    const std::vector<std::unique_ptr<RoceTransport>>& transports) {
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
@@ -112,8 +114,8 @@ std::vector<DevicePort> device_ports(const Config& cfg,
             const bool known = l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN;
             return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
         };
-        devices.push_back(DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link,
-                                     transports[i].get()});
+        devices.push_back(
+            DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link, transports[i].get()});
     }
     return devices;
 }
@@ -142,13 +144,31 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
     }
 }
 
-void print_counters(const std::vector<std::unique_ptr<Port>>& ports) {
-    for (const auto& p : ports) {
-        std::string line = "snicd: port " + std::to_string(p->id()) + " (" + p->name() + "):";
-        for_each_counter(p->counters(), [&](std::string_view name, std::uint64_t v) {
+// Each port's non-zero counters, and its transport's (prefixed with the transport's name).
+void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
+                    const std::vector<std::unique_ptr<RoceTransport>>& transports) {
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+        const Port& p = *ports[i];
+        std::string line = "snicd: port " + std::to_string(p.id()) + " (" + p.name() + "):";
+        for_each_counter(p.counters(), [&](std::string_view name, std::uint64_t v) {
             if (v != 0 || name == "rx_packets" || name == "tx_packets")
                 line += " " + std::string(name) + "=" + std::to_string(v);
         });
+        if (i < transports.size() && transports[i]) {
+            struct Ctx {
+                std::string* line;
+                std::string_view prefix;
+            } ctx{&line, transports[i]->name()};
+            transports[i]->for_each_counter(
+                [](void* c, NamedCounter n) {
+                    auto& x = *static_cast<Ctx*>(c);
+                    if (n.value == 0) return;
+                    const bool named = n.name.starts_with(x.prefix);  // "roce_bad_icrc"
+                    *x.line += fmt::format(" {}{}{}={}", named ? "" : x.prefix, named ? "" : "_",
+                                           n.name, n.value);
+                },
+                &ctx);
+        }
         std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);
@@ -164,7 +184,10 @@ struct Running {
     std::optional<VirtualWire> wire;
     rte_mempool* pool = nullptr;
     std::vector<std::unique_ptr<Port>> ports;
-    std::vector<std::unique_ptr<LcoreTasks>> tasks;  // per lcore
+    std::vector<unsigned> lcore_ids;                         // main lcore first
+    std::vector<std::vector<Port*>> owned;                   // per lcore: its ports
+    std::vector<std::unique_ptr<Lcore>> lcores;              // per lcore
+    std::vector<std::unique_ptr<LcoreTasks>> tasks;          // per lcore
     std::vector<std::unique_ptr<RoceTransport>> transports;  // per port
     ~Running() {
         transports.clear();
@@ -174,10 +197,89 @@ struct Running {
     }
 };
 
+// The virtual wire (if asked for), the packet pool and every --port, started. 0 or the exit
+// code (the error said).
+int open_ports(const Config& cfg, Running& r) {
+    if (cfg.wire) {
+        auto wire = VirtualWire::create();
+        if (!wire) return fail(kExitRuntime, wire.error().message);
+        r.wire.emplace(std::move(wire.value()));
+    }
+
+    const std::uint32_t data_room = RTE_PKTMBUF_HEADROOM + largest_mtu(cfg) + RTE_ETHER_HDR_LEN +
+                                    RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN;
+    r.pool = rte_pktmbuf_pool_create(
+        "snic_mbufs", kPoolMbufs, kPoolCache, 0,
+        static_cast<std::uint16_t>(std::max<std::uint32_t>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE)),
+        static_cast<int>(rte_socket_id()));
+    if (r.pool == nullptr)
+        return fail(kExitRuntime, std::string("cannot allocate the packet pool: ") +
+                                      rte_strerror(rte_errno) +
+                                      " (hugepages exhausted? try --no-huge -m 512)");
+
+    const PortTiming timing{rte_get_tsc_hz(), cfg.arp_timeout_s};
+    for (const auto& spec : cfg.ports) {
+        auto id = find_port(spec);
+        if (!id) return fail(kExitRuntime, id.error().message);
+        for (const auto& p : r.ports)
+            if (p->id() == *id)
+                return fail(kExitUsage, "--port " + spec.port + ": port given twice");
+        auto port = Port::open(*id, spec, r.pool, timing);
+        if (!port) return fail(kExitRuntime, port.error().message);
+        r.ports.push_back(std::move(port.value()));
+    }
+    return 0;
+}
+
+// Ports go round-robin to the enabled lcores, main lcore first; each port's RoCEv2 transport
+// runs on the port's lcore, which also takes the control thread's work for it (starting QPs,
+// grace periods). The self-test, if any, runs on the main lcore.
+void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources) {
+    r.lcore_ids = {rte_get_main_lcore()};
+    unsigned worker;
+    RTE_LCORE_FOREACH_WORKER(worker) r.lcore_ids.push_back(worker);
+    const std::size_t n = r.lcore_ids.size();
+    r.owned.assign(n, {});
+    for (std::size_t i = 0; i < r.ports.size(); ++i) r.owned[i % n].push_back(r.ports[i].get());
+    r.transports.resize(r.ports.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        std::vector<LcorePoller*> pollers;
+        if (selftest != nullptr && i == 0) pollers.push_back(selftest);
+        r.lcores.push_back(
+            std::make_unique<Lcore>(r.owned[i], std::move(pollers), cfg.idle_backoff_us, g_stop));
+        r.tasks.push_back(std::make_unique<LcoreTasks>());
+        std::vector<LcorePoller*> mine;
+        for (std::size_t p = i; p < r.ports.size(); p += n) {
+            r.transports[p] = std::make_unique<RoceTransport>(*r.ports[p], *r.tasks[i],
+                                                              resources.keys(), rte_get_tsc_hz());
+            r.ports[p]->set_roce_hook({&RoceTransport::on_rx, r.transports[p].get()});
+            mine.push_back(r.transports[p].get());
+        }
+        r.lcores[i]->serve(r.tasks[i].get(), mine);
+    }
+    resources.set_quiesce([&r] {
+        for (std::size_t i = 0; i < r.tasks.size(); ++i)
+            if (!r.owned[i].empty()) r.tasks[i]->run([] {});
+    });
+}
+
+// The self-test's line (or JSON object) on stdout; 0, or its failure's exit code.
+int report_selftest(const Config& cfg, Selftest& selftest) {
+    const std::string& name = cfg.selftest->name;
+    if (!selftest.passed())
+        return fail(kExitRuntime, "selftest " + name + " failed: " + selftest.report());
+    if (cfg.selftest->json) {
+        std::printf("%s\n", selftest.report().c_str());
+    } else {
+        std::printf("selftest %s: %s\n", name.c_str(), selftest.report().c_str());
+    }
+    return 0;
+}
+
 int run(const Config& cfg, std::vector<std::string> eal_args) {
     // From here on SIGINT/SIGTERM mean "stop cleanly": a signal during start-up
     // stops the daemon as soon as its loops run.
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
@@ -193,78 +295,21 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
     int rc = 0;
     {
         Running r;
-        if (cfg.wire) {
-            auto wire = VirtualWire::create();
-            if (!wire) return fail(kExitRuntime, wire.error().message);
-            r.wire.emplace(std::move(wire.value()));
-        }
-
-        const std::uint32_t data_room =
-            RTE_PKTMBUF_HEADROOM + largest_mtu(cfg) + RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN;
-        r.pool = rte_pktmbuf_pool_create(
-            "snic_mbufs", kPoolMbufs, kPoolCache, 0,
-            static_cast<std::uint16_t>(std::max<std::uint32_t>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE)),
-            static_cast<int>(rte_socket_id()));
-        if (r.pool == nullptr)
-            return fail(kExitRuntime, std::string("cannot allocate the packet pool: ") +
-                                          rte_strerror(rte_errno) + " (hugepages exhausted? try --no-huge -m 512)");
-
-        const PortTiming timing{rte_get_tsc_hz(), cfg.arp_timeout_s};
-        for (const auto& spec : cfg.ports) {
-            auto id = find_port(spec);
-            if (!id) return fail(kExitRuntime, id.error().message);
-            for (const auto& p : r.ports)
-                if (p->id() == *id)
-                    return fail(kExitUsage, "--port " + spec.port + ": port given twice");
-            auto port = Port::open(*id, spec, r.pool, timing);
-            if (!port) return fail(kExitRuntime, port.error().message);
-            r.ports.push_back(std::move(port.value()));
-        }
-
+        if (const int err = open_ports(cfg, r); err != 0) return err;
         std::unique_ptr<Selftest> selftest;
         if (cfg.selftest)
-            selftest = make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
-
-        // Ports go round-robin to the enabled lcores, main lcore first.
-        std::vector<unsigned> lcore_ids{rte_get_main_lcore()};
-        unsigned worker;
-        RTE_LCORE_FOREACH_WORKER(worker) lcore_ids.push_back(worker);
-        std::vector<std::vector<Port*>> owned(lcore_ids.size());
-        for (std::size_t i = 0; i < r.ports.size(); ++i)
-            owned[i % lcore_ids.size()].push_back(r.ports[i].get());
-        std::vector<std::unique_ptr<Lcore>> lcores;
-        for (std::size_t i = 0; i < lcore_ids.size(); ++i) {
-            std::vector<LcorePoller*> pollers;
-            if (selftest && i == 0) pollers.push_back(selftest.get());
-            lcores.push_back(std::make_unique<Lcore>(owned[i], std::move(pollers),
-                                                     cfg.idle_backoff_us, g_stop));
-        }
-        // Each port's RoCEv2 transport runs on the port's lcore, which also takes the
-        // control thread's work for it (attaching QPs, grace periods).
+            selftest =
+                make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
         Resources& resources = (*control)->resources();
-        r.transports.resize(r.ports.size());
-        for (std::size_t i = 0; i < lcore_ids.size(); ++i) {
-            r.tasks.push_back(std::make_unique<LcoreTasks>());
-            std::vector<LcorePoller*> mine;
-            for (std::size_t p = i; p < r.ports.size(); p += lcore_ids.size()) {
-                r.transports[p] = std::make_unique<RoceTransport>(*r.ports[p], *r.tasks[i],
-                                                                  resources.keys(), rte_get_tsc_hz());
-                r.ports[p]->set_roce_hook({&RoceTransport::on_rx, r.transports[p].get()});
-                mine.push_back(r.transports[p].get());
-            }
-            lcores[i]->serve(r.tasks[i].get(), mine);
-        }
-        resources.set_quiesce([&r, &owned] {
-            for (std::size_t i = 0; i < r.tasks.size(); ++i)
-                if (!owned[i].empty()) r.tasks[i]->run([] {});
-        });
+        assign_lcores(cfg, r, selftest.get(), resources);
 
         TelemetryInfo tel{cfg.name, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
         register_telemetry(tel);
 
-        for (std::size_t i = 1; i < lcore_ids.size(); ++i)
-            if (!owned[i].empty()) rte_eal_remote_launch(lcore_main, lcores[i].get(), lcore_ids[i]);
+        for (std::size_t i = 1; i < r.lcore_ids.size(); ++i)
+            if (!r.owned[i].empty())
+                rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
 
         (*control)->set_devices(device_ports(cfg, r.ports, r.transports));
         if (auto st = (*control)->listen(); !st) {
@@ -274,13 +319,14 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             return fail(kExitRuntime, st.error().message);
         }
         std::thread control_thread([&] {
-            (*control)->serve(g_stop, [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
+            (*control)->serve(g_stop,
+                              [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
         });
         spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,
-                     r.ports.size(), lcore_ids.size(), cfg.ctrl_path);
+                     r.ports.size(), r.lcore_ids.size(), cfg.ctrl_path);
 
-        if (!owned[0].empty() || selftest) {
-            lcores[0]->run();
+        if (!r.owned[0].empty() || selftest) {
+            r.lcores[0]->run();
         } else {
             while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
@@ -290,18 +336,8 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         resources.set_quiesce({});
         unregister_telemetry();
         spdlog::info("snicd {} stopping", cfg.name);
-        print_counters(r.ports);
-
-        if (selftest) {
-            const std::string& name = cfg.selftest->name;
-            if (!selftest->passed()) {
-                rc = fail(kExitRuntime, "selftest " + name + " failed: " + selftest->report());
-            } else if (cfg.selftest->json) {
-                std::printf("%s\n", selftest->report().c_str());
-            } else {
-                std::printf("selftest %s: %s\n", name.c_str(), selftest->report().c_str());
-            }
-        }
+        print_counters(r.ports, r.transports);
+        if (selftest) rc = report_selftest(cfg, *selftest);
     }
     rte_eal_cleanup();
     return rc;

@@ -17,8 +17,8 @@ namespace snic::daemon {
 
 namespace {
 
-using verbs::QpState;
 using shm::ObjKind;
+using verbs::QpState;
 namespace qa = verbs::qp_attr;
 
 constexpr std::uint64_t kPage = shm::kPageSize;
@@ -37,12 +37,22 @@ constexpr std::uint32_t kQpAccess = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_
                                     IBV_ACCESS_MW_BIND;
 constexpr std::uint32_t kPsnMask = 0xffffff;
 
-constexpr bool pow2(std::uint32_t v) {
-    return v != 0 && (v & (v - 1)) == 0;
-}
-
 std::string hex(std::uint64_t v) {
     return fmt::format("{:#x}", v);
+}
+
+// Attaches to the ring the client formatted at [begin, end) of `map`, which must have
+// `capacity` entries: the ring, or EINVAL and why (`what` names the ring).
+template <class Ring>
+Result<Ring> attach_ring(const Mapping& map, std::size_t begin, std::size_t end,
+                         std::uint32_t capacity, std::string_view what) {
+    auto ring = Ring::attach(map.span(begin, end - begin));
+    if (!ring)
+        return make_error(EINVAL, fmt::format("{}: {}", what, shm::ring_strerror(ring.error())));
+    if (ring->capacity() != capacity)
+        return make_error(
+            EINVAL, fmt::format("{} of {} entries, {} expected", what, ring->capacity(), capacity));
+    return *ring;
 }
 
 template <class T>
@@ -141,20 +151,17 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
         return refuse(EINVAL, op,
                       fmt::format("no port {} ({} configured)", req.port_index, ports_.size()));
     if (req.transport != 0) return refuse(EINVAL, op, "transport must be 0 (RoCEv2)");
-    if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: async notification socket, async memfd");
+    if (fds.size() != 2)
+        return refuse(EINVAL, op, "takes 2 fds: async notification socket, async memfd");
     if (!is_notify_socket(fds.get(0)))
         return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
 
     const shm::Layout layout = shm::async_layout(shm::kAsyncCapacity);
     auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
     if (!map) return refuse(map.error().code, op, "async memfd: " + map.error().message);
-    auto ring = shm::RingProducer<shm::AsyncEvent>::attach(map->span(layout.ring0, layout.bytes));
-    if (!ring)
-        return refuse(EINVAL, op, std::string("async ring: ") + shm::ring_strerror(ring.error()));
-    if (ring->capacity() != shm::kAsyncCapacity)
-        return refuse(EINVAL, op,
-                      fmt::format("async ring of {} entries, {} expected", ring->capacity(),
-                                  shm::kAsyncCapacity));
+    auto ring = attach_ring<shm::RingProducer<shm::AsyncEvent>>(*map, layout.ring0, layout.bytes,
+                                                                shm::kAsyncCapacity, "async ring");
+    if (!ring) return refuse(ring.error().code, op, ring.error().message);
 
     const DevicePort& port = ports_[req.port_index];
     events_.map = std::move(*map);
@@ -290,8 +297,9 @@ int Session::dereg_mr(const shm::HandleReq& req, FdList&, shm::Empty&) {
         if (!busy) mr->deregistering = true;
     });
     if (busy)
-        return refuse(EBUSY, "dereg_mr",
-                      fmt::format("MR {} has {} memory window(s) bound", hex(req.handle), mr->windows));
+        return refuse(
+            EBUSY, "dereg_mr",
+            fmt::format("MR {} has {} memory window(s) bound", hex(req.handle), mr->windows));
     std::unique_ptr<Mr> gone = mrs_.take(req.handle);
     gone->key = NameLease{};  // withdrawn: lookups miss it from now on
     r_.quiesce();             // and no lcore still holds what it found before
@@ -342,12 +350,9 @@ int Session::create_channel(const shm::Empty&, FdList& fds, shm::HandleReply& ou
     const shm::Layout layout = shm::channel_layout(shm::kChannelCapacity);
     auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
     if (!map) return refuse(map.error().code, op, map.error().message);
-    auto ring = shm::RingProducer<std::uint32_t>::attach(map->span(layout.ring0, layout.bytes));
-    if (!ring) return refuse(EINVAL, op, std::string("ring: ") + shm::ring_strerror(ring.error()));
-    if (ring->capacity() != shm::kChannelCapacity)
-        return refuse(EINVAL, op,
-                      fmt::format("ring of {} entries, {} expected", ring->capacity(),
-                                  shm::kChannelCapacity));
+    auto ring = attach_ring<shm::RingProducer<std::uint32_t>>(*map, layout.ring0, layout.bytes,
+                                                              shm::kChannelCapacity, "ring");
+    if (!ring) return refuse(ring.error().code, op, ring.error().message);
     ch->map = std::move(*map);
     ch->ring = *ring;
     ch->notify = ClientFd(fds.take(0));
@@ -374,7 +379,7 @@ int Session::create_cq(const shm::CreateCqReq& req, FdList& fds, shm::CreateCqRe
     const Limits& l = r_.limits();
     if (req.cqe == 0 || req.cqe > l.max_cqe)
         return refuse(EINVAL, op, fmt::format("cqe {} not in 1..{}", req.cqe, l.max_cqe));
-    if (!pow2(req.capacity) || req.capacity <= req.cqe || req.capacity > l.max_cq_capacity)
+    if (!shm::cq_capacity_ok(req.capacity, req.cqe, l.max_cq_capacity))
         return refuse(EINVAL, op,
                       fmt::format("ring capacity {} for {} CQEs (a power of two > cqe, <= {})",
                                   req.capacity, req.cqe, l.max_cq_capacity));
@@ -391,13 +396,9 @@ int Session::create_cq(const shm::CreateCqReq& req, FdList& fds, shm::CreateCqRe
     const shm::Layout layout = shm::cq_layout(req.capacity);
     auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
     if (!map) return refuse(map.error().code, op, map.error().message);
-    auto ring =
-        shm::RingProducer<shm::Cqe>::attach(map->span(layout.ring0, layout.bytes - layout.ring0));
-    if (!ring) return refuse(EINVAL, op, std::string("ring: ") + shm::ring_strerror(ring.error()));
-    if (ring->capacity() != req.capacity)
-        return refuse(
-            EINVAL, op,
-            fmt::format("ring of {} entries, {} requested", ring->capacity(), req.capacity));
+    auto ring = attach_ring<shm::RingProducer<shm::Cqe>>(*map, layout.ring0, layout.bytes,
+                                                         req.capacity, "ring");
+    if (!ring) return refuse(ring.error().code, op, ring.error().message);
 
     cq->channel = Ref<Channel>(ch);
     cq->channel_handle = req.channel;
@@ -438,7 +439,7 @@ int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSr
     if (req.srq_limit > req.max_wr)
         return refuse(EINVAL, op,
                       fmt::format("srq_limit {} above max_wr {}", req.srq_limit, req.max_wr));
-    if (!pow2(req.capacity) || req.capacity < req.max_wr || req.capacity > l.max_wq_capacity)
+    if (!shm::wq_capacity_ok(req.capacity, req.max_wr, l.max_wq_capacity))
         return refuse(
             EINVAL, op,
             fmt::format("ring capacity {} for max_wr {} (a power of two >= max_wr, <= {})",
@@ -451,13 +452,9 @@ int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSr
     const shm::Layout layout = shm::srq_layout(req.capacity);
     auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
     if (!map) return refuse(map.error().code, op, map.error().message);
-    auto ring = shm::RingConsumer<shm::RecvWqe>::attach(
-        map->span(layout.ring0, layout.bytes - layout.ring0));
-    if (!ring) return refuse(EINVAL, op, std::string("ring: ") + shm::ring_strerror(ring.error()));
-    if (ring->capacity() != req.capacity)
-        return refuse(
-            EINVAL, op,
-            fmt::format("ring of {} entries, {} requested", ring->capacity(), req.capacity));
+    auto ring = attach_ring<shm::RingConsumer<shm::RecvWqe>>(*map, layout.ring0, layout.bytes,
+                                                             req.capacity, "ring");
+    if (!ring) return refuse(ring.error().code, op, ring.error().message);
 
     srq->pd = Ref<Pd>(pd);
     srq->pd_handle = req.pd;
@@ -516,9 +513,45 @@ int Session::destroy_srq(const shm::HandleReq& req, FdList&, shm::Empty&) {
 
 // ---- queue pairs ---------------------------------------------------------------------------
 
-int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpReply& out) {
+// The caps and ring capacities of a create_qp request against the limits: 0 or EINVAL.
+int Session::check_qp_caps(const shm::CreateQpReq& req, bool with_srq) const {
     constexpr const char* op = "create_qp";
     const Limits& l = r_.limits();
+    const shm::QpCap& c = req.cap;
+    if (c.max_send_wr == 0 || c.max_send_wr > l.max_qp_wr)
+        return refuse(EINVAL, op,
+                      fmt::format("max_send_wr {} not in 1..{}", c.max_send_wr, l.max_qp_wr));
+    if (c.max_send_sge > l.max_sge)
+        return refuse(EINVAL, op,
+                      fmt::format("max_send_sge {} above {}", c.max_send_sge, l.max_sge));
+    if (c.max_inline_data > l.max_inline_data)
+        return refuse(
+            EINVAL, op,
+            fmt::format("max_inline_data {} above {}", c.max_inline_data, l.max_inline_data));
+    if (!shm::wq_capacity_ok(req.sq_capacity, c.max_send_wr, l.max_wq_capacity))
+        return refuse(EINVAL, op,
+                      fmt::format("send ring capacity {} for max_send_wr {}", req.sq_capacity,
+                                  c.max_send_wr));
+    if (with_srq) {
+        // With an SRQ the QP has no receive queue; verbs ignores the receive caps.
+        if (req.rq_capacity != 0) return refuse(EINVAL, op, "a QP with an SRQ has no receive ring");
+    } else {
+        if (c.max_recv_wr == 0 || c.max_recv_wr > l.max_qp_wr)
+            return refuse(EINVAL, op,
+                          fmt::format("max_recv_wr {} not in 1..{}", c.max_recv_wr, l.max_qp_wr));
+        if (c.max_recv_sge > l.max_sge)
+            return refuse(EINVAL, op,
+                          fmt::format("max_recv_sge {} above {}", c.max_recv_sge, l.max_sge));
+        if (!shm::wq_capacity_ok(req.rq_capacity, c.max_recv_wr, l.max_wq_capacity))
+            return refuse(EINVAL, op,
+                          fmt::format("receive ring capacity {} for max_recv_wr {}",
+                                      req.rq_capacity, c.max_recv_wr));
+    }
+    return 0;
+}
+
+int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpReply& out) {
+    constexpr const char* op = "create_qp";
     const auto type = verbs::qp_type_from(req.qp_type);
     if (!type)
         return refuse(EINVAL, op, fmt::format("QP type {} (RC 2, UC 3, UD 4 only)", req.qp_type));
@@ -534,38 +567,8 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
         if (srq == nullptr) return refuse(EINVAL, op, "no such SRQ " + hex(req.srq));
     }
 
+    if (const int err = check_qp_caps(req, srq != nullptr); err != 0) return err;
     const shm::QpCap& c = req.cap;
-    if (c.max_send_wr == 0 || c.max_send_wr > l.max_qp_wr)
-        return refuse(EINVAL, op,
-                      fmt::format("max_send_wr {} not in 1..{}", c.max_send_wr, l.max_qp_wr));
-    if (c.max_send_sge > l.max_sge)
-        return refuse(EINVAL, op,
-                      fmt::format("max_send_sge {} above {}", c.max_send_sge, l.max_sge));
-    if (c.max_inline_data > l.max_inline_data)
-        return refuse(
-            EINVAL, op,
-            fmt::format("max_inline_data {} above {}", c.max_inline_data, l.max_inline_data));
-    if (!pow2(req.sq_capacity) || req.sq_capacity < c.max_send_wr ||
-        req.sq_capacity > l.max_wq_capacity)
-        return refuse(EINVAL, op,
-                      fmt::format("send ring capacity {} for max_send_wr {}", req.sq_capacity,
-                                  c.max_send_wr));
-    if (srq != nullptr) {
-        // With an SRQ the QP has no receive queue; verbs ignores the receive caps.
-        if (req.rq_capacity != 0) return refuse(EINVAL, op, "a QP with an SRQ has no receive ring");
-    } else {
-        if (c.max_recv_wr == 0 || c.max_recv_wr > l.max_qp_wr)
-            return refuse(EINVAL, op,
-                          fmt::format("max_recv_wr {} not in 1..{}", c.max_recv_wr, l.max_qp_wr));
-        if (c.max_recv_sge > l.max_sge)
-            return refuse(EINVAL, op,
-                          fmt::format("max_recv_sge {} above {}", c.max_recv_sge, l.max_sge));
-        if (!pow2(req.rq_capacity) || req.rq_capacity < c.max_recv_wr ||
-            req.rq_capacity > l.max_wq_capacity)
-            return refuse(EINVAL, op,
-                          fmt::format("receive ring capacity {} for max_recv_wr {}",
-                                      req.rq_capacity, c.max_recv_wr));
-    }
     if (fds.size() != 1) return refuse(EINVAL, op, "takes 1 fd: the QP memfd");
     if (!r_.reserve(ObjKind::qp, counts_)) return refuse(ENOMEM, op, "QP limit reached");
     auto qp = std::make_unique<Qp>();
@@ -575,23 +578,13 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
     if (!map) return refuse(map.error().code, op, map.error().message);
     const std::size_t sq_end = req.rq_capacity == 0 ? layout.bytes : layout.ring1;
-    auto sq =
-        shm::RingConsumer<shm::SendWqe>::attach(map->span(layout.ring0, sq_end - layout.ring0));
-    if (!sq) return refuse(EINVAL, op, std::string("send ring: ") + shm::ring_strerror(sq.error()));
-    if (sq->capacity() != req.sq_capacity)
-        return refuse(
-            EINVAL, op,
-            fmt::format("send ring of {} entries, {} requested", sq->capacity(), req.sq_capacity));
+    auto sq = attach_ring<shm::RingConsumer<shm::SendWqe>>(*map, layout.ring0, sq_end,
+                                                           req.sq_capacity, "send ring");
+    if (!sq) return refuse(sq.error().code, op, sq.error().message);
     if (req.rq_capacity != 0) {
-        auto rq = shm::RingConsumer<shm::RecvWqe>::attach(
-            map->span(layout.ring1, layout.bytes - layout.ring1));
-        if (!rq)
-            return refuse(EINVAL, op,
-                          std::string("receive ring: ") + shm::ring_strerror(rq.error()));
-        if (rq->capacity() != req.rq_capacity)
-            return refuse(EINVAL, op,
-                          fmt::format("receive ring of {} entries, {} requested", rq->capacity(),
-                                      req.rq_capacity));
+        auto rq = attach_ring<shm::RingConsumer<shm::RecvWqe>>(*map, layout.ring1, layout.bytes,
+                                                               req.rq_capacity, "receive ring");
+        if (!rq) return refuse(rq.error().code, op, rq.error().message);
         qp->rq = *rq;
     }
 
@@ -752,7 +745,8 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             }
             break;
         case QpState::rts:
-            if (qp.engine && cur == QpState::rtr) transport->start_sending(qp);  // SQD -> RTS goes on
+            if (qp.engine && cur == QpState::rtr)
+                transport->start_sending(qp);  // SQD -> RTS goes on
             break;
         case QpState::reset: {  // the queues are emptied without completions
             stop_engine(qp);

@@ -112,14 +112,14 @@ struct Mr {
 // Where a bound memory window points (IBA 10.6.7). Owned by the lcore of the session's
 // port: written by binds and invalidations on that lcore, read there on every access.
 struct MwBinding {
-    std::uint32_t rkey = 0;       // the window's key now: its slot's, with the key byte of the last bind
-    bool valid = false;           // bound: remote access under rkey is allowed
-    const Mr* mr = nullptr;       // the region it is bound to (counted in mr->windows)
-    std::uint64_t va = 0;         // the first address the peer uses (0 when zero-based)
-    std::uint64_t mr_addr = 0;    // where that is in the region's address space (iova)
+    std::uint32_t rkey = 0;  // the window's key now: its slot's, with the key byte of the last bind
+    bool valid = false;      // bound: remote access under rkey is allowed
+    const Mr* mr = nullptr;  // the region it is bound to (counted in mr->windows)
+    std::uint64_t va = 0;    // the first address the peer uses (0 when zero-based)
+    std::uint64_t mr_addr = 0;  // where that is in the region's address space (iova)
     std::uint64_t length = 0;
-    std::uint32_t access = 0;     // IBV_ACCESS_REMOTE_* granted
-    std::uint32_t qpn = 0;        // type 2: the QP it was bound through, the only one it serves
+    std::uint32_t access = 0;  // IBV_ACCESS_REMOTE_* granted
+    std::uint32_t qpn = 0;     // type 2: the QP it was bound through, the only one it serves
 };
 
 struct Mw {
@@ -180,7 +180,7 @@ struct Srq {
     std::uint32_t limit = 0;
     std::uint32_t capacity = 0;
     NameLease srqn;
-    std::uint32_t refs = 0;  // QPs
+    std::uint32_t refs = 0;         // QPs
     AsyncEvents* events = nullptr;  // its session's
 
     // The lcore, after taking a WQE: when armed and fewer than `limit` WQEs are left, raises
@@ -261,6 +261,7 @@ class Session {
     // Logs why `op` was refused (debug level) and returns `err`.
     int refuse(int err, const char* op, std::string_view why) const;
     int check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const;
+    int check_qp_caps(const shm::CreateQpReq& req, bool with_srq) const;
     // Queues an asynchronous event (ibv_event_type) about `handle` on the lcore that produces
     // the session's events; false when the client's event ring is full.
     bool post_async(std::uint32_t type, std::uint32_t handle);

@@ -97,7 +97,7 @@ ibv_cq_ex* create_cq(ibv_context* c, int cqe, void* cq_context, ibv_comp_channel
         return fail_null<ibv_cq_ex>(EINVAL);
     if (comp_vector < 0 || comp_vector >= c->num_comp_vectors) return fail_null<ibv_cq_ex>(EINVAL);
     if (channel != nullptr && channel->context != c) return fail_null<ibv_cq_ex>(EINVAL);
-    const std::uint32_t capacity = pow2_at_least(static_cast<std::uint64_t>(cqe) + 1);
+    const std::uint32_t capacity = shm::cq_capacity_for(static_cast<std::uint32_t>(cqe));
     if (capacity == 0) return fail_null<ibv_cq_ex>(EINVAL);
 
     auto cq = std::make_unique<Cq>();

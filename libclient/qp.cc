@@ -100,9 +100,14 @@ void clear_header(shm::SendWqe* w) {
     std::memset(static_cast<void*>(w), 0, offsetof(shm::SendWqe, sge));
 }
 
+// The send flags snic implements; their bits equal the WQE's (shm::kWqe*).
+constexpr unsigned kSendFlags =
+    IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+static_assert(IBV_SEND_FENCE == shm::kWqeFence && IBV_SEND_SIGNALED == shm::kWqeSignaled &&
+              IBV_SEND_SOLICITED == shm::kWqeSolicited && IBV_SEND_INLINE == shm::kWqeInline);
+
 std::uint8_t wqe_flags(const Qp* q, unsigned send_flags) {
-    std::uint8_t f = static_cast<std::uint8_t>(
-        send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE));
+    std::uint8_t f = static_cast<std::uint8_t>(send_flags & kSendFlags);
     if (q->sq_sig_all) f |= shm::kWqeSignaled;
     return f;
 }
@@ -144,9 +149,7 @@ int build_send(const Qp* q, const ibv_send_wr* wr, shm::SendWqe* w) {
     if (raw_op > IBV_WR_SEND_WITH_INV) return EINVAL;
     const auto op = static_cast<ibv_wr_opcode>(raw_op);
     if ((allowed_ops(q) & op_bit(op)) == 0) return EINVAL;
-    if ((wr->send_flags &
-         ~(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) != 0)
-        return EINVAL;
+    if ((wr->send_flags & ~kSendFlags) != 0) return EINVAL;
     w->wr_id = wr->wr_id;
     w->opcode = static_cast<std::uint8_t>(op);
     w->flags = wqe_flags(q, wr->send_flags);
@@ -260,9 +263,7 @@ shm::SendWqe* stage(ibv_qp_ex* x, ibv_wr_opcode op) {
     w->wr_id = x->wr_id;
     w->opcode = static_cast<std::uint8_t>(op);
     w->flags = static_cast<std::uint8_t>(wqe_flags(q, x->wr_flags) & ~shm::kWqeInline);
-    if ((x->wr_flags &
-         ~(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) != 0)
-        q->wr_error = EINVAL;
+    if ((x->wr_flags & ~kSendFlags) != 0) q->wr_error = EINVAL;
     return w;
 }
 
@@ -606,9 +607,8 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_qp_init_attr_ex* attr) {
         (attr->srq == nullptr && (cap.max_recv_wr > l.max_qp_wr || cap.max_recv_sge > l.max_sge)))
         return fail_null<ibv_qp>(EINVAL);
 
-    const std::uint32_t sq_cap = pow2_at_least(std::max<std::uint32_t>(1, cap.max_send_wr));
-    const std::uint32_t rq_cap =
-        attr->srq != nullptr ? 0 : pow2_at_least(std::max<std::uint32_t>(1, cap.max_recv_wr));
+    const std::uint32_t sq_cap = shm::wq_capacity_for(cap.max_send_wr);
+    const std::uint32_t rq_cap = attr->srq != nullptr ? 0 : shm::wq_capacity_for(cap.max_recv_wr);
     auto qp = std::make_unique<Qp>();
     const shm::Layout lay = shm::qp_layout(sq_cap, rq_cap);
     Fd memfd;
@@ -730,8 +730,7 @@ int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
     if (mw == nullptr || bind == nullptr || mw->type != IBV_MW_TYPE_1) return EINVAL;
     if (q->qpx.qp_base.qp_type == IBV_QPT_UD) return EOPNOTSUPP;
     if ((allowed_ops(q) & op_bit(IBV_WR_BIND_MW)) == 0) return EINVAL;
-    if ((bind->send_flags & ~(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED)) != 0)
-        return EINVAL;
+    if ((bind->send_flags & ~(kSendFlags & ~IBV_SEND_INLINE)) != 0) return EINVAL;
     const std::uint32_t new_rkey = ibv_inc_rkey(mw->rkey);
     alignas(64) shm::SendWqe w;
     clear_header(&w);

@@ -14,7 +14,7 @@ ibv_srq* create_srq(ibv_pd* pd, void* srq_context, ibv_srq_attr* attr) {
     if (attr->max_wr < 1 || attr->max_wr > l.max_srq_wr || attr->max_sge > l.max_srq_sge ||
         attr->max_sge > shm::kMaxSge)
         return fail_null<ibv_srq>(EINVAL);
-    const std::uint32_t capacity = pow2_at_least(attr->max_wr);
+    const std::uint32_t capacity = shm::wq_capacity_for(attr->max_wr);
     if (capacity == 0) return fail_null<ibv_srq>(EINVAL);
     auto srq = std::make_unique<Srq>();
     const shm::Layout lay = shm::srq_layout(capacity);

@@ -124,13 +124,6 @@ T* fail_null(int err) {
 // One line on stderr, prefixed "libsnic: ".
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
-// The smallest power of two >= n (n >= 1), or 0 when it does not fit 32 bits.
-constexpr std::uint32_t pow2_at_least(std::uint64_t n) {
-    std::uint64_t p = 1;
-    while (p < n) p <<= 1;
-    return p > (std::uint64_t{1} << 31) ? 0 : static_cast<std::uint32_t>(p);
-}
-
 // Environment knobs (docs/LIBSNIC.md).
 const char* socket_dirs();   // SNIC_SOCKET_DIR, default /run/snic (":"-separated list)
 int discovery_timeout_ms();  // SNIC_DISCOVERY_TIMEOUT_MS, default 500

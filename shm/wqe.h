@@ -17,9 +17,9 @@
 
 namespace snic::shm {
 
-inline constexpr std::uint32_t kMaxSge = 16;       // per send or receive WQE
-inline constexpr std::uint32_t kMaxInline = 256;   // bytes of inline data per send WQE
-inline constexpr std::size_t kPageSize = 4096;     // layout granule of the memfds
+inline constexpr std::uint32_t kMaxSge = 16;      // per send or receive WQE
+inline constexpr std::uint32_t kMaxInline = 256;  // bytes of inline data per send WQE
+inline constexpr std::size_t kPageSize = 4096;    // layout granule of the memfds
 
 struct Sge {
     std::uint64_t addr;
@@ -61,7 +61,7 @@ struct WqeAtomic {  // atomic_cmp_swp, atomic_fetch_add
     std::uint64_t compare_add;
     std::uint64_t swap;
 };
-struct WqeBind {  // bind_mw
+struct WqeBind {              // bind_mw
     std::uint32_t mw_handle;  // the window, as the client's handle
     std::uint32_t new_rkey;   // the rkey the window takes once bound
     std::uint32_t mr_lkey;    // the MR it is bound to
@@ -152,13 +152,15 @@ static_assert(sizeof(QpControl) == 64);
 // Where the parts of an object's memfd lie. Both sides compute it from the
 // capacities in the create request; snicd checks the memfd is at least `bytes`.
 struct Layout {
-    std::size_t control;   // offset of the control block (CqControl, QpControl), 0
-    std::size_t ring0;     // CQ: CQEs; QP: send queue; SRQ: receive queue; channel/async: events
-    std::size_t ring1;     // QP without SRQ: receive queue; otherwise 0
-    std::size_t bytes;     // total, a multiple of kPageSize
+    std::size_t control;  // offset of the control block (CqControl, QpControl), 0
+    std::size_t ring0;    // CQ: CQEs; QP: send queue; SRQ: receive queue; channel/async: events
+    std::size_t ring1;    // QP without SRQ: receive queue; otherwise 0
+    std::size_t bytes;    // total, a multiple of kPageSize
 };
 
-constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+constexpr std::size_t round_up(std::size_t n, std::size_t to) {
+    return (n + to - 1) / to * to;
+}
 
 constexpr Layout cq_layout(std::uint32_t capacity) {
     const std::size_t ring0 = kRingCacheLine * 4;  // after the control block, line aligned
@@ -186,6 +188,35 @@ constexpr Layout channel_layout(std::uint32_t capacity) {
 constexpr Layout async_layout(std::uint32_t capacity) {
     return {0, 0, 0, round_up(ring_bytes<AsyncEvent>(capacity), kPageSize)};
 }
+
+// Ring capacities. libsnic sizes each ring by these rules and snicd checks the request by the
+// same ones: a power of two, enough for the entries asked for (a CQ one more, so that a full
+// CQ is told apart from an empty one), within the daemon's bound.
+constexpr std::uint32_t pow2_at_least(std::uint64_t n) {
+    std::uint64_t p = 1;
+    while (p < n) p <<= 1;
+    return p > (std::uint64_t{1} << 31) ? 0 : static_cast<std::uint32_t>(p);
+}
+constexpr bool is_pow2(std::uint32_t v) {
+    return v != 0 && (v & (v - 1)) == 0;
+}
+
+// The capacity of a send, receive or shared receive queue for max_wr WRs (0: too many).
+constexpr std::uint32_t wq_capacity_for(std::uint32_t max_wr) {
+    return pow2_at_least(max_wr == 0 ? 1 : max_wr);
+}
+constexpr bool wq_capacity_ok(std::uint32_t capacity, std::uint32_t max_wr, std::uint32_t bound) {
+    return is_pow2(capacity) && capacity >= max_wr && capacity <= bound;
+}
+// The capacity of a CQ for cqe completions (0: too many).
+constexpr std::uint32_t cq_capacity_for(std::uint32_t cqe) {
+    return pow2_at_least(std::uint64_t{cqe} + 1);
+}
+constexpr bool cq_capacity_ok(std::uint32_t capacity, std::uint32_t cqe, std::uint32_t bound) {
+    return is_pow2(capacity) && capacity > cqe && capacity <= bound;
+}
+static_assert(wq_capacity_ok(wq_capacity_for(100), 100, 1024) && wq_capacity_for(128) == 128);
+static_assert(cq_capacity_ok(cq_capacity_for(127), 127, 1024) && cq_capacity_for(128) == 256);
 
 inline constexpr std::uint32_t kChannelCapacity = 4096;  // also the most CQs on one channel
 inline constexpr std::uint32_t kAsyncCapacity = 1024;

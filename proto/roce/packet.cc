@@ -110,8 +110,8 @@ std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
                        std::size_t packet_length) noexcept {
     if (packet_length < kIcrcLen || packet_length > 0xffff - net::kIpv4MinHdrLen - net::kUdpHdrLen)
         return 0;
-    const std::size_t frame = net::build_udp_frame(
-        out, flow, static_cast<std::uint16_t>(packet_length), false);
+    const std::size_t frame =
+        net::build_udp_frame(out, flow, static_cast<std::uint16_t>(packet_length), false);
     if (frame == 0) return 0;
     if (!icrc_fill(out.subspan(net::kEthHdrLen, frame - net::kEthHdrLen))) return 0;
     return frame;
