@@ -151,6 +151,11 @@ void QpGlue::note_failed(bool requested) {
     if (qp_.srq) qp_.events->post(IBV_EVENT_QP_LAST_WQE_REACHED, qp_.handle);
 }
 
+void QpGlue::drained() {
+    draining_ = false;
+    if (drain_notify_ && qp_.events != nullptr) qp_.events->post(IBV_EVENT_SQ_DRAINED, qp_.handle);
+}
+
 // ---- queues -------------------------------------------------------------------------------
 
 bool QpGlue::pop_send(verbs::SendWr& out) {

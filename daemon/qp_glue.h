@@ -38,8 +38,15 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     // The engine is in the error state (see note_failed). Acquire; any thread.
     bool failed() const { return failed_.load(std::memory_order_acquire); }
 
-    // From RTS on, the send queue is served (in RTR an engine only responds).
-    void set_sending() { sending_ = true; }
+    // From RTS on, the send queue is served (in RTR an engine only responds); in SQD it is
+    // not: no new WR is taken while the ones held complete.
+    void set_sending() { sending_ = true, draining_ = false; }
+    void set_draining(bool notify) { sending_ = false, draining_ = true, drain_notify_ = notify; }
+    // After each engine call with the WRs the engine still holds: a draining QP holding none
+    // is drained, and says so once (IBV_EVENT_SQ_DRAINED, when asked for).
+    void note_held(std::uint32_t held) {
+        if (draining_ && held == 0) drained();
+    }
 
     // The engine entered the error state. Publishes ERR (QpControl.state for libsnic, failed()
     // for the control thread) before any error completion can reach the client, once. When
@@ -65,11 +72,14 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
 
   private:
     KeyUser key_user() const;
+    void drained();
     void complete(Cq& cq, std::uint32_t cq_handle, const verbs::Completion& c);
 
     Qp& qp_;
     const NameTable& keys_;
     bool sending_ = false;
+    bool draining_ = false;
+    bool drain_notify_ = false;
     std::atomic<bool> failed_{false};
 };
 

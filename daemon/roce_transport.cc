@@ -126,6 +126,20 @@ void RoceTransport::start_sending(Qp& qp) {
     });
 }
 
+void RoceTransport::drain(Qp& qp) {
+    RoceQp& rt = of(qp);
+    const bool notify = qp.attr.en_sqd_async_notify != 0;
+    tasks_.run([&] {
+        rt.glue_.set_draining(notify);
+        rt.glue_.note_held(rt.engine_.send_wrs_held());  // already drained?
+    });
+}
+
+void RoceTransport::resume(Qp& qp) {
+    RoceQp& rt = of(qp);
+    tasks_.run([&] { rt.glue_.set_sending(); });
+}
+
 void RoceTransport::to_error(Qp& qp) {
     RoceQp& rt = of(qp);
     tasks_.run([&] {

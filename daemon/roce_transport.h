@@ -98,6 +98,8 @@ class RoceTransport final : public Transport {
     const char* check_attr(std::uint32_t mask, const shm::QpAttr& a) const override;
     Result<std::unique_ptr<QpEngine>> start(Qp& qp) override;
     void start_sending(Qp& qp) override;
+    void drain(Qp& qp) override;
+    void resume(Qp& qp) override;
     void to_error(Qp& qp) override;
     void stop(Qp& qp) override;
     void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;

@@ -25,6 +25,7 @@ constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv
 void RoceQp::note_state() {
     if (engine_.state() == roce::RcState::error)
         glue_.note_failed(engine_.error() == roce::RcError::requested);
+    glue_.note_held(engine_.send_wrs_held());
 }
 
 // ---- RcWire ------------------------------------------------------------------------------

@@ -745,8 +745,8 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             }
             break;
         case QpState::rts:
-            if (qp.engine && cur == QpState::rtr)
-                transport->start_sending(qp);  // SQD -> RTS goes on
+            if (qp.engine && cur == QpState::rtr) transport->start_sending(qp);
+            if (qp.engine && cur == QpState::sqd) transport->resume(qp);
             break;
         case QpState::reset: {  // the queues are emptied without completions
             stop_engine(qp);
@@ -774,9 +774,14 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             break;
         }
         case QpState::sqd:
-            // Drained once no message is in flight; until the transport runs a QP, none is.
-            if (cur == QpState::rts && qp.attr.en_sqd_async_notify != 0)
+            // Drained once every WR started has completed: the engine says when. A QP without
+            // one has nothing in flight.
+            if (cur != QpState::rts) break;
+            if (qp.engine) {
+                transport->drain(qp);
+            } else if (qp.attr.en_sqd_async_notify != 0) {
                 post_async(IBV_EVENT_SQ_DRAINED, qp.handle);
+            }
             break;
         default:
             break;

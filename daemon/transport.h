@@ -75,6 +75,11 @@ class Transport : public LcorePoller {
     virtual Result<std::unique_ptr<QpEngine>> start(Qp& qp) = 0;
     // RTR -> RTS: the engine's send side starts from the RTS attributes in qp.attr.
     virtual void start_sending(Qp& qp) = 0;
+    // RTS -> SQD: no new send WR is started; once every WR started has completed, the QP is
+    // drained and, if qp.attr.en_sqd_async_notify, IBV_EVENT_SQ_DRAINED is raised (once).
+    // SQD -> RTS: resume() serves the send queue again.
+    virtual void drain(Qp& qp) = 0;
+    virtual void resume(Qp& qp) = 0;
     // Modify QP to ERR: the engine completes what it holds and what is posted, flushed.
     virtual void to_error(Qp& qp) = 0;
     // The QP leaves RTR..ERR (RESET, destroy, the client gone): afterwards the lcore no longer

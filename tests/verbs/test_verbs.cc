@@ -1273,6 +1273,47 @@ TEST_F(Verbs, DrainingTheSendQueueRaisesSqDrainedWhenAsked) {
     EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 
+// An engine that fails by itself (here: retries exhausted against a peer that is gone)
+// completes the WR with RETRY_EXC_ERR and raises IBV_EVENT_QP_FATAL, as an RNIC does.
+TEST_F(Verbs, RetriesExhaustedRaiseQpFatal) {
+    ibv_cq* cq = make_cq();
+    ibv_qp* qp = make_qp(cq);
+    ibv_qp* gone = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    ASSERT_NE(gone, nullptr);
+    const std::uint32_t dest = gone->qp_num;
+    ASSERT_EQ(ibv_destroy_qp(gone), 0);  // nobody answers to `dest` any more
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    a = rtr_attr(dest);
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0);
+    a = rts_attr();
+    a.timeout = 1;  // 8 us
+    a.retry_cnt = 0;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtsMask), 0);
+    ibv_send_wr wr{};
+    wr.wr_id = 9;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+    ASSERT_TRUE(readable(ctx_->async_fd)) << "no async event";
+    ibv_async_event ev{};
+    ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+    EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+    EXPECT_EQ(ev.element.qp, qp);
+    ibv_ack_async_event(&ev);
+    ibv_wc wc{};
+    int n = 0;
+    for (int i = 0; i < 5'000'000 && n == 0; ++i) n = ibv_poll_cq(cq, 1, &wc);
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(wc.wr_id, 9u);
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+    EXPECT_EQ(state_of(qp), IBV_QPS_ERR);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
 TEST_F(Verbs, ResetDiscardsPostedWqesWithoutCompletions) {
     ibv_cq* cq = make_cq();
     ibv_qp* qp = make_qp(cq);

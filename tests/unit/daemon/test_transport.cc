@@ -49,6 +49,15 @@ class FakeTransport final : public Transport {
         calls.push_back("start_sending");
         engine->glue.set_sending();
     }
+    void drain(Qp& qp) override {
+        calls.push_back("drain");
+        engine->glue.set_draining(qp.attr.en_sqd_async_notify != 0);
+        engine->glue.note_held(held);
+    }
+    void resume(Qp&) override {
+        calls.push_back("resume");
+        engine->glue.set_sending();
+    }
     void to_error(Qp&) override {
         calls.push_back("to_error");
         engine->glue.note_failed(true);
@@ -62,6 +71,7 @@ class FakeTransport final : public Transport {
 
     std::vector<std::string> calls;
     int runs = 0;
+    std::uint32_t held = 0;  // send WRs the fake engine holds
     FakeEngine* engine = nullptr;
 
   private:
@@ -312,6 +322,42 @@ TEST_F(TransportSeam, async_events_are_produced_on_the_transports_lcore) {
     const auto ev = cl.take_events();
     ASSERT_EQ(ev.size(), 1u);
     EXPECT_EQ(ev[0].type, std::uint32_t{IBV_EVENT_QP_LAST_WQE_REACHED});
+}
+
+TEST_F(TransportSeam, sq_drained_only_after_the_last_wr_started_completes) {
+    RingClient cl(resources, ports);
+    cl.open();
+    cl.make_cq();
+    cl.make_qp();
+    ASSERT_EQ(cl.connect(), 0);
+    fake.held = 2;  // two WRs in flight
+    shm::QpAttr d{};
+    d.qp_state = IBV_QPS_SQD;
+    d.en_sqd_async_notify = 1;
+    ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY, d), 0);
+    EXPECT_EQ(fake.calls.back(), "drain");
+    EXPECT_TRUE(cl.take_events().empty()) << "WRs still in flight";
+
+    shm::SendWqe w{};
+    w.opcode = static_cast<std::uint8_t>(shm::WrOpcode::send);
+    ASSERT_TRUE(cl.sq->try_push(w));
+    verbs::SendWr wr;
+    EXPECT_FALSE(fake.engine->glue.pop_send(wr)) << "no new WR starts while draining";
+    fake.engine->glue.note_held(1);
+    EXPECT_TRUE(cl.take_events().empty());
+    fake.engine->glue.note_held(0);
+    auto ev = cl.take_events();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, std::uint32_t{IBV_EVENT_SQ_DRAINED});
+    EXPECT_EQ(ev[0].handle, cl.qp);
+    fake.engine->glue.note_held(0);
+    EXPECT_TRUE(cl.take_events().empty()) << "once";
+
+    shm::QpAttr r{};
+    r.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE, r), 0);
+    EXPECT_EQ(fake.calls.back(), "resume");
+    EXPECT_TRUE(fake.engine->glue.pop_send(wr)) << "SQD -> RTS serves the send queue again";
 }
 
 TEST(RoceAttr, a_destination_gid_must_be_ipv4_mapped) {
