@@ -18,7 +18,7 @@ SNIC_PACKAGES=(
     dpdk dpdk-dev libdpdk-dev libnuma-dev libpcap-dev
     libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
     libibverbs-dev librdmacm-dev ibverbs-utils rdma-core
-    iproute2 iputils-ping tshark perftest gnuplot-nox valgrind
+    iproute2 iputils-ping tshark perftest gnuplot-nox valgrind clang-format
     python3 python3-pytest python3-scapy
 )
 HUGEPAGES_TARGET=512
