@@ -191,17 +191,23 @@ struct RingClient {
 class TransportSeam : public ::testing::Test {
   protected:
     TransportSeam() : fake(resources.keys()) { ports[0].transport = &fake; }
+    // A client with a CQ and an RC QP (on an SRQ when asked) in RTS on the fake transport.
+    void connect_client(bool with_srq) {
+        cl.open();
+        cl.make_cq();
+        if (with_srq) cl.make_srq(0);
+        cl.make_qp();
+        ASSERT_EQ(cl.connect(), 0);
+    }
+
     Resources resources;
     FakeTransport fake;
     std::vector<DevicePort> ports = test_ports();
+    RingClient cl{resources, ports};
 };
 
 TEST_F(TransportSeam, a_second_transport_runs_a_qp_from_rtr_to_destroy) {
-    RingClient cl(resources, ports);
-    cl.open();
-    cl.make_cq();
-    cl.make_qp();
-    ASSERT_EQ(cl.connect(), 0);
+    ASSERT_NO_FATAL_FAILURE(connect_client(false));
     EXPECT_EQ(fake.calls, (std::vector<std::string>{"start", "start_sending"}));
     ASSERT_NE(fake.engine, nullptr);
 
@@ -236,7 +242,6 @@ TEST_F(TransportSeam, a_second_transport_runs_a_qp_from_rtr_to_destroy) {
 }
 
 TEST_F(TransportSeam, the_transport_has_the_last_word_on_attribute_values) {
-    RingClient cl(resources, ports);
     cl.open();
     cl.make_cq();
     cl.make_qp();
@@ -247,11 +252,7 @@ TEST_F(TransportSeam, the_transport_has_the_last_word_on_attribute_values) {
 }
 
 TEST_F(TransportSeam, an_engine_that_fails_by_itself_raises_qp_fatal_and_is_in_err) {
-    RingClient cl(resources, ports);
-    cl.open();
-    cl.make_cq();
-    cl.make_qp();
-    ASSERT_EQ(cl.connect(), 0);
+    ASSERT_NO_FATAL_FAILURE(connect_client(false));
     fake.engine->glue.note_failed(false);  // e.g. retries exhausted
     const auto ev = cl.take_events();
     ASSERT_EQ(ev.size(), 1u);
@@ -263,12 +264,7 @@ TEST_F(TransportSeam, an_engine_that_fails_by_itself_raises_qp_fatal_and_is_in_e
 }
 
 TEST_F(TransportSeam, an_srq_attached_qp_that_fails_by_itself_raises_last_wqe_reached) {
-    RingClient cl(resources, ports);
-    cl.open();
-    cl.make_cq();
-    cl.make_srq(0);
-    cl.make_qp();
-    ASSERT_EQ(cl.connect(), 0);
+    ASSERT_NO_FATAL_FAILURE(connect_client(true));
     verbs::Completion bad;
     bad.status = verbs::WcStatus::rem_access_err;
     fake.engine->glue.complete_send(bad);  // the first error completion publishes the failure
@@ -280,12 +276,7 @@ TEST_F(TransportSeam, an_srq_attached_qp_that_fails_by_itself_raises_last_wqe_re
 }
 
 TEST_F(TransportSeam, srq_limit_reached_once_when_armed_and_below_the_limit) {
-    RingClient cl(resources, ports);
-    cl.open();
-    cl.make_cq();
-    cl.make_srq(0);
-    cl.make_qp();
-    ASSERT_EQ(cl.connect(), 0);
+    ASSERT_NO_FATAL_FAILURE(connect_client(true));
     shm::RecvWqe r{};
     for (int i = 0; i < 6; ++i) ASSERT_TRUE(cl.srq_ring->try_push(r));
     verbs::RecvWr got;
@@ -308,12 +299,7 @@ TEST_F(TransportSeam, srq_limit_reached_once_when_armed_and_below_the_limit) {
 }
 
 TEST_F(TransportSeam, async_events_are_produced_on_the_transports_lcore) {
-    RingClient cl(resources, ports);
-    cl.open();
-    cl.make_cq();
-    cl.make_srq(0);
-    cl.make_qp();
-    ASSERT_EQ(cl.connect(), 0);
+    ASSERT_NO_FATAL_FAILURE(connect_client(true));
     const int before = fake.runs;
     shm::QpAttr e{};
     e.qp_state = IBV_QPS_ERR;
@@ -325,11 +311,7 @@ TEST_F(TransportSeam, async_events_are_produced_on_the_transports_lcore) {
 }
 
 TEST_F(TransportSeam, sq_drained_only_after_the_last_wr_started_completes) {
-    RingClient cl(resources, ports);
-    cl.open();
-    cl.make_cq();
-    cl.make_qp();
-    ASSERT_EQ(cl.connect(), 0);
+    ASSERT_NO_FATAL_FAILURE(connect_client(false));
     fake.held = 2;  // two WRs in flight
     shm::QpAttr d{};
     d.qp_state = IBV_QPS_SQD;
