@@ -77,25 +77,25 @@ void Srq::check_limit(AsyncEvents* to) {
 
 FlushResult flush_qp(Qp& qp) {
     FlushResult r;
-    shm::SendWqe swqe;
-    while (qp.sq && qp.sq->try_pop(swqe)) {  // copied out: read once, trusted never
-        shm::Cqe c{};
-        c.wr_id = swqe.wr_id;
-        c.status = IBV_WC_WR_FLUSH_ERR;
-        c.opcode = send_wc_opcode(swqe.opcode);
-        c.qp_num = qp.qpn.get();
-        ++r.flushed;
-        if (!post_cqe(*qp.send_cq.get(), c, true)) r.send_cq_overflow = true;
+    if (qp.sq) {
+        r.flushed += drain_bounded(*qp.sq, [&](const shm::SendWqe& w) {
+            shm::Cqe c{};
+            c.wr_id = w.wr_id;
+            c.status = IBV_WC_WR_FLUSH_ERR;
+            c.opcode = send_wc_opcode(w.opcode);
+            c.qp_num = qp.qpn.get();
+            if (!post_cqe(*qp.send_cq.get(), c, true)) r.send_cq_overflow = true;
+        });
     }
-    shm::RecvWqe rwqe;
-    while (qp.rq && qp.rq->try_pop(rwqe)) {
-        shm::Cqe c{};
-        c.wr_id = rwqe.wr_id;
-        c.status = IBV_WC_WR_FLUSH_ERR;
-        c.opcode = IBV_WC_RECV;
-        c.qp_num = qp.qpn.get();
-        ++r.flushed;
-        if (!post_cqe(*qp.recv_cq.get(), c, true)) r.recv_cq_overflow = true;
+    if (qp.rq) {
+        r.flushed += drain_bounded(*qp.rq, [&](const shm::RecvWqe& w) {
+            shm::Cqe c{};
+            c.wr_id = w.wr_id;
+            c.status = IBV_WC_WR_FLUSH_ERR;
+            c.opcode = IBV_WC_RECV;
+            c.qp_num = qp.qpn.get();
+            if (!post_cqe(*qp.recv_cq.get(), c, true)) r.recv_cq_overflow = true;
+        });
     }
     return r;
 }

@@ -21,6 +21,20 @@ bool post_cqe(Cq& cq, const shm::Cqe& cqe, bool solicited);
 // The ibv_wc_opcode that completes a send WQE of `wr_opcode` (shm::WrOpcode).
 std::uint8_t send_wc_opcode(std::uint8_t wr_opcode);
 
+// Pops the entries waiting in `ring`, at most one ring's capacity of them, calling fn(entry)
+// on each (copied out: read once, trusted never); returns how many. The bound is what a
+// client that keeps refilling its ring while the daemon drains it can cost the daemon.
+template <class T, class Fn>
+std::uint32_t drain_bounded(shm::RingConsumer<T>& ring, Fn&& fn) {
+    T entry;
+    std::uint32_t n = 0;
+    while (n < ring.capacity() && ring.try_pop(entry)) {
+        fn(entry);
+        ++n;
+    }
+    return n;
+}
+
 struct FlushResult {
     std::uint32_t flushed = 0;
     bool send_cq_overflow = false;
@@ -28,7 +42,8 @@ struct FlushResult {
 };
 
 // Completes every WQE waiting in the QP's send queue and receive queue (not its
-// SRQ's: those belong to the SRQ) with IBV_WC_WR_FLUSH_ERR, in posting order.
+// SRQ's: those belong to the SRQ) with IBV_WC_WR_FLUSH_ERR, in posting order; at most one
+// capacity of each ring (drain_bounded).
 FlushResult flush_qp(Qp& qp);
 
 }  // namespace snic::daemon

@@ -750,12 +750,8 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             break;
         case QpState::reset: {  // the queues are emptied without completions
             stop_engine(qp);
-            shm::SendWqe s;
-            while (qp.sq && qp.sq->try_pop(s)) {
-            }
-            shm::RecvWqe r;
-            while (qp.rq && qp.rq->try_pop(r)) {
-            }
+            if (qp.sq) drain_bounded(*qp.sq, [](const shm::SendWqe&) {});
+            if (qp.rq) drain_bounded(*qp.rq, [](const shm::RecvWqe&) {});
             break;
         }
         case QpState::err: {
