@@ -10,7 +10,8 @@
 //   the rest of the UDP payload up to the ICRC (extension headers, payload, pad)
 //
 // It is the last 4 bytes of the UDP payload, stored least significant byte first (the CRC's
-// bit order, as the Ethernet FCS is). Pure: no allocation, no state.
+// bit order, as the Ethernet FCS is). The CRC arithmetic is proto/crc's. Pure: no allocation,
+// no state.
 #pragma once
 
 #include <cstddef>
@@ -18,22 +19,31 @@
 #include <optional>
 #include <span>
 
+#include "proto/crc/crc.h"
+
 namespace snic::roce {
 
 inline constexpr std::size_t kIcrcLen = 4;
-inline constexpr std::uint32_t kCrc32Init = 0xffffffff;
+inline constexpr std::uint32_t kCrc32Init = crc::Crc32::kInit;
 
-// Advances a CRC-32 register over `bytes`. Start from kCrc32Init and complement the
-// register at the end: crc32(b) == ~crc32_update(kCrc32Init, b). Folds 64 bytes at a time
-// with carry-less multiplication where the CPU has it (PCLMULQDQ), else slicing-by-8.
-std::uint32_t crc32_update(std::uint32_t reg, std::span<const std::uint8_t> bytes) noexcept;
+// The CRC-32 of proto/crc, under the names the ICRC's callers use. Advances a CRC-32
+// register over `bytes`: start from kCrc32Init and complement the register at the end,
+// crc32(b) == ~crc32_update(kCrc32Init, b).
+inline std::uint32_t crc32_update(std::uint32_t reg, std::span<const std::uint8_t> bytes) noexcept {
+    return crc::Crc32::update(reg, bytes);
+}
 // The same by slicing-by-8 only (the reference the folding is tested against).
-std::uint32_t crc32_update_table(std::uint32_t reg, std::span<const std::uint8_t> bytes) noexcept;
+inline std::uint32_t crc32_update_table(std::uint32_t reg,
+                                        std::span<const std::uint8_t> bytes) noexcept {
+    return crc::Crc32::update_table(reg, bytes);
+}
 // Whether crc32_update folds with carry-less multiplication on this CPU.
-bool crc32_folds() noexcept;
+inline bool crc32_folds() noexcept {
+    return crc::Crc32::folds();
+}
 
 inline std::uint32_t crc32(std::span<const std::uint8_t> bytes) noexcept {
-    return ~crc32_update(kCrc32Init, bytes);
+    return crc::Crc32::compute(bytes);
 }
 
 // Where an ICRC computation stands after the masked headers.

@@ -3,14 +3,11 @@
 // opcode table, its lengths must add up, and our ICRC must equal the one rxe put on the
 // wire, over IPv4 and IPv6. Everything else in the captures must be told apart from RoCE.
 //
-// The captures are found in $SNIC_VECTORS_DIR, else in the directory compiled in as
-// SNIC_VECTORS_DIR. A missing capture is a failure, never a skip.
+// The captures are found as tests/unit/pcap.h says. A missing capture is a failure, never
+// a skip.
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <span>
@@ -22,69 +19,13 @@
 #include "proto/roce/opcode.h"
 #include "proto/roce/packet.h"
 #include "proto/roce/psn.h"
-
-#ifndef SNIC_VECTORS_DIR
-#define SNIC_VECTORS_DIR "tests/vectors"
-#endif
+#include "tests/unit/pcap.h"
 
 namespace snic::roce {
 namespace {
 
-std::string vectors_dir() {
-    const char* env = std::getenv("SNIC_VECTORS_DIR");
-    return env != nullptr && *env != '\0' ? env : SNIC_VECTORS_DIR;
-}
-
-// --- A classic pcap reader (libpcap's file format: a 24-byte global header, then per
-// packet a 16-byte record header and the bytes). Either byte order, micro- or nanosecond
-// timestamps; only link type 1 (Ethernet) is accepted.
-
-struct Pcap {
-    std::vector<std::vector<std::uint8_t>> frames;
-};
-
-std::uint32_t load32(const std::uint8_t* p, bool swapped) {
-    const std::uint32_t le = std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 |
-                             std::uint32_t{p[2]} << 16 | std::uint32_t{p[3]} << 24;
-    return swapped ? __builtin_bswap32(le) : le;
-}
-
-::testing::AssertionResult read_pcap(const std::string& path, Pcap& out) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        return ::testing::AssertionFailure()
-               << "cannot open " << path << " (set SNIC_VECTORS_DIR to the vectors directory)";
-    }
-    const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
-    if (bytes.size() < 24) return ::testing::AssertionFailure() << path << ": no global header";
-    const std::uint32_t magic = load32(bytes.data(), false);
-    bool swapped = false;
-    if (magic == 0xa1b2c3d4 || magic == 0xa1b23c4d) {
-        swapped = false;
-    } else if (magic == 0xd4c3b2a1 || magic == 0x4d3cb2a1) {
-        swapped = true;
-    } else {
-        return ::testing::AssertionFailure() << path << ": not a classic pcap file";
-    }
-    const std::uint32_t linktype = load32(bytes.data() + 20, swapped) & 0x0fffffff;
-    if (linktype != 1) return ::testing::AssertionFailure() << path << ": link type " << linktype;
-    std::size_t at = 24;
-    while (at < bytes.size()) {
-        if (bytes.size() - at < 16) return ::testing::AssertionFailure() << path << ": cut record";
-        const std::uint32_t incl = load32(bytes.data() + at + 8, swapped);
-        const std::uint32_t orig = load32(bytes.data() + at + 12, swapped);
-        at += 16;
-        if (bytes.size() - at < incl) return ::testing::AssertionFailure() << path << ": cut frame";
-        if (incl != orig) {
-            return ::testing::AssertionFailure()
-                   << path << ": frame " << out.frames.size() + 1 << " was truncated by snaplen";
-        }
-        out.frames.emplace_back(bytes.begin() + static_cast<std::ptrdiff_t>(at),
-                                bytes.begin() + static_cast<std::ptrdiff_t>(at + incl));
-        at += incl;
-    }
-    return ::testing::AssertionSuccess();
-}
+using test::Pcap;
+using test::read_pcap;
 
 // --- What each frame is, from the Ethernet type, the IP protocol and the UDP port.
 
@@ -175,7 +116,7 @@ Census check_capture(const Pcap& pcap) {
 
 class RxeCaptures : public ::testing::Test {
   protected:
-    static std::string path(const char* name) { return vectors_dir() + "/" + name; }
+    static std::string path(const char* name) { return test::vector_path(name); }
 };
 
 TEST_F(RxeCaptures, ipv4_capture_every_roce_packet_parses_and_its_icrc_verifies) {
