@@ -4,7 +4,7 @@
 
 Uses the built snic-roce-pcap ($SNIC_ROCE_PCAP, else $SNIC_BUILD/tests/interop/
 snic-roce-pcap, $SNIC_BUILD defaulting to build/) and the real captures in
-$SNIC_VECTORS_DIR (default tests/vectors). Builds nothing; a missing program,
+$SNIC_TEST_VECTORS (default tests/vectors). Builds nothing; a missing program,
 capture or tshark fails the test rather than skipping it.
 """
 
@@ -25,7 +25,7 @@ import check_roce_pcap as crp  # noqa: E402
 
 BUILD = Path(os.environ.get("SNIC_BUILD", REPO / "build"))
 WRITER = Path(os.environ.get("SNIC_ROCE_PCAP", BUILD / "tests" / "interop" / "snic-roce-pcap"))
-VECTORS = Path(os.environ.get("SNIC_VECTORS_DIR", REPO / "tests" / "vectors"))
+VECTORS = Path(os.environ.get("SNIC_TEST_VECTORS", REPO / "tests" / "vectors"))
 
 # What snic-roce-pcap writes: one IPv4 frame per opcode of the table (37), three IPv4
 # frames with masked fields changed after the ICRC, five IPv6 frames.
@@ -58,7 +58,7 @@ def ours(tmp_path_factory, tshark) -> tuple[Path, list[crp.ManifestLine]]:
 def vector(name: str) -> Path:
     path = VECTORS / name
     if not path.is_file():
-        pytest.fail(f"{path} is missing (set SNIC_VECTORS_DIR)")
+        pytest.fail(f"{path} is missing (set SNIC_TEST_VECTORS)")
     return path
 
 

@@ -14,16 +14,16 @@
 #include <string>
 #include <vector>
 
-#ifndef SNIC_VECTORS_DIR
-#define SNIC_VECTORS_DIR "tests/vectors"
+#ifndef SNIC_TEST_VECTORS
+#define SNIC_TEST_VECTORS "tests/vectors"
 #endif
 
 namespace snic::test {
 
-// $SNIC_VECTORS_DIR, else the directory compiled in as SNIC_VECTORS_DIR.
+// $SNIC_TEST_VECTORS, else the directory compiled in as SNIC_TEST_VECTORS.
 inline std::string vectors_dir() {
-    const char* env = std::getenv("SNIC_VECTORS_DIR");
-    return env != nullptr && *env != '\0' ? env : SNIC_VECTORS_DIR;
+    const char* env = std::getenv("SNIC_TEST_VECTORS");
+    return env != nullptr && *env != '\0' ? env : SNIC_TEST_VECTORS;
 }
 
 inline std::string vector_path(const char* name) {
@@ -46,7 +46,7 @@ inline ::testing::AssertionResult read_pcap(const std::string& path, Pcap& out) 
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         return ::testing::AssertionFailure()
-               << "cannot open " << path << " (set SNIC_VECTORS_DIR to the vectors directory)";
+               << "cannot open " << path << " (set SNIC_TEST_VECTORS to the vectors directory)";
     }
     const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
     if (bytes.size() < 24) return ::testing::AssertionFailure() << path << ": no global header";
