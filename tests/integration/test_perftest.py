@@ -82,6 +82,11 @@ def perftest(d: st.Daemon, sock_dir, tool: str, *args: str) -> str:
     ("ib_write_bw", ["-s", "65536", "-n", "500", "--use_old_post_send"]),
     ("ib_read_bw", ["-s", "4096", "-n", "500"]),
     ("ib_send_bw", ["-s", "4096", "-n", "500"]),
+    # Atomics, and READs with as many outstanding as the device offers (perftest sets
+    # max_rd_atomic to the peer's max_qp_rd_atom: 128, as the kernel's soft-RoCE driver).
+    ("ib_atomic_lat", ["-s", "8", "-n", "200"]),
+    ("ib_atomic_bw", ["-s", "8", "-n", "500"]),
+    ("ib_read_bw", ["-s", "64", "-n", "2000"]),
 ])
 def test_perftest_completes_under_snic_run(wire_daemon, tool, args):
     d, sock_dir = wire_daemon
