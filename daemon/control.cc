@@ -16,6 +16,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/qp_report.h"
+
 namespace snic::daemon {
 
 namespace {
@@ -92,23 +94,27 @@ Status ControlServer::listen() {
 void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status) {
     std::vector<pollfd> fds;
     while (!stop.load(std::memory_order_relaxed)) {
+        // The listening socket, the questions of other threads, then one per client.
+        constexpr std::size_t kFirstClient = 2;
         fds.clear();
         fds.push_back({listen_.get(), POLLIN, 0});
+        fds.push_back({questions_.fd(), POLLIN, 0});
         for (const auto& c : clients_) fds.push_back({c->sock.get(), POLLIN, 0});
         if (::poll(fds.data(), fds.size(), kPollMs) <= 0) continue;
 
         // One request per ready client per turn; a client that must go is destroyed
         // here, with its session and everything the session owned.
-        for (std::size_t i = fds.size(); i-- > 1;) {
+        for (std::size_t i = fds.size(); i-- > kFirstClient;) {
             if (fds[i].revents == 0) continue;
-            Client& c = *clients_[i - 1];
+            Client& c = *clients_[i - kFirstClient];
             if (!handle(c, status)) {
                 if (c.session)
                     spdlog::debug("control: session {} (pid {}) closed", c.session->id(),
                                   c.peer.pid);
-                clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+                clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i - kFirstClient));
             }
         }
+        if ((fds[1].revents & POLLIN) != 0) questions_.answer_all();
         if ((fds[0].revents & POLLIN) != 0) {
             Fd sock(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
             if (!sock) continue;
@@ -129,6 +135,7 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
             clients_.push_back(std::move(c));
         }
     }
+    questions_.close();  // no one answers them any more
 }
 
 bool ControlServer::handle(Client& c, const StatusFn& status) {
@@ -299,6 +306,13 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
         status(*reply);
         return finish(0, sizeof *reply - sizeof *hdr);
     }
+    if (op == CtrlOp::qps || op == CtrlOp::qp) {
+        const std::size_t want = op == CtrlOp::qps ? sizeof(shm::QpsReq) : sizeof(shm::QpReq);
+        if (!body_fits(want, body_len)) return 0;
+        if (fds_truncated || fds.size() != 0) return finish(EINVAL, 0);
+        if (op == CtrlOp::qps) return finish(0, fill_qps(c, in_body, out_body));
+        return finish(fill_qp(c, in_body, out_body), sizeof(shm::QpReply));
+    }
 
     const OpSpec* spec = session_op(req.op);
     if (spec == nullptr) {
@@ -344,6 +358,49 @@ std::size_t ControlServer::fill_resources(std::byte* body) const {
     r.fds = m.fds;
     std::memcpy(body, &r, sizeof r);
     return sizeof r;
+}
+
+std::size_t ControlServer::fill_qps(const Client& c, const std::byte* req, std::byte* body) const {
+    shm::QpsReq q;
+    std::memcpy(&q, req, sizeof q);
+    const auto rows = list_qps(resources_.sessions(), devices_, QpViewer{c.peer.uid});
+    shm::QpsReply r;
+    fill_qps_reply(rows, q.first_qpn, r);
+    std::memcpy(body, &r, sizeof r);
+    return sizeof r;
+}
+
+int ControlServer::fill_qp(const Client& c, const std::byte* req, std::byte* body) const {
+    shm::QpReq q;
+    std::memcpy(&q, req, sizeof q);
+    shm::QpReply r;
+    if (!dump_qp(resources_.sessions(), devices_, QpViewer{c.peer.uid}, q.qpn, r)) {
+        spdlog::debug("control: client pid {} uid {}: no QP {} it may see", c.peer.pid, c.peer.uid,
+                      q.qpn);
+        return ENOENT;
+    }
+    std::memcpy(body, &r, sizeof r);
+    return 0;
+}
+
+Result<std::vector<shm::QpSummary>> ControlServer::ask_qps(std::chrono::milliseconds timeout) {
+    auto rows = questions_.ask<std::vector<shm::QpSummary>>(
+        [this] { return list_qps(resources_.sessions(), devices_, QpViewer{0}); }, timeout);
+    if (!rows) return make_error(ETIMEDOUT, "the control thread did not answer");
+    return std::move(*rows);
+}
+
+Result<shm::QpReply> ControlServer::ask_qp(std::uint32_t qpn, std::chrono::milliseconds timeout) {
+    auto reply = questions_.ask<std::optional<shm::QpReply>>(
+        [this, qpn]() -> std::optional<shm::QpReply> {
+            shm::QpReply r;
+            if (!dump_qp(resources_.sessions(), devices_, QpViewer{0}, qpn, r)) return std::nullopt;
+            return r;
+        },
+        timeout);
+    if (!reply) return make_error(ETIMEDOUT, "the control thread did not answer");
+    if (!*reply) return make_error(ENOENT, "no QP " + std::to_string(qpn));
+    return **reply;
 }
 
 }  // namespace snic::daemon

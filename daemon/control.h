@@ -13,15 +13,17 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/result.h"
 #include "daemon/client_memory.h"
+#include "daemon/control_queue.h"
 #include "daemon/resources.h"
 #include "daemon/session.h"
-#include "common/result.h"
 #include "shm/control.h"
 
 namespace snic::daemon {
@@ -45,6 +47,13 @@ class ControlServer {
 
     const std::string& path() const { return path_; }
 
+    // Any thread but the control thread (DPDK telemetry's): the sessions' QPs, all of them, by
+    // increasing QP number, and QP `qpn` in full, as root sees them, answered by the control
+    // thread while it serves. Errors: ETIMEDOUT when no answer came within `timeout`
+    // (or the server stopped), ENOENT when no QP has that number.
+    Result<std::vector<shm::QpSummary>> ask_qps(std::chrono::milliseconds timeout);
+    Result<shm::QpReply> ask_qp(std::uint32_t qpn, std::chrono::milliseconds timeout);
+
   private:
     struct Client {
         Fd sock;
@@ -61,6 +70,9 @@ class ControlServer {
                          bool fds_truncated, const StatusFn& status);
     std::size_t fill_clients(std::byte* body) const;
     std::size_t fill_resources(std::byte* body) const;
+    // snicctl qp: a page of the QPs the client may see, and one QP in full (0 or ENOENT).
+    std::size_t fill_qps(const Client& c, const std::byte* req, std::byte* body) const;
+    int fill_qp(const Client& c, const std::byte* req, std::byte* body) const;
 
     std::string path_;
     mode_t mode_;
@@ -72,6 +84,7 @@ class ControlServer {
     std::vector<DevicePort> devices_;
     Resources resources_;
     std::vector<std::unique_ptr<Client>> clients_;
+    ControlQueue questions_;  // from other threads, answered in serve()
 };
 
 }  // namespace snic::daemon

@@ -303,8 +303,13 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         Resources& resources = (*control)->resources();
         assign_lcores(cfg, r, selftest.get(), resources);
 
-        TelemetryInfo tel{cfg.name, {}};
+        TelemetryInfo tel{cfg.name, {}, {}, {}, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
+        for (const auto& t : r.transports) tel.transports.push_back(t.get());
+        // The QPs through the control thread, which owns the sessions (daemon/control_queue.h).
+        constexpr std::chrono::milliseconds kTelemetryWait{1000};
+        tel.qps = [&ctl = **control] { return ctl.ask_qps(kTelemetryWait); };
+        tel.qp = [&ctl = **control](std::uint32_t qpn) { return ctl.ask_qp(qpn, kTelemetryWait); };
         register_telemetry(tel);
 
         for (std::size_t i = 1; i < r.lcore_ids.size(); ++i)

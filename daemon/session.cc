@@ -835,4 +835,10 @@ void Session::stop_engine(Qp& qp) {
     qp.engine.reset();
 }
 
+// ---- observability ---------------------------------------------------------------
+
+void Session::for_each_qp(const std::function<void(const Qp&)>& fn) const {
+    qps_.for_each([&fn](const Qp& qp) { fn(qp); });
+}
+
 }  // namespace snic::daemon

@@ -227,6 +227,11 @@ class Session {
     const Counts& counts() const { return counts_; }
     std::uint64_t mapped_bytes() const { return mapped_bytes_; }
     shm::ClientInfo info() const;
+    // The device it opened (nullptr before open_device).
+    const DevicePort* device() const { return port_; }
+    // Observability (snicctl qp, telemetry): calls `fn` with each of the session's QPs. Control
+    // thread only, like every op.
+    void for_each_qp(const std::function<void(const Qp&)>& fn) const;
 
     // The ops. Each returns 0 and fills its reply, or a positive errno. `fds` are the
     // descriptors of the request in order; an op takes those it keeps, the caller closes

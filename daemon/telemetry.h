@@ -1,17 +1,37 @@
-// snicd's DPDK telemetry commands (/snic/info, /snic/ports, /snic/port_stats,<id>),
-// read with dpdk-telemetry.py from a running daemon.
+// snicd's DPDK telemetry commands, read with dpdk-telemetry.py from a running daemon:
+//   /snic/info, /snic/ports, /snic/port_stats,<port id>   the daemon and its ports
+//   /snic/<transport>_stats,<port id>                     a port's transport (/snic/roce_stats)
+//   /snic/qps, /snic/qp,<qpn>                             the sessions' QPs
+//
+// The callbacks run on DPDK's telemetry threads. Counters they read directly (relaxed atomics
+// each lcore writes). The QPs live in the client sessions, whose tables only the control
+// thread may walk: for those the callback asks the control thread (daemon/control_queue.h)
+// and waits for its answer, at most a second; no callback takes anything an lcore takes.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "common/result.h"
+#include "shm/control.h"
 
 namespace snic::daemon {
 
 class Port;
+class Transport;
 
 struct TelemetryInfo {
     std::string name;
     std::vector<const Port*> ports;  // must outlive the daemon's telemetry
+    // Each port's transport, in the order of `ports` (nullptr: none); must outlive it too.
+    std::vector<const Transport*> transports;
+    // The sessions' QPs as the control thread answers for them (ControlServer::ask_qps and
+    // ask_qp, with their bound): every QP by increasing number, and one in full. Unset: the
+    // QP commands answer nothing.
+    std::function<Result<std::vector<shm::QpSummary>>()> qps;
+    std::function<Result<shm::QpReply>(std::uint32_t qpn)> qp;
 };
 
 // Registers the commands; `info` stays the source of their answers.

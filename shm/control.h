@@ -56,6 +56,8 @@ enum class CtrlOp : std::uint16_t {
     dealloc_mw,       // HandleReq
     clients,          // -> ClientsReply (snicctl)
     resources,        // -> ResourcesReply (snicctl)
+    qps,              // QpsReq -> QpsReply (snicctl qp)
+    qp,               // QpReq -> QpReply (snicctl qp QPN)
 };
 
 struct CtrlHeader {
@@ -373,9 +375,90 @@ struct ResourcesReply {
     std::uint32_t fds;       // client fds snicd holds open
 };
 
+// ---- snicctl qp: the sessions' QPs, as `rdma resource show qp` lists a kernel RNIC's ----
+//
+// Neither op needs a session; both are answered by the control thread, which owns the
+// sessions. Root (uid 0) sees every session's QPs, any other user only those of sessions
+// whose peer has its uid; a QP the asker may not see is answered like one that does not
+// exist (ENOENT).
+
+// One QP in a listing.
+struct QpSummary {
+    std::uint32_t qpn;
+    std::uint32_t session;  // daemon-wide session number
+    std::int32_t pid;       // the session's client
+    std::uint32_t uid;
+    std::uint32_t port_index;  // index into StatusReply::ports
+    std::uint32_t qp_type;     // ibv_qp_type
+    std::uint32_t state;       // ibv_qp_state; ERR once its engine failed by itself
+    std::uint32_t dest_qpn;    // as set for RTR (0 before)
+    std::uint8_t dgid[16];     // the peer's GID as set for RTR (zero before)
+    char device[kNameLen];
+};
+static_assert(sizeof(QpSummary) == 48 + kNameLen && std::is_trivially_copyable_v<QpSummary>);
+
+// A listing is paged by QP number: each reply holds at most kMaxQpsListed QPs, from
+// first_qpn on, and says where the next page starts.
+inline constexpr std::size_t kMaxQpsListed = 48;
+struct QpsReq {
+    std::uint32_t first_qpn;  // 0: from the first
+    std::uint32_t reserved;
+};
+struct QpsReply {
+    std::uint32_t nqps;      // the QPs the asker may see, in all
+    std::uint32_t listed;    // in qps[], by increasing QP number
+    std::uint32_t more;      // 1: QPs past the last one listed remain; ask from next_qpn
+    std::uint32_t next_qpn;  // the last one listed + 1
+    QpSummary qps[kMaxQpsListed];
+};
+
+// One named counter.
+inline constexpr std::size_t kCounterNameLen = 32;
+struct NamedValue {
+    char name[kCounterNameLen];
+    std::uint64_t value;
+};
+
+// What the engine running a QP (from RTR on) shows of it.
+struct QpEngineInfo {
+    std::uint32_t running;        // 1: an engine runs the QP and the fields below are its own
+    std::uint32_t failed;         // 1: the engine is in the error state
+    char transport[16];           // "roce"
+    char error[32];               // why it failed ("none" while it runs)
+    std::uint32_t next_psn;       // of the next new request
+    std::uint32_t unacked_psn;    // the oldest request not acknowledged
+    std::uint32_t expected_psn;   // the responder's next
+    std::uint32_t msn;            // messages the responder completed
+    std::uint32_t send_wrs_held;  // taken from the send queue, not completed
+    std::uint32_t ncounters;      // in QpReply::counters
+    std::uint32_t all_counters;   // the engine's, more than ncounters when some did not fit
+    std::uint32_t reserved;
+};
+static_assert(sizeof(QpEngineInfo) == 88 && std::is_trivially_copyable_v<QpEngineInfo>);
+
+// One QP in full.
+inline constexpr std::size_t kMaxQpCounters = 64;
+struct QpReq {
+    std::uint32_t qpn;
+    std::uint32_t reserved;
+};
+struct QpReply {
+    QpSummary summary;
+    QpAttr attr;  // as last set; qp_state is summary.state, cap the QP's actual capacity
+    std::uint32_t sq_sig_all;
+    std::uint32_t srqn;  // of the SRQ it takes receive WQEs from, 0 for none
+    QpEngineInfo engine;
+    NamedValue counters[kMaxQpCounters];  // the engine's, in its own order
+};
+static_assert(sizeof(QpReply) == sizeof(QpSummary) + sizeof(QpAttr) + 8 + sizeof(QpEngineInfo) +
+                                     kMaxQpCounters * sizeof(NamedValue),
+              "no padding");
+
 // The largest message either side sends or accepts.
 inline constexpr std::size_t kCtrlMaxMessage = sizeof(Msg<ClientsReply>) > sizeof(StatusReply)
                                                     ? sizeof(Msg<ClientsReply>)
                                                     : sizeof(StatusReply);
+static_assert(sizeof(Msg<QpsReply>) <= kCtrlMaxMessage && sizeof(Msg<QpReply>) <= kCtrlMaxMessage,
+              "the QP replies fit the message size clients already use");
 
 }  // namespace snic::shm

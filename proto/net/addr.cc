@@ -1,5 +1,7 @@
 #include "proto/net/addr.h"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 #include <cstdio>
 
@@ -66,6 +68,12 @@ std::string Ipv4Addr::to_string() const {
     std::snprintf(buf, sizeof buf, "%u.%u.%u.%u", value >> 24, (value >> 16) & 0xff,
                   (value >> 8) & 0xff, value & 0xff);
     return buf;
+}
+
+std::string gid_to_string(const std::uint8_t (&gid)[16]) {
+    if (const auto v4 = ipv4_from_mapped(gid)) return v4->to_string();
+    char buf[INET6_ADDRSTRLEN];
+    return ::inet_ntop(AF_INET6, gid, buf, sizeof buf) != nullptr ? buf : "?";
 }
 
 std::optional<Ipv4Prefix> Ipv4Prefix::parse(std::string_view text) {

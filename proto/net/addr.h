@@ -45,6 +45,9 @@ constexpr std::optional<Ipv4Addr> ipv4_from_mapped(const std::uint8_t (&gid)[16]
                     std::uint32_t{gid[14]} << 8 | gid[15]};
 }
 
+// The text form of a GID: a.b.c.d for an IPv4-mapped one, else IPv6's (RFC 5952).
+std::string gid_to_string(const std::uint8_t (&gid)[16]);
+
 struct Ipv4Prefix {
     Ipv4Addr addr;
     std::uint8_t length = 32;

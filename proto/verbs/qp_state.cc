@@ -103,6 +103,13 @@ const char* qp_state_name(QpState s) {
     return idx(s) < kQpStates ? kNames[idx(s)] : "?";
 }
 
+const char* qp_type_name(std::uint32_t ibv_qp_type) {
+    const auto t = qp_type_from(ibv_qp_type);
+    if (!t) return "?";
+    constexpr const char* kNames[3] = {"RC", "UC", "UD"};
+    return kNames[idx(*t)];
+}
+
 QpTransition qp_transition(QpState cur, QpState next, QpType type) {
     if (idx(cur) >= kQpStates || idx(next) >= kQpStates || idx(type) >= 3) return {};
     const Row& r = kTable[idx(cur)][idx(next)];

@@ -30,6 +30,13 @@ constexpr std::optional<QpType> qp_type_from(std::uint32_t v) {
 }
 
 const char* qp_state_name(QpState s);
+// "RC", "UC", "UD", or "?" for a value snic does not implement.
+const char* qp_type_name(std::uint32_t ibv_qp_type);
+
+// The bytes of a path MTU given as an ibv_mtu (1: 256 ... 5: 4096), 0 for any other value.
+constexpr std::uint32_t path_mtu_bytes(std::uint32_t ibv_mtu) {
+    return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128u << ibv_mtu : 0;
+}
 
 // Attribute mask bits of a Modify QP (ibv_qp_attr_mask values).
 namespace qp_attr {

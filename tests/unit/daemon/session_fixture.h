@@ -70,7 +70,8 @@ constexpr std::uint64_t kAddr = 0x7f0000000000;
 
 // One client: a session and what it needs to call ops the way libsnic does.
 struct Client {
-    Client(Resources& r, std::span<const DevicePort> ports) : session(r, ports, Peer{1234, 0, 0}) {}
+    Client(Resources& r, std::span<const DevicePort> ports, Peer peer = Peer{1234, 0, 0})
+        : session(r, ports, peer) {}
     Session session;
     shm::Empty none{};
 
