@@ -1,5 +1,6 @@
 // snicctl: asks a running snicd what it holds, through its control socket: its ports and
-// devices (status), its client sessions (clients) and its resource counts (resources).
+// devices (status), its client sessions (clients), its resource counts (resources) and the
+// sessions' QPs (qp).
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -8,11 +9,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "proto/net/addr.h"
 #include "shm/control.h"
+#include "tools/snicctl/qp_view.h"
 
 namespace {
 
@@ -20,7 +24,7 @@ constexpr int kTimeoutMs = 2000;
 
 int usage(FILE* out, int code) {
     std::fputs(
-        "usage: snicctl [-s SOCKET | -n NAME] status|clients|resources\n"
+        "usage: snicctl [-s SOCKET | -n NAME] status|clients|resources|qp [-a] [QPN]\n"
         "  -s, --socket PATH   the daemon's control socket\n"
         "  -n, --name NAME     the daemon's name: socket /run/snic/NAME.sock (default snic)\n"
         "commands:\n"
@@ -28,7 +32,11 @@ int usage(FILE* out, int code) {
         "  clients    one line per client session: session N pid N uid N gid N device NAME\n"
         "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES\n"
         "  resources  one line per object kind: KIND count N per-client N per-daemon N;\n"
-        "             then sessions N, mappings N, mapped_bytes N, fds N\n",
+        "             then sessions N, mappings N, mapped_bytes N, fds N\n"
+        "  qp         one line per QP: qpn N device NAME session N pid N uid N type T state S\n"
+        "             dest_qpn N peer IP (root sees every session's QPs, others their own)\n"
+        "  qp QPN     one QP (decimal or 0x hex): state, attributes, the engine's PSNs and\n"
+        "             its non-zero counters (-a: all of them)\n",
         out);
     return code;
 }
@@ -38,46 +46,66 @@ int fail(const std::string& msg) {
     return 1;
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+    return std::strerror(errno);
+}
 
 struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
 };
 
-// Sends one body-less request `op` and receives its reply into `reply` (`size` bytes, the
-// reply header first). Returns 0, or prints the error and returns 1.
-int request(const std::string& path, snic::shm::CtrlOp op, void* reply, std::size_t size) {
+// Sends request `op` with `body` and receives its reply into `reply` (`size` bytes, the reply
+// header first). Returns 0; the daemon's errno when it refused the request (not printed); or
+// -1 after printing what else went wrong.
+int exchange(const std::string& path, snic::shm::CtrlOp op, std::span<const std::byte> body,
+             void* reply, std::size_t size) {
     const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (fd < 0) return fail("socket: " + errno_text());
+    if (fd < 0) return fail("socket: " + errno_text()), -1;
     Closer closer{fd};
 
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof addr.sun_path) return fail("socket path too long: " + path);
+    if (path.size() >= sizeof addr.sun_path) return fail("socket path too long: " + path), -1;
     std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-        return fail("cannot connect to " + path + ": " + errno_text() + " (is snicd running?)");
+        return fail("cannot connect to " + path + ": " + errno_text() + " (is snicd running?)"), -1;
 
-    const snic::shm::CtrlHeader req{snic::shm::kCtrlMagic, snic::shm::kAbiVersion,
-                                    static_cast<std::uint16_t>(op), 1, 0,
-                                    sizeof(snic::shm::CtrlHeader), 0};
-    if (::send(fd, &req, sizeof req, MSG_NOSIGNAL) != sizeof req)
-        return fail("cannot send to " + path + ": " + errno_text());
+    const std::size_t len = sizeof(snic::shm::CtrlHeader) + body.size();
+    const snic::shm::CtrlHeader hdr{snic::shm::kCtrlMagic,
+                                    snic::shm::kAbiVersion,
+                                    static_cast<std::uint16_t>(op),
+                                    1,
+                                    0,
+                                    static_cast<std::uint32_t>(len),
+                                    0};
+    std::vector<std::byte> req(len);
+    std::memcpy(req.data(), &hdr, sizeof hdr);
+    if (!body.empty()) std::memcpy(req.data() + sizeof hdr, body.data(), body.size());
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
+        return fail("cannot send to " + path + ": " + errno_text()), -1;
 
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, kTimeoutMs) != 1) return fail("no answer from " + path);
+    if (::poll(&p, 1, kTimeoutMs) != 1) return fail("no answer from " + path), -1;
     const ssize_t n = ::recv(fd, reply, size, 0);
-    snic::shm::CtrlHeader hdr{};
-    if (n >= static_cast<ssize_t>(sizeof hdr)) std::memcpy(&hdr, reply, sizeof hdr);
-    if (n < static_cast<ssize_t>(sizeof hdr) || hdr.magic != snic::shm::kCtrlMagic)
-        return fail("malformed answer from " + path);
-    if (hdr.status == EPROTO)
-        return fail("ABI mismatch: snicd speaks version " + std::to_string(hdr.abi_version) +
-                    ", snicctl " + std::to_string(snic::shm::kAbiVersion));
-    if (hdr.status != 0) return fail(std::string("snicd refused: ") + std::strerror(hdr.status));
-    if (static_cast<std::size_t>(n) != size) return fail("malformed answer from " + path);
+    snic::shm::CtrlHeader rep{};
+    if (n >= static_cast<ssize_t>(sizeof rep)) std::memcpy(&rep, reply, sizeof rep);
+    if (n < static_cast<ssize_t>(sizeof rep) || rep.magic != snic::shm::kCtrlMagic)
+        return fail("malformed answer from " + path), -1;
+    if (rep.status == EPROTO)
+        return fail("ABI mismatch: snicd speaks version " + std::to_string(rep.abi_version) +
+                    ", snicctl " + std::to_string(snic::shm::kAbiVersion)),
+               -1;
+    if (rep.status != 0) return rep.status;
+    if (static_cast<std::size_t>(n) != size) return fail("malformed answer from " + path), -1;
     return 0;
+}
+
+// A body-less request whose every refusal is an error: 0, or 1 after printing why not.
+int request(const std::string& path, snic::shm::CtrlOp op, void* reply, std::size_t size) {
+    const int rc = exchange(path, op, {}, reply, size);
+    if (rc > 0) return fail(std::string("snicd refused: ") + std::strerror(rc));
+    return rc == 0 ? 0 : 1;
 }
 
 int status(const std::string& path) {
@@ -145,11 +173,78 @@ int resources(const std::string& path) {
     return 0;
 }
 
+// Why snicd refused a qp request, in one line.
+int qp_refused(int err, const std::string& what) {
+    if (err == ENOENT) return fail(what + (::getuid() == 0 ? "" : " (or it is not one of yours)"));
+    if (err == EINVAL)  // what an snicd without the qp ops answers
+        return fail(std::string("snicd refused: ") + std::strerror(err) +
+                    " (is snicd older than snicctl?)");
+    return fail(std::string("snicd refused: ") + std::strerror(err));
+}
+
+int qp_list(const std::string& path) {
+    int err = 0;
+    const auto rows = snic::snicctl::fetch_qps(
+        [&](std::uint32_t first_qpn) -> std::optional<snic::shm::QpsReply> {
+            const snic::shm::QpsReq req{first_qpn, 0};
+            static snic::shm::Msg<snic::shm::QpsReply> reply;
+            const int rc = exchange(path, snic::shm::CtrlOp::qps, std::as_bytes(std::span(&req, 1)),
+                                    &reply, sizeof reply);
+            if (rc != 0) {
+                err = rc;
+                return std::nullopt;
+            }
+            return reply.body;
+        });
+    if (err > 0) return qp_refused(err, "");
+    if (err < 0) return 1;
+    if (!rows) return fail("malformed answer from " + path);
+    for (const auto& q : *rows) std::fputs(snic::snicctl::qp_line(q).c_str(), stdout);
+    return 0;
+}
+
+int qp_show(const std::string& path, std::uint32_t qpn, bool all) {
+    const snic::shm::QpReq req{qpn, 0};
+    static snic::shm::Msg<snic::shm::QpReply> reply;
+    const int rc = exchange(path, snic::shm::CtrlOp::qp, std::as_bytes(std::span(&req, 1)), &reply,
+                            sizeof reply);
+    if (rc > 0) return qp_refused(rc, "no QP " + std::to_string(qpn));
+    if (rc < 0) return 1;
+    if (reply.body.summary.qpn != qpn) return fail("malformed answer from " + path);
+    std::fputs(snic::snicctl::qp_dump(reply.body, all).c_str(), stdout);
+    return 0;
+}
+
+// snicctl qp [-a] [QPN]
+int qp(const std::string& path, const std::vector<std::string_view>& args) {
+    bool all = false;
+    std::optional<std::uint32_t> qpn;
+    for (std::string_view a : args) {
+        if (a == "-a" || a == "--all") {
+            all = true;
+        } else if (!qpn && !a.starts_with("-")) {
+            qpn = snic::snicctl::parse_qpn(a);
+            if (!qpn) {
+                std::fprintf(
+                    stderr, "snicctl: qp: '%.*s' is not a QP number (decimal or 0x hex, 24 bits)\n",
+                    static_cast<int>(a.size()), a.data());
+                return 2;
+            }
+        } else {
+            std::fprintf(stderr, "snicctl: qp: unexpected argument '%.*s'\n",
+                         static_cast<int>(a.size()), a.data());
+            return usage(stderr, 2);
+        }
+    }
+    return qpn ? qp_show(path, *qpn, all) : qp_list(path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string path = "/run/snic/snic.sock";
     std::string command;
+    std::vector<std::string_view> args;  // the command's own
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if ((a == "-s" || a == "--socket") && i + 1 < argc) {
@@ -160,6 +255,8 @@ int main(int argc, char** argv) {
             return usage(stdout, 0);
         } else if (command.empty() && !a.starts_with("-")) {
             command = a;
+        } else if (command == "qp") {
+            args.push_back(a);
         } else {
             std::fprintf(stderr, "snicctl: unknown argument '%s'\n", argv[i]);
             return usage(stderr, 2);
@@ -168,6 +265,7 @@ int main(int argc, char** argv) {
     if (command == "status") return status(path);
     if (command == "clients") return clients(path);
     if (command == "resources") return resources(path);
+    if (command == "qp") return qp(path, args);
     if (command.empty()) return usage(stderr, 2);
     std::fprintf(stderr, "snicctl: unknown command '%s'\n", command.c_str());
     return usage(stderr, 2);
