@@ -35,7 +35,7 @@ OPS = {name: i + 1 for i, name in enumerate([
     "status", "open_device", "query_port", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr",
     "create_channel", "destroy_channel", "create_cq", "destroy_cq", "create_srq", "modify_srq",
     "query_srq", "destroy_srq", "create_qp", "modify_qp", "query_qp", "destroy_qp", "alloc_mw",
-    "dealloc_mw", "clients", "resources"])}
+    "dealloc_mw", "clients", "resources", "qps", "qp"])}
 KINDS = ["pd", "mr", "mw", "channel", "cq", "srq", "qp"]
 NO_HANDLE = 0xFFFFFFFF
 PAGE = 4096
@@ -74,6 +74,14 @@ CLIENT_INFO = struct.Struct("<IiII64s7I4xQ")
 # QpAttr (144 bytes): ten u32, QpCap, reserved, two AhAttr, two u16, twelve u8.
 AH_ATTR = struct.Struct("<16sIBBBBHBBBB2x")
 QP_ATTR_HEAD = struct.Struct("<10I5II")
+# snicctl qp: QpsReply is four u32 and 48 QpSummary; QpReply a QpSummary, a QpAttr, two u32,
+# a QpEngineInfo and 64 named counters.
+MAX_QPS_LISTED = 48
+QP_SUMMARY = struct.Struct("<IIiIIIII16s64s")  # qpn session pid uid port type state dest dgid dev
+QPS_REPLY_HEAD = struct.Struct("<4I")  # nqps listed more next_qpn
+QP_ENGINE_INFO = struct.Struct("<II16s32s8I")
+NAMED_VALUE = struct.Struct("<32sQ")
+MAX_QP_COUNTERS = 64
 
 
 def round_up(n: int, to: int) -> int:
@@ -402,6 +410,7 @@ def test_abi_mismatch_gets_eproto(snicd):
     pytest.param(HDR.pack(MAGIC, ABI, OPS["alloc_pd"], 1, 0, HDR.size + 8, 0) + bytes(8),
                  id="wrong-body-size"),
     pytest.param(b"\0" * 100000, id="oversized"),
+    pytest.param(HDR.pack(MAGIC, ABI, OPS["qp"], 1, 0, HDR.size, 0), id="qp-without-body"),
 ])
 def test_malformed_message_closes_only_that_connection(snicd, payload):
     with Conn(snicd.ctrl) as bystander, Conn(snicd.ctrl) as c:
@@ -665,6 +674,65 @@ def test_close_releases_everything(snicd):
     st.poll(lambda: fd_count(snicd.pid) == base_fds and map_count(snicd.pid) == base_maps,
             "the daemon's fds and mappings back to their baseline", tries=50)
     assert snicctl(snicd, "clients") == ""
+
+
+def parse_qps_reply(body: bytes) -> tuple[tuple[int, ...], list[tuple]]:
+    assert len(body) == QPS_REPLY_HEAD.size + MAX_QPS_LISTED * QP_SUMMARY.size, len(body)
+    head = QPS_REPLY_HEAD.unpack_from(body)
+    rows = [QP_SUMMARY.unpack_from(body, QPS_REPLY_HEAD.size + i * QP_SUMMARY.size)
+            for i in range(head[1])]
+    return head, rows
+
+
+def test_qp_ops_need_no_session_and_report_a_running_qp(snicd):
+    """The qps and qp ops (snicctl qp) as laid out in shm/control.h: a QP stepped to RTS
+    by one session is listed and dumped, engine included, to a connection without one."""
+    with Conn(snicd.ctrl) as owner, Conn(snicd.ctrl) as c:
+        objs = build_everything(owner)
+        qpn = objs["qpn"]
+        (nqps, listed, more, next_qpn), rows = parse_qps_reply(
+            c.call("qps", struct.pack("<II", 0, 0)))
+        assert (nqps, listed, more) == (1, 1, 0)
+        q, session, pid, uid, port, qp_type, state, dest, dgid, dev = rows[0]
+        assert (q, pid, uid, port, qp_type, state, dest) == (qpn, os.getpid(), 0, 0, QPT_RC,
+                                                             QPS_RTS, qpn)
+        assert dgid == v4mapped(PORT1_IP) and dev.rstrip(b"\0") == f"{snicd.name}_0".encode()
+        assert next_qpn == qpn + 1
+        # From past the last QP: nothing more.
+        (nqps, listed, more, _), _ = parse_qps_reply(c.call("qps", struct.pack("<II", qpn + 1, 0)))
+        assert (nqps, listed, more) == (1, 0, 0)
+
+        body = c.call("qp", struct.pack("<II", qpn, 0))
+        assert len(body) == (QP_SUMMARY.size + 144 + 8 + QP_ENGINE_INFO.size
+                             + MAX_QP_COUNTERS * NAMED_VALUE.size), len(body)
+        assert QP_SUMMARY.unpack_from(body)[0] == qpn
+        attr = QP_ATTR_HEAD.unpack_from(body, QP_SUMMARY.size)
+        assert (attr[0], attr[2], attr[5], attr[6], attr[7]) == (QPS_RTS, MTU_1024, 7, 9, qpn)
+        sq_sig_all, srqn = struct.unpack_from("<II", body, QP_SUMMARY.size + 144)
+        assert srqn == 0
+        off = QP_SUMMARY.size + 144 + 8
+        (running, failed, transport, error, next_psn, unacked, expected, msn, held, ncounters,
+         all_counters, _) = QP_ENGINE_INFO.unpack_from(body, off)
+        assert (running, failed) == (1, 0)
+        assert transport.rstrip(b"\0") == b"roce" and error.rstrip(b"\0") == b"none"
+        assert (next_psn, unacked, expected, msn, held) == (9, 9, 7, 0, 0)
+        assert 0 < ncounters <= all_counters and ncounters <= MAX_QP_COUNTERS
+        names = [NAMED_VALUE.unpack_from(body, off + QP_ENGINE_INFO.size + i * NAMED_VALUE.size)[0]
+                 .rstrip(b"\0").decode() for i in range(ncounters)]
+        assert {"tx_send_packets", "rx_acks", "timeouts"} <= set(names), names
+
+        assert c.status_of("qp", struct.pack("<II", 1, 0)) == errno.ENOENT  # never a QP number
+        fd = memfd(PAGE)
+        try:
+            assert c.status_of("qps", struct.pack("<II", 0, 0), (fd,)) == errno.EINVAL
+            assert c.status_of("qp", struct.pack("<II", qpn, 0), (fd,)) == errno.EINVAL
+        finally:
+            os.close(fd)
+    # The QP went with its session.
+    def nqps() -> int:
+        with Conn(snicd.ctrl) as c:
+            return parse_qps_reply(c.call("qps", bytes(8)))[0][0]
+    st.poll(lambda: nqps() == 0, "the QP gone from the listing", tries=50)
 
 
 # A client process for the SIGKILL test: builds a session and waits to be killed.

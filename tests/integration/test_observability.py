@@ -1,0 +1,247 @@
+"""Operators see the transport, as `rdma resource show qp` and `rdma statistic` show a kernel
+RNIC's: while rdma-core's ibv_rc_pingpong runs unmodified under snic-run across the virtual
+wire, `snicctl qp` lists its QPs in RTS and `snicctl qp QPN` shows their PSNs and counters
+moving; DPDK telemetry shows each port's RoCE counters and the QPs; a client that is not root
+sees only its own QPs; bad input gets a clear error and a non-zero exit."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+
+import snictest as st
+
+SNIC_RUN = st.BUILD / "libclient" / "snic-run"
+LIBSNIC = st.BUILD / "libclient" / "libsnic.so"
+SUBNET = "198.18.21"
+NOBODY = 65534
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+AS_OTHER = ["setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", "--"]
+
+LISTING_LINE = re.compile(r"qpn (\d+) device (\S+) session (\d+) pid (-?\d+) uid (\d+) type (\w+) "
+                          r"state (\w+) dest_qpn (\d+) peer (\S+)")
+
+# Every RoceCounters field and roce::Drop reason (daemon/roce_transport.h, proto/roce/packet.h).
+ROCE_COUNTERS = {"rx_packets", "tx_packets", "rx_unknown_qpn", "rx_bad_source", "rx_not_ipv4",
+                 "tx_no_mbuf", "tx_unresolved", "loopback_packets", "loopback_full",
+                 "roce_truncated", "roce_unknown_opcode", "roce_bad_version",
+                 "roce_unexpected_payload", "roce_bad_pad", "roce_misaligned_length",
+                 "roce_bad_icrc"}
+
+
+@pytest.fixture(scope="module")
+def public_sock_dir() -> Iterator[Path]:
+    """A socket directory any user may reach (pytest's own are root's alone)."""
+    d = Path(tempfile.mkdtemp(prefix="snic-obs-"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory, mem_args, public_sock_dir):
+    """One daemon on the virtual wire, its control socket open to every user (0666)."""
+    with st.wire_daemon(tmp_path_factory, mem_args, "obs", SUBNET, sock_dir=public_sock_dir,
+                        args=("--ctrl-mode", "0666")) as w:
+        yield w
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    return bool(st.run(["ss", "-Hltn", f"sport = :{port}"], check=True).stdout.strip())
+
+
+@contextlib.contextmanager
+def live_pingpong(d: st.Daemon, sock_dir: Path, logdir: Path, server_as: list[str] = ()
+                  ) -> Iterator[tuple[subprocess.Popen, subprocess.Popen]]:
+    """ibv_rc_pingpong under snic-run, server on the daemon's first device (run through
+    SERVER_AS), client on its second, for far more iterations than a test lasts; yields
+    (server, client) once the client runs, and kills both on exit."""
+    port = free_tcp_port()
+    env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir))
+    env.pop("LD_PRELOAD", None)
+    common = ["-g", "0", "-p", str(port), "-s", "64", "-n", "10000000"]
+    procs: list[subprocess.Popen] = []
+    try:
+        with open(logdir / "server.log", "wb") as out:
+            procs.append(subprocess.Popen(
+                [*server_as, str(SNIC_RUN), "ibv_rc_pingpong", "-d", f"{d.name}_0", *common],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        server = procs[0]
+        st.poll(lambda: server.poll() is not None or listening(port), "the pingpong server to listen")
+        assert server.poll() is None, (logdir / "server.log").read_text()
+        with open(logdir / "client.log", "wb") as out:
+            procs.append(subprocess.Popen(
+                [str(SNIC_RUN), "ibv_rc_pingpong", "-d", f"{d.name}_1", *common, "127.0.0.1"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        yield server, procs[1]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=30)
+
+
+def ctl(d: st.Daemon, *args: str, user: list[str] = ()) -> subprocess.CompletedProcess:
+    return st.run([*user, st.SNICCTL, "-s", d.ctrl, *args], timeout=10)
+
+
+def ctl_qps(d: st.Daemon, user: list[str] = ()) -> list[dict]:
+    """`snicctl qp`: one dict per line, every line in the documented format."""
+    res = ctl(d, "qp", user=user)
+    assert res.returncode == 0, f"snicctl qp exited {res.returncode}: {res.stderr}"
+    rows = []
+    for line in res.stdout.splitlines():
+        assert LISTING_LINE.fullmatch(line), f"unexpected snicctl qp line {line!r}"
+        toks = line.split()
+        rows.append(dict(zip(toks[::2], toks[1::2])))
+    return rows
+
+
+def ctl_qp(d: st.Daemon, qpn: str, *flags: str, user: list[str] = ()) -> dict:
+    """`snicctl qp QPN`: its "key value" pairs (the lines made of them)."""
+    res = ctl(d, "qp", qpn, *flags, user=user)
+    assert res.returncode == 0, f"snicctl qp {qpn} exited {res.returncode}: {res.stderr}"
+    kv = {}
+    for line in res.stdout.splitlines():
+        if "(" in line:  # a heading
+            continue
+        toks = line.split()
+        assert len(toks) % 2 == 0, f"unexpected snicctl qp {qpn} line {line!r}"
+        kv.update(zip(toks[::2], toks[1::2]))
+    return kv
+
+
+def pingpong_qps(d: st.Daemon, server: subprocess.Popen, client: subprocess.Popen
+                 ) -> Optional[tuple[dict, dict]]:
+    """The server's and the client's QP once both are in RTS (the client's pid is the one
+    that opened the device: snic-run and setpriv exec)."""
+    for p in (server, client):
+        assert p.poll() is None, f"ibv_rc_pingpong (pid {p.pid}) exited with {p.returncode}"
+    rows = {int(r["pid"]): r for r in ctl_qps(d)}
+    s, c = rows.get(server.pid), rows.get(client.pid)
+    if s and c and s["state"] == "RTS" and c["state"] == "RTS":
+        return s, c
+    return None
+
+
+def test_snicctl_qp_shows_the_live_qps_of_a_pingpong(wire, tmp_path):
+    d, sock_dir = wire
+    with live_pingpong(d, sock_dir, tmp_path) as (server, client):
+        s, c = st.poll(lambda: pingpong_qps(d, server, client), "both pingpong QPs in RTS")
+        assert (s["device"], c["device"]) == (f"{d.name}_0", f"{d.name}_1")
+        assert (s["dest_qpn"], c["dest_qpn"]) == (c["qpn"], s["qpn"])
+        assert (s["peer"], c["peer"]) == (f"{SUBNET}.2", f"{SUBNET}.1")
+        assert s["type"] == c["type"] == "RC" and s["uid"] == c["uid"] == "0"
+        assert s["session"] != c["session"]
+
+        first = ctl_qp(d, s["qpn"])
+        assert first["state"] == "RTS" and first["dest_qpn"] == c["qpn"], first
+        assert first["path_mtu"] == "1024" and first["engine"] == "roce", first
+        assert (first["failed"], first["error"]) == ("no", "none"), first
+        # The QP number as the verbs tools print it works as well.
+        assert ctl_qp(d, hex(int(s["qpn"])))["qpn"] == s["qpn"]
+
+        def moved() -> Optional[dict]:
+            now = ctl_qp(d, s["qpn"])
+            return now if (now["next_psn"] != first["next_psn"]
+                           and now["expected_psn"] != first["expected_psn"]
+                           and int(now["tx_send_packets"]) > int(first.get("tx_send_packets", 0))
+                           and int(now["rx_acks"]) > int(first.get("rx_acks", 0))) else None
+        later = st.poll(moved, "the server QP's PSNs and counters to move")
+        assert int(later["msn"]) > int(first["msn"]), (first, later)
+
+        every = ctl_qp(d, s["qpn"], "-a")
+        assert every["timeouts"] == "0" and "tx_atomic_requests" in every, every
+        assert "timeouts" not in later or later["timeouts"] != "0", "zero counters need -a"
+
+
+def test_telemetry_shows_the_roce_counters_and_the_qps(wire, tmp_path):
+    d, sock_dir = wire
+    ids = [p.id for p in st.ctl_status_ok(d.ctrl).ports]
+    with live_pingpong(d, sock_dir, tmp_path) as (server, client):
+        s, c = st.poll(lambda: pingpong_qps(d, server, client), "both pingpong QPs in RTS")
+
+        def roce_stats() -> Optional[list[dict]]:
+            replies = st.telemetry_query(d.prefix, *(f"/snic/roce_stats,{i}" for i in ids))
+            stats = [r["/snic/roce_stats"] for r in replies]
+            return stats if all(x["rx_packets"] > 0 and x["tx_packets"] > 0 for x in stats) else None
+        for stats in st.poll(roce_stats, "RoCE packets counted on both ports"):
+            assert ROCE_COUNTERS <= set(stats), sorted(ROCE_COUNTERS - set(stats))
+            # (rx_unknown_qpn may not be 0: a killed pingpong's last packets find no QP.)
+            assert stats["rx_bad_source"] == stats["roce_bad_icrc"] == 0, stats
+
+        qpn = int(s["qpn"])
+        replies = st.telemetry_script(d.prefix, "/snic/qps", f"/snic/qp,{qpn}",
+                                      f"/snic/qp,{hex(qpn)}", "/snic/qp,12345",
+                                      "/snic/qp,notanumber", "/snic/roce_stats,99")
+        qps = replies[0]["/snic/qps"]
+        assert qps[str(ids[0])] == [qpn] and qps[str(ids[1])] == [int(c["qpn"])], qps
+        assert qps["unlisted"] == 0, qps
+        qp = replies[1]["/snic/qp"]
+        assert (qp["qpn"], qp["port"], qp["device"], qp["state"]) == (qpn, ids[0], f"{d.name}_0",
+                                                                     "RTS"), qp
+        assert (qp["dest_qpn"], qp["peer"], qp["pid"]) == (int(c["qpn"]), f"{SUBNET}.2",
+                                                           server.pid), qp
+        assert (qp["path_mtu"], qp["engine"], qp["error"], qp["failed"]) == (1024, "roce", "none",
+                                                                             0), qp
+        assert qp["tx_send_packets"] > 0 and qp["rx_acks"] > 0 and qp["msn"] > 0, qp
+        assert {"next_psn", "unacked_psn", "expected_psn", "send_wrs_held"} <= set(qp), qp
+        assert replies[2]["/snic/qp"]["qpn"] == qpn
+        # No QP has generation 0, so 12345 is never a QP number.
+        assert replies[3]["/snic/qp"] is None
+        assert replies[4]["/snic/qp"] is None
+        assert replies[5]["/snic/roce_stats"] is None
+
+
+def nobody_can_run_the_tools() -> bool:
+    return st.run([*AS_NOBODY, "test", "-x", str(st.SNICCTL), "-a", "-r", str(LIBSNIC),
+                   "-a", "-x", str(SNIC_RUN)]).returncode == 0
+
+
+def test_a_client_that_is_not_root_sees_only_its_own_qps(wire, tmp_path):
+    if not nobody_can_run_the_tools():
+        pytest.skip(f"uid {NOBODY} cannot reach snicctl or libsnic in {st.BUILD}")
+    d, sock_dir = wire
+    with live_pingpong(d, sock_dir, tmp_path, server_as=AS_NOBODY) as (server, client):
+        theirs, ours = st.poll(lambda: pingpong_qps(d, server, client), "both pingpong QPs in RTS")
+        assert (theirs["uid"], ours["uid"]) == (str(NOBODY), "0")
+
+        assert ctl_qps(d, user=AS_NOBODY) == [theirs], "nobody sees its own QP alone"
+        assert ctl_qps(d, user=AS_OTHER) == [], "a third user sees none"
+        assert ctl_qp(d, theirs["qpn"], user=AS_NOBODY)["state"] == "RTS"
+        res = ctl(d, "qp", ours["qpn"], user=AS_NOBODY)
+        assert res.returncode == 1 and res.stdout == "", res
+        assert f"no QP {ours['qpn']} (or it is not one of yours)" in res.stderr, res.stderr
+        # Root sees both.
+        assert ctl_qp(d, theirs["qpn"])["uid"] == str(NOBODY)
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["notanumber"], 2, "'notanumber' is not a QP number"),
+    (["0x1000000"], 2, "'0x1000000' is not a QP number"),
+    (["-5"], 2, "unexpected argument '-5'"),
+    (["16384", "7"], 2, "unexpected argument '7'"),
+    (["1"], 1, "no QP 1"),            # QP numbers 0 and 1 are the IBA's special QPs
+    (["12345"], 1, "no QP 12345"),    # generation 0: never a QP number
+])
+def test_snicctl_qp_refuses_bad_input(wire, args, code, message):
+    d, _ = wire
+    res = ctl(d, "qp", *args)
+    assert res.returncode == code, res
+    assert message in res.stderr and res.stdout == "", res
