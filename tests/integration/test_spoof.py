@@ -36,9 +36,8 @@ import pytest
 import snictest as st
 
 # The victim port's counter of RoCEv2 packets dropped because their source address is not
-# the QP's peer (the transport's drop reason bad_source). Adjust here if it is named
-# otherwise.
-BAD_SOURCE_COUNTER = "roce_bad_source"
+# the QP's peer: RoceCounters::rx_bad_source, in the port's /snic/roce_stats.
+BAD_SOURCE_COUNTER = "rx_bad_source"
 
 VICTIM = st.BUILD / "tests" / "verbs" / "snic-spoof-victim"
 
@@ -183,11 +182,12 @@ def victim(topology):
         vic.close()
 
 
-def port_stats(d: st.Daemon, port: int) -> dict:
+def port_stats(d: st.Daemon, port: int, command: str = "/snic/port_stats") -> dict:
+    """The port's counters (COMMAND /snic/roce_stats: its RoCEv2 transport's)."""
     if not d.running():
         raise AssertionError(f"snicd {d.name} exited\n{d.describe()}")
-    (reply,) = st.telemetry_query(d.prefix, f"/snic/port_stats,{port}")
-    return reply["/snic/port_stats"]
+    (reply,) = st.telemetry_query(d.prefix, f"{command},{port}")
+    return reply[command]
 
 
 class Wire:
@@ -253,8 +253,9 @@ def test_write_from_a_third_address_is_dropped(topology, victim, wire):
     moved nothing)."""
     info = victim.info
     assert victim.check(OFFSET, len(PAYLOAD))["untouched"], info
-    before = port_stats(topology.victim, topology.victim_port)
-    after = wire.deliver(forged_write(topology, info, THIRD_MAC, THIRD_IP), THIRD_MAC, THIRD_IP)
+    before = port_stats(topology.victim, topology.victim_port, "/snic/roce_stats")
+    wire.deliver(forged_write(topology, info, THIRD_MAC, THIRD_IP), THIRD_MAC, THIRD_IP)
+    after = port_stats(topology.victim, topology.victim_port, "/snic/roce_stats")
     got = victim.check(OFFSET, len(PAYLOAD))
     assert got["untouched"], (
         f"a forged RDMA WRITE from {THIRD_IP} ({THIRD_MAC}), not the QP's peer {PEER_IP}, was "
