@@ -8,7 +8,8 @@
 // client made: snicd writes one byte per event to it with send(MSG_DONTWAIT), which
 // never blocks whatever the client does to its own end (an eventfd's or pipe's
 // write could be made to block by a hostile client). The client reads one byte per
-// event (ibv_get_cq_event, ibv_get_async_event) from the other end. Fixed-width fields, host byte order (one host).
+// event (ibv_get_cq_event, ibv_get_async_event) from the other end. Fixed-width fields, host byte
+// order (one host).
 //
 // One connection is one client session. A session that opens a device (one
 // ibv_context) owns the objects it creates; closing the socket, by exit or
@@ -33,13 +34,13 @@ using Handle = std::uint32_t;  // (generation << 16) | index; kNoHandle: none
 inline constexpr Handle kNoHandle = 0xffffffffu;
 
 enum class CtrlOp : std::uint16_t {
-    status = 1,       // -> StatusReply
-    open_device,      // OpenDeviceReq, fds [async notification socket, async memfd] -> OpenDeviceReply
-    query_port,       // -> QueryPortReply
-    alloc_pd,         // -> HandleReply
-    dealloc_pd,       // HandleReq
-    reg_mr,           // RegMrReq, one memfd per segment -> RegMrReply
-    dereg_mr,         // HandleReq
+    status = 1,   // -> StatusReply
+    open_device,  // OpenDeviceReq, fds [async notification socket, async memfd] -> OpenDeviceReply
+    query_port,   // -> QueryPortReply
+    alloc_pd,     // -> HandleReply
+    dealloc_pd,   // HandleReq
+    reg_mr,       // RegMrReq, one memfd per segment -> RegMrReply
+    dereg_mr,     // HandleReq
     create_channel,   // fds [notification socket, memfd] -> HandleReply
     destroy_channel,  // HandleReq
     create_cq,        // CreateCqReq, fds [memfd] -> CreateCqReply
@@ -263,8 +264,8 @@ struct CreateQpReq {
     Handle pd;
     Handle send_cq;
     Handle recv_cq;
-    Handle srq;            // or kNoHandle
-    std::uint32_t qp_type; // ibv_qp_type: RC 2, UC 3, UD 4
+    Handle srq;             // or kNoHandle
+    std::uint32_t qp_type;  // ibv_qp_type: RC 2, UC 3, UD 4
     std::uint32_t sq_sig_all;
     QpCap cap;
     std::uint32_t sq_capacity;  // ring slots (powers of two >= the cap's wr counts)
@@ -346,7 +347,7 @@ struct QueryQpReply {
 // Object kinds, in the order of the count arrays below.
 enum class ObjKind : std::uint8_t { pd, mr, mw, channel, cq, srq, qp, count_ };
 inline constexpr std::size_t kObjKinds = static_cast<std::size_t>(ObjKind::count_);
-inline constexpr const char* kObjKindNames[kObjKinds] = {"pd", "mr", "mw", "channel",
+inline constexpr const char* kObjKindNames[kObjKinds] = {"pd", "mr",  "mw", "channel",
                                                          "cq", "srq", "qp"};
 
 inline constexpr std::size_t kMaxClientsListed = 64;
@@ -367,7 +368,7 @@ struct ClientsReply {
 };
 struct ResourcesReply {
     std::uint32_t sessions;
-    std::uint32_t counts[kObjKinds];      // daemon-wide
+    std::uint32_t counts[kObjKinds];  // daemon-wide
     std::uint32_t max_per_client[kObjKinds];
     std::uint32_t max_per_daemon[kObjKinds];
     std::uint64_t mapped_bytes;
@@ -456,8 +457,8 @@ static_assert(sizeof(QpReply) == sizeof(QpSummary) + sizeof(QpAttr) + 8 + sizeof
 
 // The largest message either side sends or accepts.
 inline constexpr std::size_t kCtrlMaxMessage = sizeof(Msg<ClientsReply>) > sizeof(StatusReply)
-                                                    ? sizeof(Msg<ClientsReply>)
-                                                    : sizeof(StatusReply);
+                                                   ? sizeof(Msg<ClientsReply>)
+                                                   : sizeof(StatusReply);
 static_assert(sizeof(Msg<QpsReply>) <= kCtrlMaxMessage && sizeof(Msg<QpReply>) <= kCtrlMaxMessage,
               "the QP replies fit the message size clients already use");
 
