@@ -46,7 +46,8 @@ Result<std::unique_ptr<ControlServer>> ControlServer::claim(const std::string& p
         return sys_error("cannot create " + dir + " for the control socket");
 
     const std::string lock_path = path + ".lock";
-    Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    // O_NOFOLLOW: a link planted at the lock's path is not followed to some other file.
+    Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!lock) return sys_error("cannot open " + lock_path);
     if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
         if (errno != EWOULDBLOCK) return sys_error("cannot lock " + lock_path);
@@ -57,6 +58,10 @@ Result<std::unique_ptr<ControlServer>> ControlServer::claim(const std::string& p
                                           " is in use by another snicd (pid " +
                                           pid.substr(0, pid.find('\n')) + ")");
     }
+    // Only a regular file of our own is rewritten with our pid.
+    struct stat st{};
+    if (::fstat(lock.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid())
+        return make_error(EPERM, lock_path + " is not a regular file owned by snicd's user");
     const std::string pid = std::to_string(::getpid()) + "\n";
     if (::ftruncate(lock.get(), 0) != 0 ||
         ::pwrite(lock.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
@@ -299,7 +304,7 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
     if (op == CtrlOp::status || op == CtrlOp::clients || op == CtrlOp::resources) {
         if (!body_fits(0, body_len)) return 0;
         if (fds_truncated || fds.size() != 0) return finish(EINVAL, 0);
-        if (op == CtrlOp::clients) return finish(0, fill_clients(out_body));
+        if (op == CtrlOp::clients) return finish(0, fill_clients(c.peer, out_body));
         if (op == CtrlOp::resources) return finish(0, fill_resources(out_body));
         auto* reply = reinterpret_cast<shm::StatusReply*>(out_.data());
         std::memset(out_body, 0, sizeof *reply - sizeof *hdr);
@@ -331,13 +336,14 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
     return finish(spec->run(*c.session, in_body, fds, out_body), spec->reply);
 }
 
-std::size_t ControlServer::fill_clients(std::byte* body) const {
+// Root sees every session; anyone else only the sessions of its own uid (their pids and
+// devices are nobody else's business).
+std::size_t ControlServer::fill_clients(const Peer& asker, std::byte* body) const {
     shm::ClientsReply r{};
-    const auto& sessions = resources_.sessions();
-    r.nclients = static_cast<std::uint32_t>(sessions.size());
-    for (const Session* s : sessions) {
-        if (r.listed == shm::kMaxClientsListed) break;
-        r.clients[r.listed++] = s->info();
+    for (const Session* s : resources_.sessions()) {
+        if (asker.uid != 0 && s->peer().uid != asker.uid) continue;
+        ++r.nclients;
+        if (r.listed < shm::kMaxClientsListed) r.clients[r.listed++] = s->info();
     }
     std::memcpy(body, &r, sizeof r);
     return sizeof r;

@@ -68,7 +68,7 @@ class ControlServer {
     // the body has the wrong size (the client is then disconnected).
     std::size_t dispatch(Client& c, const shm::CtrlHeader& req, std::size_t body_len, FdList& fds,
                          bool fds_truncated, const StatusFn& status);
-    std::size_t fill_clients(std::byte* body) const;
+    std::size_t fill_clients(const Peer& asker, std::byte* body) const;
     std::size_t fill_resources(std::byte* body) const;
     // snicctl qp: a page of the QPs the client may see, and one QP in full (0 or ENOENT).
     std::size_t fill_qps(const Client& c, const std::byte* req, std::byte* body) const;

@@ -91,3 +91,23 @@ def test_stale_socket_is_reused(daemons, mem_args):
     assert status.pid == d.pid, status
     assert d.stop() == 0, d.describe()
     assert d.stderr() == "", d.describe()
+
+
+def test_a_link_at_the_lock_path_is_not_followed(daemons, mem_args, tmp_path):
+    name = st.unique("stale", maxlen=24)
+    ctrl = st.CTRL_DIR / f"{name}.sock"
+    ctrl.parent.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "precious"
+    victim.write_text("not snicd's\n")
+    lock = Path(f"{ctrl}.lock")
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(victim)
+    try:
+        d = daemons(name, ["-l", "0", "--no-pci", *mem_args],
+                    ["--wire", "--port", "wire0,ip=198.18.4.4/24", "--idle-backoff", "100"],
+                    ctrl=str(ctrl))
+        rc = d.wait(timeout=st.CMD_TIMEOUT)
+        assert_one_error_line(rc, d.stderr(), d.stdout(), 1, f"cannot open {lock}")
+        assert victim.read_text() == "not snicd's\n", "the link's target was written"
+    finally:
+        lock.unlink(missing_ok=True)

@@ -231,6 +231,15 @@ def test_a_client_that_is_not_root_sees_only_its_own_qps(wire, tmp_path):
         # Root sees both.
         assert ctl_qp(d, theirs["qpn"])["uid"] == str(NOBODY)
 
+        # The same for the sessions themselves (snicctl clients): pids are nobody else's.
+        def session_uids(user):
+            res = ctl(d, "clients", user=user)
+            assert res.returncode == 0, res
+            return {line.split()[5] for line in res.stdout.splitlines() if line.startswith("session ")}
+        assert session_uids(AS_NOBODY) == {str(NOBODY)}
+        assert session_uids(AS_OTHER) == set()
+        assert session_uids([]) >= {str(NOBODY), "0"}
+
 
 @pytest.mark.parametrize("args,code,message", [
     (["notanumber"], 2, "'notanumber' is not a QP number"),

@@ -30,6 +30,7 @@ int usage(FILE* out, int code) {
         "commands:\n"
         "  status     the daemon, its ports and their RDMA devices\n"
         "  clients    one line per client session: session N pid N uid N gid N device NAME\n"
+        "             (root sees every session, anyone else those of its own uid)\n"
         "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES\n"
         "  resources  one line per object kind: KIND count N per-client N per-daemon N;\n"
         "             then sessions N, mappings N, mapped_bytes N, fds N\n"
