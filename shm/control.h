@@ -23,7 +23,7 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-inline constexpr std::uint16_t kAbiVersion = 2;
+inline constexpr std::uint16_t kAbiVersion = 3;
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
@@ -34,7 +34,7 @@ inline constexpr Handle kNoHandle = 0xffffffffu;
 
 enum class CtrlOp : std::uint16_t {
     status = 1,       // -> StatusReply
-    open_device,      // OpenDeviceReq, fds [async notification socket, async memfd] -> OpenDeviceReply
+    open_device,      // OpenDeviceReq, fds [notification socket, context memfd] -> OpenDeviceReply
     query_port,       // -> QueryPortReply
     alloc_pd,         // -> HandleReply
     dealloc_pd,       // HandleReq
@@ -271,7 +271,9 @@ struct CreateQpReq {
 struct CreateQpReply {
     Handle qp;
     std::uint32_t qp_num;
-    QpCap cap;  // actual
+    QpCap cap;               // actual
+    std::uint32_t doorbell;  // the QP's bit in its context's Doorbells (shm/wqe.h)
+    std::uint32_t reserved;
 };
 
 // ibv_global_route + ibv_ah_attr, fixed layout.

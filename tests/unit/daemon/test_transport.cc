@@ -74,10 +74,10 @@ struct RingClient {
     explicit RingClient(Resources& r, std::span<const DevicePort> ports) : c(r, ports) {}
 
     void open() {
-        const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
+        const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
         async = std::make_unique<ClientMemfd>(l.bytes);
         auto ring =
-            shm::RingConsumer<shm::AsyncEvent>::init(async->span(l.ring0), shm::kAsyncCapacity);
+            shm::RingConsumer<shm::AsyncEvent>::init(async->span(l.events), shm::kAsyncCapacity);
         ASSERT_TRUE(ring);
         events.emplace(*ring);
         ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
