@@ -142,13 +142,27 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
     }
 }
 
-void print_counters(const std::vector<std::unique_ptr<Port>>& ports) {
-    for (const auto& p : ports) {
+void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
+                    const std::vector<std::unique_ptr<RoceTransport>>& transports) {
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+        const Port* p = ports[i].get();
         std::string line = "snicd: port " + std::to_string(p->id()) + " (" + p->name() + "):";
         for_each_counter(p->counters(), [&](std::string_view name, std::uint64_t v) {
             if (v != 0 || name == "rx_packets" || name == "tx_packets")
                 line += " " + std::string(name) + "=" + std::to_string(v);
         });
+        std::printf("%s\n", line.c_str());
+        if (i >= transports.size() || !transports[i]) continue;
+        // The port's transport: its own counters and its QP scheduler's.
+        line = "snicd: port " + std::to_string(p->id()) + " " + std::string(transports[i]->name()) +
+               ":";
+        transports[i]->for_each_counter(
+            [](void* ctx, NamedCounter c) {
+                if (c.value != 0)
+                    *static_cast<std::string*>(ctx) +=
+                        " " + std::string(c.name) + "=" + std::to_string(c.value);
+            },
+            &line);
         std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);
@@ -290,7 +304,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         resources.set_quiesce({});
         unregister_telemetry();
         spdlog::info("snicd {} stopping", cfg.name);
-        print_counters(r.ports);
+        print_counters(r.ports, r.transports);
 
         if (selftest) {
             const std::string& name = cfg.selftest->name;
