@@ -1,11 +1,13 @@
 // snicd: the snic daemon. Parses its options, claims its control socket, brings
 // up DPDK and the ports, runs the data lcores until SIGINT/SIGTERM (or the end of
 // a self-test), then reports its counters and tears everything down.
+#include <pthread.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -202,6 +204,9 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
 
     add_default_file_prefix(eal_args, cfg.name);
     route_dpdk_log();
+    // The CPUs snicd was given, before EAL pins this thread to the main lcore.
+    cpu_set_t given;
+    if (sched_getaffinity(0, sizeof given, &given) != 0) CPU_ZERO(&given);
     if (auto st = eal_init(eal_args); !st) return fail(kExitRuntime, st.error().message);
 
     int rc = 0;
@@ -287,7 +292,19 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             unregister_telemetry();
             return fail(kExitRuntime, st.error().message);
         }
+        // The control thread runs on the CPUs given to snicd that no data lcore busy-polls
+        // (all of them when none is left), as DPDK's control threads do: it does not wait for a
+        // busy lcore's time slice on every request.
+        cpu_set_t control_cpus = given;
+        for (unsigned id : lcore_ids) {
+            const rte_cpuset_t lcore_cpus = rte_lcore_cpuset(id);
+            for (int c = 0; c < CPU_SETSIZE; ++c)
+                if (CPU_ISSET(c, &lcore_cpus)) CPU_CLR(c, &control_cpus);
+        }
+        if (CPU_COUNT(&control_cpus) == 0) control_cpus = given;
         std::thread control_thread([&] {
+            if (CPU_COUNT(&control_cpus) != 0)
+                pthread_setaffinity_np(pthread_self(), sizeof control_cpus, &control_cpus);
             (*control)->serve(g_stop, [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
         });
         spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,

@@ -2,6 +2,7 @@
 // it to (and taking it back from) the port's lcore. Control thread only.
 #include "daemon/roce_transport.h"
 
+#include <malloc.h>
 #include <rte_cycles.h>
 
 #include <algorithm>
@@ -132,6 +133,7 @@ Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
         sched_.add(*p, ns(now));
         if (!p->loopback_) port_.resolve(p->peer_, now);  // ARP ahead of the first send
     });
+    peak_ = std::max(peak_, ++running_);
     return std::unique_ptr<QpEngine>(std::move(rt));
 }
 
@@ -167,6 +169,14 @@ void RoceTransport::stop(Qp& qp) {
         if (rt->tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(rt->tx_m_, nullptr));
     });
     if (gone != nullptr) watches_.erase(gone->area);
+    // When many QPs went, the heap's free pages go back to the system (a QP is small, but tens
+    // of thousands come and go with their clients): each time the QPs running here halved
+    // from a peak of at least kTrimPeak. The engines stopped before this call are freed by now.
+    constexpr std::uint32_t kTrimPeak = 256;
+    if (--running_ <= peak_ / 2 && peak_ >= kTrimPeak) {
+        malloc_trim(0);
+        peak_ = running_;
+    }
 }
 
 void RoceTransport::link(DoorbellWatch* w) {

@@ -163,6 +163,8 @@ class RoceTransport final : public Transport {
     std::uint64_t now_tsc_ = 0;          // lcore: this turn's time, for the engines' wire
     DoorbellWatch* watching_ = nullptr;  // lcore: the watches' list
     std::map<shm::Doorbells*, std::unique_ptr<DoorbellWatch>> watches_;  // control thread
+    // Control thread: QPs running here, and the most since memory was last given back.
+    std::uint32_t running_ = 0, peak_ = 0;
     // Frames to a QP of this port, received on the next poll (not from inside an engine).
     static constexpr std::uint32_t kLoopSlots = 512;
     std::array<rte_mbuf*, kLoopSlots> loop_{};
