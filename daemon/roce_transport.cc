@@ -203,6 +203,7 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"tx_unresolved", c.tx_unresolved.get()});
     fn(ctx, {"loopback_packets", c.loopback_packets.get()});
     fn(ctx, {"loopback_full", c.loopback_full.get()});
+    fn(ctx, {"turns", c.turns.get()});
     fn(ctx, {"doorbells", c.doorbells.get()});
     fn(ctx, {"doorbells_stray", c.doorbells_stray.get()});
     const SchedCounters& s = sched_.counters();

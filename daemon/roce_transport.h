@@ -46,6 +46,7 @@ struct RoceCounters {
     Counter tx_unresolved;     // the peer's MAC is being resolved: the engine retransmits
     Counter loopback_packets;  // sent to a QP of this very port, without the wire
     Counter loopback_full;     // the loopback queue was full: dropped, the engine retransmits
+    Counter turns;             // polls of the transport: turns of its lcore's loop
     Counter doorbells;         // doorbells rung by clients for QPs that slept
     Counter doorbells_stray;   // doorbell bits naming no QP of that client: ignored
     std::array<Counter, roce::kRoceDropReasons> drops;  // by roce::Drop

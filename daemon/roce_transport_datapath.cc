@@ -156,6 +156,7 @@ bool RoceTransport::ring_doorbells() {
 
 bool RoceTransport::poll(std::uint64_t now_tsc) {
     now_tsc_ = now_tsc;
+    counters_.turns.add();
     bool work = false;
     // Frames the engines sent to this port last turn: received now, outside any engine.
     for (std::uint32_t n = loop_count_; n > 0; --n) {
