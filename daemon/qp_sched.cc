@@ -28,17 +28,6 @@ ReadyLink* ReadyList::pop_front() {
     return l;
 }
 
-void ReadyList::splice(ReadyList& from) {
-    if (from.empty()) return;
-    ReadyLink* first = from.head_.next;
-    ReadyLink* last = from.head_.prev;
-    first->prev = head_.prev;
-    head_.prev->next = first;
-    last->next = &head_;
-    head_.prev = last;
-    from.head_.prev = from.head_.next = &from.head_;
-}
-
 // ---- DeadlineHeap ---------------------------------------------------------------------------
 
 DeadlineHeap::DeadlineHeap(std::uint32_t capacity)
@@ -139,44 +128,45 @@ bool QpScheduler::run(std::uint64_t now) {
         counters_.timer_wakes.add();
         wake(*n->owner);
     }
+    // The QPs on the list now, each once: nothing joins the list while they run, and one
+    // that stays ready keeps its place (no list operation for a busy QP).
     bool did = false;
-    batch_.splice(ready_);
-    while (ReadyLink* l = batch_.pop_front()) {
+    ReadyLink* const last = ready_.back();
+    for (ReadyLink* l = ready_.front(); l != nullptr;) {
+        ReadyLink* const next = l == last ? nullptr : ready_.next(*l);
         Schedulable& q = *l->owner;
         counters_.engine_polls.add();
         if (q.sched_poll(now)) {
             did = true;
             q.busy_until_ = now + grace_;
         }
-        settle(q, now);
+        if (!stays_ready(q, now)) ReadyList::remove(*l);
+        l = next;
     }
     return did;
 }
 
 // After a poll: ready again on the next turn, or asleep until a packet, a doorbell or its
 // deadline.
-void QpScheduler::settle(Schedulable& q, std::uint64_t now) {
+bool QpScheduler::stays_ready(Schedulable& q, std::uint64_t now) {
+    if (now < q.busy_until_) return true;  // its send queue is watched here
     const std::uint64_t deadline = q.sched_deadline();
-    if (deadline <= now || now < q.busy_until_) {
-        ready_.push_back(q.link_);
-        return;
-    }
+    if (deadline <= now) return true;
     // A deadline is armed before the QP sleeps. A later one than already armed waits for the
     // armed one, which then wakes the QP early (one poll for nothing, and it is re-armed).
     if (deadline != kSchedNever && (!DeadlineHeap::armed(q.timer_) || deadline < q.timer_.due) &&
         !timers_.arm(q.timer_, deadline)) {
         counters_.timers_full.add();
-        ready_.push_back(q.link_);
-        return;
+        return true;
     }
     if (!q.sched_sleep()) {
         counters_.stayed_awake.add();
         q.busy_until_ = now + grace_;
-        ready_.push_back(q.link_);
-        return;
+        return true;
     }
     q.asleep_ = true;
     counters_.sleeps.add();
+    return false;
 }
 
 }  // namespace snic::daemon

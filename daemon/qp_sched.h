@@ -41,12 +41,15 @@ class ReadyList {
 
     bool empty() const { return head_.next == &head_; }
     static bool listed(const ReadyLink& l) { return l.prev != nullptr; }
+    // The first and last entries (nullptr when empty), and the one after `l` (nullptr at the
+    // end).
+    ReadyLink* front() { return empty() ? nullptr : head_.next; }
+    ReadyLink* back() { return empty() ? nullptr : head_.prev; }
+    ReadyLink* next(const ReadyLink& l) { return l.next == &head_ ? nullptr : l.next; }
     void push_back(ReadyLink& l);
     // Unlinks `l` from whichever list holds it (nothing when none).
     static void remove(ReadyLink& l);
     ReadyLink* pop_front();
-    // Moves every QP of `from` to the end of this list.
-    void splice(ReadyList& from);
 
   private:
     ReadyLink head_;
@@ -148,9 +151,9 @@ class QpScheduler {
     // Something for the QP (a packet, a doorbell, a change of state): it runs on this turn
     // or the next.
     void wake(Schedulable& q);
-    // One turn: wakes the QPs whose deadline passed, then polls every ready QP once; those
-    // with work left stay ready, the idle ones past their grace period sleep. True when an
-    // engine did something.
+    // One turn: wakes the QPs whose deadline passed, then polls every QP on the ready list once,
+    // in place: those with work left or within their grace period stay, the others sleep and
+    // leave. True when an engine did something.
     bool run(std::uint64_t now);
 
     std::uint32_t armed_timers() const { return timers_.size(); }
@@ -158,11 +161,11 @@ class QpScheduler {
     std::uint64_t grace_ns() const { return grace_; }
 
   private:
-    void settle(Schedulable& q, std::uint64_t now);
+    // After a poll: true when the QP stays ready; else it went to sleep.
+    bool stays_ready(Schedulable& q, std::uint64_t now);
 
     const std::uint64_t grace_;
     ReadyList ready_;
-    ReadyList batch_;  // this turn's, taken from ready_
     DeadlineHeap timers_;
     SchedCounters counters_;
 };

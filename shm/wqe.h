@@ -160,16 +160,18 @@ static_assert(sizeof(QpControl) == 64);
 
 // A context's doorbells (one per session, in its context memfd): one bit per QP, at the QP's
 // doorbell index (CreateQpReply::doorbell). A client thread that posted send WQEs to a QP whose
-// QpControl::sleeping is set sets the QP's bit, then the summary bit of the bit's word; snicd
-// reads the summary line every turn of its loop and takes set words with an exchange, so that
-// an idle context costs it one cache line and a hostile one at most a scan of this area.
+// QpControl::sleeping is set sets the QP's bit, then the summary bit of the bit's group of
+// words; snicd reads the summary word every turn of its loop and takes what is set with an
+// exchange, so that an idle context costs it one load and a hostile one at most a scan of
+// this area.
 inline constexpr std::uint32_t kDoorbellBits = 16384;  // as many as QP number slots
 inline constexpr std::uint32_t kDoorbellWords = kDoorbellBits / 64;
-inline constexpr std::uint32_t kDoorbellSummaryWords = kDoorbellWords / 64;
+inline constexpr std::uint32_t kDoorbellGroup = kDoorbellWords / 64;  // words per summary bit
 
 struct Doorbells {
-    std::uint64_t summary[kDoorbellSummaryWords];  // bit i of word s: bits[s * 64 + i] is set
-    std::uint8_t pad[64 - 8 * kDoorbellSummaryWords];
+    std::uint64_t summary;  // bit i: words [i * kDoorbellGroup, (i + 1) * kDoorbellGroup) of
+                            // `bits` may have bits set
+    std::uint8_t pad[56];
     std::uint64_t bits[kDoorbellWords];
 };
 static_assert(sizeof(Doorbells) == 64 + kDoorbellBits / 8);
@@ -182,8 +184,8 @@ inline void ring_doorbell(Doorbells& d, std::uint32_t index) noexcept {
     const std::uint32_t word = index / 64;
     std::atomic_ref<std::uint64_t>(d.bits[word])
         .fetch_or(std::uint64_t{1} << (index % 64), std::memory_order_release);
-    std::atomic_ref<std::uint64_t>(d.summary[word / 64])
-        .fetch_or(std::uint64_t{1} << (word % 64), std::memory_order_release);
+    std::atomic_ref<std::uint64_t>(d.summary).fetch_or(std::uint64_t{1} << (word / kDoorbellGroup),
+                                                       std::memory_order_release);
 }
 
 // snicd: takes every rung doorbell and calls fn(index) for each (index < kDoorbellBits,
@@ -192,16 +194,17 @@ inline void ring_doorbell(Doorbells& d, std::uint32_t index) noexcept {
 // bit was. Returns the number of bits taken.
 template <class F>
 std::uint32_t take_doorbells(Doorbells& d, F&& fn) noexcept {
+    std::atomic_ref<std::uint64_t> summary(d.summary);
+    if (summary.load(std::memory_order_relaxed) == 0) return 0;
     std::uint32_t n = 0;
-    for (std::uint32_t s = 0; s < kDoorbellSummaryWords; ++s) {
-        std::atomic_ref<std::uint64_t> summary(d.summary[s]);
-        if (summary.load(std::memory_order_relaxed) == 0) continue;
-        for (std::uint64_t words = summary.exchange(0, std::memory_order_acquire); words != 0;
-             words &= words - 1) {
-            const std::uint32_t w = s * 64 + static_cast<std::uint32_t>(std::countr_zero(words));
-            for (std::uint64_t bits = std::atomic_ref<std::uint64_t>(d.bits[w]).exchange(
-                     0, std::memory_order_acquire);
-                 bits != 0; bits &= bits - 1, ++n)
+    for (std::uint64_t groups = summary.exchange(0, std::memory_order_acquire); groups != 0;
+         groups &= groups - 1) {
+        const auto g = static_cast<std::uint32_t>(std::countr_zero(groups));
+        for (std::uint32_t w = g * kDoorbellGroup; w < (g + 1) * kDoorbellGroup; ++w) {
+            std::atomic_ref<std::uint64_t> word(d.bits[w]);
+            if (word.load(std::memory_order_relaxed) == 0) continue;
+            for (std::uint64_t bits = word.exchange(0, std::memory_order_acquire); bits != 0;
+                 bits &= bits - 1, ++n)
                 fn(w * 64 + static_cast<std::uint32_t>(std::countr_zero(bits)));
         }
     }

@@ -87,19 +87,17 @@ TEST(ReadyList, an_entry_removed_from_the_middle_leaves_the_rest_in_order) {
     EXPECT_TRUE(l.empty());
 }
 
-TEST(ReadyList, splice_moves_every_entry_to_the_end_in_order) {
-    ReadyLink a, b, c;
-    ReadyList one, two;
-    one.push_back(a);
-    two.push_back(b);
-    two.push_back(c);
-    one.splice(two);
-    EXPECT_TRUE(two.empty());
-    EXPECT_EQ(one.pop_front(), &a);
-    EXPECT_EQ(one.pop_front(), &b);
-    EXPECT_EQ(one.pop_front(), &c);
-    two.splice(one);  // empty into empty
-    EXPECT_TRUE(two.empty());
+TEST(ReadyList, walks_from_front_to_back) {
+    ReadyLink a, b;
+    ReadyList l;
+    EXPECT_EQ(l.front(), nullptr);
+    EXPECT_EQ(l.back(), nullptr);
+    l.push_back(a);
+    l.push_back(b);
+    EXPECT_EQ(l.front(), &a);
+    EXPECT_EQ(l.back(), &b);
+    EXPECT_EQ(l.next(a), &b);
+    EXPECT_EQ(l.next(b), nullptr);
 }
 
 // --- DeadlineHeap ------------------------------------------------------------------------------
