@@ -2,7 +2,7 @@
 
 #include <rte_errno.h>
 #include <rte_ring.h>
-#include <sched.h>
+#include <time.h>
 
 #include <stdexcept>
 #include <string>
@@ -32,11 +32,15 @@ void LcoreTasks::run(const std::function<void()>& fn) {
     }
     // The lcore takes it within one turn of its loop (plus its idle sleep, bounded by
     // --idle-backoff). Once its loop has ended for good, this thread is the only consumer.
+    // Waiting sleeps rather than yields: when this thread shares a core with the busy-polling
+    // lcore, a yield gives the lcore the rest of a scheduler time slice (milliseconds), where a
+    // short sleep lets it run only until the sleep ends, and the task takes it one turn.
     while (!task.done.load(std::memory_order_acquire)) {
         if (drained_.load(std::memory_order_acquire)) {
             poll();
         } else {
-            sched_yield();
+            const timespec ts{0, 10'000};
+            nanosleep(&ts, nullptr);
         }
     }
 }

@@ -54,7 +54,7 @@ inline constexpr Limits kLimits{
         {64, 1024},     // channel
         {1024, 16384},  // cq
         {256, 4096},    // srq
-        {1024, 16384},  // qp
+        {8192, 16384},  // qp: a client may hold half the daemon's QP numbers
     }},
     .max_qp_wr = 16384,
     .max_cqe = 65535,

@@ -1,11 +1,13 @@
 // snicd: the snic daemon. Parses its options, claims its control socket, brings
 // up DPDK and the ports, runs the data lcores until SIGINT/SIGTERM (or the end of
 // a self-test), then reports its counters and tears everything down.
+#include <pthread.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -144,7 +146,7 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
     }
 }
 
-// Each port's non-zero counters, and its transport's (prefixed with the transport's name).
+// Each port's non-zero counters, then its transport's on a line of their own.
 void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
                     const std::vector<std::unique_ptr<RoceTransport>>& transports) {
     for (std::size_t i = 0; i < ports.size(); ++i) {
@@ -154,21 +156,18 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
             if (v != 0 || name == "rx_packets" || name == "tx_packets")
                 line += " " + std::string(name) + "=" + std::to_string(v);
         });
-        if (i < transports.size() && transports[i]) {
-            struct Ctx {
-                std::string* line;
-                std::string_view prefix;
-            } ctx{&line, transports[i]->name()};
-            transports[i]->for_each_counter(
-                [](void* c, NamedCounter n) {
-                    auto& x = *static_cast<Ctx*>(c);
-                    if (n.value == 0) return;
-                    const bool named = n.name.starts_with(x.prefix);  // "roce_bad_icrc"
-                    *x.line += fmt::format(" {}{}{}={}", named ? "" : x.prefix, named ? "" : "_",
-                                           n.name, n.value);
-                },
-                &ctx);
-        }
+        std::printf("%s\n", line.c_str());
+        if (i >= transports.size() || !transports[i]) continue;
+        // The port's transport: its own counters and its QP scheduler's.
+        line = "snicd: port " + std::to_string(p.id()) + " " + std::string(transports[i]->name()) +
+               ":";
+        transports[i]->for_each_counter(
+            [](void* ctx, NamedCounter c) {
+                if (c.value != 0)
+                    *static_cast<std::string*>(ctx) +=
+                        " " + std::string(c.name) + "=" + std::to_string(c.value);
+            },
+            &line);
         std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);
@@ -290,6 +289,9 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
 
     add_default_file_prefix(eal_args, cfg.name);
     route_dpdk_log();
+    // The CPUs snicd was given, before EAL pins this thread to the main lcore.
+    cpu_set_t given;
+    if (sched_getaffinity(0, sizeof given, &given) != 0) CPU_ZERO(&given);
     if (auto st = eal_init(eal_args); !st) return fail(kExitRuntime, st.error().message);
 
     int rc = 0;
@@ -323,9 +325,20 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             unregister_telemetry();
             return fail(kExitRuntime, st.error().message);
         }
+        // The control thread runs on the CPUs given to snicd that no data lcore busy-polls
+        // (all of them when none is left), as DPDK's control threads do: it does not wait for a
+        // busy lcore's time slice on every request.
+        cpu_set_t control_cpus = given;
+        for (unsigned id : r.lcore_ids) {
+            const rte_cpuset_t lcore_cpus = rte_lcore_cpuset(id);
+            for (int c = 0; c < CPU_SETSIZE; ++c)
+                if (CPU_ISSET(c, &lcore_cpus)) CPU_CLR(c, &control_cpus);
+        }
+        if (CPU_COUNT(&control_cpus) == 0) control_cpus = given;
         std::thread control_thread([&] {
-            (*control)->serve(g_stop,
-                              [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
+            if (CPU_COUNT(&control_cpus) != 0)
+                pthread_setaffinity_np(pthread_self(), sizeof control_cpus, &control_cpus);
+            (*control)->serve(g_stop, [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
         });
         spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,
                      r.ports.size(), r.lcore_ids.size(), cfg.ctrl_path);

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <new>
 
+#include "daemon/client_memory.h"
 #include "daemon/completion.h"
 #include "daemon/session.h"
 
@@ -109,7 +111,17 @@ shm::Cqe to_cqe(const verbs::Completion& c) {
     return e;
 }
 
-QpGlue::QpGlue(Qp& qp, const NameTable& keys) : qp_(qp), keys_(keys) {}
+shm::Doorbells* doorbells_in(const Mapping& m, const shm::ContextLayout& l) {
+    if (m.size() < l.doorbells + sizeof(shm::Doorbells) || l.doorbells % shm::kRingCacheLine != 0)
+        return nullptr;
+    // The client's memory holds this trivially copyable, implicit-lifetime structure; every
+    // access to it is atomic.
+    return std::launder(reinterpret_cast<shm::Doorbells*>(m.data() + l.doorbells));
+}
+
+QpGlue::QpGlue(Qp& qp, const NameTable& keys) : qp_(qp), keys_(keys) {
+    publish_sleeping(false);  // whatever an earlier engine of the QP left there
+}
 
 // ---- memory -------------------------------------------------------------------------------
 
@@ -154,6 +166,33 @@ void QpGlue::note_failed(bool requested) {
 void QpGlue::drained() {
     draining_ = false;
     if (drain_notify_ && qp_.events != nullptr) qp_.events->post(IBV_EVENT_SQ_DRAINED, qp_.handle);
+}
+
+// ---- sleeping and waking ------------------------------------------------------------------
+
+void QpGlue::publish_sleeping(bool asleep) {
+    published_asleep_ = asleep;
+    std::atomic_ref<std::uint32_t>(qp_.control->sleeping)
+        .store(asleep ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool QpGlue::send_pending() {
+    return sending_ && qp_.sq && qp_.sq->size() != 0;
+}
+
+bool QpGlue::try_sleep() {
+    if (send_pending()) return false;
+    publish_sleeping(true);
+    // Against the client's post: it stores the producer index, fences and reads `sleeping`;
+    // we store `sleeping`, fence and read the producer index. One of us sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!send_pending()) return true;
+    publish_sleeping(false);
+    return false;
+}
+
+void QpGlue::awake() {
+    if (published_asleep_) publish_sleeping(false);
 }
 
 // ---- queues -------------------------------------------------------------------------------

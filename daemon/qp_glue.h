@@ -16,6 +16,7 @@
 
 namespace snic::daemon {
 
+class Mapping;
 class NameTable;
 struct Cq;
 struct Qp;
@@ -28,6 +29,10 @@ verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp);
 // (or than any WQE may have) gets none: a message to it is too long.
 verbs::RecvWr to_recv_wr(const shm::RecvWqe& w, std::uint32_t max_sge);
 shm::Cqe to_cqe(const verbs::Completion& c);
+
+// A context's doorbells in its memfd (mapped and checked at least `l.bytes` long, so they lie
+// within the mapping), or nullptr when the mapping is too short for them.
+shm::Doorbells* doorbells_in(const Mapping& m, const shm::ContextLayout& l);
 
 class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
   public:
@@ -47,6 +52,15 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     void note_held(std::uint32_t held) {
         if (draining_ && held == 0) drained();
     }
+
+    // Whether the client posted send WQEs the engine has not taken (from RTS on).
+    bool send_pending();
+    // The QP goes to sleep: tells the client (QpControl::sleeping) that it must ring the QP's
+    // doorbell after a post, then, after a full fence, looks at the send queue again. False
+    // (the client told the QP is awake) when WQEs are waiting.
+    bool try_sleep();
+    // The QP is awake again: the client's posts need no doorbell.
+    void awake();
 
     // The engine entered the error state. Publishes ERR (QpControl.state for libsnic, failed()
     // for the control thread) before any error completion can reach the client, once. When
@@ -75,11 +89,14 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     void drained();
     void complete(Cq& cq, std::uint32_t cq_handle, const verbs::Completion& c);
 
+    void publish_sleeping(bool asleep);
+
     Qp& qp_;
     const NameTable& keys_;
     bool sending_ = false;
     bool draining_ = false;
     bool drain_notify_ = false;
+    bool published_asleep_ = false;  // what QpControl::sleeping says (never read back)
     std::atomic<bool> failed_{false};
 };
 

@@ -2,6 +2,7 @@
 // it to (and taking it back from) the port's lcore. Control thread only.
 #include "daemon/roce_transport.h"
 
+#include <malloc.h>
 #include <rte_cycles.h>
 
 #include <algorithm>
@@ -52,14 +53,15 @@ roce::RcConfig rc_config_of(const Qp& qp) {
 }
 
 RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
-               const roce::RcConfig& config, net::Ipv4Addr peer)
+               const roce::RcConfig& config, net::Ipv4Addr peer, roce::SendSlotPool& slots)
     : transport_(transport),
       glue_(qp, keys),
       config_(config),
       peer_(peer),
       src_port_(source_port(config.qpn, config.dest_qpn)),
       loopback_(peer == transport.port().ip().addr),
-      engine_(config, glue_, glue_, *this) {}
+      doorbells_(qp.doorbells),
+      engine_(config, glue_, glue_, *this, &slots) {}
 
 QpEngineView RoceQp::view() const {
     QpEngineView v;
@@ -78,15 +80,19 @@ void RoceQp::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) 
         fn(ctx, {f.name, (engine_.counters().*f.field).get()});
 }
 
+// A QP's doorbell is the slot of its number: unique among live QPs, and the index of by_slot_.
+static_assert(shm::kDoorbellBits == 1u << kQpnFormat.gen_shift && kQpnFormat.index_shift == 0);
+
 RoceTransport::RoceTransport(Port& port, LcoreTasks& tasks, const NameTable& keys,
                              std::uint64_t tsc_hz)
     : port_(port),
       tasks_(tasks),
       keys_(keys),
       ns_per_tsc_(1e9 / static_cast<double>(tsc_hz)),
-      by_slot_(std::make_unique<std::array<RoceQp*, kQpnSlots>>()) {
+      by_slot_(std::make_unique<std::array<RoceQp*, kQpnSlots>>()),
+      slots_(kSlotChunks),
+      sched_(kQpnSlots, kGraceNs) {
     by_slot_->fill(nullptr);
-    active_.reserve(1024);
 }
 
 RoceTransport::~RoceTransport() {
@@ -107,13 +113,27 @@ Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
         return make_error(EOPNOTSUPP, "only RC QPs run on RoCEv2 so far");
     const std::optional<net::Ipv4Addr> peer = net::ipv4_from_mapped(qp.attr.ah_attr.dgid);
     if (!peer) return make_error(EINVAL, "the destination GID is not IPv4-mapped");
-    auto rt = std::make_unique<RoceQp>(*this, qp, keys_, rc_config_of(qp), *peer);
+    auto rt = std::make_unique<RoceQp>(*this, qp, keys_, rc_config_of(qp), *peer, slots_);
     RoceQp* p = rt.get();
+    // The client's doorbells are watched while one of its QPs runs here.
+    DoorbellWatch* fresh = nullptr;
+    if (qp.doorbells != nullptr) {
+        auto& w = watches_[qp.doorbells];
+        if (!w) {
+            w = std::make_unique<DoorbellWatch>();
+            w->area = qp.doorbells;
+            fresh = w.get();
+        }
+        ++w->qps;
+    }
     tasks_.run([&] {
+        if (fresh != nullptr) link(fresh);
         (*by_slot_)[p->qpn() & (kQpnSlots - 1)] = p;
-        active_.push_back(p);
-        if (!p->loopback_) port_.resolve(p->peer_, rte_rdtsc());  // ARP ahead of the first send
+        const std::uint64_t now = rte_rdtsc();
+        sched_.add(*p, ns(now));
+        if (!p->loopback_) port_.resolve(p->peer_, now);  // ARP ahead of the first send
     });
+    peak_ = std::max(peak_, ++running_);
     return std::unique_ptr<QpEngine>(std::move(rt));
 }
 
@@ -123,6 +143,7 @@ void RoceTransport::start_sending(Qp& qp) {
     tasks_.run([&] {
         rt.engine_.start_requester(a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic);
         rt.glue_.set_sending();
+        sched_.wake(rt);
     });
 }
 
@@ -137,7 +158,10 @@ void RoceTransport::drain(Qp& qp) {
 
 void RoceTransport::resume(Qp& qp) {
     RoceQp& rt = of(qp);
-    tasks_.run([&] { rt.glue_.set_sending(); });
+    tasks_.run([&] {
+        rt.glue_.set_sending();
+        sched_.wake(rt);  // WQEs posted in SQD rang no doorbell if the QP was awake
+    });
 }
 
 void RoceTransport::to_error(Qp& qp) {
@@ -145,17 +169,44 @@ void RoceTransport::to_error(Qp& qp) {
     tasks_.run([&] {
         rt.glue_.note_failed(true);
         rt.engine_.to_error();
+        sched_.wake(rt);  // a fatal NAK may be left to send; WRs posted later are flushed
     });
 }
 
 void RoceTransport::stop(Qp& qp) {
     RoceQp* rt = &of(qp);
+    DoorbellWatch* gone = nullptr;
+    if (auto it = watches_.find(rt->doorbells_); it != watches_.end() && --it->second->qps == 0)
+        gone = it->second.get();
     tasks_.run([&] {
         auto& slot = (*by_slot_)[rt->qpn() & (kQpnSlots - 1)];
         if (slot == rt) slot = nullptr;
-        std::erase(active_, rt);
+        sched_.remove(*rt);
+        if (gone != nullptr) unlink(gone);
         if (rt->tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(rt->tx_m_, nullptr));
     });
+    if (gone != nullptr) watches_.erase(gone->area);
+    // When many QPs went, the heap's free pages go back to the system (a QP is small, but tens
+    // of thousands come and go with their clients): each time the QPs running here halved
+    // from a peak of at least kTrimPeak. The engines stopped before this call are freed by now.
+    constexpr std::uint32_t kTrimPeak = 256;
+    if (--running_ <= peak_ / 2 && peak_ >= kTrimPeak) {
+        malloc_trim(0);
+        peak_ = running_;
+    }
+}
+
+void RoceTransport::link(DoorbellWatch* w) {
+    w->prev = nullptr;
+    w->next = watching_;
+    if (watching_ != nullptr) watching_->prev = w;
+    watching_ = w;
+}
+
+void RoceTransport::unlink(DoorbellWatch* w) {
+    (w->prev != nullptr ? w->prev->next : watching_) = w->next;
+    if (w->next != nullptr) w->next->prev = w->prev;
+    w->prev = w->next = nullptr;
 }
 
 void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const {
@@ -169,6 +220,15 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"tx_unresolved", c.tx_unresolved.get()});
     fn(ctx, {"loopback_packets", c.loopback_packets.get()});
     fn(ctx, {"loopback_full", c.loopback_full.get()});
+    fn(ctx, {"turns", c.turns.get()});
+    fn(ctx, {"doorbells", c.doorbells.get()});
+    fn(ctx, {"doorbells_stray", c.doorbells_stray.get()});
+    const SchedCounters& s = sched_.counters();
+    fn(ctx, {"engine_polls", s.engine_polls.get()});
+    fn(ctx, {"timer_wakes", s.timer_wakes.get()});
+    fn(ctx, {"sleeps", s.sleeps.get()});
+    fn(ctx, {"stayed_awake", s.stayed_awake.get()});
+    fn(ctx, {"timers_full", s.timers_full.get()});
     for (std::size_t i = 0; i < roce::kRoceDropReasons; ++i)
         fn(ctx, {roce::kRoceDropNames[i], c.drops[i].get()});
 }

@@ -5,6 +5,10 @@
 // the ICRC). The port's UDP 4791 hook parses, checks the ICRC, checks that the packet comes
 // from the QP's peer, and hands it to its QP.
 //
+// The lcore runs a QP's engine only when the QP has work (daemon/qp_sched.h): a packet, a
+// doorbell of its client, output left from its last poll, a deadline, or the grace period
+// after it was last busy; the send WRs an engine holds take slots from the transport's pool.
+//
 // Setup (roce_transport.cc) runs on the control thread and reaches the lcore through
 // LcoreTasks; the datapath (roce_transport_datapath.cc) runs on the lcore only.
 #pragma once
@@ -13,12 +17,13 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
-#include <vector>
 
 #include "daemon/lcore_tasks.h"
 #include "daemon/qp_glue.h"
+#include "daemon/qp_sched.h"
 #include "daemon/stats.h"
 #include "daemon/transport.h"
 #include "proto/net/addr.h"
@@ -41,6 +46,9 @@ struct RoceCounters {
     Counter tx_unresolved;     // the peer's MAC is being resolved: the engine retransmits
     Counter loopback_packets;  // sent to a QP of this very port, without the wire
     Counter loopback_full;     // the loopback queue was full: dropped, the engine retransmits
+    Counter turns;             // polls of the transport: turns of its lcore's loop
+    Counter doorbells;         // doorbells rung by clients for QPs that slept
+    Counter doorbells_stray;   // doorbell bits naming no QP of that client: ignored
     std::array<Counter, roce::kRoceDropReasons> drops;  // by roce::Drop
 };
 
@@ -48,10 +56,10 @@ class RoceTransport;
 
 // The RC QP an RC QpEngine is: the glue, the engine and this QP's end of the wire. Built by
 // the control thread when the QP enters RTR, attached to the lcore, detached before it goes.
-class RoceQp final : public QpEngine, public roce::RcWire {
+class RoceQp final : public QpEngine, public roce::RcWire, public Schedulable {
   public:
     RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys, const roce::RcConfig& config,
-           net::Ipv4Addr peer);
+           net::Ipv4Addr peer, roce::SendSlotPool& slots);
 
     roce::RcQp& engine() { return engine_; }
     QpGlue& glue() { return glue_; }
@@ -66,6 +74,12 @@ class RoceQp final : public QpEngine, public roce::RcWire {
     std::span<std::uint8_t> tx_alloc(std::size_t len) override;
     void tx_send(std::size_t len) override;
 
+    // Schedulable
+    bool sched_poll(std::uint64_t now_ns) override;
+    std::uint64_t sched_deadline() const override { return engine_.next_deadline(); }
+    bool sched_sleep() override { return glue_.try_sleep(); }
+    void sched_awake() override { glue_.awake(); }
+
   private:
     friend class RoceTransport;
     // The lcore, after each engine call: publishes a move to the error state.
@@ -77,8 +91,8 @@ class RoceQp final : public QpEngine, public roce::RcWire {
     const net::Ipv4Addr peer_;
     const std::uint16_t src_port_;  // UDP source port: flow entropy from the QP numbers
     const bool loopback_;           // the peer is this port: frames go back to its rx path
-    rte_mbuf* tx_m_ = nullptr;      // the frame being filled between tx_alloc and tx_send
-    std::uint64_t now_tsc_ = 0;
+    shm::Doorbells* const doorbells_;  // its client's, where its bit rings
+    rte_mbuf* tx_m_ = nullptr;         // the frame being filled between tx_alloc and tx_send
     roce::RcQp engine_;  // last: built from the interfaces above
 };
 
@@ -91,6 +105,7 @@ class RoceTransport final : public Transport {
 
     Port& port() { return port_; }
     const RoceCounters& counters() const { return counters_; }
+    const SchedCounters& sched_counters() const { return sched_.counters(); }
 
     // Transport
     std::string_view name() const override { return "roce"; }
@@ -105,17 +120,39 @@ class RoceTransport final : public Transport {
     void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;
 
     // --- the lcore ---
-    // Runs the engines' timers and output; true when any did something.
+    // Frames looped back last turn, the doorbells of its clients, then the QPs with work
+    // (QpScheduler::run); true when any of it did something.
     bool poll(std::uint64_t now_tsc) override;
     // The port's UDP 4791 hook.
     static void on_rx(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& frame,
                       std::uint64_t now_tsc);
 
+    // How long a QP that did something stays on the ready list, its send queue watched by the
+    // lcore (no doorbell needed): longer than a round trip of a ping-pong and than a client's
+    // turn between a completion and its next post, short enough that QPs touched now and then
+    // are soon asleep.
+    static constexpr std::uint64_t kGraceNs = 200'000;
+    // Send slot chunks per port (kSlotChunk slots each): the send WRs its QPs hold at once.
+    static constexpr std::uint32_t kSlotChunks = 256;
+
   private:
     friend class RoceQp;
+    // The doorbells of one client with QPs running here: made and counted by the control
+    // thread, read by the lcore through its list.
+    struct DoorbellWatch {
+        shm::Doorbells* area = nullptr;
+        std::uint32_t qps = 0;  // control thread only
+        DoorbellWatch* prev = nullptr;
+        DoorbellWatch* next = nullptr;
+    };
+
     static RoceQp& of(Qp& qp);
     std::uint64_t ns(std::uint64_t tsc) const;
     void receive(rte_mbuf* m, const net::RxFrame& frame, std::uint64_t now_tsc);
+    bool ring_doorbells();
+    // The lcore: a watch enters or leaves the list.
+    void link(DoorbellWatch* w);
+    void unlink(DoorbellWatch* w);
 
     static constexpr std::uint32_t kQpnSlots = 1u << 14;  // as many as QP number slots
     Port& port_;
@@ -124,7 +161,13 @@ class RoceTransport final : public Transport {
     const double ns_per_tsc_;
     RoceCounters counters_;
     std::unique_ptr<std::array<RoceQp*, kQpnSlots>> by_slot_;  // lcore only
-    std::vector<RoceQp*> active_;                              // lcore only
+    roce::SendSlotPool slots_;                                 // lcore only
+    QpScheduler sched_;                                        // lcore only
+    std::uint64_t now_tsc_ = 0;          // lcore: this turn's time, for the engines' wire
+    DoorbellWatch* watching_ = nullptr;  // lcore: the watches' list
+    std::map<shm::Doorbells*, std::unique_ptr<DoorbellWatch>> watches_;  // control thread
+    // Control thread: QPs running here, and the most since memory was last given back.
+    std::uint32_t running_ = 0, peak_ = 0;
     // Frames to a QP of this port, received on the next poll (not from inside an engine).
     static constexpr std::uint32_t kLoopSlots = 512;
     std::array<rte_mbuf*, kLoopSlots> loop_{};

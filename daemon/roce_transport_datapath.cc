@@ -51,7 +51,7 @@ void RoceQp::tx_send(std::size_t len) {
     if (m == nullptr) return;
     Port& port = transport_.port_;
     std::optional<net::MacAddr> dst =
-        loopback_ ? std::optional(port.mac()) : port.resolve(peer_, now_tsc_);
+        loopback_ ? std::optional(port.mac()) : port.resolve(peer_, transport_.now_tsc_);
     if (!dst) {
         rte_pktmbuf_free(m);
         transport_.counters_.tx_unresolved.add();
@@ -77,6 +77,14 @@ void RoceQp::tx_send(std::size_t len) {
     transport_
         .loop_[(transport_.loop_head_ + transport_.loop_count_++) % RoceTransport::kLoopSlots] = m;
     transport_.counters_.loopback_packets.add();
+}
+
+// ---- Schedulable ----------------------------------------------------------------------------
+
+bool RoceQp::sched_poll(std::uint64_t now_ns) {
+    const bool did = engine_.poll(now_ns);
+    note_state();
+    return did;
 }
 
 // ---- the transport --------------------------------------------------------------------------
@@ -117,13 +125,34 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
         rte_pktmbuf_free(m);
         return;
     }
-    rt->now_tsc_ = now_tsc;
     rt->engine_.on_packet(pkt, ns(now_tsc));
     rt->note_state();
+    sched_.wake(*rt);  // to answer, or to send what the packet allowed
     rte_pktmbuf_free(m);
 }
 
+// Wakes the QPs whose clients rang their doorbells. A bit that names no QP of the client that
+// rang it (a stale one, or a hostile client's) is counted and ignored: a client can make the
+// lcore read its doorbell area, never run another client's QP.
+bool RoceTransport::ring_doorbells() {
+    bool any = false;
+    for (DoorbellWatch* w = watching_; w != nullptr; w = w->next) {
+        any |= shm::take_doorbells(*w->area, [&](std::uint32_t bit) {
+                   RoceQp* rt = (*by_slot_)[bit];
+                   if (rt == nullptr || rt->doorbells_ != w->area) {
+                       counters_.doorbells_stray.add();
+                       return;
+                   }
+                   counters_.doorbells.add();
+                   sched_.wake(*rt);
+               }) != 0;
+    }
+    return any;
+}
+
 bool RoceTransport::poll(std::uint64_t now_tsc) {
+    now_tsc_ = now_tsc;
+    counters_.turns.add();
     bool work = false;
     // Frames the engines sent to this port last turn: received now, outside any engine.
     for (std::uint32_t n = loop_count_; n > 0; --n) {
@@ -133,12 +162,8 @@ bool RoceTransport::poll(std::uint64_t now_tsc) {
         port_.receive_local(m, now_tsc);
         work = true;
     }
-    const std::uint64_t now = ns(now_tsc);
-    for (RoceQp* rt : active_) {
-        rt->now_tsc_ = now_tsc;
-        work |= rt->engine_.poll(now);
-        rt->note_state();
-    }
+    work |= ring_doorbells();
+    work |= sched_.run(ns(now_tsc));
     return work;
 }
 

@@ -2,6 +2,7 @@
 
 #include "daemon/completion.h"
 #include "daemon/memory_keys.h"
+#include "daemon/qp_glue.h"
 
 #include <infiniband/verbs.h>
 
@@ -156,17 +157,20 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     if (!is_notify_socket(fds.get(0)))
         return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
 
-    const shm::Layout layout = shm::async_layout(shm::kAsyncCapacity);
+    const shm::ContextLayout layout = shm::context_layout(shm::kAsyncCapacity);
     auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
-    if (!map) return refuse(map.error().code, op, "async memfd: " + map.error().message);
-    auto ring = attach_ring<shm::RingProducer<shm::AsyncEvent>>(*map, layout.ring0, layout.bytes,
-                                                                shm::kAsyncCapacity, "async ring");
+    if (!map) return refuse(map.error().code, op, "context memfd: " + map.error().message);
+    shm::Doorbells* doorbells = doorbells_in(*map, layout);
+    if (doorbells == nullptr) return refuse(EINVAL, op, "context memfd: no room for doorbells");
+    auto ring = attach_ring<shm::RingProducer<shm::AsyncEvent>>(
+        *map, layout.events, layout.doorbells, shm::kAsyncCapacity, "async ring");
     if (!ring) return refuse(ring.error().code, op, ring.error().message);
 
     const DevicePort& port = ports_[req.port_index];
     events_.map = std::move(*map);
     events_.ring = *ring;
     events_.notify = ClientFd(fds.take(0));
+    doorbells_ = doorbells;
     port_ = &port;
 
     out = {};
@@ -601,6 +605,7 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     qp->sq = *sq;
     qp->type = *type;
     qp->events = &events_;
+    qp->doorbells = doorbells_;
     qp->sq_sig_all = req.sq_sig_all != 0 ? 1 : 0;
     qp->cap = c;
     if (srq != nullptr) qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
@@ -613,7 +618,7 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
 
     const shm::Handle h = qps_.insert(std::move(qp));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
-    out = {h, qpn, cap};
+    out = {h, qpn, cap, qpn % shm::kDoorbellBits, 0};
     return 0;
 }
 

@@ -210,6 +210,7 @@ struct Qp {
     shm::QpAttr attr{};  // every attribute as last set (qp_state/cur_qp_state/cap unused)
     NameLease qpn;
     AsyncEvents* events = nullptr;  // its session's
+    shm::Doorbells* doorbells = nullptr;  // its session's; the QP's bit is qpn % kDoorbellBits
     // The engine its port's transport runs, from RTR on; stopped before the QP goes.
     std::unique_ptr<QpEngine> engine;
 };
@@ -290,6 +291,7 @@ class Session {
 
     const DevicePort* port_ = nullptr;  // set by open_device
     AsyncEvents events_;
+    shm::Doorbells* doorbells_ = nullptr;  // in events_.map, set by open_device
 
     HandleTable<Pd> pds_;
     HandleTable<Mr> mrs_;

@@ -275,16 +275,17 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
         Fd theirs;
         if (const int err = make_notify_pair(&ctx->async_fd, &theirs); err != 0)
             return fail_null<ibv_context>(err);
-        const shm::Layout lay = shm::async_layout(shm::kAsyncCapacity);
+        const shm::ContextLayout lay = shm::context_layout(shm::kAsyncCapacity);
         Fd memfd;
-        if (const int err = make_shared_area("libsnic-async", lay.bytes, &memfd, &ctx->async_map);
+        if (const int err = make_shared_area("libsnic-context", lay.bytes, &memfd, &ctx->async_map);
             err != 0)
             return fail_null<ibv_context>(err);
         auto ring = shm::RingConsumer<shm::AsyncEvent>::init(
-            std::span(ctx->async_map.data() + lay.ring0, lay.bytes - lay.ring0),
+            std::span(ctx->async_map.data() + lay.events, lay.doorbells - lay.events),
             shm::kAsyncCapacity);
         if (!ring) return fail_null<ibv_context>(EINVAL);
         ctx->async_ring = *ring;
+        ctx->doorbells = ::new (ctx->async_map.data() + lay.doorbells) shm::Doorbells{};
 
         const shm::OpenDeviceReq req{dev->port_index, 0};
         shm::OpenDeviceReply rep{};

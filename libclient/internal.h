@@ -96,6 +96,8 @@ struct Qp {
     std::uint64_t send_ops;
     Mapping map;
     shm::QpControl* control;
+    shm::Doorbells* doorbells;  // its context's
+    std::uint32_t doorbell;     // its bit there
     std::optional<shm::RingProducer<shm::SendWqe>> sq;
     std::optional<shm::RingProducer<shm::RecvWqe>> rq;
     SpinLock sq_lock;
@@ -121,10 +123,12 @@ struct Context {
     shm::DeviceLimits limits;
     char devname[shm::kNameLen];
 
-    // Async events: the context's eventfd (context.async_fd) and ring.
+    // Async events: the context's eventfd (context.async_fd) and ring, in the context memfd
+    // with the doorbells of its QPs.
     Fd async_fd;
     Mapping async_map;
     std::optional<shm::RingConsumer<shm::AsyncEvent>> async_ring;
+    shm::Doorbells* doorbells;
     std::mutex async_mu;
 
     // Every object of the context, for events (handle -> object) and for

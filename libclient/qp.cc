@@ -3,6 +3,8 @@
 // each work request and push SendWqe / RecvWqe into the QP's rings. The rings
 // live in the QP's memfd (QpControl, then the SQ, then the RQ unless the QP
 // uses an SRQ); one poster at a time per ring, under the ring's spinlock.
+// After pushing send WQEs, a post rings the QP's doorbell if snicd said the QP
+// sleeps (QpControl::sleeping); a busy QP's send queue is watched by snicd.
 #include <algorithm>
 #include <cstring>
 
@@ -94,6 +96,16 @@ bool send_state_ok(const Qp* q) {
 }
 bool recv_state_ok(const Qp* q) {
     return load_state(q) != IBV_QPS_RESET;
+}
+
+// After send WQEs were pushed (their producer index stored): if snicd no longer watches the
+// QP's send queue, ring its doorbell. The fence keeps the load of `sleeping` after the store
+// of the index, as snicd keeps its load of the index after its store of `sleeping`.
+void send_posted(const Qp* q) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (std::atomic_ref<std::uint32_t>(q->control->sleeping).load(std::memory_order_relaxed) != 0 &&
+        q->doorbells != nullptr)
+        shm::ring_doorbell(*q->doorbells, q->doorbell);
 }
 
 void clear_header(shm::SendWqe* w) {
@@ -288,16 +300,19 @@ int wr_complete(ibv_qp_ex* x) {
     Qp* q = to_qp(x);
     int err = q->wr_error;
     if (err == 0 && q->nstaged != 0 && !send_state_ok(q)) err = EINVAL;
+    bool pushed = false;
     if (err == 0 && q->nstaged != 0) {
         if (q->sq->free_space() < q->nstaged) {
             err = ENOMEM;
         } else {
             q->sq->push_burst(std::span<const shm::SendWqe>(q->staged.data(), q->nstaged));
+            pushed = true;
         }
     }
     q->nstaged = 0;
     q->wr_error = 0;
     q->sq_lock.unlock();
+    if (pushed) send_posted(q);
     return err;
 }
 
@@ -648,6 +663,8 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_qp_init_attr_ex* attr) {
     cap = {rep.cap.max_send_wr, rep.cap.max_recv_wr, rep.cap.max_send_sge, rep.cap.max_recv_sge,
            rep.cap.max_inline_data};
     qp->cap = rep.cap;
+    qp->doorbells = ctx->doorbells;
+    qp->doorbell = rep.doorbell % shm::kDoorbellBits;
     qp->sq_sig_all = attr->sq_sig_all != 0;
     qp->has_ex = has_ex;
     qp->send_ops = send_ops;
@@ -686,6 +703,7 @@ ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* attr) {
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* q = to_qp(qp);
     int err = 0;
+    bool pushed = false;
     q->sq_lock.lock();
     if (!send_state_ok(q)) {
         err = EINVAL;
@@ -697,9 +715,11 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
                 err = ENOMEM;
                 break;
             }
+            pushed = true;
         }
     }
     q->sq_lock.unlock();
+    if (pushed) send_posted(q);
     if (err != 0) *bad_wr = wr;
     return err;
 }
@@ -744,7 +764,10 @@ int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
     else if (!q->sq->try_push(w))
         err = ENOMEM;
     q->sq_lock.unlock();
-    if (err == 0) mw->rkey = new_rkey;
+    if (err == 0) {
+        send_posted(q);
+        mw->rkey = new_rkey;
+    }
     return err;
 }
 

@@ -10,6 +10,8 @@
             UDP ping-pong, what a user would use instead of RDMA.
   perftest  rdma-core's perftest, unmodified, under snic-run, a server and a client
             process on the two ports (both posting APIs).
+  scale     the 8 B snic SEND round trip beside 1, 1,000 and 10,000 established idle RC
+            QPs (snic-perf --idle-qps, one run), and snicd's memory per idle QP.
 
 Prints one table (median and p99 round trip per size, the ratios, bandwidth and message
 rate), writes results.json, the samples, and two PNG plots (latency CDF at 8 B,
@@ -38,6 +40,8 @@ SNIC_RUN = BUILD / "libclient" / "snic-run"
 KPING_NET = ROOT / "scripts" / "kping-net.sh"
 
 SIZES = [8, 64, 4096, 65536]
+IDLE_QPS = [1, 1000, 10000]
+IDLE_ROUNDS = 3  # each count measured this many times, interleaved with the others
 BW_SIZES_FULL = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 BW_SIZES_QUICK = [64, 1024, 65536]
 WIRE_MTU = 9000  # jumbo frames on the virtual wire, as RoCE deployments use: IB MTU 4096
@@ -127,6 +131,50 @@ def snic_perf(d: WireDaemon, test: str, size: int, iters: int, samples: Path | N
     if samples is not None:
         cmd += ["--samples", str(samples)]
     return json_lines(run(cmd, env=d.env()))[-1]
+
+
+def proc_kib(pid: int, field: str) -> int:
+    """A size from /proc/PID/status, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def snic_idle(d: WireDaemon, iters: int) -> dict:
+    """8 B SEND round trips beside each count of IDLE_QPS established idle RC QPs: one snic-perf
+    --loopback run that grows and shrinks its idle set between measurements, IDLE_ROUNDS rounds
+    interleaved (1, 1,000, 10,000, 1, ...); each count's figure is the median of its rounds'.
+    Meanwhile the daemon's anonymous memory is sampled: its peak over what it held before, per
+    idle QP at the largest count (the QPs' shared rings, one page each for these, are apart)."""
+    _, client = cores()
+    order = IDLE_QPS * IDLE_ROUNDS
+    cmd = [*client, str(PERF), "send_lat", "--loopback", "-d", f"{d.name}_0", "--peer-device",
+           f"{d.name}_1", "-s", "8", "-n", str(iters), "--json",
+           "--idle-qps", ",".join(map(str, order))]
+    before = proc_kib(d.proc.pid, "RssAnon")
+    peak = [before, 0]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=d.env(), stdin=subprocess.DEVNULL)
+    while proc.poll() is None:
+        peak[0] = max(peak[0], proc_kib(d.proc.pid, "RssAnon"))
+        peak[1] = max(peak[1], proc_kib(d.proc.pid, "RssShmem"))
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-2000:]}\n{err[-2000:]}")
+    runs = json_lines(out)
+    rows = {}
+    for n in IDLE_QPS:
+        mine = [r for r in runs if r["idle_qps"] == n]
+        meds = sorted(r["rtt_us"]["median"] for r in mine)
+        p99s = sorted(r["rtt_us"]["p99"] for r in mine)
+        rows[str(n)] = {"median_us": meds[len(meds) // 2], "p99_us": p99s[len(p99s) // 2],
+                        "rounds": [r["rtt_us"] for r in mine]}
+    most = max(IDLE_QPS)
+    return {"iters": iters, "order": order, "rows": rows,
+            "daemon_anon_bytes_per_idle_qp": (peak[0] - before) * 1024 // most,
+            "shared_ring_bytes_per_idle_qp": peak[1] * 1024 // most}
 
 
 def floor_selftest(spec: str) -> dict:
@@ -233,6 +281,19 @@ def print_table(r: dict) -> None:
         m = lambda x: None if x is None else x["msg_rate_mpps"]
         print(f"{s:>8}  {fmt(g(sn)):>15}  {fmt(m(sn)):>7}  {fmt(g(fl)):>10}  {fmt(m(fl)):>7}  "
               f"{ratio(g(sn), g(fl)):>10}")
+    if r.get("idle"):
+        i = r["idle"]
+        one = i["rows"][str(IDLE_QPS[0])]["median_us"]
+        print()
+        print(f"8 B SEND round trip beside established idle RC QPs (one run, median of "
+              f"{IDLE_ROUNDS} interleaved rounds of {i['iters']}):")
+        print(f"{'idle QPs':>9}  {'median / p99 (us)':>18}  {'vs ' + str(IDLE_QPS[0]):>7}")
+        for n in IDLE_QPS:
+            row = i["rows"][str(n)]
+            print(f"{n:>9}  {row['median_us']:>8.2f} / {row['p99_us']:<7.2f}  "
+                  f"{ratio(row['median_us'], one):>7}")
+        print(f"snicd memory per idle QP: {i['daemon_anon_bytes_per_idle_qp']} B of its own, "
+              f"plus {i['shared_ring_bytes_per_idle_qp']} B of rings shared with the client")
     if r["perftest"]:
         print()
         print("perftest under snic-run (two processes, one per port; see docs/PERFORMANCE.md):")
@@ -245,8 +306,10 @@ def print_table(r: dict) -> None:
     print()
     t = r["targets"]
     print("Targets: 8 B SEND median / floor = {} (target <= 1.5x); / kernel TCP = {} (target < 0.5x); "
-          "64 KiB WRITE bandwidth / floor = {} (target >= 0.70)".format(
-              t["send8_over_floor"], t["send8_over_tcp"], t["write64k_over_floor"]))
+          "64 KiB WRITE bandwidth / floor = {} (target >= 0.70); beside 10,000 idle QPs / "
+          "beside 1 = {} (target <= 1.1x)".format(
+              t["send8_over_floor"], t["send8_over_tcp"], t["write64k_over_floor"],
+              t.get("send8_idle10k_over_idle1", "-")))
 
 
 def plot(out: Path, r: dict) -> None:
@@ -294,6 +357,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer iterations and sizes (under two minutes)")
     ap.add_argument("--out", default=str(BUILD / "bench"), help="output directory")
     ap.add_argument("--no-perftest", action="store_true", help="skip the perftest rows")
+    ap.add_argument("--no-scale", action="store_true", help="skip the idle QP rows")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -326,6 +390,9 @@ def main() -> int:
             r["snic_lat"][str(s)] = snic_perf(d, "send_lat", s, lat_iters, samples)
         for s in bw_sizes:
             r["snic_bw"][str(s)] = snic_perf(d, "write_bw", s, bw_iters)
+        if not a.no_scale:
+            log(f"scale: 8 B SEND beside {', '.join(map(str, IDLE_QPS))} idle RC QPs")
+            r["idle"] = snic_idle(d, lat_iters)
         if not a.no_perftest:
             log("perftest under snic-run")
             n_lat = "200" if a.quick else "1000"
@@ -361,6 +428,10 @@ def main() -> int:
         "send8_over_tcp": ratio(med(r["snic_lat"]["8"]), med(r["tcp_lat"]["8"])),
         "write64k_over_floor": ratio(g(r["snic_bw"]["65536"]), g(r["floor_bw"]["65536"])),
     }
+    if r.get("idle"):
+        rows = r["idle"]["rows"]
+        r["targets"]["send8_idle10k_over_idle1"] = ratio(rows[str(IDLE_QPS[-1])]["median_us"],
+                                                         rows[str(IDLE_QPS[0])]["median_us"])
     (out / "results.json").write_text(json.dumps(r, indent=2) + "\n")
     print_table(r)
     plot(out, r)

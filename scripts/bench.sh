@@ -3,11 +3,12 @@
 # Sets the machine up (packages, hugepages, build; idempotent), then runs
 # scripts/bench.py: snic-perf --loopback over one snicd's virtual wire, the raw
 # frame floor over the same wire (snicd self-tests), kernel TCP and UDP
-# ping-pong over a veth pair between two namespaces, and perftest under
-# snic-run. Prints one table, writes build/bench/results.json and two plots
-# (latency CDF at 8 B, bandwidth by size). Run as root.
+# ping-pong over a veth pair between two namespaces, perftest under snic-run,
+# and the 8 B round trip beside 1, 1,000 and 10,000 idle RC QPs. Prints one
+# table, writes build/bench/results.json and two plots (latency CDF at 8 B,
+# bandwidth by size). Run as root.
 #
-#   scripts/bench.sh [--quick] [--no-deps] [--no-build] [--out DIR] [--no-perftest]
+#   scripts/bench.sh [--quick] [--no-deps] [--no-build] [--out DIR] [--no-perftest] [--no-scale]
 #
 # --quick takes about 15 s, the full run about 30 s on this project's 2-core machines.
 set -euo pipefail
@@ -16,7 +17,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 setup_args=()
@@ -24,7 +25,7 @@ bench_args=()
 while (($#)); do
     case $1 in
         --no-deps | --no-build) setup_args+=("$1") ;;
-        --quick | --no-perftest) bench_args+=("$1") ;;
+        --quick | --no-perftest | --no-scale) bench_args+=("$1") ;;
         --out) bench_args+=("$1" "${2:?--out needs a directory}"); shift ;;
         -h | --help) usage; exit 0 ;;
         *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;

@@ -24,7 +24,7 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-inline constexpr std::uint16_t kAbiVersion = 2;
+inline constexpr std::uint16_t kAbiVersion = 3;
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
@@ -34,13 +34,13 @@ using Handle = std::uint32_t;  // (generation << 16) | index; kNoHandle: none
 inline constexpr Handle kNoHandle = 0xffffffffu;
 
 enum class CtrlOp : std::uint16_t {
-    status = 1,   // -> StatusReply
-    open_device,  // OpenDeviceReq, fds [async notification socket, async memfd] -> OpenDeviceReply
-    query_port,   // -> QueryPortReply
-    alloc_pd,     // -> HandleReply
-    dealloc_pd,   // HandleReq
-    reg_mr,       // RegMrReq, one memfd per segment -> RegMrReply
-    dereg_mr,     // HandleReq
+    status = 1,       // -> StatusReply
+    open_device,      // OpenDeviceReq, fds [notification socket, context memfd] -> OpenDeviceReply
+    query_port,       // -> QueryPortReply
+    alloc_pd,         // -> HandleReply
+    dealloc_pd,       // HandleReq
+    reg_mr,           // RegMrReq, one memfd per segment -> RegMrReply
+    dereg_mr,         // HandleReq
     create_channel,   // fds [notification socket, memfd] -> HandleReply
     destroy_channel,  // HandleReq
     create_cq,        // CreateCqReq, fds [memfd] -> CreateCqReply
@@ -274,7 +274,9 @@ struct CreateQpReq {
 struct CreateQpReply {
     Handle qp;
     std::uint32_t qp_num;
-    QpCap cap;  // actual
+    QpCap cap;               // actual
+    std::uint32_t doorbell;  // the QP's bit in its context's Doorbells (shm/wqe.h)
+    std::uint32_t reserved;
 };
 
 // ibv_global_route + ibv_ah_attr, fixed layout.

@@ -9,6 +9,8 @@
 // them with a cast; libsnic static_asserts that they agree.
 #pragma once
 
+#include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -145,9 +147,69 @@ static_assert(sizeof(CqControl) == 64);
 // Shared words at the start of a QP's memfd, written by snicd only.
 struct QpControl {
     std::uint32_t state;  // QpState: the client reads it to see an asynchronous move to ERR
-    std::uint8_t pad[60];
+    // Nonzero while snicd does not watch the QP's send queue: a client that pushed send WQEs
+    // then rings the QP's doorbell (ring_doorbell below). snicd stores it and then reads the
+    // send ring's producer index; the client stores the producer index and then reads it;
+    // both put a full fence between the two, so that one of them sees the other's store.
+    std::uint32_t sleeping;
+    std::uint8_t pad[56];
 };
 static_assert(sizeof(QpControl) == 64);
+
+// ---- doorbells ---------------------------------------------------------------------------------
+
+// A context's doorbells (one per session, in its context memfd): one bit per QP, at the QP's
+// doorbell index (CreateQpReply::doorbell). A client thread that posted send WQEs to a QP whose
+// QpControl::sleeping is set sets the QP's bit, then the summary bit of the bit's group of
+// words; snicd reads the summary word every turn of its loop and takes what is set with an
+// exchange, so that an idle context costs it one load and a hostile one at most a scan of
+// this area.
+inline constexpr std::uint32_t kDoorbellBits = 16384;  // as many as QP number slots
+inline constexpr std::uint32_t kDoorbellWords = kDoorbellBits / 64;
+inline constexpr std::uint32_t kDoorbellGroup = kDoorbellWords / 64;  // words per summary bit
+
+struct Doorbells {
+    std::uint64_t summary;  // bit i: words [i * kDoorbellGroup, (i + 1) * kDoorbellGroup) of
+                            // `bits` may have bits set
+    std::uint8_t pad[56];
+    std::uint64_t bits[kDoorbellWords];
+};
+static_assert(sizeof(Doorbells) == 64 + kDoorbellBits / 8);
+static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free);
+
+// The client: the QP at `index` has new send WQEs (after their producer index was stored and
+// a full fence). Several threads may ring doorbells of one context at once.
+inline void ring_doorbell(Doorbells& d, std::uint32_t index) noexcept {
+    index %= kDoorbellBits;
+    const std::uint32_t word = index / 64;
+    std::atomic_ref<std::uint64_t>(d.bits[word])
+        .fetch_or(std::uint64_t{1} << (index % 64), std::memory_order_release);
+    std::atomic_ref<std::uint64_t>(d.summary).fetch_or(std::uint64_t{1} << (word / kDoorbellGroup),
+                                                       std::memory_order_release);
+}
+
+// snicd: takes every rung doorbell and calls fn(index) for each (index < kDoorbellBits,
+// whatever the client wrote). A bit rung while this runs is taken now or on the next call:
+// the client sets the word before its summary bit, and a word is taken only after its summary
+// bit was. Returns the number of bits taken.
+template <class F>
+std::uint32_t take_doorbells(Doorbells& d, F&& fn) noexcept {
+    std::atomic_ref<std::uint64_t> summary(d.summary);
+    if (summary.load(std::memory_order_relaxed) == 0) return 0;
+    std::uint32_t n = 0;
+    for (std::uint64_t groups = summary.exchange(0, std::memory_order_acquire); groups != 0;
+         groups &= groups - 1) {
+        const auto g = static_cast<std::uint32_t>(std::countr_zero(groups));
+        for (std::uint32_t w = g * kDoorbellGroup; w < (g + 1) * kDoorbellGroup; ++w) {
+            std::atomic_ref<std::uint64_t> word(d.bits[w]);
+            if (word.load(std::memory_order_relaxed) == 0) continue;
+            for (std::uint64_t bits = word.exchange(0, std::memory_order_acquire); bits != 0;
+                 bits &= bits - 1, ++n)
+                fn(w * 64 + static_cast<std::uint32_t>(std::countr_zero(bits)));
+        }
+    }
+    return n;
+}
 
 // Where the parts of an object's memfd lie. Both sides compute it from the
 // capacities in the create request; snicd checks the memfd is at least `bytes`.
@@ -217,6 +279,17 @@ constexpr bool cq_capacity_ok(std::uint32_t capacity, std::uint32_t cqe, std::ui
 }
 static_assert(wq_capacity_ok(wq_capacity_for(100), 100, 1024) && wq_capacity_for(128) == 128);
 static_assert(cq_capacity_ok(cq_capacity_for(127), 127, 1024) && cq_capacity_for(128) == 256);
+
+// A context's memfd (open_device): its async events ring, then its doorbells.
+struct ContextLayout {
+    std::size_t events;     // the AsyncEvent ring
+    std::size_t doorbells;  // Doorbells, cache line aligned
+    std::size_t bytes;      // total, a multiple of kPageSize
+};
+constexpr ContextLayout context_layout(std::uint32_t async_capacity) {
+    const std::size_t doorbells = round_up(ring_bytes<AsyncEvent>(async_capacity), kRingCacheLine);
+    return {0, doorbells, round_up(doorbells + sizeof(Doorbells), kPageSize)};
+}
 
 inline constexpr std::uint32_t kChannelCapacity = 4096;  // also the most CQs on one channel
 inline constexpr std::uint32_t kAsyncCapacity = 1024;

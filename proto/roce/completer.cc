@@ -111,14 +111,15 @@ bool RcQp::comp_retire() {
         SendSlot& s = slot(head_);
         if (s.state == SlotState::done) {
             if (s.wr.signaled) complete_send_slot(s, WcStatus::success);
-            ++head_;
+            pop_head();
             did = true;
             continue;
         }
         if (s.state == SlotState::failed) {
             complete_send_slot(s, s.status);
-            ++head_;
-            fail(s.why);
+            const RcError why = s.why;  // the slot may go back to the pool with the head
+            pop_head();
+            fail(why);
             return true;
         }
         break;
@@ -139,7 +140,7 @@ void RcQp::comp_fail_at(std::uint32_t psn, WcStatus status, RcError why) {
         } else {
             complete_send_slot(s, last ? status : WcStatus::wr_flush_err);
         }
-        ++head_;
+        pop_head();
         if (last) break;
     }
     fail(why);

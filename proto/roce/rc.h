@@ -184,6 +184,7 @@ struct RcCounters {
     RcCounter tx_read_responses, tx_atomic_acks, tx_acks, tx_naks;
     RcCounter tx_retransmits;  // request packets sent again (go-back-N, timeout, RNR)
     RcCounter tx_full;         // tx_alloc refused: retried on the next poll
+    RcCounter send_slot_waits;  // the send slot pool was empty: WRs taken on a later poll
     // received, by kind
     RcCounter rx_send_packets, rx_write_packets, rx_read_requests, rx_atomic_requests;
     RcCounter rx_read_responses, rx_atomic_acks, rx_acks, rx_naks;
@@ -207,7 +208,7 @@ struct RcCounterField {
     RcCounter RcCounters::*field;
 };
 
-inline constexpr std::array<RcCounterField, 37> kRcCounterFields = {{
+inline constexpr std::array<RcCounterField, 38> kRcCounterFields = {{
     {"tx_send_packets", &RcCounters::tx_send_packets},
     {"tx_write_packets", &RcCounters::tx_write_packets},
     {"tx_read_requests", &RcCounters::tx_read_requests},
@@ -218,6 +219,7 @@ inline constexpr std::array<RcCounterField, 37> kRcCounterFields = {{
     {"tx_naks", &RcCounters::tx_naks},
     {"tx_retransmits", &RcCounters::tx_retransmits},
     {"tx_full", &RcCounters::tx_full},
+    {"send_slot_waits", &RcCounters::send_slot_waits},
     {"rx_send_packets", &RcCounters::rx_send_packets},
     {"rx_write_packets", &RcCounters::rx_write_packets},
     {"rx_read_requests", &RcCounters::rx_read_requests},

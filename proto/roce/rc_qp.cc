@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <utility>
 
 #include "proto/roce/psn.h"
 
@@ -27,8 +28,9 @@ const char* rc_config_error(const RcConfig& c) {
     return nullptr;
 }
 
-RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& wire)
-    : cfg_(config), mem_(memory), queues_(queues), wire_(wire) {
+RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& wire,
+           SendSlotPool* pool)
+    : cfg_(config), mem_(memory), queues_(queues), wire_(wire), pool_(pool) {
     // Clamp what rc_config_error() would refuse, so that a bad config cannot break the
     // engine's arithmetic.
     if (cfg_.mtu < 256) cfg_.mtu = 256;
@@ -52,14 +54,58 @@ RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& w
     cfg_.ack_every = std::max<std::uint32_t>(cfg_.ack_every, 1);
 
     timeout_ns_ = ack_timeout_ns(cfg_.timeout);
-    depth_ = cfg_.sq_depth;
-    slots_ = std::make_unique<SendSlot[]>(depth_);
+    // WRs beyond depth_ wait in the client's ring: the ring keeps max_send_wr posts possible.
+    depth_ = std::bit_ceil(std::min(cfg_.sq_depth, kMaxHeldWrs));
+    chunk_ = std::min(depth_, kSlotChunk);
+    chunk_shift_ = static_cast<std::uint32_t>(std::countr_zero(chunk_));
+    nchunks_ = depth_ / chunk_;
+    if (pool_ == nullptr) {
+        own_pool_ = std::make_unique<SendSlotPool>(nchunks_);
+        pool_ = own_pool_.get();
+    }
     next_psn_ = una_ = sent_end_ = cfg_.sq_psn;
     retry_left_ = cfg_.retry_cnt;
     rnr_left_ = cfg_.rnr_retry;
     epsn_ = cfg_.rq_psn;
     nres_ = cfg_.max_dest_rd_atomic;
     res_ = std::make_unique<RdAtomicRes[]>(std::max<std::uint32_t>(nres_, 1));
+}
+
+RcQp::~RcQp() {
+    for (SlotChunk*& c : chunks_)
+        if (c != nullptr) pool_->give(std::exchange(c, nullptr));
+}
+
+std::uint32_t RcQp::slot_chunks_held() const {
+    std::uint32_t n = 0;
+    for (const SlotChunk* c : chunks_) n += c != nullptr ? 1 : 0;
+    return n;
+}
+
+bool RcQp::borrow(SlotChunk*& c) {
+    c = pool_->take();
+    if (c != nullptr) return true;
+    counters_.send_slot_waits.add();
+    more_ = true;  // taken again on a later poll, once another QP gave chunks back
+    return false;
+}
+
+void RcQp::pop_head() {
+    ++head_;
+    if (head_ == tail_ || (head_ & (chunk_ - 1)) == 0) release_chunks();
+}
+
+// Gives back every chunk in which no held WR ([head_, tail_)) lives.
+void RcQp::release_chunks() {
+    std::uint32_t live = 0;  // bit per chunk
+    if (head_ != tail_) {
+        const std::uint32_t first = head_ >> chunk_shift_, last = (tail_ - 1) >> chunk_shift_;
+        for (std::uint32_t r = first; r - first <= last - first && r - first < nchunks_; ++r)
+            live |= 1u << (r & (nchunks_ - 1));
+    }
+    for (std::uint32_t k = 0; k < nchunks_; ++k)
+        if ((live & (1u << k)) == 0 && chunks_[k] != nullptr)
+            pool_->give(std::exchange(chunks_[k], nullptr));
 }
 
 bool RcQp::start_requester(std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry_cnt,
@@ -111,6 +157,7 @@ void RcQp::on_packet(const Packet& pkt, RcTime now) {
 }
 
 bool RcQp::poll(RcTime now) {
+    more_ = false;
     if (state_ == RcState::error) {
         bool did = false;
         if (nak_pending_ && nak_fatal_) did = resp_send_nak();
@@ -139,6 +186,7 @@ bool RcQp::poll(RcTime now) {
         if (!any) break;
         did = true;
     }
+    if (budget == 0) more_ = true;  // cut short: the rest goes on the next poll
     // Local operations started above complete here when nothing is ahead of them; a WR
     // that failed to start completes in error.
     did |= comp_retire();
@@ -146,7 +194,10 @@ bool RcQp::poll(RcTime now) {
 }
 
 RcTime RcQp::next_deadline() const {
-    if (state_ == RcState::error) return kRcNever;
+    if (more_) return 0;
+    if (state_ == RcState::error) return nak_pending_ && nak_fatal_ ? 0 : kRcNever;
+    // Responder output made due by a packet since the last poll.
+    if (nak_pending_ || res_active_ > 0 || (ack_needed_ && ack_now_)) return 0;
     RcTime t = deadline_;
     if (rnr_wait_) t = std::min(t, rnr_until_);
     if (ack_needed_) {
@@ -194,15 +245,16 @@ void RcQp::complete_recv_error(const RecvWr& wr, WcStatus status) {
 
 void RcQp::flush() {
     // Send WRs held by the engine, in order, then those still in the queue.
-    for (; head_ != tail_; ++head_) {
+    while (head_ != tail_) {
         SendSlot& s = slot(head_);
         if (s.op == nullptr) s.op = &wr_op_info(WrOp::send);
         complete_send_slot(s, WcStatus::wr_flush_err);
+        pop_head();
     }
     start_ = cur_ = tail_;
     cur_pkt_ = 0;
     rd_atomic_out_ = 0;
-    SendSlot& spare = slot(tail_);
+    SendSlot spare;  // on the stack: no chunk needed to flush what the queue still holds
     while (queues_.pop_send(spare.wr)) {
         const auto op = static_cast<std::uint8_t>(spare.wr.op);
         spare.op = op < kWrOpCount ? &kWrOpTable[op] : &wr_op_info(WrOp::send);
@@ -230,6 +282,7 @@ bool RcQp::emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
     const std::span<std::uint8_t> out = wire_.tx_alloc(total);
     if (out.size() < total) {
         counters_.tx_full.add();
+        more_ = true;  // sent on a later poll
         return false;
     }
     const std::size_t hdr = write_headers(out, spec, len);

@@ -5,22 +5,31 @@
 // and RcWire (rc.h). IBA vol 1 §9.7 (reliable service) is the rule book.
 //
 // Pure engine: no DPDK, no syscalls, no exceptions, no logs, no allocation after the
-// constructor (which sizes the send WR array and the READ/atomic resources). The owner
-// calls on_packet() for every packet addressed to the QP and poll() on every turn of its
-// loop; both take the current time. One thread owns a QP.
+// constructor (which sizes the READ/atomic resources). The send WRs it holds live in slots
+// borrowed from a SendSlotPool (send_slots.h) while they are held. The owner calls
+// on_packet() for every packet addressed to the QP and poll() when the QP has work: after a
+// packet, after new send WRs were posted, while next_deadline() says it has output now, and
+// when that deadline passes; a QP that is not polled otherwise loses nothing. Both calls
+// take the current time. One thread owns a QP.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 
 #include "proto/roce/packet.h"
 #include "proto/roce/rc.h"
+#include "proto/roce/send_slots.h"
 
 namespace snic::roce {
 
 class RcQp {
   public:
-    RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& wire);
+    // `pool`: where its send slots come from, shared with the owner's other QPs and
+    // outliving them; none: a pool of its own, as large as the QP may need.
+    RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& wire,
+         SendSlotPool* pool = nullptr);
+    ~RcQp();
     RcQp(const RcQp&) = delete;
     RcQp& operator=(const RcQp&) = delete;
 
@@ -32,7 +41,8 @@ class RcQp {
     // Does the QP's share of work: fires due timers (retransmission, RNR wait, ACK delay),
     // sends at most max_burst packets (responder output and requests, alternating), starts
     // send WRs, retires completed ones; in the error state, flushes WRs posted since.
-    // Returns true when anything happened.
+    // Returns true when anything happened. What it leaves undone (a burst cut short, the
+    // wire or the slot pool full) makes next_deadline() 0.
     bool poll(RcTime now);
 
     // RTR -> RTS: the attributes Modify QP gives the send side only at RTS (IBA §11.2.4.2).
@@ -51,8 +61,10 @@ class RcQp {
     const RcCounters& counters() const { return counters_; }
     const RcConfig& config() const { return cfg_; }
 
-    // The earliest time at which poll() has timer work (kRcNever: none), for the owner's
-    // idle logic; a QP with packets to send wants poll() now regardless.
+    // When poll() has work again without a packet or a new send WR: 0 when it has output it
+    // could send now (poll() stopped short, or a packet made output due), else the earliest
+    // timer (local ACK timeout, RNR wait, ACK coalescing delay), kRcNever when none. A QP
+    // whose deadline is kRcNever needs no poll until a packet arrives or a WR is posted.
     RcTime next_deadline() const;
 
     // For snicctl's qp dump and for tests.
@@ -61,25 +73,28 @@ class RcQp {
     std::uint32_t expected_psn() const { return epsn_; }  // the responder's ePSN
     std::uint32_t msn() const { return msn_; }            // messages the responder completed
     std::uint32_t send_wrs_held() const { return tail_ - head_; }
+    // Chunks of send slots held now (none when no send WR is held).
+    std::uint32_t slot_chunks_held() const;
 
   private:
-    // --- the send queue, shared by requester and completer --------------------------------
-    enum class SlotState : std::uint8_t { staged, in_flight, done, failed };
-
-    struct SendSlot {
-        SendWr wr;
-        const WrOpInfo* op = nullptr;
-        std::uint32_t length = 0;     // message bytes
-        std::uint32_t first_psn = 0;  // first PSN (READ: of its first response)
-        std::uint32_t npsn = 0;       // PSNs it takes (READ: responses); 0 for local operations
-        std::uint32_t acked = 0;      // PSNs acknowledged, or READ responses placed
-        SlotState state = SlotState::staged;
-        WcStatus status = WcStatus::success;
-        RcError why = RcError::none;  // failed: the QP error it causes
-    };
-
-    SendSlot& slot(std::uint32_t index) { return slots_[index % depth_]; }
-    const SendSlot& slot(std::uint32_t index) const { return slots_[index % depth_]; }
+    // --- the send WRs held, shared by requester and completer ------------------------------
+    // A ring of depth_ slots (a power of two, at most kMaxHeldWrs) indexed by free-running WR
+    // numbers, made of nchunks_ chunks of chunk_ slots; a chunk is borrowed from the pool
+    // when a WR first needs it and given back when no held WR lives in it.
+    SendSlot& slot(std::uint32_t index) {
+        return chunks_[(index >> chunk_shift_) & (nchunks_ - 1)]->slots[index & (chunk_ - 1)];
+    }
+    const SendSlot& slot(std::uint32_t index) const {
+        return chunks_[(index >> chunk_shift_) & (nchunks_ - 1)]->slots[index & (chunk_ - 1)];
+    }
+    SlotChunk*& chunk_of(std::uint32_t index) {
+        return chunks_[(index >> chunk_shift_) & (nchunks_ - 1)];
+    }
+    // Fills an empty chunk entry from the pool; false (and more_) when the pool has none.
+    bool borrow(SlotChunk*& chunk);
+    // Retires the head WR (head_ moves on) and gives back the chunks it no longer needs.
+    void pop_head();
+    void release_chunks();
 
     // --- shared ----------------------------------------------------------------------------
     void fail(RcError why);
@@ -171,8 +186,12 @@ class RcQp {
 
     // Requester and completer. Slots [head_, start_) are started (in flight, done, failed),
     // [start_, tail_) taken from the queue but not started (at most one). Free-running.
-    std::unique_ptr<SendSlot[]> slots_;
-    std::uint32_t depth_ = 0;
+    std::unique_ptr<SendSlotPool> own_pool_;  // when not given one
+    SendSlotPool* pool_ = nullptr;
+    std::array<SlotChunk*, kMaxChunksPerQp> chunks_{};
+    std::uint32_t depth_ = 0;  // the most WRs held at once
+    std::uint32_t chunk_ = 0, chunk_shift_ = 0, nchunks_ = 0;
+    bool more_ = false;  // the last poll() left output it could have sent
     std::uint32_t head_ = 0, start_ = 0, tail_ = 0;
     std::uint32_t cur_ = 0, cur_pkt_ = 0;  // the send cursor: slot and packet within it
     std::uint32_t next_psn_ = 0;           // PSN of the next WR to start

@@ -13,6 +13,7 @@
 // again from the still-registered memory. Payload is gathered straight into the packet.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "proto/roce/psn.h"
 #include "proto/roce/rc_qp.h"
@@ -109,8 +110,14 @@ bool RcQp::req_start_next() {
     if (blocked_) return false;
     if (start_ == tail_) {
         if (tail_ - head_ >= depth_) return false;
+        SlotChunk*& chunk = chunk_of(tail_);
+        const bool borrowed = chunk == nullptr;
+        if (borrowed && !borrow(chunk)) return false;
         SendSlot& fresh = slot(tail_);
-        if (!queues_.pop_send(fresh.wr)) return false;
+        if (!queues_.pop_send(fresh.wr)) {
+            if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
+            return false;
+        }
         ++tail_;
         req_prepare(fresh);
     }

@@ -118,9 +118,13 @@ struct SendWr {
     std::uint64_t swap = 0;
     MwBind bind;
     std::uint32_t num_sge = 0;
-    std::array<Sge, kMaxSge> sge{};
     std::uint32_t inline_len = 0;
-    std::array<std::uint8_t, kMaxInline> inline_bytes{};
+    // The payload: num_sge SGEs, or inline_len bytes when inline_data. A WR never uses both,
+    // so they share their room (an engine holds many WRs: this halves each).
+    union {
+        std::array<Sge, kMaxSge> sge{};
+        std::array<std::uint8_t, kMaxInline> inline_bytes;
+    };
 };
 
 // A receive WR (RQ or SRQ).

@@ -29,7 +29,7 @@ import snictest as st
 # ---------------------------------------------------------------- the ABI
 
 MAGIC = 0x43494E53
-ABI = 2
+ABI = 3
 HDR = struct.Struct("<IHHIiII")  # magic, abi_version, op, seq, status, length, reserved
 OPS = {name: i + 1 for i, name in enumerate([
     "status", "open_device", "query_port", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr",
@@ -67,7 +67,7 @@ QUERY_PORT_REPLY = struct.Struct("<10I6s2x")
 HANDLE = struct.Struct("<II")
 REG_MR_REPLY = struct.Struct("<IIII")
 CREATE_CQ_REPLY = struct.Struct("<II")
-CREATE_QP_REPLY = struct.Struct("<II5I")
+CREATE_QP_REPLY = struct.Struct("<II5III")  # handle, qpn, cap, doorbell, reserved
 MODIFY_QP_REPLY = struct.Struct("<II")
 RESOURCES_REPLY = struct.Struct("<I7I7I7IQII")
 CLIENT_INFO = struct.Struct("<IiII64s7I4xQ")
@@ -92,8 +92,13 @@ def ring_bytes(capacity: int, entry: int) -> int:
     return RING_HDR + capacity * entry
 
 
+DOORBELLS_SIZE = 64 + 16384 // 8  # shm::Doorbells: the summary line, then a bit per QP
+
+
 def async_layout_bytes() -> int:
-    return round_up(ring_bytes(ASYNC_CAPACITY, ASYNC_EVENT_SIZE), PAGE)
+    """A context memfd: the async events ring, then the doorbells (shm::context_layout)."""
+    doorbells = round_up(ring_bytes(ASYNC_CAPACITY, ASYNC_EVENT_SIZE), 64)
+    return round_up(doorbells + DOORBELLS_SIZE, PAGE)
 
 
 def channel_layout_bytes() -> int:
@@ -481,7 +486,7 @@ def test_open_device_and_query_port(snicd):
          max_pd, *_rest) = v[3:]
         assert (max_mr_size, page_size_cap) == (1 << 40, 4096)
         assert (max_qp, max_qp_wr, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd) == \
-            (1024, 16384, 16, 16, 1024, 65535, 4096, 1024)
+            (8192, 16384, 16, 16, 1024, 65535, 4096, 1024)
         port = QUERY_PORT_REPLY.unpack(c.call("query_port"))
         state, max_mtu, active_mtu, eth_mtu, gid_len, pkey_len = port[:6]
         assert (state, active_mtu, eth_mtu, gid_len, pkey_len) == (4, MTU_1024, 1500, 1, 1), port

@@ -51,6 +51,39 @@ def ok(res: subprocess.CompletedProcess) -> str:
     return res.stdout
 
 
+def transport_counters(daemon: st.Daemon) -> dict[str, int]:
+    """The RoCEv2 transports' counters snicd printed when it stopped, summed over its ports."""
+    total: dict[str, int] = {}
+    for line in daemon.stdout().splitlines():
+        if re.match(r"snicd: port \d+ roce:", line):
+            for name, value in re.findall(r"(\w+)=(\d+)", line):
+                total[name] = total.get(name, 0) + int(value)
+    return total
+
+
+def test_idle_qps_are_not_polled_and_a_ping_pong_rings_no_doorbell(tmp_path_factory, mem_args):
+    """1,000 established RC QPs that carry nothing beside a ping-pong: the lcore polls the
+    engines of the QPs with work only (without that, every turn would poll all 1,002), the
+    idle ones went to sleep, and the busy ones needed (almost) no doorbell."""
+    iters = 5000
+    with st.wire_daemon(tmp_path_factory, mem_args, "idle", "198.18.59", ",mtu=9000") as (d, sock):
+        res = subprocess.run([str(PERF), "send_lat", "--loopback", "-d", f"{d.name}_0",
+                              "--peer-device", f"{d.name}_1", "-s", "8", "-n", str(iters),
+                              "--idle-qps", "1000", "--json"],
+                             env=env(sock), capture_output=True, text=True, timeout=300,
+                             stdin=subprocess.DEVNULL)
+        r = json.loads(ok(res).splitlines()[-1])
+        assert r["idle_qps"] == 1000
+        d.stop()
+        c = transport_counters(d)
+    assert c.get("sleeps", 0) >= 1000, c
+    assert 0 < c["engine_polls"] < 4 * c["turns"], c
+    # A ping-pong keeps its QPs awake: doorbells only when the client was held up for the
+    # grace period (a loaded machine), never once per message.
+    assert c.get("doorbells", 0) < iters // 10, c
+    assert c.get("doorbells_stray", 0) == 0, c
+
+
 def check_rtt(r: dict) -> None:
     t = r["rtt_us"]
     assert 0 < t["min"] <= t["median"] <= t["p99"] <= t["p999"] <= t["max"], r

@@ -19,6 +19,10 @@
 // bandwidth. After each size the bytes that arrived are checked once against the pattern
 // that was sent (atomic_lat: the counter), outside the timed loop.
 //
+// --idle-qps N[,N...] measures beside N established RC QPs that carry nothing (each connected to
+// itself, spread over the ends of this process), for each N in turn: the idle set grows or
+// shrinks between measurements, so that one run compares the same measured QPs at every N.
+//
 // Uses only <infiniband/verbs.h>; linked with libsnic. Exit 0, 1 on a run-time failure
 // (a verb failed, a completion in error, data that does not match), 2 on a usage error.
 #include <arpa/inet.h>
@@ -113,6 +117,7 @@ struct Options {
     bool histogram = false;
     std::string samples;
     std::optional<std::string> server;  // the client's peer
+    std::vector<std::uint32_t> idle_qps{0};  // measure beside each of these many idle QPs
 };
 
 void usage(FILE* out) {
@@ -144,6 +149,9 @@ void usage(FILE* out) {
         "      --histogram         print the latency histogram with -a too\n"
         "      --samples FILE      latency: every measured round trip (us), one a line,\n"
         "                          in measuring order (with -a: size after size)\n"
+        "      --idle-qps N[,N..]  measure beside N established idle RC QPs (each connected\n"
+        "                          to itself, spread over this process's devices), for each\n"
+        "                          N in turn (default 0)\n"
         "  -h, --help              this text\n",
         kProg);
 }
@@ -164,7 +172,7 @@ Options parse_options(int argc, char** argv) {
     for (const TestInfo& t : kTests)
         if (t.name == argv[1]) o.test = &t;
     if (o.test == nullptr) usage_error(std::string("unknown test '") + argv[1] + "'");
-    enum { kPeer = 256, kGbits, kLoop, kJson, kHist, kSamples };
+    enum { kPeer = 256, kGbits, kLoop, kJson, kHist, kSamples, kIdle };
     static const option longs[] = {
         {"size", required_argument, nullptr, 's'},
         {"all", no_argument, nullptr, 'a'},
@@ -183,6 +191,7 @@ Options parse_options(int argc, char** argv) {
         {"json", no_argument, nullptr, kJson},
         {"histogram", no_argument, nullptr, kHist},
         {"samples", required_argument, nullptr, kSamples},
+        {"idle-qps", required_argument, nullptr, kIdle},
         {"help", no_argument, nullptr, 'h'},
         {nullptr, 0, nullptr, 0},
     };
@@ -248,6 +257,18 @@ Options parse_options(int argc, char** argv) {
             case kSamples:
                 o.samples = optarg;
                 break;
+            case kIdle: {
+                o.idle_qps.clear();
+                std::string list = optarg;
+                for (std::size_t at = 0; at <= list.size();) {
+                    const std::size_t comma = std::min(list.find(',', at), list.size());
+                    const std::string one = list.substr(at, comma - at);
+                    o.idle_qps.push_back(
+                        static_cast<std::uint32_t>(number(one.c_str(), "idle QP count", 0, 16384)));
+                    at = comma + 1;
+                }
+                break;
+            }
             case 'h':
                 usage(stdout);
                 std::exit(0);
@@ -342,6 +363,10 @@ class End {
     std::uint32_t max_inline() const { return max_inline_; }
     std::uint32_t rx_depth() const { return std::max(kRxDepth, o_.tx_depth); }
 
+    // Makes (or destroys) RC QPs that do nothing until `n` exist: each connected to itself
+    // (RTS), the smallest queues, no READ/atomic resources beyond one.
+    void set_idle(std::uint32_t n);
+
   private:
     std::uint8_t* base() { return static_cast<std::uint8_t*>(buf_.p); }
 
@@ -360,6 +385,8 @@ class End {
     ibv_mr* mr_ = nullptr;
     std::uint32_t max_inline_ = 0;
     std::vector<PeerInfo> peer_;
+    ibv_cq* idle_cq_ = nullptr;  // the idle QPs' send and receive CQ
+    std::vector<ibv_qp*> idle_;
 };
 
 std::vector<std::string> device_names() {
@@ -434,6 +461,8 @@ End::End(const std::string& device, const Options& o, std::uint32_t buf_size)
 }
 
 End::~End() {
+    set_idle(0);
+    if (idle_cq_ != nullptr) ibv_destroy_cq(idle_cq_);
     for (ibv_qp* qp : qps_) ibv_destroy_qp(qp);
     if (mr_ != nullptr) ibv_dereg_mr(mr_);
     if (scq_ != nullptr) ibv_destroy_cq(scq_);
@@ -510,6 +539,62 @@ void End::connect(const std::vector<PeerInfo>& peer, std::uint32_t mtu) {
                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
               "ibv_modify_qp RTS");
+    }
+}
+
+void End::set_idle(std::uint32_t n) {
+    for (; idle_.size() > n; idle_.pop_back())
+        check(ibv_destroy_qp(idle_.back()), "ibv_destroy_qp");
+    if (idle_.size() == n) return;
+    if (idle_cq_ == nullptr) {
+        idle_cq_ = ibv_create_cq(ctx_, 1, nullptr, nullptr, 0);
+        if (idle_cq_ == nullptr) failf("ibv_create_cq for idle QPs: %s", std::strerror(errno));
+    }
+    while (idle_.size() < n) {
+        ibv_qp_init_attr init{};
+        init.send_cq = idle_cq_;
+        init.recv_cq = idle_cq_;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = {1, 1, 1, 1, 0};
+        ibv_qp* qp = ibv_create_qp(pd_, &init);
+        if (qp == nullptr)
+            failf("ibv_create_qp (idle QP %zu of %u on %s): %s", idle_.size() + 1, n, name_.c_str(),
+                  std::strerror(errno));
+        idle_.push_back(qp);
+        const auto psn = static_cast<std::uint32_t>(std::rand()) & 0xffffff;
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        check(ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              "ibv_modify_qp INIT (idle)");
+        a = {};
+        a.qp_state = IBV_QPS_RTR;
+        a.path_mtu = port_.active_mtu;
+        a.dest_qp_num = qp->qp_num;
+        a.rq_psn = psn;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 1;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid = gid_;
+        a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(o_.gid_index);
+        a.ah_attr.grh.hop_limit = 64;
+        a.ah_attr.port_num = 1;
+        check(ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              "ibv_modify_qp RTR (idle)");
+        a = {};
+        a.qp_state = IBV_QPS_RTS;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.sq_psn = psn;
+        a.max_rd_atomic = 1;
+        check(ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+              "ibv_modify_qp RTS (idle)");
     }
 }
 
@@ -731,6 +816,7 @@ struct Run {
     End* a;       // loopback: the first device; else this process's end
     End* b;       // loopback: the second device; else nullptr
     bool client;  // this process starts ping-pongs and posts bandwidth WRs
+    Oob* oob = nullptr;  // the peer process's connection, when there is one
 };
 
 // The bytes each message carries: byte i of a `size`-byte message. The higher bits of i
@@ -981,8 +1067,8 @@ BwResult run_bandwidth(Run& r, std::uint32_t size) {
 // ---- output
 // --------------------------------------------------------------------------------------
 
-void print_latency(const Options& o, std::uint32_t size, std::uint32_t mtu, std::vector<double>& us,
-                   bool header) {
+void print_latency(const Options& o, std::uint32_t size, std::uint32_t mtu, std::uint32_t idle,
+                   std::vector<double>& us, bool header) {
     if (!o.samples.empty()) {
         // In measuring order, before summarize_latency sorts them; with -a the sizes
         // follow each other (-n lines each).
@@ -996,11 +1082,11 @@ void print_latency(const Options& o, std::uint32_t size, std::uint32_t mtu, std:
     const snic::LatencySummary s = snic::summarize_latency(us);
     if (o.json) {
         std::printf(
-            "{\"test\":\"%s\",\"size\":%u,\"iterations\":%zu,\"path_mtu\":%u,\"rtt_us\":{\"min\":%."
-            "3f,"
-            "\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},\"histogram\":"
-            "[",
-            o.test->name.data(), size, s.count, mtu, s.min, s.median, s.mean, s.p99, s.p999, s.max);
+            "{\"test\":\"%s\",\"size\":%u,\"iterations\":%zu,\"path_mtu\":%u,\"idle_qps\":%u,"
+            "\"rtt_us\":{\"min\":%.3f,\"median\":%.3f,\"mean\":%.3f,\"p99\":%.3f,\"p999\":%.3f,"
+            "\"max\":%.3f},\"histogram\":[",
+            o.test->name.data(), size, s.count, mtu, idle, s.min, s.median, s.mean, s.p99, s.p999,
+            s.max);
         for (std::size_t i = 0; i < s.histogram.size(); ++i)
             std::printf("%s{\"lo\":%g,\"hi\":%g,\"count\":%llu}", i ? "," : "", s.histogram[i].lo,
                         s.histogram[i].hi, static_cast<unsigned long long>(s.histogram[i].count));
@@ -1025,17 +1111,17 @@ void print_latency(const Options& o, std::uint32_t size, std::uint32_t mtu, std:
     std::fflush(stdout);
 }
 
-void print_bandwidth(const Options& o, std::uint32_t size, std::uint32_t mtu, const BwResult& r,
-                     bool header) {
+void print_bandwidth(const Options& o, std::uint32_t size, std::uint32_t mtu, std::uint32_t idle,
+                     const BwResult& r, bool header) {
     const double rate = static_cast<double>(r.messages) / r.seconds;
     const double bytes = rate * size;
     if (o.json) {
         std::printf(
             "{\"test\":\"%s\",\"size\":%u,\"iterations\":%llu,\"path_mtu\":%u,\"qps\":%u,"
-            "\"tx_depth\":%u,"
+            "\"tx_depth\":%u,\"idle_qps\":%u,"
             "\"seconds\":%.6f,\"msg_rate_mpps\":%.4f,\"bw_gbps\":%.3f,\"bw_MBps\":%.2f}\n",
             o.test->name.data(), size, static_cast<unsigned long long>(r.messages), mtu, o.qps,
-            o.tx_depth, r.seconds, rate / 1e6, bytes * 8 / 1e9, bytes / 1e6);
+            o.tx_depth, idle, r.seconds, rate / 1e6, bytes * 8 / 1e9, bytes / 1e6);
         std::fflush(stdout);
         return;
     }
@@ -1079,6 +1165,8 @@ std::string sibling_device(const std::string& mine) {
     return any;
 }
 
+void run_sizes(Run& r, std::uint32_t mtu, std::uint32_t idle, bool& header);
+
 int run_all(const Options& o) {
     std::uint32_t max_size = 0;
     for (std::uint32_t s : o.sizes) max_size = std::max(max_size, s);
@@ -1105,7 +1193,7 @@ int run_all(const Options& o) {
         mtu = oob->hello(o, mtu);
         a->connect(oob->exchange(a->info()), mtu);
     }
-    Run r{o, &*a, b ? &*b : nullptr, o.server.has_value() || o.loopback};
+    Run r{o, &*a, b ? &*b : nullptr, o.server.has_value() || o.loopback, oob ? &*oob : nullptr};
     if (!o.json) {
         std::printf("%s: %s%s, %s%s%s, RC, path MTU %u, %u QP(s), inline up to %u B\n", kProg,
                     o.test->name.data(),
@@ -1123,6 +1211,23 @@ int run_all(const Options& o) {
     }
 
     bool header = true;
+    for (std::uint32_t idle : o.idle_qps) {
+        // The idle QPs, half on each end of a loopback.
+        r.a->set_idle(r.b != nullptr ? idle - idle / 2 : idle);
+        if (r.b != nullptr) r.b->set_idle(idle / 2);
+        if (!o.json && (idle != 0 || o.idle_qps.size() > 1) && r.client)
+            std::printf("%s: beside %u established idle RC QPs\n", kProg, idle);
+        run_sizes(r, mtu, idle, header);
+    }
+    if (oob) oob->sync();
+    return 0;
+}
+
+// Every size of the run, with `idle` idle QPs beside the measured ones.
+void run_sizes(Run& r, std::uint32_t mtu, std::uint32_t idle, bool& header) {
+    const Options& o = r.o;
+    const Test t = o.test->test;
+    Oob* oob = r.oob;
     for (std::uint32_t size : o.sizes) {
         // Patterns in every send area; receive areas cleared; receive queues full (once:
         // each receive consumed is posted again).
@@ -1138,11 +1243,11 @@ int run_all(const Options& o) {
         if (o.test->latency) {
             std::vector<double> us = run_latency(r, size);
             if (oob) oob->sync();
-            if (r.client) print_latency(o, size, mtu, us, header);
+            if (r.client) print_latency(o, size, mtu, idle, us, header);
         } else {
             const BwResult res = run_bandwidth(r, size);
             if (oob) oob->sync();
-            if (r.client) print_bandwidth(o, size, mtu, res, header);
+            if (r.client) print_bandwidth(o, size, mtu, idle, res, header);
         }
         header = false;
         // The data that landed, where it landed.
@@ -1153,8 +1258,6 @@ int run_all(const Options& o) {
             check_data(r, size, r.a->recv_area(), r.a->name().c_str());
         }
     }
-    if (oob) oob->sync();
-    return 0;
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ struct Client {
     shm::Empty none{};
 
     int open() {
-        const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
+        const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
         ClientMemfd async(l.bytes);
         EXPECT_TRUE(shm::RingConsumer<shm::AsyncEvent>::init(async.span(), shm::kAsyncCapacity));
         int sv[2];

@@ -355,7 +355,7 @@ TEST(Resources, device_limits_are_the_contract) {
     EXPECT_EQ(d.max_channels, 64u);
     EXPECT_EQ(d.max_cq, 1024u);
     EXPECT_EQ(d.max_srq, 256u);
-    EXPECT_EQ(d.max_qp, 1024u);
+    EXPECT_EQ(d.max_qp, 8192u);
     EXPECT_EQ(d.max_qp_wr, 16384u);
     EXPECT_EQ(d.max_cqe, 65535u);
     EXPECT_EQ(d.max_srq_wr, 16384u);
@@ -404,7 +404,7 @@ TEST_F(SessionTest, open_device_once_with_a_notification_socket_and_a_formatted_
     EXPECT_EQ(c.open(), EINVAL);
 
     Client d(resources, ports);
-    const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
+    const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
     ClientMemfd unformatted(l.bytes);
     FdList fds = fds_of({unformatted.fd(), unformatted.fd()});  // no notification socket
     shm::OpenDeviceReply out{};

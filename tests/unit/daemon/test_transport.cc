@@ -84,10 +84,10 @@ struct RingClient {
     explicit RingClient(Resources& r, std::span<const DevicePort> ports) : c(r, ports) {}
 
     void open() {
-        const shm::Layout l = shm::async_layout(shm::kAsyncCapacity);
+        const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
         async = std::make_unique<ClientMemfd>(l.bytes);
         auto ring =
-            shm::RingConsumer<shm::AsyncEvent>::init(async->span(l.ring0), shm::kAsyncCapacity);
+            shm::RingConsumer<shm::AsyncEvent>::init(async->span(l.events), shm::kAsyncCapacity);
         ASSERT_TRUE(ring);
         events.emplace(*ring);
         ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -140,6 +140,12 @@ struct RingClient {
         ASSERT_EQ(c.session.create_qp(req, fds, out), 0);
         qp = out.qp;
         qpn = out.qp_num;
+        doorbell = out.doorbell;
+    }
+    // The QP's control block, as the client sees it.
+    std::uint32_t sleeping() const {
+        const auto* ctl = reinterpret_cast<const shm::QpControl*>(qp_mem->span().data());
+        return std::atomic_ref<const std::uint32_t>(ctl->sleeping).load();
     }
     // RESET -> INIT -> RTR (-> RTS).
     int connect(bool rts = true, std::uint32_t path_mtu = IBV_MTU_1024) {
@@ -180,7 +186,7 @@ struct RingClient {
     Client c;
     int sv[2] = {-1, -1};
     Handle pd = kNoHandle, cq = kNoHandle, srq = kNoHandle, qp = kNoHandle;
-    std::uint32_t qpn = 0;
+    std::uint32_t qpn = 0, doorbell = 0;
     std::unique_ptr<ClientMemfd> async, cq_mem, srq_mem, qp_mem;
     std::optional<shm::RingConsumer<shm::AsyncEvent>> events;
     std::optional<shm::RingConsumer<shm::Cqe>> cqes;
@@ -239,6 +245,53 @@ TEST_F(TransportSeam, a_second_transport_runs_a_qp_from_rtr_to_destroy) {
     FdList fds;
     ASSERT_EQ(cl.c.session.destroy_qp({cl.qp, 0}, fds, cl.c.none), 0);
     EXPECT_EQ(fake.calls.back(), "stop");
+}
+
+// A QP's doorbell is the slot of its number, which no other live QP has.
+TEST_F(TransportSeam, each_qp_is_told_its_doorbell) {
+    RingClient cl(resources, ports);
+    cl.open();
+    cl.make_cq();
+    cl.make_qp();
+    EXPECT_EQ(cl.doorbell, cl.qpn % shm::kDoorbellBits);
+    EXPECT_NE(cl.c.session.qp(cl.qp)->doorbells, nullptr);
+}
+
+// The lcore stops watching a QP's send queue only after telling the client (`sleeping`), and
+// only when the send queue is empty once the client can see that.
+TEST_F(TransportSeam, a_qp_goes_to_sleep_only_with_an_empty_send_queue) {
+    RingClient cl(resources, ports);
+    cl.open();
+    cl.make_cq();
+    cl.make_qp();
+    ASSERT_EQ(cl.connect(), 0);
+    QpGlue& glue = fake.engine->glue;
+    EXPECT_EQ(cl.sleeping(), 0u);
+    EXPECT_TRUE(glue.try_sleep());
+    EXPECT_EQ(cl.sleeping(), 1u);
+    glue.awake();
+    EXPECT_EQ(cl.sleeping(), 0u);
+    shm::SendWqe w{};
+    w.opcode = static_cast<std::uint8_t>(shm::WrOpcode::send);
+    ASSERT_TRUE(cl.sq->try_push(w));
+    EXPECT_TRUE(glue.send_pending());
+    EXPECT_FALSE(glue.try_sleep());
+    EXPECT_EQ(cl.sleeping(), 0u);
+    verbs::SendWr wr;
+    ASSERT_TRUE(glue.pop_send(wr));
+    EXPECT_TRUE(glue.try_sleep());
+}
+
+TEST_F(TransportSeam, a_qp_in_rtr_has_no_send_queue_to_watch) {
+    RingClient cl(resources, ports);
+    cl.open();
+    cl.make_cq();
+    cl.make_qp();
+    ASSERT_EQ(cl.connect(false), 0);
+    shm::SendWqe w{};
+    ASSERT_TRUE(cl.sq->try_push(w));  // a client that broke the rules
+    EXPECT_FALSE(fake.engine->glue.send_pending());
+    EXPECT_TRUE(fake.engine->glue.try_sleep());
 }
 
 TEST_F(TransportSeam, the_transport_has_the_last_word_on_attribute_values) {

@@ -462,6 +462,33 @@ struct Node {
     FakeQueues q;
     FakeWire wire;
     std::unique_ptr<RcQp> qp;
+
+    // What the daemon's scheduler knows of the QP (daemon/qp_sched.h): it runs the engine when
+    // a packet arrived for it, when its client posted send WRs since the engine last looked (a
+    // doorbell), or when next_deadline() is due.
+    bool has_work(RcTime now) const {
+        return q.sq.size() > sq_after_poll || packets_in() != packets_seen ||
+               qp->next_deadline() <= now;
+    }
+    void polled() {
+        sq_after_poll = q.sq.size();
+        packets_seen = packets_in();
+    }
+    // Every packet handed to the QP counts in one of these.
+    std::uint64_t packets_in() const {
+        const RcCounters& c = qp->counters();
+        std::uint64_t n = 0;
+        for (RcCounter RcCounters::*f :
+             {&RcCounters::rx_send_packets, &RcCounters::rx_write_packets,
+              &RcCounters::rx_read_requests, &RcCounters::rx_atomic_requests,
+              &RcCounters::rx_read_responses, &RcCounters::rx_atomic_acks, &RcCounters::rx_acks,
+              &RcCounters::rx_naks, &RcCounters::drop_qp_error, &RcCounters::drop_bad_pkey,
+              &RcCounters::drop_bad_qpn, &RcCounters::drop_bad_opcode})
+            n += (c.*f).get();
+        return n;
+    }
+    std::size_t sq_after_poll = 0;
+    std::uint64_t packets_seen = 0;
 };
 
 inline RcConfig pair_config(std::uint32_t qpn, std::uint32_t dest, std::uint32_t sq_psn,
@@ -502,10 +529,16 @@ struct RcPair {
                       pair_config(0x22, 0x11, psn_b, psn_a, mtu), seed);
     }
 
-    // One step; false when nothing at all happened.
+    // One step; false when nothing at all happened. Lazy: a QP is polled only when it has work
+    // (Node::has_work), as the daemon runs it.
     bool step() {
-        bool did = a.qp->poll(now);
-        did |= b.qp->poll(now);
+        bool did = false;
+        for (Node* n : {&a, &b}) {
+            if (lazy && !n->has_work(now)) continue;
+            ++polls;
+            did |= n->qp->poll(now);
+            n->polled();
+        }
         did |= link.step(now) > 0;
         ++steps;
         if (did || !link.idle()) {
@@ -533,6 +566,8 @@ struct RcPair {
     RcTime now = 1'000'000;
     RcTime step_ns = 1'000;
     std::uint64_t steps = 0;
+    bool lazy = false;
+    std::uint64_t polls = 0;
 };
 
 }  // namespace snic::roce::test

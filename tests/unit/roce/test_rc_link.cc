@@ -447,6 +447,25 @@ TEST(RcStress, random_traffic_over_a_lossy_link_mtu_4096) {
     stress(4096, 2500, 13);
 }
 
+// The daemon runs an engine only when it has work: a packet for it, a post, its deadline
+// (daemon/qp_sched.h). Driven that way, random traffic over a lossy link completes exactly as
+// when every engine is polled on every step; and once the traffic is over, neither engine is
+// polled at all.
+TEST(RcStress, engines_run_only_for_packets_posts_and_deadlines_lose_nothing) {
+    RcPair pair = RcPair::standard(1024, 14);
+    pair.lazy = true;
+    pair.link.faults = {.loss = 0.05, .duplicate = 0.01, .reorder = 0.01, .corrupt = 0.005};
+    run_traffic(pair, 1500, 14);
+    EXPECT_GT(pair.link.lost, 0u);
+    EXPECT_GT(pair.a.qp->counters().timeouts.get() + pair.b.qp->counters().timeouts.get(), 0u);
+    EXPECT_LT(pair.polls, 2 * pair.steps);  // some steps polled neither or one
+    const std::uint64_t polls = pair.polls;
+    for (int i = 0; i < 10'000; ++i) pair.step();
+    EXPECT_EQ(pair.polls, polls);
+    EXPECT_EQ(pair.a.qp->next_deadline(), kRcNever);
+    EXPECT_EQ(pair.b.qp->next_deadline(), kRcNever);
+}
+
 TEST(RcLink, psn_wraps_at_2_24_under_loss) {
     RcPair pair(pair_config(0x11, 0x22, 0xffffff - 40, 0xfffff0, 1024),
                 pair_config(0x22, 0x11, 0xfffff0, 0xffffff - 40, 1024), 21);

@@ -1,0 +1,83 @@
+// Where an RC QP keeps the send WRs it holds (taken from its send queue, not yet completed):
+// slots that come in chunks from a pool, so that a QP's memory follows what it has in flight
+// rather than its max_send_wr. An idle QP holds no chunk; a QP takes a chunk when its next WR
+// needs one and gives it back once none of the WRs it holds lives there. When the pool is
+// empty the requester takes no more WRs (they wait in the client's ring) until chunks come
+// back, as it does when the wire is full.
+//
+// One pool serves the QPs of one thread (an lcore); it allocates all its chunks when built and
+// nothing afterwards.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "proto/roce/rc.h"
+
+namespace snic::roce {
+
+enum class SlotState : std::uint8_t { staged, in_flight, done, failed };
+
+// One send WR as the requester and the completer track it.
+struct SendSlot {
+    SendWr wr;
+    const WrOpInfo* op = nullptr;
+    std::uint32_t length = 0;     // message bytes
+    std::uint32_t first_psn = 0;  // first PSN (READ: of its first response)
+    std::uint32_t npsn = 0;       // PSNs it takes (READ: responses); 0 for local operations
+    std::uint32_t acked = 0;      // PSNs acknowledged, or READ responses placed
+    SlotState state = SlotState::staged;
+    WcStatus status = WcStatus::success;
+    RcError why = RcError::none;  // failed: the QP error it causes
+};
+
+// Slots per chunk, and the most WRs one QP holds at once (in flight, done but not yet
+// retired, at most one staged). Twice the default window of 128 PSNs: a window of one-packet
+// messages fits, with room for the ones that take none.
+inline constexpr std::uint32_t kSlotChunk = 32;
+inline constexpr std::uint32_t kMaxHeldWrs = 256;
+inline constexpr std::uint32_t kMaxChunksPerQp = kMaxHeldWrs / kSlotChunk;
+
+struct SlotChunk {
+    std::array<SendSlot, kSlotChunk> slots;
+    SlotChunk* next_free = nullptr;
+};
+
+// A fixed set of chunks and the free list between them (LIFO: the chunk given back last, still
+// in cache, goes out first).
+class SendSlotPool {
+  public:
+    explicit SendSlotPool(std::uint32_t chunks)
+        : store_(std::make_unique<SlotChunk[]>(chunks)), capacity_(chunks) {
+        for (std::uint32_t i = chunks; i-- > 0;) give(&store_[i]);
+    }
+    SendSlotPool(const SendSlotPool&) = delete;
+    SendSlotPool& operator=(const SendSlotPool&) = delete;
+
+    // A free chunk, or nullptr when every chunk is out.
+    SlotChunk* take() {
+        SlotChunk* c = free_;
+        if (c == nullptr) return nullptr;
+        free_ = c->next_free;
+        --free_count_;
+        return c;
+    }
+    void give(SlotChunk* c) {
+        c->next_free = free_;
+        free_ = c;
+        ++free_count_;
+    }
+
+    std::uint32_t capacity() const { return capacity_; }
+    std::uint32_t free_chunks() const { return free_count_; }
+    static constexpr std::size_t chunk_bytes() { return sizeof(SlotChunk); }
+
+  private:
+    std::unique_ptr<SlotChunk[]> store_;
+    std::uint32_t capacity_;
+    SlotChunk* free_ = nullptr;
+    std::uint32_t free_count_ = 0;
+};
+
+}  // namespace snic::roce
