@@ -194,6 +194,19 @@ TEST(RcSlots, a_destroyed_qp_gives_its_chunks_back) {
     EXPECT_EQ(pool.free_chunks(), 4u);
 }
 
+TEST(RcSlots, the_pool_touches_only_the_chunks_it_handed_out) {
+    SendSlotPool pool(100);
+    EXPECT_EQ(pool.touched(), 0u);
+    SlotChunk* a = pool.take();
+    SlotChunk* b = pool.take();
+    pool.give(a);
+    EXPECT_EQ(pool.take(), a);  // the one given back last, still in cache
+    EXPECT_EQ(pool.touched(), 2u);
+    pool.give(a);
+    pool.give(b);
+    EXPECT_EQ(pool.free_chunks(), 100u);
+}
+
 TEST(RcSlots, a_send_wr_is_far_smaller_than_its_sges_and_inline_bytes_apart) {
     // SGEs (256 bytes) and inline data (256 bytes) share their room.
     EXPECT_LT(sizeof(SendWr), 400u);
