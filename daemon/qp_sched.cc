@@ -31,7 +31,8 @@ ReadyLink* ReadyList::pop_front() {
 // ---- DeadlineHeap ---------------------------------------------------------------------------
 
 DeadlineHeap::DeadlineHeap(std::uint32_t capacity)
-    : heap_(std::make_unique<Entry[]>(capacity)), capacity_(capacity) {}
+    : heap_(std::make_unique_for_overwrite<Entry[]>(capacity)),
+      capacity_(capacity) {}  // untouched until used
 
 void DeadlineHeap::put(std::uint32_t i, const Entry& e) {
     heap_[i] = e;

@@ -136,6 +136,7 @@ struct Context {
     std::mutex objs_mu;
     std::unordered_map<shm::Handle, Cq*> cqs;
     std::unordered_map<shm::Handle, Qp*> qps;
+    std::size_t qps_peak = 0;  // the most QPs since memory was last given back (ibv_destroy_qp)
     std::unordered_map<shm::Handle, Srq*> srqs;
     std::unordered_set<Pd*> pds;
     std::unordered_set<Mr*> mrs;

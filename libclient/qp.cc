@@ -5,6 +5,8 @@
 // uses an SRQ); one poster at a time per ring, under the ring's spinlock.
 // After pushing send WQEs, a post rings the QP's doorbell if snicd said the QP
 // sleeps (QpControl::sleeping); a busy QP's send queue is watched by snicd.
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -685,6 +687,7 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_qp_init_attr_ex* attr) {
 
     std::lock_guard lock(ctx->objs_mu);
     ctx->qps.emplace(rep.qp, qp.get());
+    ctx->qps_peak = std::max(ctx->qps_peak, ctx->qps.size());
     return &qp.release()->qpx.qp_base;
 }
 
@@ -849,15 +852,23 @@ SNIC_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
         Context* ctx = to_ctx(qp->context);
         if (const int err = ctx->conn.call_handle(shm::CtrlOp::destroy_qp, qp->handle); err != 0)
             return err;
+        bool trim = false;
         {
             std::lock_guard lock(ctx->objs_mu);
             ctx->qps.erase(qp->handle);
+            // When many QPs went, the heap's free pages go back to the system: each time the
+            // context's QPs halved from a peak of at least 256.
+            if (ctx->qps_peak >= 256 && ctx->qps.size() <= ctx->qps_peak / 2) {
+                ctx->qps_peak = ctx->qps.size();
+                trim = true;
+            }
         }
         ::pthread_mutex_lock(&qp->mutex);
         while (qp->events_completed != q->events_reported)
             ::pthread_cond_wait(&qp->cond, &qp->mutex);
         ::pthread_mutex_unlock(&qp->mutex);
         release_qp_local(q);
+        if (trim) ::malloc_trim(0);
         return 0;
     });
 }

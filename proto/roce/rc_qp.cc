@@ -188,8 +188,12 @@ bool RcQp::poll(RcTime now) {
     }
     if (budget == 0) more_ = true;  // cut short: the rest goes on the next poll
     // Local operations started above complete here when nothing is ahead of them; a WR
-    // that failed to start completes in error.
-    did |= comp_retire();
+    // that failed to start completes in error. What they were holding back (a local operation
+    // waits for every WR before it) starts on the next poll.
+    if (comp_retire()) {
+        did = true;
+        more_ = true;
+    }
     return did;
 }
 

@@ -5,13 +5,16 @@
 // empty the requester takes no more WRs (they wait in the client's ring) until chunks come
 // back, as it does when the wire is full.
 //
-// One pool serves the QPs of one thread (an lcore); it allocates all its chunks when built and
-// nothing afterwards.
+// One pool serves the QPs of one thread (an lcore); it reserves all its chunks when built and
+// allocates nothing afterwards. A chunk is first written when first taken, so that the pages of
+// chunks never used are never touched (they cost no resident memory).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <type_traits>
 
 #include "proto/roce/rc.h"
 
@@ -43,23 +46,31 @@ struct SlotChunk {
     std::array<SendSlot, kSlotChunk> slots;
     SlotChunk* next_free = nullptr;
 };
+static_assert(std::is_trivially_destructible_v<SlotChunk>);
 
 // A fixed set of chunks and the free list between them (LIFO: the chunk given back last, still
-// in cache, goes out first).
+// in cache, goes out first); chunks never taken yet lie beyond `fresh_`.
 class SendSlotPool {
   public:
     explicit SendSlotPool(std::uint32_t chunks)
-        : store_(std::make_unique<SlotChunk[]>(chunks)), capacity_(chunks) {
-        for (std::uint32_t i = chunks; i-- > 0;) give(&store_[i]);
-    }
+        : store_(static_cast<SlotChunk*>(
+              ::operator new (sizeof(SlotChunk) * chunks, std::align_val_t{alignof(SlotChunk)}))),
+          capacity_(chunks),
+          free_count_(chunks) {}
+    ~SendSlotPool() { ::operator delete (store_, std::align_val_t{alignof(SlotChunk)}); }
     SendSlotPool(const SendSlotPool&) = delete;
     SendSlotPool& operator=(const SendSlotPool&) = delete;
 
     // A free chunk, or nullptr when every chunk is out.
     SlotChunk* take() {
         SlotChunk* c = free_;
-        if (c == nullptr) return nullptr;
-        free_ = c->next_free;
+        if (c != nullptr) {
+            free_ = c->next_free;
+        } else if (fresh_ < capacity_) {
+            c = ::new (store_ + fresh_++) SlotChunk;
+        } else {
+            return nullptr;
+        }
         --free_count_;
         return c;
     }
@@ -71,13 +82,16 @@ class SendSlotPool {
 
     std::uint32_t capacity() const { return capacity_; }
     std::uint32_t free_chunks() const { return free_count_; }
+    // Chunks ever taken: the pool's resident memory is about this many chunks.
+    std::uint32_t touched() const { return fresh_; }
     static constexpr std::size_t chunk_bytes() { return sizeof(SlotChunk); }
 
   private:
-    std::unique_ptr<SlotChunk[]> store_;
-    std::uint32_t capacity_;
+    SlotChunk* const store_;  // uninitialized beyond fresh_
+    const std::uint32_t capacity_;
+    std::uint32_t fresh_ = 0;
     SlotChunk* free_ = nullptr;
-    std::uint32_t free_count_ = 0;
+    std::uint32_t free_count_;
 };
 
 }  // namespace snic::roce

@@ -98,6 +98,29 @@ TEST(RcIdle, a_qp_that_failed_needs_no_poll_until_a_wr_is_posted) {
     EXPECT_EQ(s.qp.next_deadline(), kRcNever);
 }
 
+// A local operation starts once every WR before it has completed, so a second one right behind
+// a first waits for the poll after the first completed: the engine asks for that poll.
+TEST(RcIdle, local_operations_in_a_row_ask_for_the_poll_that_starts_the_next) {
+    Sender s;
+    std::vector<std::uint32_t> keys;
+    for (std::uint64_t i = 1; i <= 3; ++i) {
+        keys.push_back(s.mem.add(64));
+        SendWr inv;
+        inv.wr_id = i;
+        inv.op = WrOp::local_inv;
+        inv.signaled = true;
+        inv.imm_or_rkey = keys.back();
+        s.q.sq.push_back(inv);
+    }
+    // Polled only while it says it has work now.
+    s.poll();
+    for (int i = 0; i < 10 && s.qp.next_deadline() == 0; ++i) s.poll();
+    ASSERT_EQ(s.q.scq.size(), 3u);
+    EXPECT_EQ(s.q.scq[2].wr_id, 3u);
+    EXPECT_EQ(s.mem.invalidated, keys);
+    EXPECT_EQ(s.qp.next_deadline(), kRcNever);
+}
+
 // --- send slots ------------------------------------------------------------------------------
 
 TEST(RcSlots, an_idle_qp_holds_no_send_slots) {
@@ -192,6 +215,19 @@ TEST(RcSlots, a_destroyed_qp_gives_its_chunks_back) {
         EXPECT_EQ(pool.free_chunks(), 3u);
     }
     EXPECT_EQ(pool.free_chunks(), 4u);
+}
+
+TEST(RcSlots, the_pool_touches_only_the_chunks_it_handed_out) {
+    SendSlotPool pool(100);
+    EXPECT_EQ(pool.touched(), 0u);
+    SlotChunk* a = pool.take();
+    SlotChunk* b = pool.take();
+    pool.give(a);
+    EXPECT_EQ(pool.take(), a);  // the one given back last, still in cache
+    EXPECT_EQ(pool.touched(), 2u);
+    pool.give(a);
+    pool.give(b);
+    EXPECT_EQ(pool.free_chunks(), 100u);
 }
 
 TEST(RcSlots, a_send_wr_is_far_smaller_than_its_sges_and_inline_bytes_apart) {
