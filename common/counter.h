@@ -8,13 +8,13 @@
 namespace snic {
 
 class Counter {
-public:
+  public:
     void add(std::uint64_t n = 1) noexcept {
         v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     }
     std::uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
 
-private:
+  private:
     std::atomic<std::uint64_t> v_{0};
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

@@ -23,7 +23,8 @@ struct LatencyBucket {
 struct LatencySummary {
     std::size_t count = 0;
     double min = 0, median = 0, mean = 0, p99 = 0, p999 = 0, max = 0;
-    std::vector<LatencyBucket> histogram;  // contiguous buckets from min to max, none empty at the ends
+    std::vector<LatencyBucket>
+        histogram;  // contiguous buckets from min to max, none empty at the ends
 };
 
 // The q-quantile (0 <= q <= 1) of sorted samples, by the nearest-rank method: the smallest

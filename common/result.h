@@ -15,7 +15,7 @@ struct Error {
 
 template <typename T>
 class [[nodiscard]] Result {
-public:
+  public:
     Result(T value) : v_(std::move(value)) {}
     Result(Error err) : v_(std::move(err)) {}
 
@@ -32,7 +32,7 @@ public:
 
     const Error& error() const { return std::get<1>(v_); }
 
-private:
+  private:
     std::variant<T, Error> v_;
 };
 
@@ -40,6 +40,8 @@ private:
 struct Ok {};
 using Status = Result<Ok>;
 
-inline Error make_error(int code, std::string message) { return Error{code, std::move(message)}; }
+inline Error make_error(int code, std::string message) {
+    return Error{code, std::move(message)};
+}
 
 }  // namespace snic

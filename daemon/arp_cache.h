@@ -13,7 +13,7 @@
 namespace snic::daemon {
 
 class ArpCache {
-public:
+  public:
     // `lifetime`: how long a learnt entry stays valid; `retry`: the least interval
     // between two requests for the same address. Capacity is rounded up to a power of two.
     ArpCache(std::size_t capacity, std::uint64_t lifetime, std::uint64_t retry);
@@ -37,14 +37,14 @@ public:
 
     std::size_t valid_entries(std::uint64_t now) const;
 
-private:
+  private:
     enum class State : std::uint8_t { free, pending, valid };
     struct Entry {
         std::uint32_t ip = 0;
         State state = State::free;
         net::MacAddr mac{};
-        std::uint64_t expires = 0;       // valid: until when
-        bool requested = false;          // a request went out, at last_request
+        std::uint64_t expires = 0;  // valid: until when
+        bool requested = false;     // a request went out, at last_request
         std::uint64_t last_request = 0;
     };
     static constexpr std::size_t kProbe = 8;  // entries searched per lookup

@@ -1,8 +1,8 @@
 #include "daemon/client_memory.h"
 
 #include <fcntl.h>
-#include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
-// What snicd holds of a client's: the file descriptors it keeps (notification sockets) and the mappings
-// of the memfds the client passed (object rings and registered memory). Every holding is
+// What snicd holds of a client's: the file descriptors it keeps (notification sockets) and the
+// mappings of the memfds the client passed (object rings and registered memory). Every holding is
 // an RAII object, counted daemon-wide (snicctl resources) and, for mappings, in the bytes of
 // the session that owns it; a memfd is checked before it is mapped: a regular file, sealed
 // against shrinking, large enough.

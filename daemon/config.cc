@@ -157,7 +157,9 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
             if (!p) return bad(option, "fraction (0..1, or 0%..100%)", f);
             for (double* r : *rate) *r = *p;
         } else {
-            return bad(option, "parameter (known: ip, mac, mtu, [rx-|tx-]loss|dup|reorder|corrupt, seed)", f);
+            return bad(option,
+                       "parameter (known: ip, mac, mtu, [rx-|tx-]loss|dup|reorder|corrupt, seed)",
+                       f);
         }
     }
     if (!have_ip) return make_error(EINVAL, option + ": missing ip=<a.b.c.d/len>");
@@ -187,8 +189,8 @@ Result<Config> parse_config(std::span<const std::string> args) {
         auto missing = [&] {
             return make_error(EINVAL, std::string(arg) + ": missing value (see snicd --help)");
         };
-        const bool is_flag = arg == "-h" || arg == "--help" || arg == "-V" ||
-                             arg == "--version" || arg == "--wire";
+        const bool is_flag =
+            arg == "-h" || arg == "--help" || arg == "-V" || arg == "--version" || arg == "--wire";
         if (is_flag && has_inline)
             return make_error(EINVAL, std::string(arg) + " takes no value (see snicd --help)");
         if (arg == "-h" || arg == "--help") {
@@ -242,11 +244,12 @@ Result<Config> parse_config(std::span<const std::string> args) {
         } else if (arg == "--log-level") {
             auto v = value();
             if (!v) return missing();
-            static constexpr std::string_view kLevels[] = {"trace", "debug", "info",    "warn",
+            static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                            "error", "critical", "off"};
             bool known = false;
             for (auto l : kLevels) known |= (*v == l);
-            if (!known) return bad("--log-level", "level (trace|debug|info|warn|error|critical|off)", *v);
+            if (!known)
+                return bad("--log-level", "level (trace|debug|info|warn|error|critical|off)", *v);
             cfg.log_level = std::string(*v);
         } else if (arg == "--selftest") {
             auto v = value();
@@ -255,8 +258,8 @@ Result<Config> parse_config(std::span<const std::string> args) {
             if (!spec) return spec.error();
             cfg.selftest = std::move(spec.value());
         } else {
-            return make_error(EINVAL, "unknown option '" + std::string(args[i]) +
-                                          "' (see snicd --help)");
+            return make_error(EINVAL,
+                              "unknown option '" + std::string(args[i]) + "' (see snicd --help)");
         }
     }
     if (cfg.help || cfg.version) return cfg;

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/result.h"
 #include "daemon/fault.h"
 #include "proto/net/addr.h"
-#include "common/result.h"
 
 namespace snic::daemon {
 

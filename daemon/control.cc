@@ -59,7 +59,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::claim(const std::string& p
                                           pid.substr(0, pid.find('\n')) + ")");
     }
     // Only a regular file of our own is rewritten with our pid.
-    struct stat st{};
+    struct stat st {};
     if (::fstat(lock.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid())
         return make_error(EPERM, lock_path + " is not a regular file owned by snicd's user");
     const std::string pid = std::to_string(::getpid()) + "\n";

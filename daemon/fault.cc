@@ -3,7 +3,9 @@
 namespace snic::daemon {
 
 namespace {
-std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+std::uint64_t rotl(std::uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 }  // namespace
 
 FaultRng::FaultRng(std::uint64_t seed) {

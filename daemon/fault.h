@@ -37,23 +37,23 @@ struct FaultAction {
 
 // splitmix64 seeding a xoshiro256** generator: small, fast, and the same on every machine.
 class FaultRng {
-public:
+  public:
     explicit FaultRng(std::uint64_t seed);
     std::uint64_t next();
     // True with probability p.
     bool chance(double p) { return p > 0 && static_cast<double>(next() >> 11) * 0x1.0p-53 < p; }
 
-private:
+  private:
     std::uint64_t s_[4];
 };
 
 class FaultInjector {
-public:
+  public:
     FaultInjector(const FaultRates& rates, std::uint64_t seed) : rates_(rates), rng_(seed) {}
     bool active() const { return rates_.any(); }
     FaultAction decide();
 
-private:
+  private:
     FaultRates rates_;
     FaultRng rng_;
 };

@@ -22,7 +22,9 @@ LcoreTasks::LcoreTasks() {
                                  std::string(rte_strerror(rte_errno)));
 }
 
-LcoreTasks::~LcoreTasks() { rte_ring_free(ring_); }
+LcoreTasks::~LcoreTasks() {
+    rte_ring_free(ring_);
+}
 
 void LcoreTasks::run(const std::function<void()>& fn) {
     Task task{&fn};

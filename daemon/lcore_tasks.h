@@ -13,7 +13,7 @@ struct rte_ring;
 namespace snic::daemon {
 
 class LcoreTasks {
-public:
+  public:
     LcoreTasks();
     ~LcoreTasks();
     LcoreTasks(const LcoreTasks&) = delete;
@@ -30,7 +30,7 @@ public:
     // The lcore, as its loop ends: runs what is queued; later tasks run on the caller.
     void stop();
 
-private:
+  private:
     struct Task {
         const std::function<void()>* fn;
         std::atomic<bool> done{false};

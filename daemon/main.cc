@@ -338,7 +338,8 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         std::thread control_thread([&] {
             if (CPU_COUNT(&control_cpus) != 0)
                 pthread_setaffinity_np(pthread_self(), sizeof control_cpus, &control_cpus);
-            (*control)->serve(g_stop, [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
+            (*control)->serve(g_stop,
+                              [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
         });
         spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,
                      r.ports.size(), r.lcore_ids.size(), cfg.ctrl_path);

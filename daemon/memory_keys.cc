@@ -67,7 +67,7 @@ std::uint8_t* local_access(const KeyUser& u, std::uint32_t lkey, std::uint64_t a
 }
 
 verbs::RemoteRegion remote_access(const KeyUser& u, std::uint32_t rkey, std::uint64_t addr,
-                                 std::uint32_t len, verbs::RemoteNeed need) {
+                                  std::uint32_t len, verbs::RemoteNeed need) {
     const std::uint32_t want = access_for(need);
     if (const Mr* mr = find_mr(u, rkey)) {
         if (mr->pd.get() != u.pd) return {nullptr, verbs::RemoteCheck::pd_mismatch};

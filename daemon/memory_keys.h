@@ -35,7 +35,7 @@ std::uint8_t* local_access(const KeyUser& u, std::uint32_t lkey, std::uint64_t a
 // [addr, addr + len) under `rkey` (an MR, or a bound window that serves this QP) for the
 // peer's operation `need`.
 verbs::RemoteRegion remote_access(const KeyUser& u, std::uint32_t rkey, std::uint64_t addr,
-                                 std::uint32_t len, verbs::RemoteNeed need);
+                                  std::uint32_t len, verbs::RemoteNeed need);
 
 // Bind MW (a type 1 window through ibv_bind_mw, a type 2 window through a bind WR): checks
 // the window, the region and the range, then points the window there under bind.new_rkey.

@@ -41,12 +41,20 @@ Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAdd
       mtu_(mtu),
       pool_(pool),
       arp_(kArpEntries, timing.tsc_hz * timing.arp_timeout_s, timing.tsc_hz /* 1 s pacing */),
-      rx_fault_{FaultInjector(spec.fault.rx, spec.fault.seed), nullptr, false,
-                &counters_.rx_fault_dropped, &counters_.rx_fault_duplicated,
-                &counters_.rx_fault_reordered, &counters_.rx_fault_corrupted},
-      tx_fault_{FaultInjector(spec.fault.tx, spec.fault.seed ^ 0x5a5a5a5a5a5a5a5aull), nullptr,
-                false, &counters_.tx_fault_dropped, &counters_.tx_fault_duplicated,
-                &counters_.tx_fault_reordered, &counters_.tx_fault_corrupted} {}
+      rx_fault_{FaultInjector(spec.fault.rx, spec.fault.seed),
+                nullptr,
+                false,
+                &counters_.rx_fault_dropped,
+                &counters_.rx_fault_duplicated,
+                &counters_.rx_fault_reordered,
+                &counters_.rx_fault_corrupted},
+      tx_fault_{FaultInjector(spec.fault.tx, spec.fault.seed ^ 0x5a5a5a5a5a5a5a5aull),
+                nullptr,
+                false,
+                &counters_.tx_fault_dropped,
+                &counters_.tx_fault_duplicated,
+                &counters_.tx_fault_reordered,
+                &counters_.tx_fault_corrupted} {}
 
 Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& spec,
                                          rte_mempool* pool, const PortTiming& timing) {
@@ -108,8 +116,9 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
                  mac.to_string(), mtu, promiscuous ? " (software MAC filter)" : "");
     for (const auto& [dir, r] : {std::pair{"rx", spec.fault.rx}, std::pair{"tx", spec.fault.tx}}) {
         if (r.any())
-            spdlog::warn("port {}: injecting {} faults: loss {} dup {} reorder {} corrupt {} (seed {})",
-                         port_id, dir, r.drop, r.duplicate, r.reorder, r.corrupt, spec.fault.seed);
+            spdlog::warn(
+                "port {}: injecting {} faults: loss {} dup {} reorder {} corrupt {} (seed {})",
+                port_id, dir, r.drop, r.duplicate, r.reorder, r.corrupt, spec.fault.seed);
     }
     return port;
 }

@@ -10,13 +10,13 @@
 #include <optional>
 #include <string>
 
+#include "common/result.h"
 #include "daemon/arp_cache.h"
 #include "daemon/config.h"
 #include "daemon/fault.h"
 #include "daemon/stats.h"
 #include "proto/net/addr.h"
 #include "proto/net/rx.h"
-#include "common/result.h"
 
 struct rte_mempool;
 
@@ -33,10 +33,10 @@ struct RxHook {
 
 // Told of ICMP echo replies addressed to the port (the self-test's pinger).
 class EchoListener {
-public:
+  public:
     virtual void on_echo_reply(std::uint16_t id, std::uint16_t seq, std::uint64_t now) = 0;
 
-protected:
+  protected:
     ~EchoListener() = default;
 };
 
@@ -46,7 +46,7 @@ struct PortTiming {
 };
 
 class Port {
-public:
+  public:
     static constexpr std::uint16_t kBurst = 32;
 
     // Configures and starts DPDK port `port_id` as `spec` says.
@@ -85,7 +85,7 @@ public:
     // Takes a frame this port sent to itself (a transport's loopback) as if received.
     void receive_local(rte_mbuf* m, std::uint64_t now) { handle(m, now); }
 
-private:
+  private:
     Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
          std::uint16_t mtu, rte_mempool* pool, const PortTiming& timing);
 

@@ -89,11 +89,11 @@ class RoceQp final : public QpEngine, public roce::RcWire, public Schedulable {
     QpGlue glue_;
     const roce::RcConfig config_;
     const net::Ipv4Addr peer_;
-    const std::uint16_t src_port_;  // UDP source port: flow entropy from the QP numbers
-    const bool loopback_;           // the peer is this port: frames go back to its rx path
+    const std::uint16_t src_port_;     // UDP source port: flow entropy from the QP numbers
+    const bool loopback_;              // the peer is this port: frames go back to its rx path
     shm::Doorbells* const doorbells_;  // its client's, where its bit rings
     rte_mbuf* tx_m_ = nullptr;         // the frame being filled between tx_alloc and tx_send
-    roce::RcQp engine_;  // last: built from the interfaces above
+    roce::RcQp engine_;                // last: built from the interfaces above
 };
 
 class RoceTransport final : public Transport {

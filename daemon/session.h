@@ -209,7 +209,7 @@ struct Qp {
     verbs::QpState state = verbs::QpState::reset;
     shm::QpAttr attr{};  // every attribute as last set (qp_state/cur_qp_state/cap unused)
     NameLease qpn;
-    AsyncEvents* events = nullptr;  // its session's
+    AsyncEvents* events = nullptr;        // its session's
     shm::Doorbells* doorbells = nullptr;  // its session's; the QP's bit is qpn % kDoorbellBits
     // The engine its port's transport runs, from RTR on; stopped before the QP goes.
     std::unique_ptr<QpEngine> engine;

@@ -20,10 +20,12 @@ Result<VirtualWire> VirtualWire::create() {
     rte_ring* b = rte_ring_create("snic_wire_1to0", kWireSlots, socket, flags);
     VirtualWire wire(a, b);
     if (a == nullptr || b == nullptr)
-        return make_error(rte_errno, std::string("--wire: cannot create rings: ") + rte_strerror(rte_errno));
+        return make_error(rte_errno,
+                          std::string("--wire: cannot create rings: ") + rte_strerror(rte_errno));
     if (rte_eth_from_rings("wire0", &b, 1, &a, 1, socket) < 0 ||
         rte_eth_from_rings("wire1", &a, 1, &b, 1, socket) < 0)
-        return make_error(rte_errno, std::string("--wire: cannot create ports: ") + rte_strerror(rte_errno));
+        return make_error(rte_errno,
+                          std::string("--wire: cannot create ports: ") + rte_strerror(rte_errno));
     return wire;
 }
 

@@ -11,7 +11,7 @@ namespace snic::net {
 
 template <std::unsigned_integral T>
 class Be {
-public:
+  public:
     constexpr Be() = default;
     constexpr Be(T host_value) noexcept { set(host_value); }  // NOLINT: implicit on purpose
 
@@ -28,7 +28,7 @@ public:
     }
     friend constexpr bool operator==(const Be&, const Be&) = default;
 
-private:
+  private:
     std::array<std::uint8_t, sizeof(T)> bytes_;
 };
 

@@ -44,23 +44,23 @@ enum class Drop : std::uint8_t {
 inline constexpr std::size_t kDropReasons = static_cast<std::size_t>(Drop::count_);
 
 inline constexpr std::array<std::string_view, kDropReasons> kDropNames = {
-    "eth_truncated",         "eth_not_for_us",       "ethertype_unsupported",
-    "arp_malformed",         "arp_unsupported",      "arp_not_for_us",
-    "ip_truncated",          "ip_bad_version",       "ip_bad_header_length",
-    "ip_bad_total_length",   "ip_bad_checksum",      "ip_not_for_us",
-    "ip_fragment",           "ip_proto_unsupported", "icmp_truncated",
-    "icmp_bad_checksum",     "icmp_unsupported_type", "udp_truncated",
-    "udp_bad_length",        "udp_bad_checksum",     "udp_no_listener",
-    "tcp_truncated",         "tcp_no_listener",      "rx_scattered",
+    "eth_truncated",         "eth_not_for_us",       "ethertype_unsupported", "arp_malformed",
+    "arp_unsupported",       "arp_not_for_us",       "ip_truncated",          "ip_bad_version",
+    "ip_bad_header_length",  "ip_bad_total_length",  "ip_bad_checksum",       "ip_not_for_us",
+    "ip_fragment",           "ip_proto_unsupported", "icmp_truncated",        "icmp_bad_checksum",
+    "icmp_unsupported_type", "udp_truncated",        "udp_bad_length",        "udp_bad_checksum",
+    "udp_no_listener",       "tcp_truncated",        "tcp_no_listener",       "rx_scattered",
 };
 
-constexpr std::string_view drop_name(Drop d) { return kDropNames[static_cast<std::size_t>(d)]; }
+constexpr std::string_view drop_name(Drop d) {
+    return kDropNames[static_cast<std::size_t>(d)];
+}
 
 enum class RxKind : std::uint8_t {
     drop,
-    arp_request,       // a request for our address
-    arp_reply,         // a reply addressed to us
-    arp_other,         // valid ARP not about us: may refresh a cache entry (RFC 826 merge)
+    arp_request,  // a request for our address
+    arp_reply,    // a reply addressed to us
+    arp_other,    // valid ARP not about us: may refresh a cache entry (RFC 826 merge)
     icmp_echo_request,
     icmp_echo_reply,
     udp,

@@ -25,7 +25,6 @@ namespace snic::roce {
 using RcTime = std::uint64_t;  // nanoseconds on the caller's clock
 inline constexpr RcTime kRcNever = ~RcTime{0};
 
-
 // RC speaks the verbs vocabulary (proto/verbs): its work requests, completions, memory and
 // queues are those every transport shares.
 using verbs::Completion;
@@ -182,8 +181,8 @@ struct RcCounters {
     // transmitted, by kind
     RcCounter tx_send_packets, tx_write_packets, tx_read_requests, tx_atomic_requests;
     RcCounter tx_read_responses, tx_atomic_acks, tx_acks, tx_naks;
-    RcCounter tx_retransmits;  // request packets sent again (go-back-N, timeout, RNR)
-    RcCounter tx_full;         // tx_alloc refused: retried on the next poll
+    RcCounter tx_retransmits;   // request packets sent again (go-back-N, timeout, RNR)
+    RcCounter tx_full;          // tx_alloc refused: retried on the next poll
     RcCounter send_slot_waits;  // the send slot pool was empty: WRs taken on a later poll
     // received, by kind
     RcCounter rx_send_packets, rx_write_packets, rx_read_requests, rx_atomic_requests;

@@ -41,10 +41,12 @@ int main(int argc, char** argv) {
         ibv_context* ctx = open_device(name);
         ibv_pd* pd = ibv_alloc_pd(ctx);
         if (pd == nullptr) die("ibv_alloc_pd");
-        void* buf = mmap(nullptr, kMrBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void* buf =
+            mmap(nullptr, kMrBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (buf == MAP_FAILED) die("mmap");
         std::memset(buf, static_cast<int>(round), kMrBytes);
-        ibv_mr* mr = ibv_reg_mr(pd, buf, kMrBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        ibv_mr* mr =
+            ibv_reg_mr(pd, buf, kMrBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
         if (mr == nullptr) die("ibv_reg_mr");
         ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
         if (ch == nullptr) die("ibv_create_comp_channel");

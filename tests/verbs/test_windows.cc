@@ -49,7 +49,8 @@ class Windows : public ::testing::Test {
         ASSERT_NE(list, nullptr);
         for (int s = 0; s < 2; ++s) {
             for (int i = 0; i < n; ++i)
-                if (names[s] == ibv_get_device_name(list[i])) side_[s].ctx = ibv_open_device(list[i]);
+                if (names[s] == ibv_get_device_name(list[i]))
+                    side_[s].ctx = ibv_open_device(list[i]);
             ASSERT_NE(side_[s].ctx, nullptr) << "cannot open " << names[s];
         }
         ibv_free_device_list(list);
@@ -109,8 +110,10 @@ class Windows : public ::testing::Test {
         q.qp_state = IBV_QPS_INIT;
         q.port_num = 1;
         q.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-        ASSERT_EQ(ibv_modify_qp(s.qp, &q, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                              IBV_QP_ACCESS_FLAGS), 0);
+        ASSERT_EQ(
+            ibv_modify_qp(s.qp, &q,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
         q = {};
         q.qp_state = IBV_QPS_RTR;
         q.path_mtu = std::min(s.mtu, peer.mtu);
@@ -122,9 +125,11 @@ class Windows : public ::testing::Test {
         q.ah_attr.grh.dgid = peer.gid;
         q.ah_attr.grh.hop_limit = 64;
         q.ah_attr.port_num = 1;
-        ASSERT_EQ(ibv_modify_qp(s.qp, &q, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                              IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0);
+        ASSERT_EQ(
+            ibv_modify_qp(s.qp, &q,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
         q = {};
         q.qp_state = IBV_QPS_RTS;
         q.timeout = 14;
@@ -132,9 +137,10 @@ class Windows : public ::testing::Test {
         q.rnr_retry = 7;
         q.sq_psn = 100;
         q.max_rd_atomic = 4;
-        ASSERT_EQ(ibv_modify_qp(s.qp, &q, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                              IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                              IBV_QP_MAX_QP_RD_ATOMIC), 0);
+        ASSERT_EQ(ibv_modify_qp(s.qp, &q,
+                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+                  0);
     }
 
     ibv_mw* window(Side& s, ibv_mw_type type) {
@@ -248,7 +254,8 @@ TEST_F(Windows, type1_window_grants_write_and_read_within_its_range_only) {
     EXPECT_EQ(b().mem[20000], 0x77);
     a().mem[4100] = 0x5a;
     // One byte past the window: refused, nothing written.
-    EXPECT_EQ(rdma(IBV_WR_RDMA_WRITE, rkey, addr(a(), 4096 + 8192 - 4), 0, 8), IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(rdma(IBV_WR_RDMA_WRITE, rkey, addr(a(), 4096 + 8192 - 4), 0, 8),
+              IBV_WC_REM_ACCESS_ERR);
     expect_a_untouched_except(4096, 8192);
 }
 

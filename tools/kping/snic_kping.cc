@@ -52,7 +52,9 @@ struct Options {
     std::string samples;
 };
 
-[[noreturn]] void usage_error(const std::string& why) { snic::cli::usage_error(kProg, why); }
+[[noreturn]] void usage_error(const std::string& why) {
+    snic::cli::usage_error(kProg, why);
+}
 
 [[noreturn]] void fail(const std::string& why) {
     std::fprintf(stderr, "%s: %s\n", kProg, why.c_str());

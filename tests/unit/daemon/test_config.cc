@@ -193,9 +193,11 @@ TEST(Config, port_without_name_is_rejected) {
 
 TEST(Config, unknown_port_parameter_is_named) {
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,speed=10G"}),
-              "--port 0: invalid parameter (known: ip, mac, mtu, [rx-|tx-]loss|dup|reorder|corrupt, seed) 'speed=10G'");
+              "--port 0: invalid parameter (known: ip, mac, mtu, "
+              "[rx-|tx-]loss|dup|reorder|corrupt, seed) 'speed=10G'");
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,"}),
-              "--port 0: invalid parameter (known: ip, mac, mtu, [rx-|tx-]loss|dup|reorder|corrupt, seed) ''");
+              "--port 0: invalid parameter (known: ip, mac, mtu, "
+              "[rx-|tx-]loss|dup|reorder|corrupt, seed) ''");
 }
 
 TEST(Config, port_mac_must_be_unicast) {
@@ -350,10 +352,10 @@ TEST(Config, selftest_raw_bw_defaults) {
 }
 
 TEST(Config, selftest_refuses_bad_specs) {
-    for (const char* spec : {"raw-ping,size=0", "raw-ping,size=8388609", "raw-bw,count=0",
-                             "raw-ping,foo=1", "raw-bw,warmup=3", "raw-bw,samples=/tmp/x",
-                             "arp-ping,size=8", "arp-ping,json", "raw-ping,json=1", "raw-ping,size=",
-                             "ping", "raw-ping,samples="}) {
+    for (const char* spec :
+         {"raw-ping,size=0", "raw-ping,size=8388609", "raw-bw,count=0", "raw-ping,foo=1",
+          "raw-bw,warmup=3", "raw-bw,samples=/tmp/x", "arp-ping,size=8", "arp-ping,json",
+          "raw-ping,json=1", "raw-ping,size=", "ping", "raw-ping,samples="}) {
         auto r = parse({"--port", kPort0, "--port", kPort1, "--selftest", spec});
         EXPECT_FALSE(r.ok()) << spec;
         if (!r.ok()) {

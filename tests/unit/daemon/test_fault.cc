@@ -23,7 +23,8 @@ Tally run(const FaultRates& rates, std::uint64_t seed, int n) {
         t.reorder += a.reorder;
         t.corrupt += a.corrupt;
         if (a.drop) {
-            EXPECT_FALSE(a.duplicate || a.reorder || a.corrupt) << "a dropped frame has no other fault";
+            EXPECT_FALSE(a.duplicate || a.reorder || a.corrupt)
+                << "a dropped frame has no other fault";
         }
     }
     return t;
@@ -76,7 +77,8 @@ TEST(Fault, certain_loss_drops_everything) {
 }
 
 TEST(FaultConfig, port_spec_sets_both_directions_or_one) {
-    auto s = parse_port_spec("wire1,ip=198.18.1.2/24,loss=5%,tx-dup=0.01,rx-corrupt=0.5%,reorder=0.02,seed=9");
+    auto s = parse_port_spec(
+        "wire1,ip=198.18.1.2/24,loss=5%,tx-dup=0.01,rx-corrupt=0.5%,reorder=0.02,seed=9");
     ASSERT_TRUE(s.ok()) << s.error().message;
     EXPECT_DOUBLE_EQ(s->fault.rx.drop, 0.05);
     EXPECT_DOUBLE_EQ(s->fault.tx.drop, 0.05);
