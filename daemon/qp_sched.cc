@@ -124,7 +124,7 @@ void QpScheduler::wake(Schedulable& q) {
     ready_.push_back(q.link_);
 }
 
-bool QpScheduler::run(std::uint64_t now) {
+bool QpScheduler::run_ready(std::uint64_t now) {
     while (TimerNode* n = timers_.pop_due(now)) {
         counters_.timer_wakes.add();
         wake(*n->owner);

@@ -153,14 +153,18 @@ class QpScheduler {
     void wake(Schedulable& q);
     // One turn: wakes the QPs whose deadline passed, then polls every QP on the ready list once,
     // in place: those with work left or within their grace period stay, the others sleep and
-    // leave. True when an engine did something.
-    bool run(std::uint64_t now);
+    // leave. True when an engine did something. A turn with nothing to run costs two loads.
+    bool run(std::uint64_t now) {
+        if (ready_.empty() && timers_.earliest() > now) return false;
+        return run_ready(now);
+    }
 
     std::uint32_t armed_timers() const { return timers_.size(); }
     const SchedCounters& counters() const { return counters_; }
     std::uint64_t grace_ns() const { return grace_; }
 
   private:
+    bool run_ready(std::uint64_t now);
     // After a poll: true when the QP stays ready; else it went to sleep.
     bool stays_ready(Schedulable& q, std::uint64_t now);
 

@@ -149,7 +149,8 @@ class RoceTransport final : public Transport {
     static RoceQp& of(Qp& qp);
     std::uint64_t ns(std::uint64_t tsc) const;
     void receive(rte_mbuf* m, const net::RxFrame& frame, std::uint64_t now_tsc);
-    bool ring_doorbells();
+    // Takes the doorbells rung in `w`'s area and wakes their QPs.
+    void ring_doorbells(DoorbellWatch& w);
     // The lcore: a watch enters or leaves the list.
     void link(DoorbellWatch* w);
     void unlink(DoorbellWatch* w);

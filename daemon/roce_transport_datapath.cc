@@ -134,20 +134,16 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
 // Wakes the QPs whose clients rang their doorbells. A bit that names no QP of the client that
 // rang it (a stale one, or a hostile client's) is counted and ignored: a client can make the
 // lcore read its doorbell area, never run another client's QP.
-bool RoceTransport::ring_doorbells() {
-    bool any = false;
-    for (DoorbellWatch* w = watching_; w != nullptr; w = w->next) {
-        any |= shm::take_doorbells(*w->area, [&](std::uint32_t bit) {
-                   RoceQp* rt = (*by_slot_)[bit];
-                   if (rt == nullptr || rt->doorbells_ != w->area) {
-                       counters_.doorbells_stray.add();
-                       return;
-                   }
-                   counters_.doorbells.add();
-                   sched_.wake(*rt);
-               }) != 0;
-    }
-    return any;
+void RoceTransport::ring_doorbells(DoorbellWatch& w) {
+    shm::take_doorbells(*w.area, [&](std::uint32_t bit) {
+        RoceQp* rt = (*by_slot_)[bit];
+        if (rt == nullptr || rt->doorbells_ != w.area) {
+            counters_.doorbells_stray.add();
+            return;
+        }
+        counters_.doorbells.add();
+        sched_.wake(*rt);
+    });
 }
 
 bool RoceTransport::poll(std::uint64_t now_tsc) {
@@ -162,7 +158,13 @@ bool RoceTransport::poll(std::uint64_t now_tsc) {
         port_.receive_local(m, now_tsc);
         work = true;
     }
-    work |= ring_doorbells();
+    // The doorbells of its clients: one load each when none was rung.
+    for (DoorbellWatch* w = watching_; w != nullptr; w = w->next) {
+        if (std::atomic_ref<std::uint64_t>(w->area->summary).load(std::memory_order_relaxed) == 0)
+            continue;
+        ring_doorbells(*w);
+        work = true;
+    }
     work |= sched_.run(ns(now_tsc));
     return work;
 }
