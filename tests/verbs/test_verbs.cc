@@ -748,6 +748,11 @@ TEST_F(Verbs, WorkRequestApi) {
     ibv_wr_set_sge(x, mr->lkey, addr, 16);
     EXPECT_EQ(ibv_wr_complete(x), EINVAL);
     to_rts(qp);
+    // Send queue drained (SQD): posts are accepted but snicd starts none of them, so the ring's
+    // free slots below do not depend on how fast the daemon takes WQEs.
+    ibv_qp_attr sqd{};
+    sqd.qp_state = IBV_QPS_SQD;
+    ASSERT_EQ(ibv_modify_qp(qp, &sqd, IBV_QP_STATE), 0);
 
     // A valid batch of four.
     ibv_wr_start(x);
