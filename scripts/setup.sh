@@ -17,7 +17,7 @@ SNIC_PACKAGES=(
     build-essential g++ meson ninja-build pkg-config
     dpdk dpdk-dev libdpdk-dev libnuma-dev libpcap-dev
     libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-    libibverbs-dev librdmacm-dev ibverbs-utils rdma-core
+    libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils rdma-core
     iproute2 iputils-ping tshark perftest gnuplot-nox valgrind clang-format
     python3 python3-pytest python3-scapy
 )
