@@ -12,16 +12,10 @@
 
 namespace snic::daemon {
 
-namespace {
-
-// The UDP source port of a QP's packets: RoCEv2 uses it for flow entropy (ECMP), from
-// 0xC000 up; one per QP pair so that each connection stays on one path.
-std::uint16_t source_port(std::uint32_t qpn, std::uint32_t dest_qpn) {
+std::uint16_t roce_source_port(std::uint32_t qpn, std::uint32_t dest_qpn) {
     const std::uint32_t h = (qpn * 0x9e3779b1u) ^ (dest_qpn * 0x85ebca6bu);
     return static_cast<std::uint16_t>(0xc000u | ((h >> 16) & 0x3fffu));
 }
-
-}  // namespace
 
 const char* roce_check_attr(std::uint32_t mask, const shm::QpAttr& a) {
     if ((mask & verbs::qp_attr::av) != 0 && !net::ipv4_from_mapped(a.ah_attr.dgid))
@@ -58,7 +52,7 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
       glue_(qp, keys),
       config_(config),
       peer_(peer),
-      src_port_(source_port(config.qpn, config.dest_qpn)),
+      src_port_(roce_source_port(config.qpn, config.dest_qpn)),
       loopback_(peer == transport.port().ip().addr),
       doorbells_(qp.doorbells),
       engine_(config, glue_, glue_, *this, &slots) {}
@@ -98,6 +92,11 @@ RoceTransport::RoceTransport(Port& port, LcoreTasks& tasks, const NameTable& key
 RoceTransport::~RoceTransport() {
     for (; loop_count_ > 0; --loop_count_, loop_head_ = (loop_head_ + 1) % kLoopSlots)
         rte_pktmbuf_free(loop_[loop_head_]);
+}
+
+void RoceTransport::set_gsi_hook(GsiReceiveFn fn, void* ctx) {
+    gsi_fn_ = fn;
+    gsi_ctx_ = ctx;
 }
 
 const char* RoceTransport::check_attr(std::uint32_t mask, const shm::QpAttr& a) const {
@@ -223,6 +222,10 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"turns", c.turns.get()});
     fn(ctx, {"doorbells", c.doorbells.get()});
     fn(ctx, {"doorbells_stray", c.doorbells_stray.get()});
+    fn(ctx, {"rx_gsi", c.rx_gsi.get()});
+    fn(ctx, {"rx_gsi_no_hook", c.rx_gsi_no_hook.get()});
+    fn(ctx, {"rx_gsi_bad_opcode", c.rx_gsi_bad_opcode.get()});
+    fn(ctx, {"tx_gsi", c.tx_gsi.get()});
     const SchedCounters& s = sched_.counters();
     fn(ctx, {"engine_polls", s.engine_polls.get()});
     fn(ctx, {"timer_wakes", s.timer_wakes.get()});

@@ -39,20 +39,35 @@ class Port;
 // Counters of the transport of one port (the engines count per QP).
 struct RoceCounters {
     Counter rx_packets, tx_packets;
-    Counter rx_unknown_qpn;    // no QP of this port has that number
-    Counter rx_bad_source;     // from an address other than the QP's peer: dropped unseen
-    Counter rx_not_ipv4;       // RoCEv2 over IPv6 is not spoken yet
-    Counter tx_no_mbuf;        // the pool was empty: the engine retries
-    Counter tx_unresolved;     // the peer's MAC is being resolved: the engine retransmits
-    Counter loopback_packets;  // sent to a QP of this very port, without the wire
-    Counter loopback_full;     // the loopback queue was full: dropped, the engine retransmits
-    Counter turns;             // polls of the transport: turns of its lcore's loop
-    Counter doorbells;         // doorbells rung by clients for QPs that slept
-    Counter doorbells_stray;   // doorbell bits naming no QP of that client: ignored
+    Counter rx_unknown_qpn;     // no QP of this port has that number
+    Counter rx_bad_source;      // from an address other than the QP's peer: dropped unseen
+    Counter rx_not_ipv4;        // RoCEv2 over IPv6 is not spoken yet
+    Counter tx_no_mbuf;         // the pool was empty: the engine retries
+    Counter tx_unresolved;      // the peer's MAC is being resolved: the engine retransmits
+    Counter loopback_packets;   // sent to a QP of this very port, without the wire
+    Counter loopback_full;      // the loopback queue was full: dropped, the engine retransmits
+    Counter turns;              // polls of the transport: turns of its lcore's loop
+    Counter doorbells;          // doorbells rung by clients for QPs that slept
+    Counter doorbells_stray;    // doorbell bits naming no QP of that client: ignored
+    Counter rx_gsi;             // to QP1, handed to the GSI hook
+    Counter rx_gsi_no_hook;     // to QP1 while no GSI hook is set: dropped
+    Counter rx_gsi_bad_opcode;  // to QP1 but not UD SEND ONLY: dropped
+    Counter tx_gsi;             // sent from QP1 (send_gsi)
     std::array<Counter, roce::kRoceDropReasons> drops;  // by roce::Drop
 };
 
 class RoceTransport;
+
+// QP1's receive hook (the General Service Interface: the CM's MADs). Called on the lcore with
+// each UD SEND ONLY packet to QP1 whose ICRC verified: the sender's IPv4 address (host order),
+// the DETH's source QP and Q_Key (unchecked: the hook checks kGsiQkey itself) and the payload,
+// valid for the call only.
+using GsiReceiveFn = void (*)(void* ctx, std::uint32_t src_ip, std::uint32_t src_qpn,
+                              std::uint32_t qkey, std::span<const std::uint8_t> payload);
+
+// The UDP source port of a QP's packets to `dest_qpn`: flow entropy (ECMP) from 0xC000 up, one
+// per QP pair so that each conversation stays on one path.
+std::uint16_t roce_source_port(std::uint32_t qpn, std::uint32_t dest_qpn);
 
 // The RC QP an RC QpEngine is: the glue, the engine and this QP's end of the wire. Built by
 // the control thread when the QP enters RTR, attached to the lcore, detached before it goes.
@@ -123,6 +138,15 @@ class RoceTransport final : public Transport {
     // Frames looped back last turn, the doorbells of its clients, then the QPs with work
     // (QpScheduler::run); true when any of it did something.
     bool poll(std::uint64_t now_tsc) override;
+    // QP1, the General Service Interface. Packets to QP1 go to the hook; without one they are
+    // counted (rx_gsi_no_hook) and dropped. Set on the control thread before the port runs.
+    void set_gsi_hook(GsiReceiveFn fn, void* ctx);
+    // The lcore only: one UD SEND ONLY from QP1 (DETH source QP 1, P_Key 0xffff) to `dst_ip`'s
+    // (host order) QP `dst_qpn`; false if not sent (no mbuf, the MAC not resolved yet: a
+    // request is on its way, or the payload larger than the port's MTU allows).
+    bool send_gsi(std::uint32_t dst_ip, std::uint32_t dst_qpn, std::uint32_t qkey,
+                  std::span<const std::uint8_t> payload);
+
     // The port's UDP 4791 hook.
     static void on_rx(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& frame,
                       std::uint64_t now_tsc);
@@ -149,6 +173,12 @@ class RoceTransport final : public Transport {
     static RoceQp& of(Qp& qp);
     std::uint64_t ns(std::uint64_t tsc) const;
     void receive(rte_mbuf* m, const net::RxFrame& frame, std::uint64_t now_tsc);
+    // A packet to QP1: to the GSI hook. Frees m.
+    void receive_gsi(rte_mbuf* m, const roce::Packet& pkt, net::Ipv4Addr src);
+    // Frames the transport packet at [kUdpFrameOverhead, + packet_len) of `m` (its ICRC's place
+    // last) towards `dst` and sends it, or loops it back when `dst` is this port. False, with
+    // `m` freed and counted, when the peer's MAC is not resolved yet. Takes `m` in every case.
+    bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, std::uint16_t src_port);
     // Takes the doorbells rung in `w`'s area and wakes their QPs.
     void ring_doorbells(DoorbellWatch& w);
     // The lcore: a watch enters or leaves the list.
@@ -174,6 +204,9 @@ class RoceTransport final : public Transport {
     std::array<rte_mbuf*, kLoopSlots> loop_{};
     std::uint32_t loop_head_ = 0;
     std::uint32_t loop_count_ = 0;
+    GsiReceiveFn gsi_fn_ = nullptr;  // set before the port runs, read by the lcore
+    void* gsi_ctx_ = nullptr;
+    std::uint32_t gsi_psn_ = 0;  // lcore: the PSN of QP1's next packet
 };
 
 // The RcConfig of a QP entering RTR, from its attributes and caps.

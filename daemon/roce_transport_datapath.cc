@@ -13,6 +13,7 @@
 #include "proto/net/ipv4.h"
 #include "proto/net/udp.h"
 #include "proto/roce/icrc.h"
+#include "proto/roce/psn.h"
 
 namespace snic::daemon {
 
@@ -49,34 +50,7 @@ std::span<std::uint8_t> RoceQp::tx_alloc(std::size_t len) {
 void RoceQp::tx_send(std::size_t len) {
     rte_mbuf* m = std::exchange(tx_m_, nullptr);
     if (m == nullptr) return;
-    Port& port = transport_.port_;
-    std::optional<net::MacAddr> dst =
-        loopback_ ? std::optional(port.mac()) : port.resolve(peer_, transport_.now_tsc_);
-    if (!dst) {
-        rte_pktmbuf_free(m);
-        transport_.counters_.tx_unresolved.add();
-        return;
-    }
-    const net::UdpFlow flow{port.mac(), *dst, port.ip().addr, peer_, src_port_, net::kRoceV2Port};
-    const std::size_t frame_len = roce::frame_ipv4(
-        {rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)}, flow, len + roce::kIcrcLen);
-    if (frame_len == 0) {  // cannot happen: tx_alloc made room for it
-        rte_pktmbuf_free(m);
-        transport_.counters_.tx_no_mbuf.add();
-        return;
-    }
-    m->data_len = static_cast<std::uint16_t>(frame_len);
-    m->pkt_len = m->data_len;
-    transport_.counters_.tx_packets.add();
-    if (!loopback_) return port.send(m);
-    if (transport_.loop_count_ == RoceTransport::kLoopSlots) {
-        transport_.counters_.loopback_full.add();
-        rte_pktmbuf_free(m);
-        return;
-    }
-    transport_
-        .loop_[(transport_.loop_head_ + transport_.loop_count_++) % RoceTransport::kLoopSlots] = m;
-    transport_.counters_.loopback_packets.add();
+    transport_.transmit(m, len, peer_, src_port_);
 }
 
 // ---- Schedulable ----------------------------------------------------------------------------
@@ -112,6 +86,7 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     const std::size_t l3_len = f.l4_offset + f.l4_length - f.l3_offset;
     if (!roce::icrc_verify({frame + f.l3_offset, l3_len})) return drop(roce::Drop::bad_icrc);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
+    if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
     RoceQp* rt = (*by_slot_)[qpn & (kQpnSlots - 1)];
     if (rt == nullptr || rt->qpn() != qpn) {
         counters_.rx_unknown_qpn.add();
@@ -144,6 +119,85 @@ void RoceTransport::ring_doorbells(DoorbellWatch& w) {
         counters_.doorbells.add();
         sched_.wake(*rt);
     });
+}
+
+bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
+                             std::uint16_t src_port) {
+    const bool loopback = dst == port_.ip().addr;
+    std::optional<net::MacAddr> mac =
+        loopback ? std::optional(port_.mac()) : port_.resolve(dst, now_tsc_);
+    if (!mac) {
+        rte_pktmbuf_free(m);
+        counters_.tx_unresolved.add();
+        return false;
+    }
+    const net::UdpFlow flow{port_.mac(), *mac, port_.ip().addr, dst, src_port, net::kRoceV2Port};
+    const std::size_t frame_len = roce::frame_ipv4(
+        {rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)}, flow, packet_len);
+    if (frame_len == 0) {  // cannot happen: the sender made room for it
+        rte_pktmbuf_free(m);
+        counters_.tx_no_mbuf.add();
+        return false;
+    }
+    m->data_len = static_cast<std::uint16_t>(frame_len);
+    m->pkt_len = m->data_len;
+    counters_.tx_packets.add();
+    if (!loopback) {
+        port_.send(m);
+        return true;
+    }
+    if (loop_count_ == kLoopSlots) {
+        counters_.loopback_full.add();
+        rte_pktmbuf_free(m);
+        return true;  // lost as on a wire
+    }
+    loop_[(loop_head_ + loop_count_++) % kLoopSlots] = m;
+    counters_.loopback_packets.add();
+    return true;
+}
+
+bool RoceTransport::send_gsi(std::uint32_t dst_ip, std::uint32_t dst_qpn, std::uint32_t qkey,
+                             std::span<const std::uint8_t> payload) {
+    const std::size_t len = roce::transport_length(roce::Opcode::ud_send_only, payload.size());
+    if (net::kIpv4MinHdrLen + net::kUdpHdrLen + len > port_.mtu()) return false;
+    rte_mbuf* m = port_.alloc();
+    if (m == nullptr || rte_pktmbuf_tailroom(m) < kFrameHeaders + len) {
+        if (m != nullptr) rte_pktmbuf_free(m);
+        counters_.tx_no_mbuf.add();
+        return false;
+    }
+    roce::PacketSpec spec;
+    spec.opcode = roce::Opcode::ud_send_only;
+    spec.pkey = roce::kDefaultPkey;
+    spec.dest_qp = dst_qpn;
+    spec.psn = gsi_psn_;
+    spec.deth.qkey = qkey;
+    spec.deth.src_qp = roce::kGsiQpn;
+    spec.payload = payload;
+    const std::size_t built =
+        roce::build({rte_pktmbuf_mtod(m, std::uint8_t*) + kFrameHeaders, len}, spec);
+    if (built == 0) {
+        rte_pktmbuf_free(m);
+        return false;
+    }
+    if (!transmit(m, built, net::Ipv4Addr{dst_ip}, roce_source_port(roce::kGsiQpn, dst_qpn)))
+        return false;
+    gsi_psn_ = (gsi_psn_ + 1) & roce::kPsnMask;
+    counters_.tx_gsi.add();
+    return true;
+}
+
+void RoceTransport::receive_gsi(rte_mbuf* m, const roce::Packet& pkt, net::Ipv4Addr src) {
+    if (pkt.opcode() != static_cast<std::uint8_t>(roce::Opcode::ud_send_only)) {
+        counters_.rx_gsi_bad_opcode.add();
+    } else if (gsi_fn_ == nullptr) {
+        counters_.rx_gsi_no_hook.add();
+    } else {
+        counters_.rx_gsi.add();
+        const roce::Deth& d = *pkt.deth();
+        gsi_fn_(gsi_ctx_, src.value, d.src_qp.host(), d.qkey.host(), pkt.payload);
+    }
+    rte_pktmbuf_free(m);
 }
 
 bool RoceTransport::poll(std::uint64_t now_tsc) {

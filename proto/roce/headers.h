@@ -65,6 +65,8 @@ static_assert(sizeof(Deth) == 8 && alignof(Deth) == 1);
 
 // The well-known Q_Key of the General Service Interface (QP1), IBA ch. 13 (GSI).
 inline constexpr std::uint32_t kGsiQkey = 0x80010000;
+// QP1: the GSI's QP number on every port (QP0, the SMI, does not exist on RoCE).
+inline constexpr std::uint32_t kGsiQpn = 1;
 
 // --- AETH syndrome (IBA vol 1 §9.3, AETH; its use in §9.7, reliable service) ---------------
 // bit 7 reserved (0); bits 6-5 the type; bits 4-0 credit count (ACK), RNR timer code (RNR

@@ -33,6 +33,7 @@ LISTING_LINE = re.compile(r"qpn (\d+) device (\S+) session (\d+) pid (-?\d+) uid
 # Every RoceCounters field and roce::Drop reason (daemon/roce_transport.h, proto/roce/packet.h).
 ROCE_COUNTERS = {"rx_packets", "tx_packets", "rx_unknown_qpn", "rx_bad_source", "rx_not_ipv4",
                  "tx_no_mbuf", "tx_unresolved", "loopback_packets", "loopback_full",
+                 "rx_gsi", "rx_gsi_no_hook", "rx_gsi_bad_opcode", "tx_gsi",
                  "roce_truncated", "roce_unknown_opcode", "roce_bad_version",
                  "roce_unexpected_payload", "roce_bad_pad", "roce_misaligned_length",
                  "roce_bad_icrc"}
