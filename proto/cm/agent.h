@@ -102,6 +102,7 @@ struct AgentConfig {
     std::uint8_t local_cm_response_timeout = 20;
     std::uint8_t max_cm_retries = 15;
     std::uint64_t ca_guid = 0;  // the local CA GUID in REQ/REP; 0: derived from local_ip
+    std::uint8_t mra_service_timeout = 24;  // what our MRAs promise: 4.096 us * 2^t
 };
 
 // The connection states of IBA §12.9.6 (Linux's ib_cm_state names, without LISTEN, which is
@@ -212,24 +213,12 @@ class Agent {
     struct Conn;  // agent.cc
 
   private:
-    // One row of the transition table runs one of these (agent.cc).
+    // The receive handlers and the transition table's actions (agent.cc).
     friend struct Actions;
+    friend struct Receivers;
 
     Conn* find(ConnId id);
     const Conn* find(ConnId id) const;
-    ConnId new_id();
-    std::uint64_t new_tid();
-    Conn& create(State s);
-    void set_state(Conn& c, State s);
-    void arm(Conn& c, std::uint64_t deadline);
-    void disarm(Conn& c);
-    void erase(ConnId id);
-    void enter_timewait(Conn& c, std::uint64_t now);
-    void send(Conn& c, MsgType t, std::span<const std::uint8_t> mad);
-    void send_to(std::uint32_t ip, MsgType t, std::span<const std::uint8_t> mad);
-    void emit(const Event& e);
-    void on_timer(Conn& c, std::uint64_t now);
-    void drop(RxDrop why);
 
     Sink& sink_;
     AgentConfig config_;
@@ -239,6 +228,7 @@ class Agent {
     std::unordered_map<ConnId, std::unique_ptr<Conn>> conns_;
     std::map<std::pair<std::uint32_t, std::uint32_t>, ConnId> by_remote_;  // (ip, comm id)
     std::map<std::pair<std::uint32_t, std::uint32_t>, ConnId> by_qpn_;     // (ip, remote QPN)
+    std::map<std::pair<std::uint32_t, std::uint32_t>, ConnId> by_sidr_;    // (ip, request ID)
     std::set<std::pair<std::uint64_t, ConnId>> timers_;
     std::array<std::size_t, kStates> in_state_{};
     std::size_t half_open_ = 0;
