@@ -26,8 +26,7 @@ constexpr bool default_partition(std::uint16_t pkey) {
 
 }  // namespace
 
-UdQp::UdQp(const UdConfig& config, verbs::QpMemory& memory, verbs::QpQueues& queues,
-           UdWire& wire)
+UdQp::UdQp(const UdConfig& config, verbs::QpMemory& memory, verbs::QpQueues& queues, UdWire& wire)
     : cfg_(config), memory_(memory), queues_(queues), wire_(wire), psn_(config.sq_psn & kPsnMask) {}
 
 // ---- send side --------------------------------------------------------------------------------
@@ -184,8 +183,8 @@ WcStatus UdQp::place(const verbs::RecvWr& wr, std::span<const std::uint8_t, 20> 
         const verbs::Sge& s = wr.sge[i];
         std::uint64_t done = 0;
         while (done < s.length && part < 2) {
-            const std::size_t n =
-                static_cast<std::size_t>(std::min<std::uint64_t>(s.length - done, parts[part].size() - off));
+            const std::size_t n = static_cast<std::size_t>(
+                std::min<std::uint64_t>(s.length - done, parts[part].size() - off));
             if (n != 0) {
                 std::uint8_t* dst =
                     memory_.local(s.lkey, s.addr + done, static_cast<std::uint32_t>(n), true);

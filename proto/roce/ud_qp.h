@@ -53,15 +53,15 @@ struct UdConfig {
 // Written by the owning lcore only, readable from any thread.
 struct UdCounters {
     Counter tx_packets, rx_packets;
-    Counter tx_too_long;     // larger than the MTU: no packet, completed (C10-93.1.1)
-    Counter tx_unresolved;   // the destination's MAC was not known yet: sent again later
-    Counter tx_bad_dest;     // not an IPv4-mapped GID: completed in error
-    Counter drop_bad_qkey;   // the packet's Q_Key is not the QP's
-    Counter drop_bad_pkey;   // not of the default partition
-    Counter drop_bad_opcode; // not a UD opcode
-    Counter drop_no_recv;    // no receive WR posted: dropped (UD has no RNR)
-    Counter drop_qp_error;   // arrived while the QP is in error
-    Counter rx_too_long;     // longer than the receive WR's buffers: LOC_LEN_ERR
+    Counter tx_too_long;      // larger than the MTU: no packet, completed (C10-93.1.1)
+    Counter tx_unresolved;    // the destination's MAC was not known yet: sent again later
+    Counter tx_bad_dest;      // not an IPv4-mapped GID: completed in error
+    Counter drop_bad_qkey;    // the packet's Q_Key is not the QP's
+    Counter drop_bad_pkey;    // not of the default partition
+    Counter drop_bad_opcode;  // not a UD opcode
+    Counter drop_no_recv;     // no receive WR posted: dropped (UD has no RNR)
+    Counter drop_qp_error;    // arrived while the QP is in error
+    Counter rx_too_long;      // longer than the receive WR's buffers: LOC_LEN_ERR
 };
 
 struct UdCounterField {
@@ -130,8 +130,8 @@ class UdQp {
     UdCounters counters_;
     std::uint32_t psn_ = 0;
     bool error_ = false;
-    bool held_ = false;            // wr_ waits for its destination's MAC
-    bool more_ = false;            // the last poll stopped at its burst
+    bool held_ = false;             // wr_ waits for its destination's MAC
+    bool more_ = false;             // the last poll stopped at its burst
     std::uint64_t held_since_ = 0;  // when wr_ was first tried
     std::uint64_t retry_at_ = 0;
     verbs::SendWr wr_;
