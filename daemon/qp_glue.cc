@@ -75,6 +75,11 @@ verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
                            w.bind.access,    w.bind.addr,     w.bind.length};
             break;
         case verbs::WrKind::send:
+            if (qp.type == verbs::QpType::ud) {
+                std::memcpy(wr.ud.dgid.data(), w.ud.dgid, sizeof w.ud.dgid);
+                wr.ud.remote_qpn = w.ud.remote_qpn;
+                wr.ud.remote_qkey = w.ud.remote_qkey;
+            }
             break;
     }
     if ((w.flags & shm::kWqeInline) != 0) {
@@ -108,6 +113,7 @@ shm::Cqe to_cqe(const verbs::Completion& c) {
     e.ex = c.imm_or_rkey;
     e.qp_num = c.qp_num;
     e.src_qp = c.src_qp;
+    e.pkey_index = c.pkey_index;
     return e;
 }
 

@@ -46,16 +46,70 @@ roce::RcConfig rc_config_of(const Qp& qp) {
     return c;
 }
 
+roce::UdConfig ud_config_of(const Qp& qp, std::uint32_t ip_mtu) {
+    roce::UdConfig c;
+    c.qpn = qp.qpn.get();
+    c.qkey = qp.attr.qkey;
+    // The largest message: what one packet carries on this port (IBA 10.2.5: UD messages
+    // are at most the port's MTU), as an IB MTU, so that both ends agree on it.
+    c.mtu = 128u << std::clamp<std::uint32_t>(active_ib_mtu(ip_mtu), 1, 5);
+    c.sq_psn = qp.attr.sq_psn;
+    c.srq = static_cast<bool>(qp.srq);
+    return c;
+}
+
+RoceQpBase::RoceQpBase(RoceTransport& transport, Qp& qp, const NameTable& keys, std::uint32_t qpn)
+    : transport_(transport), glue_(qp, keys), qpn_(qpn), doorbells_(qp.doorbells) {}
+
+RoceQpBase::~RoceQpBase() = default;
+
 RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
                const roce::RcConfig& config, net::Ipv4Addr peer, roce::SendSlotPool& slots)
-    : transport_(transport),
-      glue_(qp, keys),
+    : RoceQpBase(transport, qp, keys, config.qpn),
       config_(config),
       peer_(peer),
       src_port_(roce_source_port(config.qpn, config.dest_qpn)),
       loopback_(peer == transport.port().ip().addr),
-      doorbells_(qp.doorbells),
       engine_(config, glue_, glue_, *this, &slots) {}
+
+void RoceQp::start_sending(const shm::QpAttr& a) {
+    engine_.start_requester(a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic);
+}
+
+void RoceQp::to_error() {
+    engine_.to_error();
+}
+
+RoceUdQp::RoceUdQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
+                   const roce::UdConfig& config)
+    : RoceQpBase(transport, qp, keys, config.qpn), engine_(config, glue_, glue_, *this) {}
+
+void RoceUdQp::start_sending(const shm::QpAttr& a) {
+    engine_.start_sending(a.sq_psn);
+}
+
+void RoceUdQp::to_error() {
+    engine_.to_error();
+    glue_.set_sending();  // so that the engine can take what is posted, to flush it
+}
+
+void RoceUdQp::modified(std::uint32_t mask, const shm::QpAttr& a) {
+    if ((mask & verbs::qp_attr::qkey) != 0) engine_.set_qkey(a.qkey);
+}
+
+QpEngineView RoceUdQp::view() const {
+    QpEngineView v;
+    v.failed = failed();
+    v.error = failed() ? "requested" : "none";
+    v.next_psn = engine_.next_psn();
+    v.send_wrs_held = engine_.send_wrs_held();
+    return v;
+}
+
+void RoceUdQp::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const {
+    for (const auto& f : roce::kUdCounterFields)
+        fn(ctx, {f.name, (engine_.counters().*f.field).get()});
+}
 
 QpEngineView RoceQp::view() const {
     QpEngineView v;
@@ -83,7 +137,7 @@ RoceTransport::RoceTransport(Port& port, LcoreTasks& tasks, const NameTable& key
       tasks_(tasks),
       keys_(keys),
       ns_per_tsc_(1e9 / static_cast<double>(tsc_hz)),
-      by_slot_(std::make_unique<std::array<RoceQp*, kQpnSlots>>()),
+      by_slot_(std::make_unique<std::array<RoceQpBase*, kQpnSlots>>()),
       slots_(kSlotChunks),
       sched_(kQpnSlots, kGraceNs) {
     by_slot_->fill(nullptr);
@@ -103,17 +157,23 @@ const char* RoceTransport::check_attr(std::uint32_t mask, const shm::QpAttr& a) 
     return roce_check_attr(mask, a);
 }
 
-RoceQp& RoceTransport::of(Qp& qp) {
-    return static_cast<RoceQp&>(*qp.engine);
+RoceQpBase& RoceTransport::of(Qp& qp) {
+    return static_cast<RoceQpBase&>(*qp.engine);
 }
 
 Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
-    if (qp.type != verbs::QpType::rc)
-        return make_error(EOPNOTSUPP, "only RC QPs run on RoCEv2 so far");
-    const std::optional<net::Ipv4Addr> peer = net::ipv4_from_mapped(qp.attr.ah_attr.dgid);
-    if (!peer) return make_error(EINVAL, "the destination GID is not IPv4-mapped");
-    auto rt = std::make_unique<RoceQp>(*this, qp, keys_, rc_config_of(qp), *peer, slots_);
-    RoceQp* p = rt.get();
+    std::unique_ptr<RoceQpBase> rt;
+    std::optional<net::Ipv4Addr> peer;
+    if (qp.type == verbs::QpType::rc) {
+        peer = net::ipv4_from_mapped(qp.attr.ah_attr.dgid);
+        if (!peer) return make_error(EINVAL, "the destination GID is not IPv4-mapped");
+        rt = std::make_unique<RoceQp>(*this, qp, keys_, rc_config_of(qp), *peer, slots_);
+    } else if (qp.type == verbs::QpType::ud) {
+        rt = std::make_unique<RoceUdQp>(*this, qp, keys_, ud_config_of(qp, port_.mtu()));
+    } else {
+        return make_error(EOPNOTSUPP, "UC QPs do not run on RoCEv2 yet");
+    }
+    RoceQpBase* p = rt.get();
     // The client's doorbells are watched while one of its QPs runs here.
     DoorbellWatch* fresh = nullptr;
     if (qp.doorbells != nullptr) {
@@ -130,33 +190,33 @@ Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
         (*by_slot_)[p->qpn() & (kQpnSlots - 1)] = p;
         const std::uint64_t now = rte_rdtsc();
         sched_.add(*p, ns(now));
-        if (!p->loopback_) port_.resolve(p->peer_, now);  // ARP ahead of the first send
+        if (peer && *peer != port_.ip().addr) port_.resolve(*peer, now);  // ARP ahead of time
     });
     peak_ = std::max(peak_, ++running_);
     return std::unique_ptr<QpEngine>(std::move(rt));
 }
 
 void RoceTransport::start_sending(Qp& qp) {
-    RoceQp& rt = of(qp);
+    RoceQpBase& rt = of(qp);
     const shm::QpAttr& a = qp.attr;
     tasks_.run([&] {
-        rt.engine_.start_requester(a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic);
+        rt.start_sending(a);
         rt.glue_.set_sending();
         sched_.wake(rt);
     });
 }
 
 void RoceTransport::drain(Qp& qp) {
-    RoceQp& rt = of(qp);
+    RoceQpBase& rt = of(qp);
     const bool notify = qp.attr.en_sqd_async_notify != 0;
     tasks_.run([&] {
         rt.glue_.set_draining(notify);
-        rt.glue_.note_held(rt.engine_.send_wrs_held());  // already drained?
+        rt.glue_.note_held(rt.send_wrs_held());  // already drained?
     });
 }
 
 void RoceTransport::resume(Qp& qp) {
-    RoceQp& rt = of(qp);
+    RoceQpBase& rt = of(qp);
     tasks_.run([&] {
         rt.glue_.set_sending();
         sched_.wake(rt);  // WQEs posted in SQD rang no doorbell if the QP was awake
@@ -164,16 +224,22 @@ void RoceTransport::resume(Qp& qp) {
 }
 
 void RoceTransport::to_error(Qp& qp) {
-    RoceQp& rt = of(qp);
+    RoceQpBase& rt = of(qp);
     tasks_.run([&] {
         rt.glue_.note_failed(true);
-        rt.engine_.to_error();
+        rt.to_error();
         sched_.wake(rt);  // a fatal NAK may be left to send; WRs posted later are flushed
     });
 }
 
+void RoceTransport::modified(Qp& qp, std::uint32_t mask) {
+    RoceQpBase& rt = of(qp);
+    const shm::QpAttr& a = qp.attr;
+    tasks_.run([&] { rt.modified(mask, a); });
+}
+
 void RoceTransport::stop(Qp& qp) {
-    RoceQp* rt = &of(qp);
+    RoceQpBase* rt = &of(qp);
     DoorbellWatch* gone = nullptr;
     if (auto it = watches_.find(rt->doorbells_); it != watches_.end() && --it->second->qps == 0)
         gone = it->second.get();

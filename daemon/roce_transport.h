@@ -30,6 +30,7 @@
 #include "proto/net/rx.h"
 #include "proto/roce/packet.h"
 #include "proto/roce/rc_qp.h"
+#include "proto/roce/ud_qp.h"
 
 namespace snic::daemon {
 
@@ -69,46 +70,116 @@ using GsiReceiveFn = void (*)(void* ctx, std::uint32_t src_ip, std::uint32_t src
 // per QP pair so that each conversation stays on one path.
 std::uint16_t roce_source_port(std::uint32_t qpn, std::uint32_t dest_qpn);
 
-// The RC QP an RC QpEngine is: the glue, the engine and this QP's end of the wire. Built by
-// the control thread when the QP enters RTR, attached to the lcore, detached before it goes.
-class RoceQp final : public QpEngine, public roce::RcWire, public Schedulable {
+// What the transport's table holds of a running QP, RC or UD: the glue, the QP's number and
+// doorbells, and the frame it is filling. Built by the control thread when the QP enters RTR,
+// attached to the lcore, detached before it goes.
+class RoceQpBase : public QpEngine, public Schedulable {
+  public:
+    RoceQpBase(RoceTransport& transport, Qp& qp, const NameTable& keys, std::uint32_t qpn);
+    ~RoceQpBase() override;
+
+    QpGlue& glue() { return glue_; }
+    std::uint32_t qpn() const { return qpn_; }
+
+    // QpEngine
+    bool failed() const override { return glue_.failed(); }
+
+    // Schedulable
+    bool sched_sleep() override { return glue_.try_sleep(); }
+    void sched_awake() override { glue_.awake(); }
+
+    // --- the lcore ---
+    // A packet for this QP number (parsed, ICRC verified; `frame` is the whole frame).
+    virtual void on_packet(const roce::Packet& pkt, const net::RxFrame& f,
+                           const std::uint8_t* frame, std::uint64_t now_tsc) = 0;
+    // RTR -> RTS with the QP's attributes.
+    virtual void start_sending(const shm::QpAttr& a) = 0;
+    // Modify QP to ERR.
+    virtual void to_error() = 0;
+    // Modify QP changed attributes of a running QP (`mask` names them).
+    virtual void modified(std::uint32_t mask, const shm::QpAttr& a) = 0;
+    virtual std::uint32_t send_wrs_held() const = 0;
+
+  protected:
+    friend class RoceTransport;
+    // Room for a transport packet of `len` bytes (+ ICRC) after the frame headers, in tx_m_.
+    std::span<std::uint8_t> alloc_packet(std::size_t len);
+
+    RoceTransport& transport_;
+    QpGlue glue_;
+    const std::uint32_t qpn_;
+    shm::Doorbells* const doorbells_;  // its client's, where its bit rings
+    rte_mbuf* tx_m_ = nullptr;         // the frame being filled between tx_alloc and tx_send
+};
+
+// The RC QP an RC QpEngine is: the glue, the engine and this QP's end of the wire.
+class RoceQp final : public RoceQpBase, public roce::RcWire {
   public:
     RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys, const roce::RcConfig& config,
            net::Ipv4Addr peer, roce::SendSlotPool& slots);
 
     roce::RcQp& engine() { return engine_; }
-    QpGlue& glue() { return glue_; }
-    std::uint32_t qpn() const { return config_.qpn; }
 
     // QpEngine
-    bool failed() const override { return glue_.failed(); }
     QpEngineView view() const override;
     void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;
 
     // RcWire
-    std::span<std::uint8_t> tx_alloc(std::size_t len) override;
+    std::span<std::uint8_t> tx_alloc(std::size_t len) override { return alloc_packet(len); }
     void tx_send(std::size_t len) override;
 
     // Schedulable
     bool sched_poll(std::uint64_t now_ns) override;
     std::uint64_t sched_deadline() const override { return engine_.next_deadline(); }
-    bool sched_sleep() override { return glue_.try_sleep(); }
-    void sched_awake() override { glue_.awake(); }
+
+    // RoceQpBase
+    void on_packet(const roce::Packet& pkt, const net::RxFrame& f, const std::uint8_t* frame,
+                   std::uint64_t now_tsc) override;
+    void start_sending(const shm::QpAttr& a) override;
+    void to_error() override;
+    void modified(std::uint32_t, const shm::QpAttr&) override {}
+    std::uint32_t send_wrs_held() const override { return engine_.send_wrs_held(); }
 
   private:
     friend class RoceTransport;
     // The lcore, after each engine call: publishes a move to the error state.
     void note_state();
 
-    RoceTransport& transport_;
-    QpGlue glue_;
     const roce::RcConfig config_;
     const net::Ipv4Addr peer_;
-    const std::uint16_t src_port_;     // UDP source port: flow entropy from the QP numbers
-    const bool loopback_;              // the peer is this port: frames go back to its rx path
-    shm::Doorbells* const doorbells_;  // its client's, where its bit rings
-    rte_mbuf* tx_m_ = nullptr;         // the frame being filled between tx_alloc and tx_send
-    roce::RcQp engine_;                // last: built from the interfaces above
+    const std::uint16_t src_port_;  // UDP source port: flow entropy from the QP numbers
+    const bool loopback_;           // the peer is this port: frames go back to its rx path
+    roce::RcQp engine_;             // last: built from the interfaces above
+};
+
+// The UD QP a UD QpEngine is: the glue, the engine (proto/roce/ud_qp.h) and its end of the
+// wire, which sends each packet to its own destination. It takes packets from any source.
+class RoceUdQp final : public RoceQpBase, public roce::UdWire {
+  public:
+    RoceUdQp(RoceTransport& transport, Qp& qp, const NameTable& keys, const roce::UdConfig& config);
+
+    // QpEngine
+    QpEngineView view() const override;
+    void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;
+
+    // UdWire
+    std::span<std::uint8_t> tx_alloc(std::size_t len) override { return alloc_packet(len); }
+    bool tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn) override;
+
+    // Schedulable
+    bool sched_poll(std::uint64_t now_ns) override;
+    std::uint64_t sched_deadline() const override { return engine_.next_deadline(); }
+
+    // RoceQpBase
+    void on_packet(const roce::Packet& pkt, const net::RxFrame& f, const std::uint8_t* frame,
+                   std::uint64_t now_tsc) override;
+    void start_sending(const shm::QpAttr& a) override;
+    void to_error() override;
+    void modified(std::uint32_t mask, const shm::QpAttr& a) override;
+    std::uint32_t send_wrs_held() const override { return engine_.send_wrs_held(); }
+
+  private:
+    roce::UdQp engine_;
 };
 
 class RoceTransport final : public Transport {
@@ -131,6 +202,7 @@ class RoceTransport final : public Transport {
     void drain(Qp& qp) override;
     void resume(Qp& qp) override;
     void to_error(Qp& qp) override;
+    void modified(Qp& qp, std::uint32_t mask) override;
     void stop(Qp& qp) override;
     void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;
 
@@ -160,7 +232,9 @@ class RoceTransport final : public Transport {
     static constexpr std::uint32_t kSlotChunks = 256;
 
   private:
+    friend class RoceQpBase;
     friend class RoceQp;
+    friend class RoceUdQp;
     // The doorbells of one client with QPs running here: made and counted by the control
     // thread, read by the lcore through its list.
     struct DoorbellWatch {
@@ -170,7 +244,7 @@ class RoceTransport final : public Transport {
         DoorbellWatch* next = nullptr;
     };
 
-    static RoceQp& of(Qp& qp);
+    static RoceQpBase& of(Qp& qp);
     std::uint64_t ns(std::uint64_t tsc) const;
     void receive(rte_mbuf* m, const net::RxFrame& frame, std::uint64_t now_tsc);
     // A packet to QP1: to the GSI hook. Frees m.
@@ -191,9 +265,9 @@ class RoceTransport final : public Transport {
     const NameTable& keys_;
     const double ns_per_tsc_;
     RoceCounters counters_;
-    std::unique_ptr<std::array<RoceQp*, kQpnSlots>> by_slot_;  // lcore only
-    roce::SendSlotPool slots_;                                 // lcore only
-    QpScheduler sched_;                                        // lcore only
+    std::unique_ptr<std::array<RoceQpBase*, kQpnSlots>> by_slot_;  // lcore only
+    roce::SendSlotPool slots_;                                     // lcore only
+    QpScheduler sched_;                                            // lcore only
     std::uint64_t now_tsc_ = 0;          // lcore: this turn's time, for the engines' wire
     DoorbellWatch* watching_ = nullptr;  // lcore: the watches' list
     std::map<shm::Doorbells*, std::unique_ptr<DoorbellWatch>> watches_;  // control thread
@@ -211,6 +285,8 @@ class RoceTransport final : public Transport {
 
 // The RcConfig of a QP entering RTR, from its attributes and caps.
 roce::RcConfig rc_config_of(const Qp& qp);
+// The UdConfig of a UD QP entering RTR on a port of IP MTU `ip_mtu`.
+roce::UdConfig ud_config_of(const Qp& qp, std::uint32_t ip_mtu);
 
 // RoCEv2's rule for Modify QP attributes: the wire is IPv4, so a destination GID must be
 // IPv4-mapped (::ffff:a.b.c.d). nullptr when `a` is fine.

@@ -31,7 +31,7 @@ void RoceQp::note_state() {
 
 // ---- RcWire ------------------------------------------------------------------------------
 
-std::span<std::uint8_t> RoceQp::tx_alloc(std::size_t len) {
+std::span<std::uint8_t> RoceQpBase::alloc_packet(std::size_t len) {
     if (tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(tx_m_, nullptr));  // abandoned
     rte_mbuf* m = transport_.port_.alloc();
     if (m == nullptr) {
@@ -50,7 +50,13 @@ std::span<std::uint8_t> RoceQp::tx_alloc(std::size_t len) {
 void RoceQp::tx_send(std::size_t len) {
     rte_mbuf* m = std::exchange(tx_m_, nullptr);
     if (m == nullptr) return;
-    transport_.transmit(m, len, peer_, src_port_);
+    transport_.transmit(m, len + roce::kIcrcLen, peer_, src_port_);
+}
+
+bool RoceUdQp::tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn) {
+    rte_mbuf* m = std::exchange(tx_m_, nullptr);
+    if (m == nullptr) return true;
+    return transport_.transmit(m, len + roce::kIcrcLen, dst, roce_source_port(qpn_, dst_qpn));
 }
 
 // ---- Schedulable ----------------------------------------------------------------------------
@@ -59,6 +65,33 @@ bool RoceQp::sched_poll(std::uint64_t now_ns) {
     const bool did = engine_.poll(now_ns);
     note_state();
     return did;
+}
+
+bool RoceUdQp::sched_poll(std::uint64_t now_ns) {
+    const bool did = engine_.poll(now_ns);
+    glue_.note_held(engine_.send_wrs_held());
+    return did;
+}
+
+// ---- receive ------------------------------------------------------------------------------
+
+void RoceQp::on_packet(const roce::Packet& pkt, const net::RxFrame& f, const std::uint8_t*,
+                       std::uint64_t now_tsc) {
+    // A connected QP hears its peer only (as the Linux soft-RoCE driver checks the address
+    // vector): a packet from anywhere else never reaches the engine, whatever its PSN and keys.
+    if (f.src_ip != peer_) {
+        transport_.counters_.rx_bad_source.add();
+        return;
+    }
+    engine_.on_packet(pkt, transport_.ns(now_tsc));
+    note_state();
+    transport_.sched_.wake(*this);  // to answer, or to send what the packet allowed
+}
+
+// A datagram QP hears anyone who knows its number and Q_Key (the engine checks the Q_Key).
+void RoceUdQp::on_packet(const roce::Packet& pkt, const net::RxFrame& f, const std::uint8_t* frame,
+                         std::uint64_t) {
+    engine_.on_packet(pkt, std::span<const std::uint8_t, 20>(frame + f.l3_offset, 20));
 }
 
 // ---- the transport --------------------------------------------------------------------------
@@ -87,22 +120,13 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     if (!roce::icrc_verify({frame + f.l3_offset, l3_len})) return drop(roce::Drop::bad_icrc);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
     if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
-    RoceQp* rt = (*by_slot_)[qpn & (kQpnSlots - 1)];
+    RoceQpBase* rt = (*by_slot_)[qpn & (kQpnSlots - 1)];
     if (rt == nullptr || rt->qpn() != qpn) {
         counters_.rx_unknown_qpn.add();
         rte_pktmbuf_free(m);
         return;
     }
-    // A connected QP hears its peer only (as the Linux soft-RoCE driver checks the address
-    // vector): a packet from anywhere else never reaches the engine, whatever its PSN and keys.
-    if (f.src_ip != rt->peer_) {
-        counters_.rx_bad_source.add();
-        rte_pktmbuf_free(m);
-        return;
-    }
-    rt->engine_.on_packet(pkt, ns(now_tsc));
-    rt->note_state();
-    sched_.wake(*rt);  // to answer, or to send what the packet allowed
+    rt->on_packet(pkt, f, frame, now_tsc);
     rte_pktmbuf_free(m);
 }
 
@@ -111,7 +135,7 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
 // lcore read its doorbell area, never run another client's QP.
 void RoceTransport::ring_doorbells(DoorbellWatch& w) {
     shm::take_doorbells(*w.area, [&](std::uint32_t bit) {
-        RoceQp* rt = (*by_slot_)[bit];
+        RoceQpBase* rt = (*by_slot_)[bit];
         if (rt == nullptr || rt->doorbells_ != w.area) {
             counters_.doorbells_stray.add();
             return;

@@ -729,6 +729,9 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
     if ((mask & qa::dest_qpn) != 0) s.dest_qp_num = a.dest_qp_num;
     qp->state = next;
     store_qp_state(qp->control, next);
+    // A running engine takes the attributes it uses while running (UD: the Q_Key).
+    if (qp->engine && (mask & qa::qkey) != 0 && next != QpState::reset && next != QpState::err)
+        port_->transport->modified(*qp, mask);
     if (next != cur) enter_state(*qp, cur, next);
     out = {static_cast<std::uint32_t>(next), 0};
     return 0;

@@ -82,6 +82,12 @@ class Transport : public LcorePoller {
     virtual void resume(Qp& qp) = 0;
     // Modify QP to ERR: the engine completes what it holds and what is posted, flushed.
     virtual void to_error(Qp& qp) = 0;
+    // Modify QP changed attributes (`mask`, now in qp.attr) of a QP whose engine runs and that
+    // stays in its state; the engine takes those it uses while running (UD: the Q_Key).
+    virtual void modified(Qp& qp, std::uint32_t mask) {
+        (void)qp;
+        (void)mask;
+    }
     // The QP leaves RTR..ERR (RESET, destroy, the client gone): afterwards the lcore no longer
     // touches the engine and it may be destroyed.
     virtual void stop(Qp& qp) = 0;

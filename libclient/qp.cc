@@ -29,6 +29,7 @@ constexpr std::uint32_t kUcOps = op_bit(IBV_WR_RDMA_WRITE) | op_bit(IBV_WR_RDMA_
                                  op_bit(IBV_WR_SEND) | op_bit(IBV_WR_SEND_WITH_IMM) |
                                  op_bit(IBV_WR_LOCAL_INV) | op_bit(IBV_WR_BIND_MW) |
                                  op_bit(IBV_WR_SEND_WITH_INV);
+constexpr std::uint32_t kUdOps = op_bit(IBV_WR_SEND) | op_bit(IBV_WR_SEND_WITH_IMM);
 // Opcodes that may carry inline data.
 constexpr std::uint32_t kInlineOps = op_bit(IBV_WR_RDMA_WRITE) |
                                      op_bit(IBV_WR_RDMA_WRITE_WITH_IMM) | op_bit(IBV_WR_SEND) |
@@ -73,8 +74,10 @@ std::uint32_t allowed_ops(const Qp* q) {
             return kRcOps;
         case IBV_QPT_UC:
             return kUcOps;
+        case IBV_QPT_UD:
+            return kUdOps;
         default:
-            return 0;  // UD sends need an address the ring ABI does not carry yet
+            return 0;
     }
 }
 
@@ -153,10 +156,21 @@ int fill_bind(const Qp* q, ibv_mw* mw, std::uint32_t new_rkey, const ibv_mw_bind
     return 0;
 }
 
-// Builds the SendWqe of one ibv_send_wr; 0 or EINVAL (EOPNOTSUPP on UD).
+// Fills the WQE's UD part: the address handle's destination, the remote QP and Q_Key.
+int fill_ud(const Qp* q, ibv_ah* ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey,
+            shm::SendWqe* w) {
+    if (ah == nullptr || ah->context != q->qpx.qp_base.context || ah->pd != q->qpx.qp_base.pd ||
+        remote_qpn > 0xffffff)
+        return EINVAL;
+    std::memcpy(w->ud.dgid, to_ah(ah)->attr.grh.dgid.raw, sizeof w->ud.dgid);
+    w->ud.remote_qpn = remote_qpn;
+    w->ud.remote_qkey = remote_qkey;
+    return 0;
+}
+
+// Builds the SendWqe of one ibv_send_wr; 0 or EINVAL.
 int build_send(const Qp* q, const ibv_send_wr* wr, shm::SendWqe* w) {
     clear_header(w);
-    if (q->qpx.qp_base.qp_type == IBV_QPT_UD) return EOPNOTSUPP;
     // Copied as a number: an application may pass any value in the enum field.
     std::uint32_t raw_op;
     std::memcpy(&raw_op, &wr->opcode, sizeof raw_op);
@@ -181,6 +195,12 @@ int build_send(const Qp* q, const ibv_send_wr* wr, shm::SendWqe* w) {
             break;
         default:
             break;
+    }
+    if (q->qpx.qp_base.qp_type == IBV_QPT_UD) {
+        if (const int err =
+                fill_ud(q, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey, w);
+            err != 0)
+            return err;
     }
     switch (op) {
         case IBV_WR_RDMA_WRITE:
@@ -257,10 +277,6 @@ int build_recv(std::uint32_t max_sge, const ibv_recv_wr* wr, shm::RecvWqe* w) {
 shm::SendWqe* stage(ibv_qp_ex* x, ibv_wr_opcode op) {
     Qp* q = to_qp(x);
     if (q->wr_error != 0) return nullptr;
-    if (q->qpx.qp_base.qp_type == IBV_QPT_UD) {
-        q->wr_error = EOPNOTSUPP;
-        return nullptr;
-    }
     if ((allowed_ops(q) & op_bit(op)) == 0 || (q->send_ops & send_op_flag(op)) == 0) {
         q->wr_error = EINVAL;
         return nullptr;
@@ -455,9 +471,15 @@ void wr_set_inline_data(ibv_qp_ex* x, void* addr, std::size_t length) {
     wr_set_inline_data_list(x, 1, &buf);
 }
 
-void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah*, std::uint32_t, std::uint32_t) {
+void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah* ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey) {
     Qp* q = to_qp(x);
-    if (q->wr_error == 0) q->wr_error = EOPNOTSUPP;
+    shm::SendWqe* w = last(x);
+    if (w == nullptr) return;
+    if (q->qpx.qp_base.qp_type != IBV_QPT_UD) {
+        q->wr_error = EINVAL;
+        return;
+    }
+    if (const int err = fill_ud(q, ah, remote_qpn, remote_qkey, w); err != 0) q->wr_error = err;
 }
 void wr_set_xrc_srqn(ibv_qp_ex* x, std::uint32_t) {
     Qp* q = to_qp(x);
@@ -751,7 +773,7 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
     Qp* q = to_qp(qp);
     if (mw == nullptr || bind == nullptr || mw->type != IBV_MW_TYPE_1) return EINVAL;
-    if (q->qpx.qp_base.qp_type == IBV_QPT_UD) return EOPNOTSUPP;
+    if (q->qpx.qp_base.qp_type == IBV_QPT_UD) return EOPNOTSUPP;  // IBA: no windows on UD
     if ((allowed_ops(q) & op_bit(IBV_WR_BIND_MW)) == 0) return EINVAL;
     if ((bind->send_flags & ~(kSendFlags & ~IBV_SEND_INLINE)) != 0) return EINVAL;
     const std::uint32_t new_rkey = ibv_inc_rkey(mw->rkey);

@@ -72,6 +72,13 @@ struct WqeBind {              // bind_mw
     std::uint64_t length;
 };
 
+struct WqeUd {                  // send, send_imm on a UD QP
+    std::uint8_t dgid[16];      // the address handle's destination GID (::ffff:a.b.c.d)
+    std::uint32_t remote_qpn;   // 24 bits
+    std::uint32_t remote_qkey;  // high bit set: the QP's own Q_Key (controlled Q_Key)
+    std::uint64_t reserved;
+};
+
 struct SendWqe {
     std::uint64_t wr_id;
     std::uint8_t opcode;  // WrOpcode
@@ -85,6 +92,7 @@ struct SendWqe {
         WqeRdma rdma;
         WqeAtomic atomic;
         WqeBind bind;
+        WqeUd ud;
     };
     std::uint64_t reserved2;
     union {
@@ -93,6 +101,7 @@ struct SendWqe {
     };
 };
 static_assert(sizeof(SendWqe) == 64 + kMaxSge * sizeof(Sge));
+static_assert(sizeof(WqeUd) == sizeof(WqeRdma) && offsetof(SendWqe, ud) == 24);
 static_assert(std::is_trivially_copyable_v<SendWqe>);
 
 struct RecvWqe {

@@ -74,6 +74,7 @@ enum class WcOpcode : std::uint8_t {
 };
 
 // ibv_wc_flags bits.
+inline constexpr std::uint32_t kWcGrh = 1u << 0;  // a 40-byte GRH area starts the buffer (UD)
 inline constexpr std::uint32_t kWcWithImm = 1u << 1;
 inline constexpr std::uint32_t kWcWithInv = 1u << 3;
 
@@ -101,6 +102,14 @@ struct MwBind {
     std::uint64_t length = 0;
 };
 
+// Where a UD send goes: its address handle's destination GID and the WR's remote QP and Q_Key
+// (plain members: it shares its room with MwBind).
+struct UdDest {
+    std::array<std::uint8_t, 16> dgid;
+    std::uint32_t remote_qpn;
+    std::uint32_t remote_qkey;  // high bit set: the QP's own Q_Key (controlled Q_Key)
+};
+
 // A send queue WR as the daemon hands it over, copied out of the client's ring.
 struct SendWr {
     std::uint64_t wr_id = 0;
@@ -116,7 +125,10 @@ struct SendWr {
     std::uint32_t rkey = 0;
     std::uint64_t compare_add = 0;  // cmp_swp: compare; fetch_add: add
     std::uint64_t swap = 0;
-    MwBind bind;
+    union {
+        MwBind bind{};  // bind_mw
+        UdDest ud;      // sends of a UD QP
+    };
     std::uint32_t num_sge = 0;
     std::uint32_t inline_len = 0;
     // The payload: num_sge SGEs, or inline_len bytes when inline_data. A WR never uses both,
@@ -144,11 +156,13 @@ struct Completion {
     bool with_imm = false;
     bool with_inv = false;
     bool solicited = false;  // the message asked for a solicited event (CQ arming)
+    bool with_grh = false;   // UD receive: the buffer starts with the 40-byte GRH area
+    std::uint16_t pkey_index = 0;
     std::uint32_t qp_num = 0;
     std::uint32_t src_qp = 0;
 
     constexpr std::uint32_t wc_flags() const {
-        return (with_imm ? kWcWithImm : 0) | (with_inv ? kWcWithInv : 0);
+        return (with_grh ? kWcGrh : 0) | (with_imm ? kWcWithImm : 0) | (with_inv ? kWcWithInv : 0);
     }
 };
 
