@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/qp_report.h"
+#include "shm/cm.h"
 
 namespace snic::daemon {
 
@@ -98,25 +99,35 @@ Status ControlServer::listen() {
 
 void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status) {
     std::vector<pollfd> fds;
+    std::vector<int> cm_fds;
     while (!stop.load(std::memory_order_relaxed)) {
-        // The listening socket, the questions of other threads, then one per client.
-        constexpr std::size_t kFirstClient = 2;
+        // The listening socket, the questions of other threads, CM's MAD queues, then one per
+        // client.
+        cm_fds.clear();
+        if (cm_ != nullptr) cm_->poll_fds(cm_fds);
+        const std::size_t first_client = 2 + cm_fds.size();
         fds.clear();
         fds.push_back({listen_.get(), POLLIN, 0});
         fds.push_back({questions_.fd(), POLLIN, 0});
+        for (const int fd : cm_fds) fds.push_back({fd, POLLIN, 0});
         for (const auto& c : clients_) fds.push_back({c->sock.get(), POLLIN, 0});
-        if (::poll(fds.data(), fds.size(), kPollMs) <= 0) continue;
+        const int timeout =
+            cm_ != nullptr ? cm_->timeout_ms(CmService::now_ns(), kPollMs) : kPollMs;
+        const int ready = ::poll(fds.data(), fds.size(), timeout);
+        // CM's MADs and timers first: a reply it owes a client's request is then already due.
+        if (cm_ != nullptr) cm_->run(CmService::now_ns());
+        if (ready <= 0) continue;
 
         // One request per ready client per turn; a client that must go is destroyed
         // here, with its session and everything the session owned.
-        for (std::size_t i = fds.size(); i-- > kFirstClient;) {
+        for (std::size_t i = fds.size(); i-- > first_client;) {
             if (fds[i].revents == 0) continue;
-            Client& c = *clients_[i - kFirstClient];
+            Client& c = *clients_[i - first_client];
             if (!handle(c, status)) {
                 if (c.session)
                     spdlog::debug("control: session {} (pid {}) closed", c.session->id(),
                                   c.peer.pid);
-                clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i - kFirstClient));
+                clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i - first_client));
             }
         }
         if ((fds[1].revents & POLLIN) != 0) questions_.answer_all();
@@ -319,6 +330,16 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
         return finish(fill_qp(c, in_body, out_body), sizeof(shm::QpReply));
     }
 
+    if (req.op >= static_cast<std::uint16_t>(CtrlOp::cm_open) &&
+        req.op <= static_cast<std::uint16_t>(CtrlOp::cm_migrate)) {
+        if (fds_truncated) return finish(EINVAL, 0);
+        std::size_t reply = 0;
+        bool malformed = false;
+        const int err = dispatch_cm(c, op, in_body, body_len, fds, out_body, reply, malformed);
+        if (malformed) return 0;
+        return finish(err, reply);
+    }
+
     const OpSpec* spec = session_op(req.op);
     if (spec == nullptr) {
         spdlog::debug("control: client pid {}: unknown op {}", c.peer.pid, req.op);
@@ -332,8 +353,84 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
         return finish(EINVAL, 0);
     }
     if (spec->needs_device && (!c.session || !c.session->opened())) return finish(EINVAL, 0);
+    if (c.cm) return finish(EINVAL, 0);  // a CM connection opens no device
     if (!c.session) c.session = std::make_unique<Session>(resources_, devices_, c.peer);
     return finish(spec->run(*c.session, in_body, fds, out_body), spec->reply);
+}
+
+int ControlServer::dispatch_cm(Client& c, shm::CtrlOp op, const std::byte* in, std::size_t body_len,
+                               FdList& fds, std::byte* out, std::size_t& reply, bool& malformed) {
+    using shm::CtrlOp;
+    // Each op: the request's size, then its run with the request copied out.
+    auto run = [&]<class Req>(std::type_identity<Req>, auto&& f) -> int {
+        if (!body_fits(body_size<Req>(), body_len)) {
+            malformed = true;
+            return EINVAL;
+        }
+        Req req{};
+        if constexpr (body_size<Req>() != 0) std::memcpy(&req, in, sizeof req);
+        return f(req);
+    };
+    auto answer = [&](const auto& rep) {
+        std::memcpy(out, &rep, sizeof rep);
+        reply = sizeof rep;
+    };
+    if (cm_ == nullptr) return ENOSYS;
+    if (op == CtrlOp::cm_open) {
+        return run(std::type_identity<shm::Empty>{}, [&](const shm::Empty&) {
+            if (c.session || c.cm) return EINVAL;  // one kind of connection, opened once
+            auto s = cm_->new_session(c.peer);
+            if (const int err = s->open(fds); err != 0) return err;
+            answer(shm::CmOpenReply{s->cookie()});
+            c.cm = std::move(s);
+            return 0;
+        });
+    }
+    if (!c.cm || fds.size() != 0) return EINVAL;
+    CmSession& s = *c.cm;
+    switch (op) {
+        case CtrlOp::cm_create_id:
+            return run(std::type_identity<shm::CmCreateIdReq>{}, [&](const auto& r) {
+                shm::CmIdReply rep{};
+                const int err = s.create_id(r, rep);
+                if (err == 0) answer(rep);
+                return err;
+            });
+        case CtrlOp::cm_destroy_id:
+            return run(std::type_identity<shm::HandleReq>{},
+                       [&](const auto& r) { return s.destroy_id(r); });
+        case CtrlOp::cm_bind:
+            return run(std::type_identity<shm::CmBindReq>{}, [&](const auto& r) {
+                shm::CmBindReply rep{};
+                const int err = s.bind(r, rep);
+                if (err == 0) answer(rep);
+                return err;
+            });
+        case CtrlOp::cm_listen:
+            return run(std::type_identity<shm::CmListenReq>{},
+                       [&](const auto& r) { return s.listen(r); });
+        case CtrlOp::cm_connect:
+            return run(std::type_identity<shm::CmConnectReq>{},
+                       [&](const auto& r) { return s.connect(r); });
+        case CtrlOp::cm_accept:
+            return run(std::type_identity<shm::CmAcceptReq>{},
+                       [&](const auto& r) { return s.accept(r); });
+        case CtrlOp::cm_reject:
+            return run(std::type_identity<shm::CmRejectReq>{},
+                       [&](const auto& r) { return s.reject(r); });
+        case CtrlOp::cm_disconnect:
+            return run(std::type_identity<shm::HandleReq>{},
+                       [&](const auto& r) { return s.disconnect(r); });
+        case CtrlOp::cm_migrate:
+            return run(std::type_identity<shm::CmMigrateReq>{}, [&](const auto& r) {
+                shm::CmIdReply rep{};
+                const int err = s.migrate(r, rep);
+                if (err == 0) answer(rep);
+                return err;
+            });
+        default:
+            return EINVAL;
+    }
 }
 
 // Root sees every session; anyone else only the sessions of its own uid (their pids and

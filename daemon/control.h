@@ -21,6 +21,7 @@
 
 #include "common/result.h"
 #include "daemon/client_memory.h"
+#include "daemon/cm_service.h"
 #include "daemon/control_queue.h"
 #include "daemon/resources.h"
 #include "daemon/session.h"
@@ -37,7 +38,10 @@ class ControlServer {
 
     // The RDMA devices clients may open, one per port in --port order. Set before serve().
     void set_devices(std::vector<DevicePort> devices) { devices_ = std::move(devices); }
+    const std::vector<DevicePort>& devices() const { return devices_; }
     Resources& resources() { return resources_; }
+    // rdma_cm's service (cm_* ops); none: those ops fail with ENOSYS. Set before serve().
+    void set_cm(CmService* cm) { cm_ = cm; }
     // Closes every client connection, releasing their sessions (after serve() returned).
     void disconnect_all() { clients_.clear(); }
 
@@ -59,6 +63,7 @@ class ControlServer {
         Fd sock;
         Peer peer;
         std::unique_ptr<Session> session;  // from the first open_device on
+        std::unique_ptr<CmSession> cm;     // a CM connection instead (cm_open)
     };
 
     ControlServer(std::string path, mode_t mode, Fd lock);
@@ -68,6 +73,9 @@ class ControlServer {
     // the body has the wrong size (the client is then disconnected).
     std::size_t dispatch(Client& c, const shm::CtrlHeader& req, std::size_t body_len, FdList& fds,
                          bool fds_truncated, const StatusFn& status);
+    // The cm_* ops; the reply's body length through `reply`.
+    int dispatch_cm(Client& c, shm::CtrlOp op, const std::byte* in, std::size_t body_len,
+                    FdList& fds, std::byte* out, std::size_t& reply, bool& malformed);
     std::size_t fill_clients(const Peer& asker, std::byte* body) const;
     std::size_t fill_resources(std::byte* body) const;
     // snicctl qp: a page of the QPs the client may see, and one QP in full (0 or ENOENT).
@@ -85,6 +93,7 @@ class ControlServer {
     Resources resources_;
     std::vector<std::unique_ptr<Client>> clients_;
     ControlQueue questions_;  // from other threads, answered in serve()
+    CmService* cm_ = nullptr;
 };
 
 }  // namespace snic::daemon

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,9 +25,11 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/cm_service.h"
 #include "daemon/config.h"
 #include "daemon/control.h"
 #include "daemon/eal.h"
+#include "daemon/gsi.h"
 #include "daemon/lcore.h"
 #include "daemon/lcore_tasks.h"
 #include "daemon/port.h"
@@ -188,8 +192,10 @@ struct Running {
     std::vector<std::unique_ptr<Lcore>> lcores;              // per lcore
     std::vector<std::unique_ptr<LcoreTasks>> tasks;          // per lcore
     std::vector<std::unique_ptr<RoceTransport>> transports;  // per port
+    std::vector<std::unique_ptr<GsiPort>> gsi;               // per port: its QP1
     ~Running() {
         transports.clear();
+        gsi.clear();
         tasks.clear();
         ports.clear();  // closes the ports before their pool and wire go
         if (pool != nullptr) rte_mempool_free(pool);
@@ -241,6 +247,7 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
     r.owned.assign(n, {});
     for (std::size_t i = 0; i < r.ports.size(); ++i) r.owned[i % n].push_back(r.ports[i].get());
     r.transports.resize(r.ports.size());
+    r.gsi.resize(r.ports.size());
     for (std::size_t i = 0; i < n; ++i) {
         std::vector<LcorePoller*> pollers;
         if (selftest != nullptr && i == 0) pollers.push_back(selftest);
@@ -253,6 +260,20 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
                                                               resources.keys(), rte_get_tsc_hz());
             r.ports[p]->set_roce_hook({&RoceTransport::on_rx, r.transports[p].get()});
             mine.push_back(r.transports[p].get());
+            // QP1: the CM's MADs between this lcore and the control thread.
+            r.gsi[p] = std::make_unique<GsiPort>(
+                [](void* t, std::uint32_t ip, std::uint32_t qpn, std::uint32_t qkey,
+                   std::span<const std::uint8_t> mad) {
+                    return static_cast<RoceTransport*>(t)->send_gsi(ip, qpn, qkey, mad);
+                },
+                r.transports[p].get(), rte_get_tsc_hz());
+            r.transports[p]->set_gsi_hook(
+                [](void* g, std::uint32_t ip, std::uint32_t qpn, std::uint32_t qkey,
+                   std::span<const std::uint8_t> mad) {
+                    static_cast<GsiPort*>(g)->receive(ip, qpn, qkey, mad);
+                },
+                r.gsi[p].get());
+            mine.push_back(r.gsi[p].get());
         }
         r.lcores[i]->serve(r.tasks[i].get(), mine);
     }
@@ -319,6 +340,11 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
                 rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
 
         (*control)->set_devices(device_ports(cfg, r.ports, r.transports));
+        std::vector<GsiPort*> gsi;
+        for (const auto& g : r.gsi) gsi.push_back(g.get());
+        CmService cm((*control)->devices(), std::move(gsi),
+                     std::random_device{}() * 0x100000001ull ^ std::random_device{}());
+        (*control)->set_cm(&cm);
         if (auto st = (*control)->listen(); !st) {
             g_stop.store(true);
             rte_eal_mp_wait_lcore();
@@ -352,6 +378,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         rte_eal_mp_wait_lcore();
         control_thread.join();
         (*control)->disconnect_all();  // sessions go while their transports still exist
+        (*control)->set_cm(nullptr);
         resources.set_quiesce({});
         unregister_telemetry();
         spdlog::info("snicd {} stopping", cfg.name);

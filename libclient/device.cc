@@ -36,6 +36,8 @@ struct Found {
     std::string path;
     std::uint32_t port_index;
     std::uint8_t mac[6];
+    std::uint32_t ipv4;
+    std::uint8_t prefix_length;
 };
 
 // Asks every socket in the socket directories for its status.
@@ -68,7 +70,7 @@ std::vector<Found> discover() {
                 if (p.ndevices == 0) continue;
                 p.devices[0][shm::kNameLen - 1] = '\0';
                 if (p.devices[0][0] == '\0') continue;
-                Found f{p.devices[0], path, i, {}};
+                Found f{p.devices[0], path, i, {}, p.ipv4, p.prefix_length};
                 std::memcpy(f.mac, p.mac, 6);
                 found.push_back(std::move(f));
             }
@@ -87,6 +89,8 @@ void fill_device(Device* dev, const Found& f) {
     std::snprintf(dev->socket_path, sizeof dev->socket_path, "%s", f.path.c_str());
     dev->port_index = f.port_index;
     std::memcpy(dev->mac, f.mac, 6);
+    dev->ipv4 = f.ipv4;
+    dev->prefix_length = f.prefix_length;
 }
 
 // EUI-64 from the port's MAC, in the byte order verbs returns (big-endian).
@@ -228,6 +232,8 @@ SNIC_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
                     dev->port_index = f.port_index;
                     std::memcpy(dev->mac, f.mac, 6);
                 }
+                dev->ipv4 = f.ipv4;
+                dev->prefix_length = f.prefix_length;
                 if (std::none_of(list.begin(), list.end(), [&](Device* o) {
                         return std::strcmp(o->dev.name, dev->dev.name) == 0;
                     }))
@@ -243,6 +249,20 @@ SNIC_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
         return out;
     });
 }
+
+namespace snic::client {
+
+std::vector<Device*> current_devices() {
+    std::vector<Device*> out;
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr) return out;
+    for (int i = 0; i < n; ++i) out.push_back(to_dev(list[i]));
+    ibv_free_device_list(list);
+    return out;
+}
+
+}  // namespace snic::client
 
 SNIC_EXPORT void ibv_free_device_list(ibv_device** list) {
     std::free(list);

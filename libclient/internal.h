@@ -35,8 +35,13 @@ struct Device {
     char socket_path[108];
     std::uint32_t port_index;
     std::uint8_t mac[6];
-    int index;  // ibv_get_device_index
+    int index;           // ibv_get_device_index
+    std::uint32_t ipv4;  // the port's address, host order (rdma_cm's routing)
+    std::uint8_t prefix_length;
 };
+
+// Every snic device now (the device list refreshed), for rdma_cm.
+std::vector<Device*> current_devices();
 
 struct Context;
 

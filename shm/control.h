@@ -59,6 +59,17 @@ enum class CtrlOp : std::uint16_t {
     resources,        // -> ResourcesReply (snicctl)
     qps,              // QpsReq -> QpsReply (snicctl qp)
     qp,               // QpReq -> QpReply (snicctl qp QPN)
+    // rdma_cm (shm/cm.h): a connection that opened none of the above with cm_open.
+    cm_open,        // fds [notification socket, memfd] -> CmOpenReply
+    cm_create_id,   // CmCreateIdReq -> CmIdReply
+    cm_destroy_id,  // HandleReq
+    cm_bind,        // CmBindReq -> CmBindReply
+    cm_listen,      // CmListenReq
+    cm_connect,     // CmConnectReq
+    cm_accept,      // CmAcceptReq
+    cm_reject,      // CmRejectReq
+    cm_disconnect,  // HandleReq
+    cm_migrate,     // CmMigrateReq -> CmIdReply
 };
 
 struct CtrlHeader {

@@ -1,0 +1,149 @@
+// rdma_cm in snicd: the ids of libsnic's librdmacm, the ports they bind, and IB CM on the
+// ports' QP1, all on the control thread. A client's event channel opens one CM connection to
+// the daemon (cm_open, shm/cm.h); its ids live in one daemon-wide table, so that a listener's
+// connect requests can become ids of the listener's owner whichever port they came in on,
+// and each op checks that the id belongs to the asking connection.
+//
+// The wire side is one cm::Agent per port (proto/cm/agent.h): connect/accept/reject/
+// disconnect go out through the port's GsiPort (daemon/gsi.h) as MADs; the agent's events come
+// back here and become CmEvents in the owning connection's ring, followed by one notification
+// byte on its socket (one byte per event: libsnic reads one byte for each event it takes).
+//
+// What the daemon does not do is touch the client's QP: libsnic moves its QP through
+// RTR/RTS itself when a connect response or request comes, and to ERR on a disconnect.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "daemon/client_memory.h"
+#include "daemon/resources.h"
+#include "daemon/session.h"
+#include "proto/cm/agent.h"
+#include "shm/cm.h"
+#include "shm/ring.h"
+
+namespace snic::daemon {
+
+class GsiPort;
+class CmService;
+
+// Counters of the CM service, daemon-wide (telemetry and snicctl status).
+struct CmServiceCounters {
+    std::uint64_t ids = 0;               // ids now
+    std::uint64_t connect_requests = 0;  // REQs that found a listener
+    std::uint64_t no_listener = 0;       // REQs rejected: no listener for the service
+    std::uint64_t backlog_full = 0;      // REQs rejected: the listener's backlog was full
+    std::uint64_t events = 0;            // events delivered to clients
+    std::uint64_t events_lost = 0;       // a client's event ring was full
+};
+
+// One CM connection of a client (an event channel of one process).
+class CmSession {
+  public:
+    CmSession(CmService& service, const Peer& peer, std::uint64_t cookie)
+        : service_(service), peer_(peer), cookie_(cookie) {}
+    ~CmSession();
+    CmSession(const CmSession&) = delete;
+    CmSession& operator=(const CmSession&) = delete;
+
+    // cm_open: the notification socket and the event ring's memfd.
+    int open(FdList& fds);
+
+    const Peer& peer() const { return peer_; }
+    std::uint64_t cookie() const { return cookie_; }
+    std::uint32_t ids() const { return ids_; }
+
+    // The ops of shm/cm.h; each returns 0 or an errno (and logs why at debug).
+    int create_id(const shm::CmCreateIdReq& req, shm::CmIdReply& out);
+    int destroy_id(const shm::HandleReq& req);
+    int bind(const shm::CmBindReq& req, shm::CmBindReply& out);
+    int listen(const shm::CmListenReq& req);
+    int connect(const shm::CmConnectReq& req);
+    int accept(const shm::CmAcceptReq& req);
+    int reject(const shm::CmRejectReq& req);
+    int disconnect(const shm::HandleReq& req);
+    int migrate(const shm::CmMigrateReq& req, shm::CmIdReply& out);
+
+    // Queues one event and notifies; false when the ring is full.
+    bool push(const shm::CmEvent& e);
+
+  private:
+    friend class CmService;
+    CmService& service_;
+    Peer peer_;
+    std::uint64_t cookie_;
+    ClientFd notify_;
+    Mapping map_;
+    std::optional<shm::RingProducer<shm::CmEvent>> ring_;
+    std::uint32_t ids_ = 0;  // owned now
+};
+
+class CmService {
+  public:
+    // Ids per CM connection at most (listeners' connect requests included).
+    static constexpr std::uint32_t kMaxIdsPerSession = 1024;
+
+    // `devices` and `gsi` are per port, in port order (gsi entries may be null in tests that
+    // give a port no wire); `seed` makes ephemeral ports and CM identifiers unpredictable.
+    CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort*> gsi,
+              std::uint64_t seed);
+    ~CmService();
+
+    std::unique_ptr<CmSession> new_session(const Peer& peer);
+    CmSession* find_session(std::uint64_t cookie) const;
+
+    // The control thread's loop: descriptors to poll (one per port), the MADs that came in,
+    // the agents' timers; the milliseconds the loop may sleep at most.
+    void poll_fds(std::vector<int>& out) const;
+    void run(std::uint64_t now_ns);
+    int timeout_ms(std::uint64_t now_ns, int at_most) const;
+
+    const CmServiceCounters& counters() const { return counters_; }
+    // Connections by state, over every port.
+    void for_each_state(void (*fn)(void* ctx, const char* state, std::uint64_t n), void* ctx) const;
+    // What each port's agent counts.
+    const cm::AgentCounters& agent_counters(std::size_t port) const;
+    std::size_t ports() const { return ports_.size(); }
+
+    static std::uint64_t now_ns();
+
+  private:
+    friend class CmSession;
+    struct Id;
+    struct PortCm;
+
+    Id* find(CmSession& owner, shm::Handle h, const char* op);
+    Id* find_any(shm::Handle h) const { return ids_.find(h); }
+    void destroy(Id& id);
+    // Binding: true when (ps, ip, port) is free for `id`.
+    bool bindable(const Id& id, std::uint32_t ip, std::uint16_t port, bool reuse) const;
+    std::uint16_t ephemeral_port(const Id& id, std::uint32_t ip);
+    // The port whose subnet holds `ip` (or whose address it is), if any.
+    std::optional<std::uint16_t> port_for(std::uint32_t ip) const;
+    Id* listener_for(std::uint16_t ps, std::uint16_t port, std::uint32_t ip) const;
+
+    void on_event(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd);
+    void on_request(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd);
+    // Handles what the agents queued while they ran.
+    void drain_events();
+    void deliver(Id& id, std::uint32_t type, std::int32_t status, const cm::Event* e,
+                 std::span<const std::uint8_t> private_data);
+    void unlink(Id& id);  // forgets the id's connection (no more events for it)
+
+    const std::vector<DevicePort>& devices_;
+    std::vector<std::unique_ptr<PortCm>> ports_;
+    HandleTable<Id> ids_;
+    std::map<std::uint64_t, CmSession*> sessions_;  // by cookie
+    std::uint64_t next_cookie_;
+    std::uint64_t rng_;
+    CmServiceCounters counters_;
+};
+
+}  // namespace snic::daemon

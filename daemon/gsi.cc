@@ -1,0 +1,83 @@
+#include "daemon/gsi.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace snic::daemon {
+
+GsiPort::GsiPort(SendFn send, void* ctx, std::uint64_t tsc_hz)
+    : send_(send),
+      ctx_(ctx),
+      hold_tsc_(static_cast<std::uint64_t>(static_cast<double>(tsc_hz) * kHoldSeconds)),
+      event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+GsiPort::~GsiPort() {
+    if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void GsiPort::receive(std::uint32_t ip, std::uint32_t qpn, std::uint32_t qkey,
+                      std::span<const std::uint8_t> payload) {
+    GsiMad m{};
+    if (payload.size() < m.data.size()) {
+        counters_.rx_dropped.add();
+        return;
+    }
+    m.ip = ip;
+    m.qpn = qpn;
+    m.qkey = qkey;
+    m.length = static_cast<std::uint16_t>(m.data.size());
+    std::memcpy(m.data.data(), payload.data(), m.data.size());
+    if (!in_.push(m)) {
+        counters_.rx_dropped.add();
+        return;
+    }
+    counters_.rx_mads.add();
+    // Every MAD signals: CM traffic is a handful of packets per connection, and a signal per
+    // push can never be lost between the control thread's last look and its sleep.
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);
+}
+
+bool GsiPort::poll(std::uint64_t now) {
+    bool did = false;
+    if (held_) {
+        if (send_(ctx_, held_mad_.ip, held_mad_.qpn, held_mad_.qkey,
+                  {held_mad_.data.data(), held_mad_.length})) {
+            counters_.tx_mads.add();
+            held_ = false;
+            did = true;
+        } else if (now >= held_until_) {
+            counters_.tx_unsent.add();  // the CM's retransmission recovers
+            held_ = false;
+        } else {
+            return false;  // order kept: what follows waits behind it
+        }
+    }
+    while (out_.pop(held_mad_)) {
+        did = true;
+        if (send_(ctx_, held_mad_.ip, held_mad_.qpn, held_mad_.qkey,
+                  {held_mad_.data.data(), held_mad_.length})) {
+            counters_.tx_mads.add();
+            continue;
+        }
+        held_ = true;
+        held_until_ = now + hold_tsc_;
+        break;
+    }
+    return did;
+}
+
+bool GsiPort::send(const GsiMad& m) {
+    if (out_.push(m)) return true;
+    counters_.tx_dropped.add();
+    return false;
+}
+
+void GsiPort::clear_wakeup() {
+    std::uint64_t v;
+    [[maybe_unused]] const ssize_t n = ::read(event_fd_, &v, sizeof v);
+}
+
+}  // namespace snic::daemon

@@ -1,0 +1,1354 @@
+// librdmacm over snicd (shm/cm.h, daemon/cm_service.h): rdma_cm's entry points, compiled
+// against rdma-core's <rdma/rdma_cma.h> and exported unversioned, so that under snic-run
+// they interpose librdmacm's as libsnic's verbs interpose libibverbs'.
+//
+// An event channel is a notification socket pair: the application polls our end; each daemon
+// the channel's ids live on holds a copy of the other end (one CM connection per daemon, with
+// an event ring in a memfd), and the events libsnic makes itself (address and route
+// resolution) are written to it here. One byte is one event, wherever the event waits: a
+// reader takes one byte, then one event from the local queue or any ring.
+//
+// Address resolution is local: an address belongs to the snic device whose port holds it
+// or whose subnet it is on. The QP moves through its states here, not in the daemon, as
+// librdmacm moves it: INIT at rdma_create_qp, RTR/RTS at a connect response (active) or at
+// rdma_accept (passive), ERR at rdma_disconnect.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "libclient/internal.h"
+#include "libclient/util.h"
+#include "shm/cm.h"
+
+namespace shm = snic::shm;
+
+static_assert(int{RDMA_CM_EVENT_CONNECT_REQUEST} == int{shm::kCmConnectRequest} &&
+              int{RDMA_CM_EVENT_REJECTED} == int{shm::kCmRejected} &&
+              int{RDMA_CM_EVENT_TIMEWAIT_EXIT} == int{shm::kCmTimewaitExit});
+static_assert(RDMA_PS_TCP == shm::kCmPsTcp && RDMA_PS_UDP == shm::kCmPsUdp &&
+              RDMA_PS_IB == shm::kCmPsIb && RDMA_PS_IPOIB == shm::kCmPsIpoib);
+
+namespace snic::client {
+namespace {
+
+struct CmId;
+
+// One daemon's CM connection of a channel.
+struct CmConn {
+    std::string path;
+    Conn conn;
+    Mapping map;
+    std::optional<shm::RingConsumer<shm::CmEvent>> ring;
+    std::uint64_t cookie = 0;
+};
+
+struct CmChannel {
+    rdma_event_channel ch;  // ch.fd is our end
+    Fd ours;
+    Fd theirs;  // the daemons' end; local events are written here
+    std::mutex mu;
+    std::deque<rdma_cm_event> local;  // made here; id pointers inside
+    std::vector<std::unique_ptr<CmConn>> conns;
+    std::map<std::pair<CmConn*, shm::Handle>, CmId*> ids;
+};
+
+struct CmId {
+    rdma_cm_id id;  // first: the application's pointer converts back
+    CmChannel* ch = nullptr;
+    bool sync = false;               // created without a channel: its calls wait for their events
+    std::unique_ptr<CmChannel> own;  // a sync id's private channel
+    Device* dev = nullptr;
+    CmConn* conn = nullptr;  // where `handle` lives
+    shm::Handle handle = shm::kNoHandle;
+    std::vector<std::pair<CmConn*, shm::Handle>> listens;  // a wildcard listener's other daemons
+    bool bound = false;
+    bool listening = false;
+    int reuse = 0;
+    std::uint8_t tos = 0;
+    std::uint8_t ack_timeout = 0;  // 0: the default (14)
+    std::uint32_t psn = 0;
+    std::uint8_t responder_resources = 0;
+    std::uint8_t initiator_depth = 0;
+    std::uint8_t retry_count = 7;
+    std::uint8_t rnr_retry_count = 7;
+    shm::CmConnParam peer{};  // the connect request's or response's QP
+    CmId* listener = nullptr;
+    // rdma_create_ep's listener: what rdma_get_request gives each new id.
+    bool has_ep_attr = false;
+    ibv_qp_init_attr ep_attr{};
+    bool own_cqs = false;
+    bool closing = false;
+};
+
+struct EventBox {
+    rdma_cm_event ev;  // first
+    std::uint8_t data[shm::kCmMaxPrivate];
+};
+
+std::mutex g_mu;        // the ids and the contexts
+std::set<CmId*> g_ids;  // live ids (a connect request's token is checked here)
+std::map<Device*, ibv_context*> g_contexts;
+
+int fail(int err) {
+    errno = err;
+    return -1;
+}
+
+int env_int(const char* name, int dflt, int lo, int hi) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return dflt;
+    const int n = std::atoi(v);
+    return n < lo || n > hi ? dflt : n;
+}
+
+// The CM response timeout exponent and retries of REQs (Linux's defaults: 20 and 15).
+std::uint8_t cm_response_timeout() {
+    return static_cast<std::uint8_t>(env_int("SNIC_CM_RESPONSE_TIMEOUT", 20, 8, 31));
+}
+std::uint8_t cm_retries() {
+    return static_cast<std::uint8_t>(env_int("SNIC_CM_RETRIES", 15, 1, 15));
+}
+
+CmId* to_id(rdma_cm_id* id) {
+    return reinterpret_cast<CmId*>(id);
+}
+CmChannel* to_chan(rdma_event_channel* c) {
+    return reinterpret_cast<CmChannel*>(c);
+}
+
+std::uint32_t ip_of(const sockaddr* sa) {
+    return sa != nullptr && sa->sa_family == AF_INET
+               ? ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr)
+               : 0;
+}
+std::uint16_t port_of(const sockaddr* sa) {
+    return sa != nullptr && sa->sa_family == AF_INET
+               ? ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port)
+               : 0;
+}
+void set_sin(sockaddr_storage& ss, std::uint32_t ip, std::uint16_t port) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    std::memset(&ss, 0, sizeof ss);
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = htonl(ip);
+    sin->sin_port = htons(port);
+}
+sockaddr_storage& src_of(CmId* i) {
+    return *reinterpret_cast<sockaddr_storage*>(&i->id.route.addr.src_storage);
+}
+sockaddr_storage& dst_of(CmId* i) {
+    return *reinterpret_cast<sockaddr_storage*>(&i->id.route.addr.dst_storage);
+}
+
+ibv_gid gid_of(std::uint32_t ip) {
+    ibv_gid g{};
+    g.raw[10] = 0xff, g.raw[11] = 0xff;
+    g.raw[12] = static_cast<std::uint8_t>(ip >> 24);
+    g.raw[13] = static_cast<std::uint8_t>(ip >> 16);
+    g.raw[14] = static_cast<std::uint8_t>(ip >> 8);
+    g.raw[15] = static_cast<std::uint8_t>(ip);
+    return g;
+}
+
+// The device owning `ip`: its port's address first, then the port whose subnet holds it.
+Device* device_for(std::uint32_t ip, bool exact) {
+    const std::vector<Device*> all = current_devices();
+    for (Device* d : all)
+        if (d->ipv4 == ip) return d;
+    if (exact) return nullptr;
+    for (Device* d : all) {
+        const std::uint32_t mask =
+            d->prefix_length == 0 ? 0 : ~std::uint32_t{0} << (32 - d->prefix_length);
+        if (d->ipv4 != 0 && ((d->ipv4 ^ ip) & mask) == 0) return d;
+    }
+    return nullptr;
+}
+
+ibv_context* context_of(Device* d) {
+    std::lock_guard lock(g_mu);
+    auto it = g_contexts.find(d);
+    if (it != g_contexts.end()) return it->second;
+    ibv_context* c = ibv_open_device(&d->dev);
+    if (c != nullptr) g_contexts[d] = c;
+    return c;
+}
+
+Device* device_at(const std::string& path, std::uint32_t port_index) {
+    for (Device* d : current_devices())
+        if (path == d->socket_path && d->port_index == port_index) return d;
+    return nullptr;
+}
+
+// Wakes the channel's reader for one more event.
+void post_byte(CmChannel& ch) {
+    const char one = 1;
+    [[maybe_unused]] const ssize_t n =
+        ::send(ch.theirs.get(), &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void post_local(CmId* i, rdma_cm_event_type type, int status) {
+    rdma_cm_event e{};
+    e.id = &i->id;
+    e.event = type;
+    e.status = status;
+    {
+        std::lock_guard lock(i->ch->mu);
+        i->ch->local.push_back(e);
+    }
+    post_byte(*i->ch);
+}
+
+// The channel's CM connection to the daemon at `path`, opened on first use.
+int conn_for(CmChannel& ch, const std::string& path, CmConn** out) {
+    std::lock_guard lock(ch.mu);
+    for (auto& c : ch.conns)
+        if (c->path == path) {
+            *out = c.get();
+            return 0;
+        }
+    auto c = std::make_unique<CmConn>();
+    c->path = path;
+    if (const int err = c->conn.connect(path, control_timeout_ms()); err != 0) return err;
+    const shm::Layout layout = shm::cm_event_layout();
+    Fd memfd;
+    if (const int err = make_shared_area("libsnic-cm", layout.bytes, &memfd, &c->map); err != 0)
+        return err;
+    auto ring = shm::RingConsumer<shm::CmEvent>::init(std::span(c->map.data(), layout.bytes),
+                                                      shm::kCmEventCapacity);
+    if (!ring) return EINVAL;
+    c->ring = *ring;
+    shm::CmOpenReply rep{};
+    const int fds[2] = {ch.theirs.get(), memfd.get()};
+    if (const int err = c->conn.call(shm::CtrlOp::cm_open, shm::Empty{}, &rep, fds); err != 0) {
+        if (err == EINVAL || err == ENOSYS)
+            say("snicd at %s does not speak rdma_cm (%s)", path.c_str(), std::strerror(err));
+        return err;
+    }
+    c->cookie = rep.cookie;
+    *out = c.get();
+    ch.conns.push_back(std::move(c));
+    return 0;
+}
+
+// The id's own daemon id, on `dev`'s daemon, created on first use.
+int daemon_id(CmId* i, Device* dev, CmConn* conn, shm::Handle* out) {
+    shm::CmIdReply rep{};
+    const shm::CmCreateIdReq req{reinterpret_cast<std::uint64_t>(i),
+                                 static_cast<std::uint16_t>(i->id.ps),
+                                 static_cast<std::uint8_t>(i->id.qp_type),
+                                 {}};
+    if (const int err = conn->conn.call(shm::CtrlOp::cm_create_id, req, &rep); err != 0) return err;
+    std::lock_guard lock(i->ch->mu);
+    i->ch->ids[{conn, rep.id}] = i;
+    (void)dev;
+    *out = rep.id;
+    return 0;
+}
+
+// Puts the id on `dev` (its daemon id and its verbs context); 0 or an errno.
+int attach(CmId* i, Device* dev) {
+    if (i->dev == dev && i->handle != shm::kNoHandle) return 0;
+    if (i->dev != nullptr && i->dev != dev) return EINVAL;  // bound elsewhere
+    ibv_context* ctx = context_of(dev);
+    if (ctx == nullptr) return errno != 0 ? errno : ENODEV;
+    CmConn* conn = nullptr;
+    if (const int err = conn_for(*i->ch, dev->socket_path, &conn); err != 0) return err;
+    shm::Handle h;
+    if (const int err = daemon_id(i, dev, conn, &h); err != 0) return err;
+    i->dev = dev;
+    i->conn = conn;
+    i->handle = h;
+    i->id.verbs = ctx;
+    i->id.port_num = 1;
+    return 0;
+}
+
+int bind_daemon(CmId* i, CmConn* conn, shm::Handle h, std::uint32_t ip, std::uint16_t port,
+                shm::CmBindReply* rep) {
+    const shm::CmBindReq req{h, ip, port, static_cast<std::uint8_t>(i->reuse != 0), 0};
+    return conn->conn.call(shm::CtrlOp::cm_bind, req, rep);
+}
+
+// Takes one event: blocks for its byte unless the fd is non-blocking. 0 or an errno.
+int take_event(CmChannel& ch, rdma_cm_event* out, shm::CmEvent* daemon_ev, CmConn** from) {
+    for (;;) {
+        if (const int err = take_notify(ch.ours.get()); err != 0) return err;
+        std::lock_guard lock(ch.mu);
+        if (!ch.local.empty()) {
+            *out = ch.local.front();
+            ch.local.pop_front();
+            *from = nullptr;
+            return 0;
+        }
+        for (auto& c : ch.conns) {
+            if (c->ring && c->ring->try_pop(*daemon_ev)) {
+                *from = c.get();
+                return 0;
+            }
+        }
+        // A byte without an event: a daemon that went away mid-write. Look again.
+    }
+}
+
+CmId* id_in(CmChannel& ch, CmConn* conn, shm::Handle h) {
+    std::lock_guard lock(ch.mu);
+    const auto it = ch.ids.find({conn, h});
+    return it == ch.ids.end() ? nullptr : it->second;
+}
+
+// The peer's REQ or REP as rdma_cm reports it: from this side's point of view, so the
+// peer's initiator depth is the responder resources asked of us, and the other way round.
+void fill_conn_param(rdma_conn_param& p, const shm::CmConnParam& c, std::uint8_t* data) {
+    std::memcpy(data, c.private_data, c.private_data_len);
+    p.private_data = c.private_data_len != 0 ? data : nullptr;
+    p.private_data_len = c.private_data_len;
+    p.responder_resources = c.initiator_depth;
+    p.initiator_depth = c.responder_resources;
+    p.flow_control = c.flow_control;
+    p.retry_count = c.retry_count;
+    p.rnr_retry_count = c.rnr_retry_count;
+    p.srq = c.srq;
+    p.qp_num = c.qpn;
+}
+
+int modify_err(CmId* i) {
+    if (i->id.qp == nullptr) return 0;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    return ibv_modify_qp(i->id.qp, &a, IBV_QP_STATE);
+}
+
+ibv_mtu port_mtu(CmId* i) {
+    ibv_port_attr pa{};
+    if (i->id.verbs == nullptr || ibv_query_port(i->id.verbs, 1, &pa) != 0) return IBV_MTU_1024;
+    return pa.active_mtu;
+}
+
+// RTR then RTS from the peer's QP (REQ or REP).
+int connect_qp(CmId* i) {
+    ibv_qp* qp = i->id.qp;
+    if (qp == nullptr) return 0;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    const auto peer_mtu =
+        static_cast<ibv_mtu>(i->peer.path_mtu != 0 ? i->peer.path_mtu : int{IBV_MTU_4096});
+    a.path_mtu = std::min(port_mtu(i), peer_mtu);
+    a.dest_qp_num = i->peer.qpn;
+    a.rq_psn = i->peer.psn;
+    a.max_dest_rd_atomic = i->responder_resources;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = gid_of(ip_of(reinterpret_cast<sockaddr*>(&dst_of(i))));
+    a.ah_attr.grh.sgid_index = 0;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.traffic_class = i->tos;
+    a.ah_attr.port_num = 1;
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (qp->qp_type == IBV_QPT_RC) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    if (std::getenv("SNIC_CM_DEBUG") != nullptr)
+        say("cm: QP %u to RTR/RTS: dest %u rq_psn %u sq_psn %u mtu %d max_dest_rd_atomic %u "
+            "max_rd_atomic %u",
+            qp->qp_num, a.dest_qp_num, a.rq_psn, i->psn, a.path_mtu, a.max_dest_rd_atomic,
+            i->initiator_depth);
+    if (const int err = ibv_modify_qp(qp, &a, mask); err != 0) return err;
+    ibv_qp_attr b{};
+    b.qp_state = IBV_QPS_RTS;
+    b.sq_psn = i->psn;
+    b.timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
+    b.retry_cnt = i->retry_count;
+    b.rnr_retry = i->rnr_retry_count;
+    b.max_rd_atomic = i->initiator_depth;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (qp->qp_type == IBV_QPT_RC)
+        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    return ibv_modify_qp(qp, &b, mask);
+}
+
+shm::CmConnParam our_param(CmId* i, const rdma_conn_param* p) {
+    shm::CmConnParam c{};
+    c.qpn = i->id.qp != nullptr ? i->id.qp->qp_num : (p != nullptr ? p->qp_num : 0);
+    c.psn = i->psn;
+    c.responder_resources = i->responder_resources;
+    c.initiator_depth = i->initiator_depth;
+    c.flow_control = p != nullptr ? p->flow_control : 1;
+    c.retry_count = i->retry_count;
+    c.rnr_retry_count = i->rnr_retry_count;
+    c.srq = (i->id.srq != nullptr || (i->id.qp != nullptr && i->id.qp->srq != nullptr) ||
+             (p != nullptr && p->srq != 0))
+                ? 1
+                : 0;
+    c.path_mtu = static_cast<std::uint8_t>(port_mtu(i));
+    c.ack_timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
+    c.tos = i->tos;
+    c.qp_type = static_cast<std::uint8_t>(i->id.qp_type);
+    if (p != nullptr && p->private_data_len != 0 && p->private_data != nullptr) {
+        c.private_data_len = p->private_data_len;
+        std::memcpy(c.private_data, p->private_data,
+                    std::min<std::size_t>(p->private_data_len, sizeof c.private_data));
+    }
+    return c;
+}
+
+// The resources a connection asks for, clamped to the device's, as librdmacm does: without
+// a conn_param, what the connect request asked (passive) or the device's most (active).
+void take_resources(CmId* i, const rdma_conn_param* p) {
+    ibv_device_attr da{};
+    const bool have = i->id.verbs != nullptr && ibv_query_device(i->id.verbs, &da) == 0;
+    std::uint8_t rr, id;
+    if (p != nullptr) {
+        rr = p->responder_resources, id = p->initiator_depth;
+    } else if (i->listener != nullptr) {
+        rr = i->peer.initiator_depth, id = i->peer.responder_resources;
+    } else {
+        rr = id = 0xff;
+    }
+    if (have) {
+        rr = static_cast<std::uint8_t>(std::min<int>(rr, da.max_qp_rd_atom));
+        id = static_cast<std::uint8_t>(std::min<int>(id, da.max_qp_init_rd_atom));
+    }
+    i->responder_resources = rr;
+    i->initiator_depth = id;
+    if (p != nullptr) {
+        i->retry_count = std::min<std::uint8_t>(p->retry_count, 7);
+        i->rnr_retry_count = std::min<std::uint8_t>(p->rnr_retry_count, 7);
+    }
+}
+
+std::uint32_t random_psn() {
+    static thread_local std::mt19937 rng{std::random_device{}()};
+    return rng() & 0xffffff;
+}
+
+// Turns a daemon's event into the application's; false when it is not for the application
+// (an id already gone).
+bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box) {
+    rdma_cm_event& e = box.ev;
+    e = rdma_cm_event{};
+    e.event = static_cast<rdma_cm_event_type>(d.event);
+    e.status = d.status;
+    if (d.event == shm::kCmConnectRequest) {
+        auto* l = reinterpret_cast<CmId*>(d.token);
+        {
+            std::lock_guard lock(g_mu);
+            if (g_ids.count(l) == 0) return false;
+        }
+        auto child = std::make_unique<CmId>();
+        child->ch = l->ch;
+        child->sync = l->sync;
+        child->listener = l;
+        child->id.channel = &l->ch->ch;
+        child->id.context = l->id.context;
+        child->id.ps = l->id.ps;
+        child->id.qp_type = l->id.qp_type;
+        child->conn = conn;
+        child->handle = d.id;
+        child->bound = true;
+        child->dev = device_at(conn->path, d.port_index);
+        child->id.verbs = child->dev != nullptr ? context_of(child->dev) : nullptr;
+        child->id.port_num = 1;
+        child->tos = l->tos;
+        child->ack_timeout = l->ack_timeout;
+        child->peer = d.param;
+        child->psn = random_psn();
+        set_sin(src_of(child.get()), d.src_ip, d.src_port);
+        set_sin(dst_of(child.get()), d.dst_ip, d.dst_port);
+        CmId* c = child.release();
+        {
+            std::lock_guard lock(g_mu);
+            g_ids.insert(c);
+        }
+        {
+            std::lock_guard lock(ch.mu);
+            ch.ids[{conn, d.id}] = c;
+        }
+        e.id = &c->id;
+        e.listen_id = &l->id;
+        fill_conn_param(e.param.conn, d.param, box.data);
+        return true;
+    }
+    CmId* i = id_in(ch, conn, d.id);
+    if (i == nullptr) return false;
+    e.id = &i->id;
+    switch (d.event) {
+        case shm::kCmConnectResponse:
+            i->peer = d.param;
+            fill_conn_param(e.param.conn, d.param, box.data);
+            if (i->id.qp != nullptr) {
+                // librdmacm's way: with a QP, the connection is established here.
+                if (connect_qp(i) != 0) {
+                    const shm::CmRejectReq rej{i->handle, 0, {}, {}};
+                    shm::Empty none;
+                    i->conn->conn.call(shm::CtrlOp::cm_reject, rej, &none);
+                    modify_err(i);
+                    e.event = RDMA_CM_EVENT_CONNECT_ERROR;
+                    e.status = -EINVAL;
+                    return true;
+                }
+                shm::CmAcceptReq acc{i->handle, 0, {}};
+                shm::Empty none;
+                if (const int err = i->conn->conn.call(shm::CtrlOp::cm_accept, acc, &none);
+                    err != 0) {
+                    e.event = RDMA_CM_EVENT_CONNECT_ERROR;
+                    e.status = -err;
+                    return true;
+                }
+                e.event = RDMA_CM_EVENT_ESTABLISHED;
+            }
+            return true;
+        case shm::kCmRejected:
+        case shm::kCmUnreachable:
+            modify_err(i);
+            fill_conn_param(e.param.conn, d.param, box.data);
+            return true;
+        case shm::kCmEstablished:
+            fill_conn_param(e.param.conn, d.param, box.data);
+            return true;
+        default:
+            return true;
+    }
+}
+
+// A sync id's call: the next event of its channel must be `want` (status 0).
+int wait_for(CmId* i, rdma_cm_event_type want) {
+    rdma_cm_event* e = nullptr;
+    if (rdma_get_cm_event(i->id.channel, &e) != 0) return -1;
+    const int status = e->status;
+    const rdma_cm_event_type got = e->event;
+    if (got == want && status == 0) {
+        i->id.event = nullptr;
+        rdma_ack_cm_event(e);
+        return 0;
+    }
+    rdma_ack_cm_event(e);
+    if (got == RDMA_CM_EVENT_REJECTED) return fail(ECONNREFUSED);
+    if (got == RDMA_CM_EVENT_UNREACHABLE) return fail(ETIMEDOUT);
+    return fail(status < 0 ? -status : (status != 0 ? status : EINVAL));
+}
+
+std::unique_ptr<CmChannel> new_channel() {
+    auto ch = std::make_unique<CmChannel>();
+    if (const int err = make_notify_pair(&ch->ours, &ch->theirs); err != 0) {
+        errno = err;
+        return nullptr;
+    }
+    ch->ch.fd = ch->ours.get();
+    return ch;
+}
+
+void destroy_daemon_ids(CmId* i) {
+    shm::Empty none;
+    if (i->conn != nullptr && i->handle != shm::kNoHandle) {
+        i->conn->conn.call(shm::CtrlOp::cm_destroy_id, shm::HandleReq{i->handle, 0}, &none);
+        std::lock_guard lock(i->ch->mu);
+        i->ch->ids.erase({i->conn, i->handle});
+    }
+    for (const auto& [conn, h] : i->listens) {
+        conn->conn.call(shm::CtrlOp::cm_destroy_id, shm::HandleReq{h, 0}, &none);
+        std::lock_guard lock(i->ch->mu);
+        i->ch->ids.erase({conn, h});
+    }
+    i->listens.clear();
+    i->handle = shm::kNoHandle;
+}
+
+}  // namespace
+}  // namespace snic::client
+
+using namespace snic::client;
+
+// ---- channels and ids -----------------------------------------------------------------
+
+SNIC_EXPORT rdma_event_channel* rdma_create_event_channel(void) {
+    return guarded<rdma_event_channel*>(nullptr, []() -> rdma_event_channel* {
+        auto ch = new_channel();
+        if (!ch) return nullptr;
+        return &ch.release()->ch;
+    });
+}
+
+SNIC_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
+    delete to_chan(channel);  // its CM connections close: snicd drops what they still held
+}
+
+SNIC_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context,
+                               rdma_port_space ps) {
+    return guarded<int>(-1, [&]() -> int {
+        ibv_qp_type qpt;
+        switch (ps) {
+            case RDMA_PS_TCP:
+            case RDMA_PS_IB:
+                qpt = IBV_QPT_RC;
+                break;
+            case RDMA_PS_UDP:
+            case RDMA_PS_IPOIB:
+                qpt = IBV_QPT_UD;
+                break;
+            default:
+                return fail(EINVAL);
+        }
+        auto i = std::make_unique<CmId>();
+        if (channel == nullptr) {
+            i->own = new_channel();
+            if (!i->own) return -1;
+            i->sync = true;
+            channel = &i->own->ch;
+        }
+        i->ch = to_chan(channel);
+        i->id.channel = channel;
+        i->id.context = context;
+        i->id.ps = ps;
+        i->id.qp_type = qpt;
+        i->psn = random_psn();
+        CmId* raw = i.release();
+        {
+            std::lock_guard lock(g_mu);
+            g_ids.insert(raw);
+        }
+        *out = &raw->id;
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        {
+            std::lock_guard lock(g_mu);
+            if (g_ids.erase(i) == 0) return fail(EINVAL);
+        }
+        destroy_daemon_ids(i);
+        if (i->sync && i->id.event != nullptr) rdma_ack_cm_event(i->id.event);
+        std::free(i->id.route.path_rec);
+        delete i;
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (addr == nullptr || i->bound) return fail(EINVAL);
+        if (addr->sa_family != AF_INET) return fail(EAFNOSUPPORT);
+        const std::uint32_t ip = ip_of(addr);
+        std::uint16_t port = port_of(addr);
+        if (ip != 0) {
+            Device* d = device_for(ip, true);
+            if (d == nullptr) return fail(EADDRNOTAVAIL);
+            if (const int err = attach(i, d); err != 0) return fail(err);
+            shm::CmBindReply rep{};
+            if (const int err = bind_daemon(i, i->conn, i->handle, ip, port, &rep); err != 0)
+                return fail(err);
+            port = rep.port;
+        }
+        set_sin(src_of(i), ip, port);
+        i->bound = true;
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src, sockaddr* dst, int timeout_ms) {
+    return guarded<int>(-1, [&]() -> int {
+        (void)timeout_ms;  // resolution is local: it answers at once
+        CmId* i = to_id(id);
+        if (dst == nullptr) return fail(EINVAL);
+        if (dst->sa_family != AF_INET || (src != nullptr && src->sa_family != AF_INET))
+            return fail(EAFNOSUPPORT);
+        if (src != nullptr && !i->bound && rdma_bind_addr(id, src) != 0) return -1;
+        const std::uint32_t dip = ip_of(dst);
+        set_sin(dst_of(i), dip, port_of(dst));
+        Device* d = i->dev;
+        if (d == nullptr) d = device_for(dip, false);
+        if (d == nullptr) {
+            post_local(i, RDMA_CM_EVENT_ADDR_ERROR, -ENETUNREACH);
+            return i->sync ? wait_for(i, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
+        }
+        if (i->handle == shm::kNoHandle) {
+            if (const int err = attach(i, d); err != 0) return fail(err);
+            shm::CmBindReply rep{};
+            const std::uint16_t want =
+                i->bound ? port_of(reinterpret_cast<sockaddr*>(&src_of(i))) : 0;
+            if (const int err = bind_daemon(i, i->conn, i->handle, d->ipv4, want, &rep); err != 0)
+                return fail(err);
+            set_sin(src_of(i), d->ipv4, rep.port);
+            i->bound = true;
+        }
+        id->route.addr.addr.ibaddr.sgid = gid_of(d->ipv4);
+        id->route.addr.addr.ibaddr.dgid = gid_of(dip);
+        id->route.addr.addr.ibaddr.pkey = htons(0xffff);
+        post_local(i, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+        return i->sync ? wait_for(i, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
+    });
+}
+
+SNIC_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
+    return guarded<int>(-1, [&]() -> int {
+        (void)timeout_ms;
+        CmId* i = to_id(id);
+        if (i->dev == nullptr) return fail(EINVAL);
+        if (id->route.path_rec == nullptr) {
+            auto* p = static_cast<ibv_sa_path_rec*>(std::calloc(1, sizeof(ibv_sa_path_rec)));
+            if (p == nullptr) return fail(ENOMEM);
+            id->route.path_rec = p;
+        }
+        ibv_sa_path_rec& p = *id->route.path_rec;
+        p.sgid = id->route.addr.addr.ibaddr.sgid;
+        p.dgid = id->route.addr.addr.ibaddr.dgid;
+        p.pkey = htons(0xffff);
+        p.mtu = static_cast<std::uint8_t>(port_mtu(i));
+        p.hop_limit = 64;
+        p.traffic_class = i->tos;
+        p.numb_path = 1;
+        id->route.num_paths = 1;
+        post_local(i, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
+        return i->sync ? wait_for(i, RDMA_CM_EVENT_ROUTE_RESOLVED) : 0;
+    });
+}
+
+SNIC_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (i->listening) return fail(EINVAL);
+        const shm::CmListenReq req{shm::kNoHandle,
+                                   backlog > 0 ? static_cast<std::uint32_t>(backlog) : 0};
+        shm::Empty none;
+        if (i->handle != shm::kNoHandle) {  // bound to one address
+            shm::CmListenReq r = req;
+            r.id = i->handle;
+            if (const int err = i->conn->conn.call(shm::CtrlOp::cm_listen, r, &none); err != 0)
+                return fail(err);
+            i->listening = true;
+            return 0;
+        }
+        // The wildcard: every daemon's every address, on the same port.
+        std::uint16_t port = i->bound ? port_of(reinterpret_cast<sockaddr*>(&src_of(i))) : 0;
+        std::vector<std::string> paths;
+        for (Device* d : current_devices())
+            if (std::find(paths.begin(), paths.end(), d->socket_path) == paths.end())
+                paths.push_back(d->socket_path);
+        if (paths.empty()) return fail(ENODEV);
+        for (const std::string& path : paths) {
+            CmConn* conn = nullptr;
+            if (const int err = conn_for(*i->ch, path, &conn); err != 0) {
+                destroy_daemon_ids(i);
+                return fail(err);
+            }
+            shm::Handle h;
+            if (const int err = daemon_id(i, nullptr, conn, &h); err != 0) {
+                destroy_daemon_ids(i);
+                return fail(err);
+            }
+            i->listens.push_back({conn, h});
+            shm::CmBindReply rep{};
+            int err = bind_daemon(i, conn, h, 0, port, &rep);
+            shm::CmListenReq r = req;
+            r.id = h;
+            if (err == 0) err = conn->conn.call(shm::CtrlOp::cm_listen, r, &none);
+            if (err != 0) {
+                destroy_daemon_ids(i);
+                return fail(err);
+            }
+            port = rep.port;
+        }
+        set_sin(src_of(i), 0, port);
+        i->bound = true;
+        i->listening = true;
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* param) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (i->handle == shm::kNoHandle || i->dev == nullptr) return fail(EINVAL);
+        if (i->id.ps == RDMA_PS_UDP || i->id.ps == RDMA_PS_IPOIB) return fail(EOPNOTSUPP);
+        if (param != nullptr && param->private_data_len > shm::kCmReqPrivate) return fail(EINVAL);
+        if (i->id.qp == nullptr && (param == nullptr || param->qp_num == 0)) return fail(EINVAL);
+        take_resources(i, param);
+        shm::CmConnectReq req{};
+        req.id = i->handle;
+        req.dst_ip = ip_of(reinterpret_cast<sockaddr*>(&dst_of(i)));
+        req.dst_port = port_of(reinterpret_cast<sockaddr*>(&dst_of(i)));
+        req.cm_response_timeout = cm_response_timeout();
+        req.max_cm_retries = cm_retries();
+        req.param = our_param(i, param);
+        shm::Empty none;
+        if (const int err = i->conn->conn.call(shm::CtrlOp::cm_connect, req, &none); err != 0)
+            return fail(err);
+        return i->sync ? wait_for(i, RDMA_CM_EVENT_ESTABLISHED) : 0;
+    });
+}
+
+SNIC_EXPORT int rdma_establish(rdma_cm_id* id) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (i->handle == shm::kNoHandle) return fail(EINVAL);
+        shm::CmAcceptReq acc{i->handle, 0, {}};
+        shm::Empty none;
+        if (const int err = i->conn->conn.call(shm::CtrlOp::cm_accept, acc, &none); err != 0)
+            return fail(err);
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (i->handle == shm::kNoHandle || i->listener == nullptr) return fail(EINVAL);
+        if (param != nullptr && param->private_data_len > shm::kCmRepPrivate) return fail(EINVAL);
+        if (i->id.qp == nullptr && (param == nullptr || param->qp_num == 0)) return fail(EINVAL);
+        take_resources(i, param);
+        if (param == nullptr || param->rnr_retry_count == 0)
+            i->rnr_retry_count = i->peer.rnr_retry_count;
+        i->retry_count = i->peer.retry_count;
+        if (const int err = connect_qp(i); err != 0) {
+            modify_err(i);
+            return fail(err);
+        }
+        shm::CmAcceptReq req{i->handle, 0, our_param(i, param)};
+        shm::Empty none;
+        if (const int err = i->conn->conn.call(shm::CtrlOp::cm_accept, req, &none); err != 0)
+            return fail(err);
+        return i->sync ? wait_for(i, RDMA_CM_EVENT_ESTABLISHED) : 0;
+    });
+}
+
+SNIC_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t len) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (i->handle == shm::kNoHandle) return fail(EINVAL);
+        if (len > shm::kCmRejPrivate) return fail(EINVAL);
+        shm::CmRejectReq req{};
+        req.id = i->handle;
+        req.private_data_len = len;
+        if (len != 0 && private_data != nullptr) std::memcpy(req.private_data, private_data, len);
+        shm::Empty none;
+        if (const int err = i->conn->conn.call(shm::CtrlOp::cm_reject, req, &none); err != 0)
+            return fail(err);
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_reject_ece(rdma_cm_id* id, const void* private_data, std::uint8_t len) {
+    return rdma_reject(id, private_data, len);
+}
+
+SNIC_EXPORT int rdma_disconnect(rdma_cm_id* id) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (i->handle == shm::kNoHandle) return fail(EINVAL);
+        modify_err(i);
+        shm::Empty none;
+        if (const int err =
+                i->conn->conn.call(shm::CtrlOp::cm_disconnect, shm::HandleReq{i->handle, 0}, &none);
+            err != 0)
+            return fail(err);
+        return i->sync ? wait_for(i, RDMA_CM_EVENT_DISCONNECTED) : 0;
+    });
+}
+
+SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
+    return guarded<int>(-1, [&]() -> int {
+        if (channel == nullptr || event == nullptr) return fail(EINVAL);
+        CmChannel& ch = *to_chan(channel);
+        for (;;) {
+            auto box = std::make_unique<EventBox>();
+            shm::CmEvent d{};
+            CmConn* from = nullptr;
+            if (const int err = take_event(ch, &box->ev, &d, &from); err != 0) return fail(err);
+            if (from != nullptr && !translate(ch, from, d, *box)) continue;
+            CmId* i = to_id(box->ev.id);
+            if (i != nullptr && i->sync) i->id.event = &box->ev;
+            *event = &box.release()->ev;
+            return 0;
+        }
+    });
+}
+
+SNIC_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
+    if (event == nullptr) return fail(EINVAL);
+    delete reinterpret_cast<EventBox*>(event);
+    return 0;
+}
+
+SNIC_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
+    switch (event) {
+        case RDMA_CM_EVENT_ADDR_RESOLVED:
+            return "RDMA_CM_EVENT_ADDR_RESOLVED";
+        case RDMA_CM_EVENT_ADDR_ERROR:
+            return "RDMA_CM_EVENT_ADDR_ERROR";
+        case RDMA_CM_EVENT_ROUTE_RESOLVED:
+            return "RDMA_CM_EVENT_ROUTE_RESOLVED";
+        case RDMA_CM_EVENT_ROUTE_ERROR:
+            return "RDMA_CM_EVENT_ROUTE_ERROR";
+        case RDMA_CM_EVENT_CONNECT_REQUEST:
+            return "RDMA_CM_EVENT_CONNECT_REQUEST";
+        case RDMA_CM_EVENT_CONNECT_RESPONSE:
+            return "RDMA_CM_EVENT_CONNECT_RESPONSE";
+        case RDMA_CM_EVENT_CONNECT_ERROR:
+            return "RDMA_CM_EVENT_CONNECT_ERROR";
+        case RDMA_CM_EVENT_UNREACHABLE:
+            return "RDMA_CM_EVENT_UNREACHABLE";
+        case RDMA_CM_EVENT_REJECTED:
+            return "RDMA_CM_EVENT_REJECTED";
+        case RDMA_CM_EVENT_ESTABLISHED:
+            return "RDMA_CM_EVENT_ESTABLISHED";
+        case RDMA_CM_EVENT_DISCONNECTED:
+            return "RDMA_CM_EVENT_DISCONNECTED";
+        case RDMA_CM_EVENT_DEVICE_REMOVAL:
+            return "RDMA_CM_EVENT_DEVICE_REMOVAL";
+        case RDMA_CM_EVENT_MULTICAST_JOIN:
+            return "RDMA_CM_EVENT_MULTICAST_JOIN";
+        case RDMA_CM_EVENT_MULTICAST_ERROR:
+            return "RDMA_CM_EVENT_MULTICAST_ERROR";
+        case RDMA_CM_EVENT_ADDR_CHANGE:
+            return "RDMA_CM_EVENT_ADDR_CHANGE";
+        case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+            return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
+        default:
+            return "UNKNOWN EVENT";
+    }
+}
+
+// ---- QPs ------------------------------------------------------------------------------
+
+namespace {
+
+ibv_pd* default_pd(ibv_context* ctx) {
+    static std::mutex mu;
+    static std::map<ibv_context*, ibv_pd*> pds;
+    std::lock_guard lock(mu);
+    auto it = pds.find(ctx);
+    if (it != pds.end()) return it->second;
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    if (pd != nullptr) pds[ctx] = pd;
+    return pd;
+}
+
+// INIT, as rdma_create_qp leaves a QP; UD QPs of the UDP port space go on to RTS.
+int init_qp(CmId* i, ibv_qp* qp) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    if (qp->qp_type == IBV_QPT_UD) {
+        a.qkey = RDMA_UDP_QKEY;
+        mask |= IBV_QP_QKEY;
+    } else {
+        a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        mask |= IBV_QP_ACCESS_FLAGS;
+    }
+    if (const int err = ibv_modify_qp(qp, &a, mask); err != 0) return err;
+    if (qp->qp_type != IBV_QPT_UD) return 0;
+    ibv_qp_attr r{};
+    r.qp_state = IBV_QPS_RTR;
+    if (const int err = ibv_modify_qp(qp, &r, IBV_QP_STATE); err != 0) return err;
+    ibv_qp_attr s{};
+    s.qp_state = IBV_QPS_RTS;
+    s.sq_psn = i->psn;
+    return ibv_modify_qp(qp, &s, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+int create_cqs(CmId* i, ibv_qp_init_attr* attr) {
+    if (attr->send_cq != nullptr && attr->recv_cq != nullptr) return 0;
+    const int depth = std::max<int>(attr->cap.max_send_wr + attr->cap.max_recv_wr, 1);
+    if (attr->recv_cq == nullptr) {
+        i->id.recv_cq_channel = ibv_create_comp_channel(i->id.verbs);
+        if (i->id.recv_cq_channel == nullptr) return errno;
+        i->id.recv_cq = ibv_create_cq(i->id.verbs, std::max<int>(attr->cap.max_recv_wr, 1), i,
+                                      i->id.recv_cq_channel, 0);
+        if (i->id.recv_cq == nullptr) return errno;
+        attr->recv_cq = i->id.recv_cq;
+    }
+    if (attr->send_cq == nullptr) {
+        i->id.send_cq_channel = ibv_create_comp_channel(i->id.verbs);
+        if (i->id.send_cq_channel == nullptr) return errno;
+        i->id.send_cq = ibv_create_cq(i->id.verbs, std::max<int>(attr->cap.max_send_wr, 1), i,
+                                      i->id.send_cq_channel, 0);
+        if (i->id.send_cq == nullptr) return errno;
+        attr->send_cq = i->id.send_cq;
+    }
+    (void)depth;
+    i->own_cqs = true;
+    return 0;
+}
+
+void destroy_cqs(CmId* i) {
+    if (!i->own_cqs) return;
+    if (i->id.send_cq != nullptr) ibv_destroy_cq(i->id.send_cq);
+    if (i->id.recv_cq != nullptr) ibv_destroy_cq(i->id.recv_cq);
+    if (i->id.send_cq_channel != nullptr) ibv_destroy_comp_channel(i->id.send_cq_channel);
+    if (i->id.recv_cq_channel != nullptr) ibv_destroy_comp_channel(i->id.recv_cq_channel);
+    i->id.send_cq = i->id.recv_cq = nullptr;
+    i->id.send_cq_channel = i->id.recv_cq_channel = nullptr;
+    i->own_cqs = false;
+}
+
+}  // namespace
+
+SNIC_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (attr == nullptr || i->id.verbs == nullptr || i->id.qp != nullptr) return fail(EINVAL);
+        if (pd == nullptr) pd = i->id.pd != nullptr ? i->id.pd : default_pd(i->id.verbs);
+        if (pd == nullptr || pd->context != i->id.verbs) return fail(EINVAL);
+        ibv_qp_init_attr a = *attr;
+        if (const int err = create_cqs(i, &a); err != 0) {
+            destroy_cqs(i);
+            return fail(err);
+        }
+        if (a.srq == nullptr) a.srq = i->id.srq;
+        a.qp_type = i->id.qp_type;
+        ibv_qp* qp = ibv_create_qp(pd, &a);
+        if (qp == nullptr) {
+            const int err = errno;
+            destroy_cqs(i);
+            return fail(err);
+        }
+        if (const int err = init_qp(i, qp); err != 0) {
+            ibv_destroy_qp(qp);
+            destroy_cqs(i);
+            return fail(err);
+        }
+        attr->cap = a.cap;
+        attr->send_cq = a.send_cq;
+        attr->recv_cq = a.recv_cq;
+        i->id.qp = qp;
+        i->id.pd = pd;
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
+    if (attr == nullptr) return fail(EINVAL);
+    ibv_qp_init_attr a{};
+    a.qp_context = attr->qp_context;
+    a.send_cq = attr->send_cq;
+    a.recv_cq = attr->recv_cq;
+    a.srq = attr->srq;
+    a.cap = attr->cap;
+    a.qp_type = attr->qp_type;
+    a.sq_sig_all = attr->sq_sig_all;
+    const int rc =
+        rdma_create_qp(id, (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr, &a);
+    if (rc == 0) attr->cap = a.cap;
+    return rc;
+}
+
+SNIC_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
+    CmId* i = to_id(id);
+    if (i->id.qp != nullptr) ibv_destroy_qp(i->id.qp);
+    i->id.qp = nullptr;
+    destroy_cqs(i);
+}
+
+SNIC_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        if (attr == nullptr || i->id.verbs == nullptr) return fail(EINVAL);
+        if (pd == nullptr) pd = i->id.pd != nullptr ? i->id.pd : default_pd(i->id.verbs);
+        ibv_srq* srq = ibv_create_srq(pd, attr);
+        if (srq == nullptr) return -1;
+        i->id.srq = srq;
+        i->id.pd = pd;
+        return 0;
+    });
+}
+
+SNIC_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
+    if (attr == nullptr) return fail(EINVAL);
+    ibv_srq_init_attr a{};
+    a.srq_context = attr->srq_context;
+    a.attr = attr->attr;
+    return rdma_create_srq(id, (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? attr->pd : nullptr, &a);
+}
+
+SNIC_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
+    CmId* i = to_id(id);
+    if (i->id.srq != nullptr) ibv_destroy_srq(i->id.srq);
+    i->id.srq = nullptr;
+}
+
+SNIC_EXPORT int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) {
+    say("rdma_init_qp_attr is not supported: rdma_create_qp moves the QP itself");
+    return fail(ENOSYS);
+}
+
+SNIC_EXPORT int rdma_notify(rdma_cm_id*, ibv_event_type) {
+    return 0;  // the connection is established by RTU or by the first packet alike
+}
+
+// ---- options, addresses, devices ------------------------------------------------------
+
+SNIC_EXPORT int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval,
+                                std::size_t optlen) {
+    CmId* i = to_id(id);
+    if (optval == nullptr) return fail(EINVAL);
+    if (level == RDMA_OPTION_ID) {
+        switch (optname) {
+            case RDMA_OPTION_ID_TOS:
+                if (optlen != sizeof(std::uint8_t)) return fail(EINVAL);
+                i->tos = *static_cast<std::uint8_t*>(optval);
+                return 0;
+            case RDMA_OPTION_ID_REUSEADDR:
+                if (optlen != sizeof(int)) return fail(EINVAL);
+                if (i->bound) return fail(EINVAL);
+                i->reuse = *static_cast<int*>(optval);
+                return 0;
+            case RDMA_OPTION_ID_AFONLY:
+                return optlen == sizeof(int) ? 0 : fail(EINVAL);
+            case RDMA_OPTION_ID_ACK_TIMEOUT:
+                if (optlen != sizeof(std::uint8_t)) return fail(EINVAL);
+                i->ack_timeout = std::min<std::uint8_t>(*static_cast<std::uint8_t*>(optval), 31);
+                return 0;
+            default:
+                return fail(ENOSYS);
+        }
+    }
+    if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH) return 0;  // one path only
+    return fail(ENOSYS);
+}
+
+SNIC_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* i = to_id(id);
+        std::unique_ptr<CmChannel> own;
+        CmChannel* to = nullptr;
+        if (channel == nullptr) {
+            own = new_channel();
+            if (!own) return -1;
+            to = own.get();
+        } else {
+            to = to_chan(channel);
+        }
+        if (to == i->ch) return 0;
+        auto move = [&](CmConn*& conn, shm::Handle& h) -> int {
+            CmConn* nc = nullptr;
+            if (const int err = conn_for(*to, conn->path, &nc); err != 0) return err;
+            shm::CmIdReply rep{};
+            const shm::CmMigrateReq req{h, 0, conn->cookie};
+            if (const int err = nc->conn.call(shm::CtrlOp::cm_migrate, req, &rep); err != 0)
+                return err;
+            {
+                std::lock_guard lock(i->ch->mu);
+                i->ch->ids.erase({conn, h});
+            }
+            std::lock_guard lock(to->mu);
+            to->ids[{nc, rep.id}] = i;
+            conn = nc;
+            h = rep.id;
+            return 0;
+        };
+        if (i->conn != nullptr && i->handle != shm::kNoHandle)
+            if (const int err = move(i->conn, i->handle); err != 0) return fail(err);
+        for (auto& [conn, h] : i->listens)
+            if (const int err = move(conn, h); err != 0) return fail(err);
+        i->ch = to;
+        i->id.channel = &to->ch;
+        i->sync = channel == nullptr;
+        if (own) i->own = std::move(own);
+        return 0;
+    });
+}
+
+SNIC_EXPORT std::uint16_t rdma_get_src_port(rdma_cm_id* id) {
+    return htons(port_of(reinterpret_cast<sockaddr*>(&src_of(to_id(id)))));
+}
+
+SNIC_EXPORT std::uint16_t rdma_get_dst_port(rdma_cm_id* id) {
+    return htons(port_of(reinterpret_cast<sockaddr*>(&dst_of(to_id(id)))));
+}
+
+SNIC_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
+    return guarded<ibv_context**>(nullptr, [&]() -> ibv_context** {
+        std::vector<ibv_context*> ctxs;
+        for (Device* d : current_devices())
+            if (ibv_context* c = context_of(d)) ctxs.push_back(c);
+        auto** out = static_cast<ibv_context**>(std::calloc(ctxs.size() + 1, sizeof(ibv_context*)));
+        if (out == nullptr) return fail_null<ibv_context*>(ENOMEM);
+        std::copy(ctxs.begin(), ctxs.end(), out);
+        if (num_devices != nullptr) *num_devices = static_cast<int>(ctxs.size());
+        return out;
+    });
+}
+
+SNIC_EXPORT void rdma_free_devices(ibv_context** list) {
+    std::free(list);  // the contexts stay open for the process's ids
+}
+
+SNIC_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) {
+    say("rdma_join_multicast: snic has no multicast (no multicast groups on RoCE ports yet)");
+    return fail(ENOSYS);
+}
+
+SNIC_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {
+    say("rdma_join_multicast_ex: snic has no multicast (no multicast groups on RoCE ports yet)");
+    return fail(ENOSYS);
+}
+
+SNIC_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) {
+    return fail(EADDRNOTAVAIL);
+}
+
+SNIC_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) {
+    return fail(EOPNOTSUPP);
+}
+
+SNIC_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {
+    return fail(EOPNOTSUPP);
+}
+
+// ---- rdma_getaddrinfo and the endpoint calls -------------------------------------------
+
+SNIC_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
+                                 rdma_addrinfo** res) {
+    return guarded<int>(-1, [&]() -> int {
+        if (res == nullptr || (node == nullptr && service == nullptr)) return fail(EINVAL);
+        if (hints != nullptr && hints->ai_family != 0 && hints->ai_family != AF_INET)
+            return fail(EAFNOSUPPORT);
+        const bool passive = hints != nullptr && (hints->ai_flags & RAI_PASSIVE) != 0;
+        addrinfo h{};
+        h.ai_family = AF_INET;
+        h.ai_socktype = SOCK_STREAM;
+        if (passive) h.ai_flags |= AI_PASSIVE;
+        if (hints != nullptr && (hints->ai_flags & RAI_NUMERICHOST) != 0)
+            h.ai_flags |= AI_NUMERICHOST;
+        addrinfo* ai = nullptr;
+        if (const int rc = ::getaddrinfo(node, service, &h, &ai); rc != 0 || ai == nullptr) {
+            errno = rc == EAI_SYSTEM ? errno : ENOENT;
+            return rc == 0 ? -1 : rc;
+        }
+        auto* r = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
+        auto* sa = static_cast<sockaddr_in*>(std::calloc(1, sizeof(sockaddr_in)));
+        if (r == nullptr || sa == nullptr) {
+            std::free(r), std::free(sa), ::freeaddrinfo(ai);
+            return fail(ENOMEM);
+        }
+        std::memcpy(sa, ai->ai_addr, sizeof *sa);
+        ::freeaddrinfo(ai);
+        r->ai_flags = hints != nullptr ? hints->ai_flags : 0;
+        r->ai_family = AF_INET;
+        r->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
+        r->ai_port_space = hints != nullptr && hints->ai_port_space != 0
+                               ? hints->ai_port_space
+                               : (r->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
+        if (passive) {
+            r->ai_src_addr = reinterpret_cast<sockaddr*>(sa);
+            r->ai_src_len = sizeof *sa;
+        } else {
+            r->ai_dst_addr = reinterpret_cast<sockaddr*>(sa);
+            r->ai_dst_len = sizeof *sa;
+            if (hints != nullptr && hints->ai_src_addr != nullptr &&
+                hints->ai_src_addr->sa_family == AF_INET) {
+                auto* src = static_cast<sockaddr_in*>(std::calloc(1, sizeof(sockaddr_in)));
+                if (src != nullptr) {
+                    std::memcpy(src, hints->ai_src_addr, sizeof *src);
+                    r->ai_src_addr = reinterpret_cast<sockaddr*>(src);
+                    r->ai_src_len = sizeof *src;
+                }
+            }
+        }
+        *res = r;
+        return 0;
+    });
+}
+
+SNIC_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) {
+    while (res != nullptr) {
+        rdma_addrinfo* next = res->ai_next;
+        std::free(res->ai_src_addr);
+        std::free(res->ai_dst_addr);
+        std::free(res->ai_src_canonname);
+        std::free(res->ai_dst_canonname);
+        std::free(res->ai_route);
+        std::free(res->ai_connect);
+        std::free(res);
+        res = next;
+    }
+}
+
+SNIC_EXPORT int rdma_create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd* pd,
+                               ibv_qp_init_attr* qp_init_attr) {
+    return guarded<int>(-1, [&]() -> int {
+        if (out == nullptr || res == nullptr) return fail(EINVAL);
+        rdma_cm_id* id = nullptr;
+        if (rdma_create_id(nullptr, &id, nullptr,
+                           static_cast<rdma_port_space>(res->ai_port_space)) != 0)
+            return -1;
+        CmId* i = to_id(id);
+        auto undo = [&] {
+            const int err = errno;
+            rdma_destroy_id(id);
+            errno = err;
+            return -1;
+        };
+        if ((res->ai_flags & RAI_PASSIVE) != 0) {
+            if (res->ai_src_addr == nullptr || rdma_bind_addr(id, res->ai_src_addr) != 0)
+                return undo();
+            if (qp_init_attr != nullptr) {
+                i->has_ep_attr = true;
+                i->ep_attr = *qp_init_attr;
+            }
+            i->id.pd = pd;
+            *out = id;
+            return 0;
+        }
+        if (rdma_resolve_addr(id, res->ai_src_addr, res->ai_dst_addr, 2000) != 0) return undo();
+        if (rdma_resolve_route(id, 2000) != 0) return undo();
+        if (qp_init_attr != nullptr && rdma_create_qp(id, pd, qp_init_attr) != 0) return undo();
+        *out = id;
+        return 0;
+    });
+}
+
+SNIC_EXPORT void rdma_destroy_ep(rdma_cm_id* id) {
+    if (id == nullptr) return;
+    rdma_destroy_qp(id);
+    rdma_destroy_srq(id);
+    rdma_destroy_id(id);
+}
+
+SNIC_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
+    return guarded<int>(-1, [&]() -> int {
+        CmId* l = to_id(listen);
+        if (!l->listening || out == nullptr) return fail(EINVAL);
+        for (;;) {
+            rdma_cm_event* e = nullptr;
+            if (rdma_get_cm_event(listen->channel, &e) != 0) return -1;
+            if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+                rdma_ack_cm_event(e);
+                continue;
+            }
+            rdma_cm_id* id = e->id;
+            to_id(id)->id.event = e;  // read by the application until the id's next call
+            if (l->has_ep_attr) {
+                ibv_qp_init_attr a = l->ep_attr;
+                if (rdma_create_qp(id, l->id.pd, &a) != 0) {
+                    const int err = errno;
+                    rdma_reject(id, nullptr, 0);
+                    rdma_destroy_id(id);
+                    return fail(err);
+                }
+            }
+            *out = id;
+            return 0;
+        }
+    });
+}
