@@ -276,6 +276,41 @@ TEST(CmAgent, RejectAfterRepReceivedDeliversRejectedToThePassiveSide) {
     EXPECT_FALSE(p.a.confirm(*id, {}, p.now).ok());
 }
 
+TEST(CmAgent, RejWhileTheConsumerHoldsAReqEndsItAsRejected) {
+    CmPair p;
+    auto id = p.a.connect(CmPair::params(), p.now);
+    p.pump();
+    const ConnId passive = p.ep_b.events.at(0).id;
+    p.a.release(*id, p.now);  // the active side gives up: REJ timeout
+    p.pump();
+    auto e = p.ep_b.last(EventType::rejected);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->id, passive);
+    EXPECT_EQ(e->reject_reason, rej_reason::timeout);
+    EXPECT_EQ(p.b.state_of(passive), State::timewait);
+    EXPECT_FALSE(p.b.accept(passive, QpInfo{}, {}, p.now).ok());
+    EXPECT_EQ(p.ep_a.events.size(), 0u);  // released: no events
+}
+
+TEST(CmAgent, RejWhileDisconnectingEndsItAndInTimewaitIsIgnored) {
+    CmPair p;
+    p.drop = [](const SentMad& s) { return s.attr() == AttrId::dreq; };
+    ConnId passive = 0;
+    const ConnId id = p.establish(&passive);
+    ASSERT_TRUE(p.a.disconnect(id, {}, p.now).ok());
+    RejMsg m;
+    m.local_comm_id = passive;
+    m.remote_comm_id = id;
+    m.reason = rej_reason::stale_connection;
+    p.a.receive(kIpB, kGsiQpn, build_mad(5, m), p.now);
+    EXPECT_EQ(p.ep_a.count(EventType::disconnected), 1u);
+    EXPECT_EQ(p.a.state_of(id), State::timewait);
+    const auto events = p.ep_a.events.size();
+    p.a.receive(kIpB, kGsiQpn, build_mad(6, m), p.now);
+    EXPECT_EQ(p.ep_a.events.size(), events);
+    EXPECT_EQ(p.a.counters().mads_bad, 0u);
+}
+
 TEST(CmAgent, RejWhileEstablishedEndsTheConnection) {
     CmPair p;
     ConnId passive = 0;
