@@ -360,6 +360,7 @@ struct Actions {
     static void rej_stale(Agent& a, Conn& c, const Ctx& x) {
         ++a.counters_.stale;
         RejMsg m = make_rej(a, c, rej_reason::stale_connection, {});
+        m.message_rejected = static_cast<std::uint8_t>(MsgCode::req);
         send_mad(a, c.remote_ip, MsgType::rej, build_mad(x.tid, m));
     }
 

@@ -61,8 +61,8 @@ enum class TransportType : std::uint8_t { rc = 0, uc = 1, rd = 2 };
 
 // REQ. The path fields of REQ repeat for the primary and alternate path.
 struct PathFields {
-    std::uint16_t local_lid = kPermissiveLid;
-    std::uint16_t remote_lid = kPermissiveLid;
+    std::uint16_t local_lid = 0;
+    std::uint16_t remote_lid = 0;
     Gid local_gid{};
     Gid remote_gid{};
     std::uint32_t flow_label = 0;  // 20 bits
@@ -98,7 +98,7 @@ struct ReqMsg {
     std::uint8_t max_cm_retries = 0;           // 4 bits
     std::uint8_t srq = 0;                      // 1 bit
     std::uint8_t extended_transport_type = 0;  // 3 bits
-    PathFields primary;
+    PathFields primary{.local_lid = kPermissiveLid, .remote_lid = kPermissiveLid};
     PathFields alternate;            // all zero: no alternate path
     std::uint8_t sap_supported = 0;  // 1 bit
     std::array<std::uint8_t, kReqPrivate> private_data{};
