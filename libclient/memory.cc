@@ -117,6 +117,14 @@ bool still_mapped(const Share& s, const std::vector<Vma>& maps, std::uintptr_t l
     return cur >= hi;
 }
 
+// Whether the file `inode` is mapped executable in this process: a program or a library the
+// loader mapped, whose writable mappings are its data segment.
+bool loaded_image(std::uint64_t inode) {
+    for (const Vma& v : read_maps(0, UINTPTR_MAX))
+        if (v.inode == inode && (v.prot & PROT_EXEC) != 0) return true;
+    return false;
+}
+
 // Why the pages of v cannot be moved into a memfd, or nullptr if they can.
 const char* unshareable(const Vma& v, std::string* detail) {
     if (v.path.starts_with("[stack")) return "it is the process stack";
@@ -130,7 +138,11 @@ const char* unshareable(const Vma& v, std::string* detail) {
         *detail = v.path;
         return "it is a shared mapping not made by libsnic";
     }
-    if (v.inode != 0 || !anon_name) {
+    // A loaded program's or library's writable data (static buffers, as rdma_cm's examples
+    // register) is private to the process like anonymous memory: it moves the same way.
+    // Any other file mapping is the file's.
+    if ((v.inode != 0 || !anon_name) &&
+        ((v.prot & PROT_WRITE) == 0 || v.inode == 0 || !loaded_image(v.inode))) {
         *detail = v.path;
         return "it is mapped from a file";
     }

@@ -675,8 +675,14 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_qp_init_attr_ex* attr) {
     req.srq = attr->srq != nullptr ? attr->srq->handle : shm::kNoHandle;
     req.qp_type = attr->qp_type;
     req.sq_sig_all = attr->sq_sig_all != 0 ? 1 : 0;
+    // Inline data as rxe sizes it: a send WQE's SGE space holds inline bytes too, so a QP
+    // gets at least max_send_sge SGEs' worth (verbs lets a provider grant more than asked;
+    // rdma_cm's examples post 16 inline bytes with max_inline_data 0).
+    const std::uint32_t inline_bytes = std::max<std::uint32_t>(
+        cap.max_inline_data,
+        std::min<std::uint32_t>(cap.max_send_sge * sizeof(ibv_sge), l.max_inline_data));
     req.cap = {cap.max_send_wr, attr->srq != nullptr ? 0 : cap.max_recv_wr, cap.max_send_sge,
-               attr->srq != nullptr ? 0 : cap.max_recv_sge, cap.max_inline_data};
+               attr->srq != nullptr ? 0 : cap.max_recv_sge, inline_bytes};
     req.sq_capacity = sq_cap;
     req.rq_capacity = rq_cap;
     shm::CreateQpReply rep{};
