@@ -469,6 +469,29 @@ void CmService::for_each_state(void (*fn)(void*, const char*, std::uint64_t), vo
     for (std::size_t i = 0; i < n.size(); ++i) fn(ctx, kNames[i], n[i]);
 }
 
+void CmService::fill_status(shm::CmStatusReply& r) const {
+    static_assert(static_cast<std::size_t>(Id::State::disconnecting) + 1 == shm::kCmIdStates);
+    r = shm::CmStatusReply{};
+    r.ids = static_cast<std::uint32_t>(ids_.size());
+    ids_.for_each([&](const Id& id) { ++r.states[static_cast<std::size_t>(id.state)]; });
+    r.connect_requests = counters_.connect_requests;
+    r.no_listener = counters_.no_listener;
+    r.backlog_full = counters_.backlog_full;
+    r.events = counters_.events;
+    r.events_lost = counters_.events_lost;
+    r.nports = static_cast<std::uint32_t>(std::min(ports_.size(), shm::kMaxPorts));
+    for (std::size_t i = 0; i < r.nports; ++i) {
+        const cm::Agent& a = ports_[i]->agent;
+        const cm::AgentCounters& c = a.counters();
+        std::uint64_t conns = 0;
+        a.for_each_state([&](std::string_view name, std::size_t n) {
+            if (name != "idle") conns += n;
+        });
+        r.ports[i] = {c.mads_rx,    c.mads_tx, c.mads_bad,          c.retransmits,
+                      c.duplicates, c.stale,   c.half_open_refused, conns};
+    }
+}
+
 const cm::AgentCounters& CmService::agent_counters(std::size_t port) const {
     return ports_[port]->agent.counters();
 }

@@ -106,6 +106,8 @@ class CmService {
     int timeout_ms(std::uint64_t now_ns, int at_most) const;
 
     const CmServiceCounters& counters() const { return counters_; }
+    // snicctl cm.
+    void fill_status(shm::CmStatusReply& r) const;
     // Connections by state, over every port.
     void for_each_state(void (*fn)(void* ctx, const char* state, std::uint64_t n), void* ctx) const;
     // What each port's agent counts.

@@ -330,6 +330,14 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
         return finish(fill_qp(c, in_body, out_body), sizeof(shm::QpReply));
     }
 
+    if (op == CtrlOp::cm_status) {
+        if (!body_fits(0, body_len)) return 0;
+        if (fds_truncated || fds.size() != 0 || cm_ == nullptr) return finish(EINVAL, 0);
+        shm::CmStatusReply r;
+        cm_->fill_status(r);
+        std::memcpy(out_body, &r, sizeof r);
+        return finish(0, sizeof r);
+    }
     if (req.op >= static_cast<std::uint16_t>(CtrlOp::cm_open) &&
         req.op <= static_cast<std::uint16_t>(CtrlOp::cm_migrate)) {
         if (fds_truncated) return finish(EINVAL, 0);

@@ -160,6 +160,27 @@ struct CmEvent {
 };
 static_assert(sizeof(CmEvent) % 8 == 0 && std::is_trivially_copyable_v<CmEvent>);
 
+// snicctl cm: the ids by state and each port's CM figures.
+inline constexpr std::size_t kCmIdStates = 8;
+inline constexpr const char* kCmIdStateNames[kCmIdStates] = {
+    "idle",         "listening", "connecting",  "req_received",
+    "rep_received", "accepted",  "established", "disconnecting"};
+
+struct CmPortStatus {
+    std::uint64_t mads_rx, mads_tx, mads_bad;
+    std::uint64_t retransmits, duplicates, stale, half_open_refused;
+    std::uint64_t connections;  // the port's agent holds (TimeWait included)
+};
+
+struct CmStatusReply {
+    std::uint32_t ids;
+    std::uint32_t nports;
+    std::uint64_t states[kCmIdStates];
+    std::uint64_t connect_requests, no_listener, backlog_full, events, events_lost;
+    CmPortStatus ports[kMaxPorts];
+};
+static_assert(std::is_trivially_copyable_v<CmStatusReply>);
+
 constexpr Layout cm_event_layout() {
     return {0, 0, 0, round_up(ring_bytes<CmEvent>(kCmEventCapacity), kPageSize)};
 }

@@ -70,6 +70,7 @@ enum class CtrlOp : std::uint16_t {
     cm_reject,      // CmRejectReq
     cm_disconnect,  // HandleReq
     cm_migrate,     // CmMigrateReq -> CmIdReply
+    cm_status,      // -> CmStatusReply (snicctl cm), on any connection
 };
 
 struct CtrlHeader {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "proto/net/addr.h"
+#include "shm/cm.h"
 #include "shm/control.h"
 #include "tools/snicctl/qp_view.h"
 
@@ -24,7 +25,7 @@ constexpr int kTimeoutMs = 2000;
 
 int usage(FILE* out, int code) {
     std::fputs(
-        "usage: snicctl [-s SOCKET | -n NAME] status|clients|resources|qp [-a] [QPN]\n"
+        "usage: snicctl [-s SOCKET | -n NAME] status|clients|resources|cm|qp [-a] [QPN]\n"
         "  -s, --socket PATH   the daemon's control socket\n"
         "  -n, --name NAME     the daemon's name: socket /run/snic/NAME.sock (default snic)\n"
         "commands:\n"
@@ -34,6 +35,8 @@ int usage(FILE* out, int code) {
         "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES\n"
         "  resources  one line per object kind: KIND count N per-client N per-daemon N;\n"
         "             then sessions N, mappings N, mapped_bytes N, fds N\n"
+        "  cm         rdma_cm: ids N, then state NAME N per id state, the CM service's\n"
+        "             counters, and per port its MADs, retransmits and connections\n"
         "  qp         one line per QP: qpn N device NAME session N pid N uid N type T state S\n"
         "             dest_qpn N peer IP (root sees every session's QPs, others their own)\n"
         "  qp QPN     one QP (decimal or 0x hex): state, attributes, the engine's PSNs and\n"
@@ -174,6 +177,38 @@ int resources(const std::string& path) {
     return 0;
 }
 
+int cm(const std::string& path) {
+    static snic::shm::Msg<snic::shm::CmStatusReply> reply;
+    if (int rc = request(path, snic::shm::CtrlOp::cm_status, &reply, sizeof reply); rc != 0)
+        return rc;
+    const auto& r = reply.body;
+    if (r.nports > snic::shm::kMaxPorts) return fail("malformed answer from " + path);
+    std::printf("ids %u\n", r.ids);
+    for (std::size_t k = 0; k < snic::shm::kCmIdStates; ++k)
+        std::printf("state %s %llu\n", snic::shm::kCmIdStateNames[k],
+                    static_cast<unsigned long long>(r.states[k]));
+    std::printf(
+        "connect_requests %llu no_listener %llu backlog_full %llu events %llu "
+        "events_lost %llu\n",
+        static_cast<unsigned long long>(r.connect_requests),
+        static_cast<unsigned long long>(r.no_listener),
+        static_cast<unsigned long long>(r.backlog_full), static_cast<unsigned long long>(r.events),
+        static_cast<unsigned long long>(r.events_lost));
+    for (std::uint32_t i = 0; i < r.nports; ++i) {
+        const auto& p = r.ports[i];
+        std::printf(
+            "port %u mads_rx %llu mads_tx %llu mads_bad %llu retransmits %llu "
+            "duplicates %llu stale %llu half_open_refused %llu connections %llu\n",
+            i, static_cast<unsigned long long>(p.mads_rx),
+            static_cast<unsigned long long>(p.mads_tx), static_cast<unsigned long long>(p.mads_bad),
+            static_cast<unsigned long long>(p.retransmits),
+            static_cast<unsigned long long>(p.duplicates), static_cast<unsigned long long>(p.stale),
+            static_cast<unsigned long long>(p.half_open_refused),
+            static_cast<unsigned long long>(p.connections));
+    }
+    return 0;
+}
+
 // Why snicd refused a qp request, in one line.
 int qp_refused(int err, const std::string& what) {
     if (err == ENOENT) return fail(what + (::getuid() == 0 ? "" : " (or it is not one of yours)"));
@@ -266,6 +301,7 @@ int main(int argc, char** argv) {
     if (command == "status") return status(path);
     if (command == "clients") return clients(path);
     if (command == "resources") return resources(path);
+    if (command == "cm") return cm(path);
     if (command == "qp") return qp(path, args);
     if (command.empty()) return usage(stderr, 2);
     std::fprintf(stderr, "snicctl: unknown command '%s'\n", command.c_str());
