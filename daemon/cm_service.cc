@@ -26,6 +26,9 @@ constexpr std::uint16_t kEphemeralLast = 60999;
 constexpr std::uint16_t kRejNoResources = 3;
 constexpr std::uint16_t kRejInvalidServiceId = 8;
 constexpr std::uint16_t kRejConsumer = 28;
+// SIDR_REP statuses (IBA table 119).
+constexpr std::uint8_t kSidrUnsupported = 1;  // no such service ID
+constexpr std::uint8_t kSidrReject = 2;
 
 int refuse(int err, const char* op, const std::string& why) {
     spdlog::debug("cm: {}: {}", op, why);
@@ -104,6 +107,7 @@ struct CmService::Id {
     bool bound = false;
     bool reuse = false;
     bool disconnect_delivered = false;
+    bool sidr = false;     // a UD id's exchange (SIDR), not a connection
     std::uint32_t ip = 0;  // bound address (0: the wildcard)
     std::uint16_t port = 0;
     std::uint16_t port_index = shm::kCmNoPort;
@@ -297,20 +301,24 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
     const std::uint16_t svc_port = svc ? svc->port : 0;
     Id* l = nullptr;
     if (svc && hdr) l = listener_for(static_cast<std::uint16_t>(svc->ps), svc_port, e.local_ip);
+    const bool sidr = e.type == cm::EventType::sidr_req_received;
+    // A refusal: REJ for a REQ, SIDR_REP with a status for a SIDR_REQ.
+    auto refuse_req = [&](std::uint16_t reason, std::uint8_t sidr_status) {
+        if (sidr)
+            (void)p.agent.sidr_reply(e.id, sidr_status, 0, 0, {}, now_ns());
+        else
+            (void)p.agent.reject(e.id, reason, {}, now_ns());
+    };
+    if (l != nullptr && sidr != (l->qp_type == kQptUd)) l = nullptr;
     if (l == nullptr) {
         ++counters_.no_listener;
-        (void)p.agent.reject(e.id, kRejInvalidServiceId, {}, now_ns());
-        return;
+        return refuse_req(kRejInvalidServiceId, kSidrUnsupported);
     }
     if (l->pending >= l->backlog) {
         ++counters_.backlog_full;
-        (void)p.agent.reject(e.id, kRejConsumer, {}, now_ns());
-        return;
+        return refuse_req(kRejConsumer, kSidrReject);
     }
-    if (l->owner->ids_ >= kMaxIdsPerSession) {
-        (void)p.agent.reject(e.id, kRejNoResources, {}, now_ns());
-        return;
-    }
+    if (l->owner->ids_ >= kMaxIdsPerSession) return refuse_req(kRejNoResources, kSidrReject);
     auto child = std::make_unique<Id>();
     child->owner = l->owner;
     child->token = l->token;
@@ -325,11 +333,9 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
     child->state = Id::State::req_received;
     child->conn = e.id;
     child->parent = l->handle;
+    child->sidr = sidr;
     const shm::Handle h = ids_.insert(std::move(child));
-    if (h == shm::kNoHandle) {
-        (void)p.agent.reject(e.id, kRejNoResources, {}, now_ns());
-        return;
-    }
+    if (h == shm::kNoHandle) return refuse_req(kRejNoResources, kSidrReject);
     Id& c = *ids_.find(h);
     ++c.owner->ids_;
     ++l->pending;
@@ -347,16 +353,17 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
     ev.dst_port = c.remote_port;
     ev.port_index = c.port_index;
     fill_param(ev.param, e.peer);
+    if (sidr) ev.param.qp_type = kQptUd;
+    const std::size_t max = sidr ? shm::kCmSidrReqPrivate : shm::kCmReqPrivate;
     const auto user = pd.subspan(std::min(pd.size(), cm::kCmaHeaderSize));
-    std::memcpy(ev.param.private_data, user.data(), std::min(user.size(), shm::kCmReqPrivate));
-    ev.param.private_data_len =
-        static_cast<std::uint8_t>(std::min(user.size(), shm::kCmReqPrivate));
+    std::memcpy(ev.param.private_data, user.data(), std::min(user.size(), max));
+    ev.param.private_data_len = static_cast<std::uint8_t>(std::min(user.size(), max));
     if (c.owner->push(ev)) {
         ++counters_.events;
         return;
     }
     ++counters_.events_lost;
-    (void)p.agent.reject(e.id, kRejNoResources, {}, now_ns());
+    refuse_req(kRejNoResources, kSidrReject);
     unlink(c);
     --c.owner->ids_;
     ids_.take(h);
@@ -365,7 +372,8 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
 
 void CmService::on_event(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd) {
     PortCm& p = *ports_[port];
-    if (e.type == cm::EventType::req_received) return on_request(port, e, pd);
+    if (e.type == cm::EventType::req_received || e.type == cm::EventType::sidr_req_received)
+        return on_request(port, e, pd);
     const auto it = p.conns.find(e.id);
     if (it == p.conns.end()) return;  // released by its id: nobody listens
     Id* id = ids_.find(it->second);
@@ -402,6 +410,19 @@ void CmService::on_event(std::size_t port, const cm::Event& e, std::span<const s
             if (!id->disconnect_delivered) {
                 id->disconnect_delivered = true;
                 deliver(*id, shm::kCmDisconnected, 0, &e, {});
+            }
+            break;
+        case T::sidr_rep_received:
+            // The exchange is over either way: SIDR has no connection to keep.
+            unlink(*id);
+            if (e.sidr_status == 0) {
+                id->state = Id::State::established;
+                deliver(*id, shm::kCmEstablished, 0, &e,
+                        private_of(pd.data(), pd.size(), shm::kCmSidrRepPrivate));
+            } else {
+                id->state = Id::State::idle;
+                deliver(*id, shm::kCmUnreachable, e.sidr_status, &e,
+                        private_of(pd.data(), pd.size(), shm::kCmSidrRepPrivate));
             }
             break;
         case T::timewait_exit:
@@ -622,13 +643,13 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     if (id == nullptr) return EINVAL;
     if (id->state != CmService::Id::State::idle || id->conn != 0)
         return refuse(EINVAL, op, "the id is not idle");
-    if (id->ps == shm::kCmPsUdp || id->ps == shm::kCmPsIpoib)
-        return refuse(EOPNOTSUPP, op, "the UDP port space connects by SIDR");
+    const bool sidr = id->qp_type == kQptUd;
+    const std::size_t max = sidr ? shm::kCmSidrReqPrivate : shm::kCmReqPrivate;
     if (req.dst_port == 0) return refuse(EINVAL, op, "destination port 0");
-    if (req.param.private_data_len > shm::kCmReqPrivate)
-        return refuse(EINVAL, op,
-                      fmt::format("{} bytes of private data, {} at most",
-                                  req.param.private_data_len, shm::kCmReqPrivate));
+    if (req.param.private_data_len > max)
+        return refuse(
+            EINVAL, op,
+            fmt::format("{} bytes of private data, {} at most", req.param.private_data_len, max));
     std::uint16_t index = id->port_index;
     if (index == shm::kCmNoPort) {
         const auto p = service_.port_for(req.dst_ip);
@@ -646,7 +667,7 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     id->ip = local;
     id->port_index = index;
 
-    std::array<std::uint8_t, cm::kCmaHeaderSize + shm::kCmReqPrivate> pd{};
+    std::array<std::uint8_t, cm::kCmaHeaderSize + shm::kCmSidrReqPrivate> pd{};
     cm::CmaHeader hdr;
     hdr.src_ip = local;
     hdr.dst_ip = req.dst_ip;
@@ -665,13 +686,17 @@ int CmSession::connect(const shm::CmConnectReq& req) {
         req.max_cm_retries != 0 ? std::min<std::uint8_t>(req.max_cm_retries, 15) : 15;
     p.private_data = {pd.data(), cm::kCmaHeaderSize + req.param.private_data_len};
     CmService::PortCm& port = *service_.ports_[index];
-    auto conn = port.agent.connect(p, CmService::now_ns());
+    auto conn =
+        sidr ? port.agent.sidr_request(local, req.dst_ip, p.service_id, p.private_data,
+                                       p.cm_response_timeout, p.max_cm_retries, CmService::now_ns())
+             : port.agent.connect(p, CmService::now_ns());
     if (!conn)
         return refuse(conn.error().code ? conn.error().code : EAGAIN, op, conn.error().message);
     id->conn = *conn;
     id->remote_ip = req.dst_ip;
     id->remote_port = req.dst_port;
     id->disconnect_delivered = false;
+    id->sidr = sidr;
     id->state = CmService::Id::State::connecting;
     port.conns[*conn] = id->handle;
     service_.drain_events();
@@ -686,7 +711,17 @@ int CmSession::accept(const shm::CmAcceptReq& req) {
     CmService::PortCm& port = *service_.ports_[id->port_index];
     const std::uint64_t now = CmService::now_ns();
     Status st = Ok{};
-    if (id->state == CmService::Id::State::req_received) {
+    if (id->state == CmService::Id::State::req_received && id->sidr) {
+        if (req.param.private_data_len > shm::kCmSidrRepPrivate)
+            return refuse(EINVAL, op,
+                          fmt::format("{} bytes of private data, {} at most",
+                                      req.param.private_data_len, shm::kCmSidrRepPrivate));
+        const cm::ConnId conn = id->conn;
+        service_.unlink(*id);  // the agent forgets a SIDR exchange once it answered
+        id->state = CmService::Id::State::established;
+        st = port.agent.sidr_reply(conn, 0, req.param.qpn & 0xffffff, req.param.qkey,
+                                   {req.param.private_data, req.param.private_data_len}, now);
+    } else if (id->state == CmService::Id::State::req_received) {
         if (req.param.private_data_len > shm::kCmRepPrivate)
             return refuse(EINVAL, op,
                           fmt::format("{} bytes of private data, {} at most",
@@ -729,8 +764,12 @@ int CmSession::reject(const shm::CmRejectReq& req) {
     const cm::ConnId conn = id->conn;
     service_.unlink(*id);
     id->state = CmService::Id::State::idle;
-    const Status st = port.agent.reject(
-        conn, kRejConsumer, {req.private_data, req.private_data_len}, CmService::now_ns());
+    const std::span<const std::uint8_t> pd{req.private_data, req.private_data_len};
+    const Status st =
+        id->sidr ? port.agent.sidr_reply(conn, kSidrReject, 0, 0,
+                                         pd.first(std::min(pd.size(), shm::kCmSidrRepPrivate)),
+                                         CmService::now_ns())
+                 : port.agent.reject(conn, kRejConsumer, pd, CmService::now_ns());
     service_.drain_events();
     if (!st) return refuse(EINVAL, op, st.error().message);
     return 0;

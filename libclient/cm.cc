@@ -327,6 +327,26 @@ void fill_conn_param(rdma_conn_param& p, const shm::CmConnParam& c, std::uint8_t
     p.qp_num = c.qpn;
 }
 
+bool is_ud(const CmId* i) {
+    return i->id.qp_type == IBV_QPT_UD;
+}
+
+// A UD id's event: the peer's QP, Q_Key and the address handle attributes that reach it.
+void fill_ud_param(rdma_ud_param& p, const shm::CmConnParam& c, std::uint32_t peer_ip,
+                   std::uint8_t* data) {
+    std::memcpy(data, c.private_data, c.private_data_len);
+    p.private_data = c.private_data_len != 0 ? data : nullptr;
+    p.private_data_len = c.private_data_len;
+    p.qp_num = c.qpn;
+    p.qkey = c.qkey;
+    p.ah_attr = ibv_ah_attr{};
+    p.ah_attr.is_global = 1;
+    p.ah_attr.grh.dgid = gid_of(peer_ip);
+    p.ah_attr.grh.sgid_index = 0;
+    p.ah_attr.grh.hop_limit = 64;
+    p.ah_attr.port_num = 1;
+}
+
 int modify_err(CmId* i) {
     if (i->id.qp == nullptr) return 0;
     ibv_qp_attr a{};
@@ -397,6 +417,7 @@ shm::CmConnParam our_param(CmId* i, const rdma_conn_param* p) {
     c.ack_timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
     c.tos = i->tos;
     c.qp_type = static_cast<std::uint8_t>(i->id.qp_type);
+    if (is_ud(i)) c.qkey = RDMA_UDP_QKEY;
     if (p != nullptr && p->private_data_len != 0 && p->private_data != nullptr) {
         c.private_data_len = p->private_data_len;
         std::memcpy(c.private_data, p->private_data,
@@ -479,12 +500,19 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
         }
         e.id = &c->id;
         e.listen_id = &l->id;
-        fill_conn_param(e.param.conn, d.param, box.data);
+        if (is_ud(c))
+            fill_ud_param(e.param.ud, d.param, d.dst_ip, box.data);
+        else
+            fill_conn_param(e.param.conn, d.param, box.data);
         return true;
     }
     CmId* i = id_in(ch, conn, d.id);
     if (i == nullptr) return false;
     e.id = &i->id;
+    if (is_ud(i)) {  // SIDR: ESTABLISHED or UNREACHABLE, with the peer's QP and Q_Key
+        fill_ud_param(e.param.ud, d.param, d.dst_ip, box.data);
+        return true;
+    }
     switch (d.event) {
         case shm::kCmConnectResponse:
             i->peer = d.param;
@@ -776,8 +804,8 @@ SNIC_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* param) {
     return guarded<int>(-1, [&]() -> int {
         CmId* i = to_id(id);
         if (i->handle == shm::kNoHandle || i->dev == nullptr) return fail(EINVAL);
-        if (i->id.ps == RDMA_PS_UDP || i->id.ps == RDMA_PS_IPOIB) return fail(EOPNOTSUPP);
-        if (param != nullptr && param->private_data_len > shm::kCmReqPrivate) return fail(EINVAL);
+        const std::size_t max = is_ud(i) ? shm::kCmSidrReqPrivate : shm::kCmReqPrivate;
+        if (param != nullptr && param->private_data_len > max) return fail(EINVAL);
         if (i->id.qp == nullptr && (param == nullptr || param->qp_num == 0)) return fail(EINVAL);
         take_resources(i, param);
         shm::CmConnectReq req{};
@@ -810,8 +838,15 @@ SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
     return guarded<int>(-1, [&]() -> int {
         CmId* i = to_id(id);
         if (i->handle == shm::kNoHandle || i->listener == nullptr) return fail(EINVAL);
-        if (param != nullptr && param->private_data_len > shm::kCmRepPrivate) return fail(EINVAL);
+        const std::size_t max = is_ud(i) ? shm::kCmSidrRepPrivate : shm::kCmRepPrivate;
+        if (param != nullptr && param->private_data_len > max) return fail(EINVAL);
         if (i->id.qp == nullptr && (param == nullptr || param->qp_num == 0)) return fail(EINVAL);
+        if (is_ud(i)) {  // SIDR_REP: the QP is in RTS since rdma_create_qp
+            shm::CmAcceptReq req{i->handle, 0, our_param(i, param)};
+            shm::Empty none;
+            const int err = i->conn->conn.call(shm::CtrlOp::cm_accept, req, &none);
+            return err != 0 ? fail(err) : 0;
+        }
         take_resources(i, param);
         if (param == nullptr || param->rnr_retry_count == 0)
             i->rnr_retry_count = i->peer.rnr_retry_count;
