@@ -207,6 +207,38 @@ def test_server_and_client_with_different_runs_refuse(wire):
         assert "give both the same options" in res.stderr, res.stderr
 
 
+def test_rdma_cm_server_and_client(wire):
+    """-R: the QPs are created and connected through rdma_cm (libsnic's rdma_* calls); the
+    server listens (snicctl cm counts it) before the client starts, both exit 0, the client
+    prints its row, and every rdma_cm id is gone afterwards."""
+    d, sock_dir = wire
+
+    def cm_states() -> dict[str, int]:
+        out = st.run([st.SNICCTL, "-s", d.ctrl, "cm"], check=True).stdout
+        return {m[0]: int(m[1]) for m in re.findall(r"^state (\w+) (\d+)$", out, re.M)}
+
+    for test, size, extra in (("send_lat", 64, []), ("write_bw", 65536, ["-q", "2"])):
+        common = [test, "-R", "-n", "50", "-s", str(size), *extra, "-p", str(free_tcp_port())]
+        server = subprocess.Popen([str(PERF), *common, "-d", f"{d.name}_0"], env=env(sock_dir),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  stdin=subprocess.DEVNULL)
+        try:
+            st.poll(lambda: server.poll() is not None or cm_states()["listening"] >= 1,
+                    f"the {test} -R server to listen")
+            assert server.poll() is None, f"the server exited: {server.communicate()}"
+            out = ok(perf(wire, *common, "-d", f"{d.name}_1", "127.0.0.1"))
+            sout, serr = server.communicate(timeout=120)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+        assert server.returncode == 0, serr
+        assert "RC via rdma_cm" in out and "RC via rdma_cm" in sout, (out, sout)
+        rows = re.findall(r"^ (\d+)\s+(\d+)\s+[\d.]+", out, re.M)
+        assert rows == [(str(size), "50")], out
+    st.poll(lambda: sum(cm_states().values()) == 0, "every rdma_cm id destroyed")
+
+
 @pytest.mark.parametrize("args,why", [
     ([], "no test given"),
     (["bogus_lat"], "unknown test"),

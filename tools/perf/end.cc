@@ -1,6 +1,7 @@
 #include "tools/perf/end.h"
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -43,25 +44,47 @@ std::vector<std::string> device_names() {
     return names;
 }
 
-End::End(const std::string& device, const Options& o, std::uint32_t buf_size)
-    : o_(o), area_((buf_size + 4095) & ~4095u), buf_(2 * std::size_t{area_}) {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
+namespace {
+
+// The -R context of `device` (or of the first device): rdma_cm's own, which its ids use.
+ibv_context* cm_context(const std::string& device, int* count) {
+    ibv_context** list = rdma_get_devices(count);
+    if (list == nullptr) failf("rdma_get_devices: %s", std::strerror(errno));
+    ibv_context* ctx = nullptr;
+    for (int i = 0; i < *count && ctx == nullptr; ++i)
+        if (device.empty() || device == ibv_get_device_name(list[i]->device)) ctx = list[i];
+    rdma_free_devices(list);  // the contexts stay open
+    return ctx;
+}
+
+// The device's own context (without -R).
+ibv_context* verbs_context(const std::string& device, int* count) {
+    ibv_device** list = ibv_get_device_list(count);
     if (list == nullptr) failf("ibv_get_device_list: %s", std::strerror(errno));
     ibv_device* dev = nullptr;
-    for (int i = 0; i < n && dev == nullptr; ++i)
+    for (int i = 0; i < *count && dev == nullptr; ++i)
         if (device.empty() || device == ibv_get_device_name(list[i])) dev = list[i];
-    if (dev == nullptr) {
-        ibv_free_device_list(list);
+    ibv_context* ctx = dev != nullptr ? ibv_open_device(dev) : nullptr;
+    const int err = errno;
+    ibv_free_device_list(list);
+    if (dev != nullptr && ctx == nullptr)
+        failf("ibv_open_device %s: %s", ibv_get_device_name(dev), std::strerror(err));
+    return ctx;
+}
+
+}  // namespace
+
+End::End(const std::string& device, const Options& o, std::uint32_t buf_size)
+    : o_(o), own_(!o.rdma_cm), area_((buf_size + 4095) & ~4095u), buf_(2 * std::size_t{area_}) {
+    int n = 0;
+    ctx_ = o.rdma_cm ? cm_context(device, &n) : verbs_context(device, &n);
+    if (ctx_ == nullptr) {
         if (n == 0)
             failf("no RDMA device found (is snicd running? SNIC_SOCKET_DIR=%s)",
                   std::getenv("SNIC_SOCKET_DIR") ? std::getenv("SNIC_SOCKET_DIR") : "/run/snic");
         failf("no RDMA device %s", device.c_str());
     }
-    name_ = ibv_get_device_name(dev);
-    ctx_ = ibv_open_device(dev);
-    ibv_free_device_list(list);
-    if (ctx_ == nullptr) failf("ibv_open_device %s: %s", name_.c_str(), std::strerror(errno));
+    name_ = ibv_get_device_name(ctx_->device);
     check(ibv_query_port(ctx_, 1, &port_), "ibv_query_port");
     check(ibv_query_gid(ctx_, 1, o.gid_index, &gid_), "ibv_query_gid");
     pd_ = ibv_alloc_pd(ctx_);
@@ -76,43 +99,49 @@ End::End(const std::string& device, const Options& o, std::uint32_t buf_size)
                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                          IBV_ACCESS_REMOTE_ATOMIC);
     if (mr_ == nullptr) failf("ibv_reg_mr %zu bytes: %s", buf_.len, std::strerror(errno));
-    for (std::uint32_t i = 0; i < o.qps; ++i) {
-        ibv_qp_init_attr a{};
-        a.send_cq = scq_;
-        a.recv_cq = rcq_;
-        a.qp_type = IBV_QPT_RC;
-        a.cap.max_send_wr = o.tx_depth + kSignalEvery;
-        a.cap.max_recv_wr = rx_depth();
-        a.cap.max_send_sge = 1;
-        a.cap.max_recv_sge = 1;
-        // The device's inline limit is not among ibv_query_device's attributes: without
-        // -I, ask for the default and halve it until the device accepts (as perftest does).
-        std::uint32_t want = i == 0 ? o.inline_size : max_inline_;
-        ibv_qp* qp = nullptr;
-        for (;;) {
-            a.cap.max_inline_data = want;
-            qp = ibv_create_qp(pd_, &a);
-            if (qp != nullptr || errno != EINVAL || o.inline_set || want == 0) break;
-            want /= 2;
-        }
-        if (qp == nullptr)
-            failf("ibv_create_qp (send WRs %u, inline %u): %s", a.cap.max_send_wr, want,
-                  std::strerror(errno));
-        max_inline_ = std::min(want, a.cap.max_inline_data);
-        qps_.push_back(qp);
-        psn_.push_back(static_cast<std::uint32_t>(std::rand()) & 0xffffff);
+    if (o.rdma_cm) return;
+    for (std::uint32_t i = 0; i < o.qps; ++i)
+        add_qp([this](ibv_qp_init_attr& a) { return ibv_create_qp(pd_, &a); });
+}
+
+ibv_qp* End::add_qp(const QpMaker& make) {
+    ibv_qp_init_attr a{};
+    a.send_cq = scq_;
+    a.recv_cq = rcq_;
+    a.qp_type = IBV_QPT_RC;
+    a.cap.max_send_wr = o_.tx_depth + kSignalEvery;
+    a.cap.max_recv_wr = rx_depth();
+    a.cap.max_send_sge = 1;
+    a.cap.max_recv_sge = 1;
+    // The device's inline limit is not among ibv_query_device's attributes: without
+    // -I, ask for the default and halve it until the device accepts (as perftest does).
+    std::uint32_t want = qps_.empty() ? o_.inline_size : max_inline_;
+    ibv_qp* qp = nullptr;
+    for (;;) {
+        a.cap.max_inline_data = want;
+        qp = make(a);
+        if (qp != nullptr || errno != EINVAL || o_.inline_set || want == 0) break;
+        want /= 2;
     }
+    if (qp == nullptr)
+        failf("%s (send WRs %u, inline %u): %s", own_ ? "ibv_create_qp" : "rdma_create_qp",
+              a.cap.max_send_wr, want, std::strerror(errno));
+    max_inline_ = std::min(want, a.cap.max_inline_data);
+    qps_.push_back(qp);
+    psn_.push_back(static_cast<std::uint32_t>(std::rand()) & 0xffffff);
+    return qp;
 }
 
 End::~End() {
     set_idle(0);
     if (idle_cq_ != nullptr) ibv_destroy_cq(idle_cq_);
-    for (ibv_qp* qp : qps_) ibv_destroy_qp(qp);
+    if (own_)
+        for (ibv_qp* qp : qps_) ibv_destroy_qp(qp);
     if (mr_ != nullptr) ibv_dereg_mr(mr_);
     if (scq_ != nullptr) ibv_destroy_cq(scq_);
     if (rcq_ != nullptr) ibv_destroy_cq(rcq_);
     if (pd_ != nullptr) ibv_dealloc_pd(pd_);
-    if (ctx_ != nullptr) ibv_close_device(ctx_);
+    if (ctx_ != nullptr && own_) ibv_close_device(ctx_);
 }
 
 std::vector<PeerInfo> End::info() const {
@@ -130,8 +159,7 @@ std::vector<PeerInfo> End::info() const {
 }
 
 void End::connect(const std::vector<PeerInfo>& peer, std::uint32_t mtu) {
-    if (peer.size() != qps_.size()) failf("the peer has %zu QPs, we %zu", peer.size(), qps_.size());
-    peer_ = peer;
+    set_peer(peer);
     for (std::size_t i = 0; i < qps_.size(); ++i) {
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_INIT;
@@ -169,6 +197,18 @@ void End::connect(const std::vector<PeerInfo>& peer, std::uint32_t mtu) {
                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
               "ibv_modify_qp RTS");
     }
+}
+
+void End::set_peer(const std::vector<PeerInfo>& peer) {
+    if (peer.size() != qps_.size()) failf("the peer has %zu QPs, we %zu", peer.size(), qps_.size());
+    peer_ = peer;
+}
+
+std::uint32_t End::path_mtu() const {
+    ibv_qp_attr a{};
+    ibv_qp_init_attr init{};
+    check(ibv_query_qp(qps_.front(), &a, IBV_QP_PATH_MTU, &init), "ibv_query_qp");
+    return 128u << static_cast<int>(a.path_mtu);
 }
 
 void End::set_idle(std::uint32_t n) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,16 @@ struct Mapped {
     Mapped& operator=(const Mapped&) = delete;
 };
 
+// Makes one RC QP from the attributes (ibv_create_qp, or rdma_create_qp on a cm id);
+// nullptr with errno on failure. It may lower the attributes' capabilities as the device did.
+using QpMaker = std::function<ibv_qp*(ibv_qp_init_attr&)>;
+
 // One end of the test: a device context, a PD, a send CQ and a receive CQ shared by the
 // end's RC QPs, and one registered buffer that all of them use.
 class End {
   public:
+    // Without -R the end creates its -q QPs itself; with -R it opens the device's context
+    // through rdma_get_devices (the cm ids' context) and its QPs come later, from add_qp.
     End(const std::string& device, const Options& o, std::uint32_t buf_size);
     ~End();
     End(const End&) = delete;
@@ -56,6 +63,15 @@ class End {
     const std::string& name() const { return name_; }
     std::vector<PeerInfo> info() const;
     void connect(const std::vector<PeerInfo>& peer, std::uint32_t mtu);
+    // -R: the QPs are connected already; only the peer's buffers are new.
+    void set_peer(const std::vector<PeerInfo>& peer);
+    // -R: one more QP made by `make` (which owns it: the end never destroys it).
+    ibv_qp* add_qp(const QpMaker& make);
+    // The path MTU of the first QP, as rdma_cm set it.
+    std::uint32_t path_mtu() const;
+    ibv_context* context() { return ctx_; }
+    ibv_pd* pd() { return pd_; }
+    const ibv_gid& gid() const { return gid_; }
     std::uint32_t active_mtu() const { return 128u << static_cast<int>(port_.active_mtu); }
 
     // The send area [0, size) and the receive/target area [size, 2 size) of the buffer.
@@ -90,6 +106,7 @@ class End {
     std::string name_;
     const Options& o_;
     ibv_context* ctx_ = nullptr;
+    bool own_ = true;  // ctx_ and qps_ are ours (not rdma_cm's) to close and destroy
     ibv_pd* pd_ = nullptr;
     ibv_cq* scq_ = nullptr;
     ibv_cq* rcq_ = nullptr;

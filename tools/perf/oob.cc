@@ -24,8 +24,9 @@ namespace snic::perf {
 
 namespace {
 
-// The exchange's messages, big-endian. First both sides send a WireHello, then one WireQp
-// per QP; after that, 8-byte syncs (sync()) mark the points both sides must reach.
+// The exchange's messages, big-endian. First both sides send a WireHello (with -R, then the
+// server a WireCmAddr), then one WireQp per QP; after that, 8-byte syncs (sync()) mark the
+// points both sides must reach.
 using snic::net::Be32;
 using snic::net::Be64;
 constexpr std::uint32_t kHelloMagic = 0x736e7066;  // "snpf"
@@ -39,7 +40,10 @@ struct WireQp {
     Be32 rkey;
     Be64 addr;
 };
-static_assert(sizeof(WireHello) == 32 && sizeof(WireQp) == 36);
+struct WireCmAddr {
+    Be32 ip, port;
+};
+static_assert(sizeof(WireHello) == 32 && sizeof(WireQp) == 36 && sizeof(WireCmAddr) == 8);
 
 WireHello hello_of(const Options& o, std::uint32_t mtu) {
     WireHello h;
@@ -166,6 +170,27 @@ std::vector<PeerInfo> Oob::exchange(const std::vector<PeerInfo>& mine) {
         theirs.push_back(p);
     }
     return theirs;
+}
+
+void Oob::send_cm_addr(const sockaddr_in& a) {
+    const WireCmAddr w{ntohl(a.sin_addr.s_addr), ntohs(a.sin_port)};
+    send_all(&w, sizeof w);
+}
+
+sockaddr_in Oob::recv_cm_addr() {
+    WireCmAddr w;
+    recv_all(&w, sizeof w);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(w.ip.host());
+    a.sin_port = htons(static_cast<std::uint16_t>(w.port.host()));
+    return a;
+}
+
+bool Oob::peer_closed() const {
+    char c;
+    const ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 std::uint64_t Oob::sync(std::uint64_t mine) {

@@ -2,6 +2,8 @@
 // must agree on, each QP's address, and the syncs between sizes.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -27,8 +29,15 @@ class Oob {
     // that is an error here. Returns the path MTU both can use.
     std::uint32_t hello(const Options& o, std::uint32_t mtu);
     std::vector<PeerInfo> exchange(const std::vector<PeerInfo>& mine);
+    // -R: the server tells the client the IPv4 address and port its rdma_cm id listens on.
+    void send_cm_addr(const sockaddr_in& a);
+    sockaddr_in recv_cm_addr();
     // Both sides reach this point; each sends `mine` and returns the peer's.
     std::uint64_t sync(std::uint64_t mine = 0);
+    // For waits elsewhere (rdma_cm's events): the socket, and whether the peer closed it
+    // (it failed, and said why on its side) rather than sent something.
+    int fd() const { return fd_; }
+    bool peer_closed() const;
 
   private:
     int fd_ = -1;

@@ -44,6 +44,12 @@ void usage(FILE* out) {
         "  -m, --mtu BYTES         path MTU 256..4096 (default: the port's active MTU)\n"
         "      --report_gbits      bandwidth in Gb/s rather than MB/s\n"
         "      --loopback          both ends in this process and thread (two devices)\n"
+        "  -R, --rdma_cm           create and connect the QPs through rdma_cm: the server\n"
+        "                          listens on its device's IPv4 address, port -p + 1 of\n"
+        "                          rdma_cm's TCP port space, and tells the client where over\n"
+        "                          the exchange on TCP port -p; the client connects one id\n"
+        "                          per QP from -d's address (or --source_ip)\n"
+        "      --source_ip ADDR    -R client: connect from this IPv4 address\n"
         "      --json              one JSON object per size on stdout, nothing else\n"
         "      --histogram         print the latency histogram with -a too\n"
         "      --samples FILE      latency: every measured round trip (us), one a line,\n"
@@ -75,7 +81,7 @@ Options parse_options(int argc, char** argv) {
     for (const TestInfo& t : kTests)
         if (t.name == argv[1]) o.test = &t;
     if (o.test == nullptr) usage_error(std::string("unknown test '") + argv[1] + "'");
-    enum { kPeer = 256, kGbits, kLoop, kJson, kHist, kSamples, kIdle };
+    enum { kPeer = 256, kGbits, kLoop, kJson, kHist, kSamples, kIdle, kSource };
     static const option longs[] = {
         {"size", required_argument, nullptr, 's'},
         {"all", no_argument, nullptr, 'a'},
@@ -91,6 +97,8 @@ Options parse_options(int argc, char** argv) {
         {"mtu", required_argument, nullptr, 'm'},
         {"report_gbits", no_argument, nullptr, kGbits},
         {"loopback", no_argument, nullptr, kLoop},
+        {"rdma_cm", no_argument, nullptr, 'R'},
+        {"source_ip", required_argument, nullptr, kSource},
         {"json", no_argument, nullptr, kJson},
         {"histogram", no_argument, nullptr, kHist},
         {"samples", required_argument, nullptr, kSamples},
@@ -102,7 +110,7 @@ Options parse_options(int argc, char** argv) {
     std::optional<std::uint32_t> size;
     opterr = 0;
     optind = 2;
-    for (int c; (c = getopt_long(argc, argv, ":s:an:w:d:x:q:t:I:p:m:h", longs, nullptr)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, ":s:an:w:d:x:q:t:I:p:m:Rh", longs, nullptr)) != -1;) {
         switch (c) {
             case 's':
                 size = static_cast<std::uint32_t>(number(optarg, "size", 1, kMaxSize));
@@ -151,6 +159,12 @@ Options parse_options(int argc, char** argv) {
             case kLoop:
                 o.loopback = true;
                 break;
+            case 'R':
+                o.rdma_cm = true;
+                break;
+            case kSource:
+                o.source_ip = optarg;
+                break;
             case kJson:
                 o.json = true;
                 break;
@@ -186,6 +200,12 @@ Options parse_options(int argc, char** argv) {
     if (o.loopback && o.server) usage_error("--loopback takes no server");
     if (!o.peer_device.empty() && !o.loopback) usage_error("--peer-device goes with --loopback");
     if (all && size) usage_error("-a and -s exclude each other");
+    if (o.rdma_cm && o.loopback) usage_error("-R connects two processes: not with --loopback");
+    if (o.rdma_cm && o.mtu != 0) usage_error("-R: rdma_cm sets the path MTU (the route's), not -m");
+    if (o.rdma_cm && o.port == 65535)
+        usage_error("-R listens on port -p + 1: -p 65535 is too high");
+    if (!o.source_ip.empty() && (!o.rdma_cm || !o.server))
+        usage_error("--source_ip goes with -R on the client");
     const bool atomic = o.test->test == Test::atomic_lat;
     if (atomic && size && *size != 8) usage_error("atomics are 8 bytes");
     if (!o.samples.empty() && !o.test->latency) usage_error("--samples goes with latency tests");

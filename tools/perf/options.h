@@ -43,6 +43,8 @@ struct Options {
     std::uint32_t mtu = 0;  // 0: the port's active MTU
     bool json = false;
     bool loopback = false;
+    bool rdma_cm = false;   // -R: QPs created and connected through rdma_cm
+    std::string source_ip;  // -R client: the address to connect from (default: -d's)
     bool histogram = false;
     std::string samples;
     std::optional<std::string> server;       // the client's peer

@@ -19,12 +19,17 @@
 // bandwidth. After each size the bytes that arrived are checked once against the pattern
 // that was sent (atomic_lat: the counter), outside the timed loop.
 //
+// -R (perftest's --rdma_cm) creates and connects the QPs through rdma_cm instead (cm.h): the
+// server listens on its device's IPv4 address at port -p + 1 and tells the client where over
+// the exchange, which then carries only the rkeys, buffer addresses and syncs.
+//
 // --idle-qps N[,N...] measures beside N established RC QPs that carry nothing (each connected to
 // itself, spread over the ends of this process), for each N in turn: the idle set grows or
 // shrinks between measurements, so that one run compares the same measured QPs at every N.
 //
-// Uses only <infiniband/verbs.h>; linked with libsnic. Exit 0, 1 on a run-time failure
-// (a verb failed, a completion in error, data that does not match), 2 on a usage error.
+// Uses only <infiniband/verbs.h> and <rdma/rdma_cma.h>; linked with libsnic, which provides
+// both. Exit 0, 1 on a run-time failure (a verb failed, a completion in error, data that does
+// not match), 2 on a usage error.
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/perf/cm.h"
 #include "tools/perf/end.h"
 #include "tools/perf/oob.h"
 #include "tools/perf/options.h"
@@ -71,6 +77,7 @@ int run_all(const Options& o) {
     const Test t = o.test->test;
     std::optional<End> a, b;
     std::optional<Oob> oob;
+    std::optional<CmLink> cm;  // -R: owns the QPs, so it goes before the End
     std::string dev = o.device;
     a.emplace(dev, o, max_size);
     // A RoCE packet larger than the port's active MTU would not fit the Ethernet frame.
@@ -86,6 +93,13 @@ int run_all(const Options& o) {
         mtu = std::min(mtu, b->active_mtu());
         a->connect(b->info(), mtu);
         b->connect(a->info(), mtu);
+    } else if (o.rdma_cm) {
+        cm.emplace(*a, o);  // the server listens before it waits for the exchange
+        oob.emplace(o);
+        oob->hello(o, mtu);
+        cm->connect(*a, o, *oob);
+        mtu = a->path_mtu();  // rdma_cm's choice: the route's
+        a->set_peer(oob->exchange(a->info()));
     } else {
         oob.emplace(o);
         mtu = oob->hello(o, mtu);
@@ -93,11 +107,11 @@ int run_all(const Options& o) {
     }
     Run r{o, &*a, b ? &*b : nullptr, o.server.has_value() || o.loopback, oob ? &*oob : nullptr};
     if (!o.json) {
-        std::printf("%s: %s%s, %s%s%s, RC, path MTU %u, %u QP(s), inline up to %u B\n", kProg,
+        std::printf("%s: %s%s, %s%s%s, RC%s, path MTU %u, %u QP(s), inline up to %u B\n", kProg,
                     o.test->name.data(),
                     o.loopback ? " --loopback" : (r.client ? " client" : " server"),
-                    a->name().c_str(), b ? " <-> " : "", b ? b->name().c_str() : "", mtu, o.qps,
-                    a->max_inline());
+                    a->name().c_str(), b ? " <-> " : "", b ? b->name().c_str() : "",
+                    o.rdma_cm ? " via rdma_cm" : "", mtu, o.qps, a->max_inline());
         if (o.test->latency)
             std::printf("%s: figures are ROUND TRIPS in microseconds%s\n", kProg,
                         t == Test::send_lat || t == Test::write_lat
