@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +67,7 @@ struct CmChannel {
     std::deque<rdma_cm_event> local;  // made here; id pointers inside
     std::vector<std::unique_ptr<CmConn>> conns;
     std::map<std::pair<CmConn*, shm::Handle>, CmId*> ids;
+    std::atomic<int> readers{0};  // threads in rdma_get_cm_event
 };
 
 struct CmId {
@@ -611,7 +613,18 @@ SNIC_EXPORT rdma_event_channel* rdma_create_event_channel(void) {
 }
 
 SNIC_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
-    delete to_chan(channel);  // its CM connections close: snicd drops what they still held
+    CmChannel* ch = to_chan(channel);
+    if (ch == nullptr) return;
+    if (ch->readers.load() == 0) {
+        delete ch;  // its CM connections close: snicd drops what they still held
+        return;
+    }
+    // A thread still waits in rdma_get_cm_event (rping's event thread does when its main
+    // thread ends): with librdmacm it stays blocked, so here too. The CM connections close;
+    // the socket pair and the channel stay, so that its read never sees an end of file.
+    std::lock_guard lock(ch->mu);
+    ch->conns.clear();
+    ch->ids.clear();
 }
 
 SNIC_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context,
@@ -901,6 +914,11 @@ SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** e
     return guarded<int>(-1, [&]() -> int {
         if (channel == nullptr || event == nullptr) return fail(EINVAL);
         CmChannel& ch = *to_chan(channel);
+        ++ch.readers;
+        struct Leave {
+            CmChannel& ch;
+            ~Leave() { --ch.readers; }
+        } leave{ch};
         for (;;) {
             auto box = std::make_unique<EventBox>();
             shm::CmEvent d{};
