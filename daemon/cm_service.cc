@@ -165,6 +165,9 @@ CmService::CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort
     for (std::size_t i = 0; i < devices.size(); ++i) {
         cm::AgentConfig c;
         c.local_ip = devices[i].ip.addr.value;
+        // As many connections being set up at once as one CM connection may hold ids (cmtime
+        // makes 1,000 at once); each costs the agent a few hundred bytes.
+        c.max_half_open = kMaxIdsPerSession;
         c.seed = static_cast<std::uint32_t>(seed >> (i % 32)) ^ static_cast<std::uint32_t>(i);
         ports_.push_back(std::make_unique<PortCm>(*this, i, i < gsi.size() ? gsi[i] : nullptr, c));
     }

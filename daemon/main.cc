@@ -326,9 +326,10 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         Resources& resources = (*control)->resources();
         assign_lcores(cfg, r, selftest.get(), resources);
 
-        TelemetryInfo tel{cfg.name, {}, {}, {}, {}};
+        TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
         for (const auto& t : r.transports) tel.transports.push_back(t.get());
+        for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
         // The QPs through the control thread, which owns the sessions (daemon/control_queue.h).
         constexpr std::chrono::milliseconds kTelemetryWait{1000};
         tel.qps = [&ctl = **control] { return ctl.ask_qps(kTelemetryWait); };

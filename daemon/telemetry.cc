@@ -11,6 +11,7 @@
 #include <optional>
 #include <string_view>
 
+#include "daemon/gsi.h"
 #include "daemon/port.h"
 #include "daemon/transport.h"
 #include "proto/net/addr.h"
@@ -122,6 +123,18 @@ int cmd_transport_stats(const char* cmd, const char* params, rte_tel_data* d) {
             add_u64(static_cast<rte_tel_data*>(ctx), c.name, c.value);
         },
         d);
+    return 0;
+}
+
+// /snic/gsi_stats,<port id>: the port's QP1 bridge: CM MADs in and out, and what was lost.
+int cmd_gsi_stats(const char*, const char* params, rte_tel_data* d) {
+    const TelemetryInfo* info = g_info.load();
+    if (info == nullptr) return -EAGAIN;
+    const auto i = find_port(*info, params);
+    if (!i || *i >= info->gsi.size() || info->gsi[*i] == nullptr) return -EINVAL;
+    rte_tel_data_start_dict(d);
+    info->gsi[*i]->for_each_counter(
+        [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
     return 0;
 }
 
@@ -246,6 +259,8 @@ void register_telemetry(const TelemetryInfo& info) {
                                  " transport counters and drops by reason. Parameters: int port_id";
         rte_telemetry_register_cmd(cmd.c_str(), cmd_transport_stats, help.c_str());
     }
+    rte_telemetry_register_cmd("/snic/gsi_stats", cmd_gsi_stats,
+                               "snicd QP1 (CM MADs) counters. Parameters: int port_id");
     rte_telemetry_register_cmd("/snic/qps", cmd_qps,
                                "snicd QP numbers by port id, and how many were not listed");
     rte_telemetry_register_cmd("/snic/qp", cmd_qp,

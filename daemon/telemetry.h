@@ -19,6 +19,8 @@
 
 namespace snic::daemon {
 
+class GsiPort;
+
 class Port;
 class Transport;
 
@@ -27,6 +29,8 @@ struct TelemetryInfo {
     std::vector<const Port*> ports;  // must outlive the daemon's telemetry
     // Each port's transport, in the order of `ports` (nullptr: none); must outlive it too.
     std::vector<const Transport*> transports;
+    // Each port's QP1 bridge (the CM's MADs), in the order of `ports`; must outlive it too.
+    std::vector<const GsiPort*> gsi;
     // The sessions' QPs as the control thread answers for them (ControlServer::ask_qps and
     // ask_qp, with their bound): every QP by increasing number, and one in full. Unset: the
     // QP commands answer nothing.

@@ -287,24 +287,57 @@ int bind_daemon(CmId* i, CmConn* conn, shm::Handle h, std::uint32_t ip, std::uin
     return conn->conn.call(shm::CtrlOp::cm_bind, req, rep);
 }
 
-// Takes one event: blocks for its byte unless the fd is non-blocking. 0 or an errno.
+// Takes one waiting event, if any (the channel's lock held).
+bool pop_event(CmChannel& ch, rdma_cm_event* out, shm::CmEvent* daemon_ev, CmConn** from) {
+    if (!ch.local.empty()) {
+        *out = ch.local.front();
+        ch.local.pop_front();
+        *from = nullptr;
+        return true;
+    }
+    for (auto& c : ch.conns) {
+        if (c->ring && c->ring->try_pop(*daemon_ev)) {
+            *from = c.get();
+            return true;
+        }
+    }
+    return false;
+}
+
+bool any_event(CmChannel& ch) {
+    if (!ch.local.empty()) return true;
+    for (auto& c : ch.conns)
+        if (c->ring && c->ring->size() != 0) return true;
+    return false;
+}
+
+// Takes one event, waiting for one unless the fd is non-blocking. 0 or an errno.
+//
+// A byte on the socket says "an event waits", one per event as a rule; but a producer whose
+// byte does not fit the socket's buffer (hundreds of unread events) drops it, so events are
+// looked for first and a byte is waited for only when none is there. Each event taken takes
+// a byte along if one is there; when the bytes run out while events remain, one is put back,
+// so that the fd stays readable for poll/epoll as long as an event waits.
 int take_event(CmChannel& ch, rdma_cm_event* out, shm::CmEvent* daemon_ev, CmConn** from) {
     for (;;) {
-        if (const int err = take_notify(ch.ours.get()); err != 0) return err;
-        std::lock_guard lock(ch.mu);
-        if (!ch.local.empty()) {
-            *out = ch.local.front();
-            ch.local.pop_front();
-            *from = nullptr;
-            return 0;
-        }
-        for (auto& c : ch.conns) {
-            if (c->ring && c->ring->try_pop(*daemon_ev)) {
-                *from = c.get();
+        {
+            std::lock_guard lock(ch.mu);
+            if (pop_event(ch, out, daemon_ev, from)) {
+                char byte;
+                const bool had_byte = ::recv(ch.ours.get(), &byte, 1, MSG_DONTWAIT) == 1;
+                if (!had_byte && any_event(ch)) post_byte(ch);
                 return 0;
             }
         }
-        // A byte without an event: a daemon that went away mid-write. Look again.
+        // Nothing waits: wait for a byte. A signal ends the wait with EINTR, as librdmacm's
+        // read does; O_NONBLOCK gives EAGAIN.
+        char byte;
+        const ssize_t n = ::read(ch.ours.get(), &byte, 1);
+        if (n == 0) return EIO;
+        if (n < 0) return errno;
+        // Its event (or, if a reader took that one along with an earlier byte, nothing).
+        std::lock_guard lock(ch.mu);
+        if (pop_event(ch, out, daemon_ev, from)) return 0;
     }
 }
 

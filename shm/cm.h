@@ -25,9 +25,11 @@ inline constexpr std::size_t kCmSidrReqPrivate = 180;  // 216 less the header
 inline constexpr std::size_t kCmSidrRepPrivate = 136;
 inline constexpr std::size_t kCmMaxPrivate = 224;  // the largest of them all (RTU, DREP)
 
-// Events waiting in a CM connection's ring at most; more would be refused at the source
-// (a REQ beyond the listener's backlog is rejected), see daemon/cm_service.
-inline constexpr std::uint32_t kCmEventCapacity = 1024;
+// Events waiting in a CM connection's ring at most: room for the four a connection may
+// raise (request or response, established, disconnected, TimeWait exit) for each of the ids
+// one connection may hold (daemon/cm_service.h). An event that finds the ring full is lost
+// and counted (a connect request is rejected instead).
+inline constexpr std::uint32_t kCmEventCapacity = 4096;
 
 // What a connection carries about the QP on each side (rdma_conn_param and more).
 struct CmConnParam {
