@@ -522,9 +522,10 @@ int Session::check_qp_caps(const shm::CreateQpReq& req, bool with_srq) const {
     constexpr const char* op = "create_qp";
     const Limits& l = r_.limits();
     const shm::QpCap& c = req.cap;
-    if (c.max_send_wr == 0 || c.max_send_wr > l.max_qp_wr)
+    // 0 is a QP that only receives (or only sends): real NICs accept it, and so does verbs.
+    if (c.max_send_wr > l.max_qp_wr)
         return refuse(EINVAL, op,
-                      fmt::format("max_send_wr {} not in 1..{}", c.max_send_wr, l.max_qp_wr));
+                      fmt::format("max_send_wr {} not in 0..{}", c.max_send_wr, l.max_qp_wr));
     if (c.max_send_sge > l.max_sge)
         return refuse(EINVAL, op,
                       fmt::format("max_send_sge {} above {}", c.max_send_sge, l.max_sge));
@@ -540,9 +541,9 @@ int Session::check_qp_caps(const shm::CreateQpReq& req, bool with_srq) const {
         // With an SRQ the QP has no receive queue; verbs ignores the receive caps.
         if (req.rq_capacity != 0) return refuse(EINVAL, op, "a QP with an SRQ has no receive ring");
     } else {
-        if (c.max_recv_wr == 0 || c.max_recv_wr > l.max_qp_wr)
+        if (c.max_recv_wr > l.max_qp_wr)
             return refuse(EINVAL, op,
-                          fmt::format("max_recv_wr {} not in 1..{}", c.max_recv_wr, l.max_qp_wr));
+                          fmt::format("max_recv_wr {} not in 0..{}", c.max_recv_wr, l.max_qp_wr));
         if (c.max_recv_sge > l.max_sge)
             return refuse(EINVAL, op,
                           fmt::format("max_recv_sge {} above {}", c.max_recv_sge, l.max_sge));
@@ -631,13 +632,10 @@ int Session::check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const
         return refuse(EINVAL, op, fmt::format("port_num {} (the device has port 1)", a.port_num));
     if ((mask & qa::pkey_index) != 0 && a.pkey_index >= l.max_pkeys)
         return refuse(EINVAL, op, fmt::format("pkey_index {} (one pkey)", a.pkey_index));
-    if ((mask & qa::path_mtu) != 0) {
-        const std::uint32_t active = active_ib_mtu(port_->mtu);
-        if (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096 || a.path_mtu > active)
-            return refuse(
-                EINVAL, op,
-                fmt::format("path_mtu {} (1..{}: the port's active MTU)", a.path_mtu, active));
-    }
+    // Any IB MTU is taken and clamped to what the port carries when stored (below), as rxe and
+    // hardware NICs do: a path MTU is what the path allows, the port may allow less.
+    if ((mask & qa::path_mtu) != 0 && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096))
+        return refuse(EINVAL, op, fmt::format("path_mtu {} (an ibv_mtu, 1..5)", a.path_mtu));
     if ((mask & qa::max_qp_rd_atomic) != 0 && a.max_rd_atomic > l.max_qp_init_rd_atom)
         return refuse(
             EINVAL, op,
@@ -676,7 +674,7 @@ int Session::check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const
             return refuse(EINVAL, op, fmt::format("sgid_index {} (one GID)", ah.sgid_index));
         if (ah.port_num != 1)
             return refuse(EINVAL, op, fmt::format("ah_attr.port_num {} (port 1)", ah.port_num));
-        if (ah.flow_label > 0xfffff) return refuse(EINVAL, op, "flow_label wider than 20 bits");
+        // A flow label has 20 bits; wider values are masked when stored, as Linux does.
     }
     if (port_->transport != nullptr) {
         if (const char* why = port_->transport->check_attr(mask, a)) return refuse(EINVAL, op, why);
@@ -715,8 +713,11 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
     if ((mask & qa::pkey_index) != 0) s.pkey_index = a.pkey_index;
     if ((mask & qa::port) != 0) s.port_num = a.port_num;
     if ((mask & qa::qkey) != 0) s.qkey = a.qkey;
-    if ((mask & qa::av) != 0) s.ah_attr = a.ah_attr;
-    if ((mask & qa::path_mtu) != 0) s.path_mtu = a.path_mtu;
+    if ((mask & qa::av) != 0) {
+        s.ah_attr = a.ah_attr;
+        s.ah_attr.flow_label &= 0xfffff;
+    }
+    if ((mask & qa::path_mtu) != 0) s.path_mtu = std::min(a.path_mtu, active_ib_mtu(port_->mtu));
     if ((mask & qa::timeout) != 0) s.timeout = a.timeout;
     if ((mask & qa::retry_cnt) != 0) s.retry_cnt = a.retry_cnt;
     if ((mask & qa::rnr_retry) != 0) s.rnr_retry = a.rnr_retry;

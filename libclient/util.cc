@@ -25,13 +25,11 @@ int make_notify_pair(Fd* ours, Fd* theirs) {
 }
 
 int take_notify(int fd) {
-    for (;;) {
-        char byte;
-        const ssize_t n = ::read(fd, &byte, 1);
-        if (n == 1) return 0;
-        if (n == 0) return EIO;  // snicd closed its end
-        if (errno != EINTR) return errno;
-    }
+    char byte;
+    const ssize_t n = ::read(fd, &byte, 1);
+    if (n == 1) return 0;
+    if (n == 0) return EIO;  // snicd closed its end
+    return errno;            // EINTR too: a signal ends the wait, as rdma-core's read does
 }
 
 void say(const char* fmt, ...) {

@@ -49,7 +49,8 @@ class Fd {
 int make_notify_pair(Fd* ours, Fd* theirs);
 
 // Waits for and takes one event from our end: 0, or an errno (EAGAIN when the
-// caller made the fd non-blocking and nothing is there; EIO when snicd is gone).
+// caller made the fd non-blocking and nothing is there; EINTR when a signal ended
+// the wait; EIO when snicd is gone).
 int take_notify(int fd);
 
 // An owned shared mapping.

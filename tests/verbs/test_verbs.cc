@@ -10,12 +10,14 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -425,6 +427,27 @@ TEST_F(Verbs, CompletionQueueWithChannel) {
     EXPECT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), -1);
     EXPECT_EQ(errno, EAGAIN);
 
+    // A blocking wait that a signal interrupts ends with EINTR, as rdma-core's does (a
+    // program that ends its test with SIGALRM must not hang).
+    ASSERT_EQ(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK), 0);
+    struct sigaction sa {
+    }, old{};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);  // no SA_RESTART
+    ASSERT_EQ(sigaction(SIGALRM, &sa, &old), 0);
+    itimerval every{{0, 20000}, {0, 20000}};  // until the wait ends, however late it began
+    ASSERT_EQ(setitimer(ITIMER_REAL, &every, nullptr), 0);
+    errno = 0;
+    EXPECT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), -1);
+    EXPECT_EQ(errno, EINTR);
+    ibv_async_event async_ev{};
+    errno = 0;
+    EXPECT_EQ(ibv_get_async_event(ctx_, &async_ev), -1);
+    EXPECT_EQ(errno, EINTR);
+    const itimerval off{};
+    setitimer(ITIMER_REAL, &off, nullptr);
+    sigaction(SIGALRM, &old, nullptr);
+
     EXPECT_EQ(ibv_destroy_comp_channel(ch), EBUSY);  // the CQ still uses it
     EXPECT_EQ(ibv_resize_cq(cq, 200), EOPNOTSUPP);
     EXPECT_EQ(ibv_destroy_cq(cq), 0);
@@ -514,6 +537,15 @@ TEST_F(Verbs, QueuePairCreateReportsCapsAndRefusesBadOnes) {
         return b;
     };
     std::vector<Bad> bad;
+    // A QP may have an empty send or receive queue (one-sided use), as on real NICs.
+    for (const auto& [send, recv] : {std::pair{0u, 4u}, std::pair{4u, 0u}}) {
+        ibv_qp_init_attr z = base();
+        z.cap.max_send_wr = send;
+        z.cap.max_recv_wr = recv;
+        ibv_qp* one_sided = ibv_create_qp(pd_, &z);
+        ASSERT_NE(one_sided, nullptr) << send << "/" << recv << ": " << std::strerror(errno);
+        EXPECT_EQ(ibv_destroy_qp(one_sided), 0);
+    }
     bad.push_back({"max_send_wr over the limit", base()});
     bad.back().attr.cap.max_send_wr = static_cast<std::uint32_t>(dattr_.max_qp_wr) + 1;
     bad.push_back({"max_send_sge over the limit", base()});
@@ -565,9 +597,8 @@ TEST_F(Verbs, QueuePairStateMachine) {
         a = rtr_attr(qp->qp_num);
         expect_refused(qp, a, kRtrMask & ~IBV_QP_DEST_QPN, IBV_QPS_INIT, "RTR without DEST_QPN");
         expect_refused(qp, a, kRtrMask & ~IBV_QP_AV, IBV_QPS_INIT, "RTR without AV");
-        a.path_mtu = pattr_.max_mtu == IBV_MTU_4096 ? static_cast<ibv_mtu>(IBV_MTU_4096 + 1)
-                                                    : static_cast<ibv_mtu>(pattr_.max_mtu + 1);
-        expect_refused(qp, a, kRtrMask, IBV_QPS_INIT, "path_mtu beyond the port's");
+        a.path_mtu = static_cast<ibv_mtu>(IBV_MTU_4096 + 1);
+        expect_refused(qp, a, kRtrMask, IBV_QPS_INIT, "path_mtu not an ibv_mtu");
         a = rtr_attr(qp->qp_num);
         a.max_dest_rd_atomic = static_cast<std::uint8_t>(dattr_.max_qp_rd_atom + 1);
         expect_refused(qp, a, kRtrMask, IBV_QPS_INIT, "max_dest_rd_atomic over the limit");
@@ -583,9 +614,18 @@ TEST_F(Verbs, QueuePairStateMachine) {
         a = rtr_attr(qp->qp_num);
         a.ah_attr.port_num = 2;
         expect_refused(qp, a, kRtrMask, IBV_QPS_INIT, "AV port_num 2");
+        // The path MTU is clamped to the port's, the flow label masked to its 20 bits (UCX
+        // sets all ones), as Linux does.
         a = rtr_attr(qp->qp_num);
-        ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0);
+        a.path_mtu = IBV_MTU_4096;
+        a.ah_attr.grh.flow_label = 0xffffffff;
+        ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0) << std::strerror(errno);
         EXPECT_EQ(state_of(qp), IBV_QPS_RTR);
+        ibv_qp_attr got{};
+        ibv_qp_init_attr init{};
+        ASSERT_EQ(ibv_query_qp(qp, &got, IBV_QP_PATH_MTU | IBV_QP_AV, &init), 0);
+        EXPECT_EQ(got.path_mtu, std::min(IBV_MTU_4096, pattr_.active_mtu));
+        EXPECT_EQ(got.ah_attr.grh.flow_label, 0xfffffu);
     }
     // RTR -> RTS.
     {

@@ -581,6 +581,10 @@ TEST_F(SessionTest, create_qp_checks_type_caps_and_rings) {
     req.sq_capacity = 8;  // below max_send_wr
     FdList fds3 = fds_of({m.fd()});
     EXPECT_EQ(c.session.create_qp(req, fds3, out), EINVAL);
+    req.sq_capacity = 16;
+    req.cap.max_send_wr = resources.limits().max_qp_wr + 1;
+    FdList fds4 = fds_of({m.fd()});
+    EXPECT_EQ(c.session.create_qp(req, fds4, out), EINVAL);
 }
 
 TEST_F(SessionTest, qp_steps_reset_init_rtr_rts_with_checked_values) {
@@ -624,7 +628,7 @@ TEST_F(SessionTest, qp_steps_reset_init_rtr_rts_with_checked_values) {
     const std::uint32_t to_rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     auto bad = r;
-    bad.path_mtu = IBV_MTU_2048;  // above the port's active 1024
+    bad.path_mtu = IBV_MTU_4096 + 1;  // no ibv_mtu
     EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
     bad = r;
     bad.min_rnr_timer = 32;
@@ -640,6 +644,9 @@ TEST_F(SessionTest, qp_steps_reset_init_rtr_rts_with_checked_values) {
     bad.ah_attr.sgid_index = 1;
     EXPECT_EQ(c.modify(qp.qp, to_rtr, bad), EINVAL);
     EXPECT_EQ(c.modify(qp.qp, to_rtr | IBV_QP_ALT_PATH, r), EINVAL);
+    // Above the port's active 1024: clamped to it; a flow label masked to its 20 bits.
+    r.path_mtu = IBV_MTU_4096;
+    r.ah_attr.flow_label = 0xffffffff;
     EXPECT_EQ(c.modify(qp.qp, to_rtr, r), 0);
 
     shm::QpAttr s{};
@@ -672,6 +679,7 @@ TEST_F(SessionTest, qp_steps_reset_init_rtr_rts_with_checked_values) {
     EXPECT_EQ(got.attr.path_mtu, std::uint32_t{IBV_MTU_1024});
     EXPECT_EQ(got.attr.max_rd_atomic, 16u);
     EXPECT_EQ(got.attr.ah_attr.dgid[15], 2u);
+    EXPECT_EQ(got.attr.ah_attr.flow_label, 0xfffffu);
     EXPECT_EQ(got.attr.cap.max_send_wr, 16u);
     EXPECT_EQ(got.qp_type, std::uint32_t{IBV_QPT_RC});
     EXPECT_EQ(got.pd, pd);
