@@ -252,6 +252,19 @@ CmService::Id* CmService::listener_for(std::uint16_t ps, std::uint16_t port,
     return exact != nullptr ? exact : wildcard;
 }
 
+bool CmService::has_room(const CmSession& owner) const {
+    if (owner.ids_ >= kMaxIdsPerSession) return false;
+    const auto it = ids_by_uid_.find(owner.peer().uid);
+    return it == ids_by_uid_.end() || it->second < kMaxIdsPerUid;
+}
+
+void CmService::count_id(CmSession& owner, int delta) {
+    owner.ids_ = static_cast<std::uint32_t>(static_cast<int>(owner.ids_) + delta);
+    std::uint32_t& n = ids_by_uid_[owner.peer().uid];
+    n = static_cast<std::uint32_t>(static_cast<int>(n) + delta);
+    if (n == 0) ids_by_uid_.erase(owner.peer().uid);
+}
+
 void CmService::unlink(Id& id) {
     if (id.conn != 0 && id.port_index < ports_.size()) ports_[id.port_index]->conns.erase(id.conn);
     id.conn = 0;
@@ -270,7 +283,7 @@ void CmService::destroy(Id& id) {
         p.agent.release(conn, now_ns());
     }
     unlink(id);
-    if (id.owner != nullptr) --id.owner->ids_;
+    if (id.owner != nullptr) count_id(*id.owner, -1);
     counters_.ids = ids_.size() - 1;
     ids_.take(id.handle);
 }
@@ -321,7 +334,7 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
         ++counters_.backlog_full;
         return refuse_req(kRejConsumer, kSidrReject);
     }
-    if (l->owner->ids_ >= kMaxIdsPerSession) return refuse_req(kRejNoResources, kSidrReject);
+    if (!has_room(*l->owner)) return refuse_req(kRejNoResources, kSidrReject);
     auto child = std::make_unique<Id>();
     child->owner = l->owner;
     child->token = l->token;
@@ -340,7 +353,7 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
     const shm::Handle h = ids_.insert(std::move(child));
     if (h == shm::kNoHandle) return refuse_req(kRejNoResources, kSidrReject);
     Id& c = *ids_.find(h);
-    ++c.owner->ids_;
+    count_id(*c.owner, +1);
     ++l->pending;
     counters_.ids = ids_.size();
     p.conns[e.id] = h;
@@ -368,7 +381,7 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
     ++counters_.events_lost;
     refuse_req(kRejNoResources, kSidrReject);
     unlink(c);
-    --c.owner->ids_;
+    count_id(*c.owner, -1);
     ids_.take(h);
     counters_.ids = ids_.size();
 }
@@ -570,8 +583,13 @@ int CmSession::create_id(const shm::CmCreateIdReq& req, shm::CmIdReply& out) {
            : req.qp_type != kQptRc && req.qp_type != kQptUc && req.qp_type != kQptUd)
         return refuse(EINVAL, op,
                       fmt::format("QP type {} in port space {:#x}", req.qp_type, req.ps));
-    if (ids_ >= CmService::kMaxIdsPerSession)
-        return refuse(ENOMEM, op, fmt::format("{} ids on one connection", ids_));
+    if (!service_.has_room(*this))
+        return refuse(
+            ENOMEM, op,
+            fmt::format("{} ids on this connection ({} at most), {} of uid {} ({} at "
+                        "most)",
+                        ids_, CmService::kMaxIdsPerSession, service_.ids_by_uid_[peer_.uid],
+                        peer_.uid, CmService::kMaxIdsPerUid));
     auto id = std::make_unique<CmService::Id>();
     id->owner = this;
     id->token = req.token;
@@ -579,7 +597,7 @@ int CmSession::create_id(const shm::CmCreateIdReq& req, shm::CmIdReply& out) {
     id->qp_type = req.qp_type;
     const shm::Handle h = service_.ids_.insert(std::move(id));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "id table full");
-    ++ids_;
+    service_.count_id(*this, +1);
     service_.counters_.ids = service_.ids_.size();
     out = {h, 0};
     return 0;
@@ -798,7 +816,7 @@ int CmSession::disconnect(const shm::HandleReq& req) {
 int CmSession::migrate(const shm::CmMigrateReq& req, shm::CmIdReply& out) {
     constexpr const char* op = "cm_migrate";
     CmSession* from = service_.find_session(req.old_cookie);
-    if (from == nullptr || from->peer_.pid != peer_.pid)
+    if (from == nullptr || from->peer_.pid != peer_.pid || from->peer_.uid != peer_.uid)
         return refuse(EINVAL, op, "no such CM connection of this process");
     CmService::Id* id = service_.find(*from, req.id, op);
     if (id == nullptr) return EINVAL;

@@ -87,8 +87,11 @@ class CmSession {
 
 class CmService {
   public:
-    // Ids per CM connection at most (listeners' connect requests included).
+    // Ids per CM connection at most (listeners' connect requests included), and per user
+    // (uid) over all of its connections: one user cannot take the daemon's whole id table
+    // (65,535 handles) from the others.
     static constexpr std::uint32_t kMaxIdsPerSession = 1024;
+    static constexpr std::uint32_t kMaxIdsPerUid = 16384;
 
     // `devices` and `gsi` are per port, in port order (gsi entries may be null in tests that
     // give a port no wire); `seed` makes ephemeral ports and CM identifiers unpredictable.
@@ -138,11 +141,15 @@ class CmService {
     void deliver(Id& id, std::uint32_t type, std::int32_t status, const cm::Event* e,
                  std::span<const std::uint8_t> private_data);
     void unlink(Id& id);  // forgets the id's connection (no more events for it)
+    // Whether `owner` may hold one more id; counting one in or out.
+    bool has_room(const CmSession& owner) const;
+    void count_id(CmSession& owner, int delta);
 
     const std::vector<DevicePort>& devices_;
     std::vector<std::unique_ptr<PortCm>> ports_;
     HandleTable<Id> ids_;
     std::map<std::uint64_t, CmSession*> sessions_;  // by cookie
+    std::map<std::uint32_t, std::uint32_t> ids_by_uid_;
     std::uint64_t next_cookie_;
     std::uint64_t rng_;
     CmServiceCounters counters_;

@@ -1,0 +1,149 @@
+// The CM service's bookkeeping of rdma_cm ids, without a wire: who may use an id, the
+// bounds per connection and per user, binding rules, and what a closing connection leaves.
+#include "daemon/cm_service.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <memory>
+#include <vector>
+
+#include "tests/unit/daemon/session_fixture.h"
+
+namespace snic::daemon {
+namespace {
+
+class CmServiceTest : public ::testing::Test {
+  protected:
+    std::vector<DevicePort> ports = fixture::test_ports();
+    CmService service{ports, {nullptr}, 42};
+
+    static shm::CmCreateIdReq tcp_id(std::uint64_t token = 1) {
+        return {token, shm::kCmPsTcp, 2, {}};
+    }
+    shm::Handle create(CmSession& s, int* err = nullptr) {
+        shm::CmIdReply rep{};
+        const int e = s.create_id(tcp_id(), rep);
+        if (err != nullptr) *err = e;
+        return e == 0 ? rep.id : shm::kNoHandle;
+    }
+    std::uint32_t ids() {
+        shm::CmStatusReply r;
+        service.fill_status(r);
+        return r.ids;
+    }
+};
+
+TEST_F(CmServiceTest, an_id_belongs_to_the_connection_that_made_it) {
+    auto a = service.new_session(Peer{100, 1000, 1000});
+    auto b = service.new_session(Peer{200, 1000, 1000});
+    const shm::Handle h = create(*a);
+    ASSERT_NE(h, shm::kNoHandle);
+    EXPECT_EQ(b->destroy_id({h, 0}), EINVAL);  // not b's
+    shm::CmBindReply rep{};
+    EXPECT_EQ(b->bind({h, 0, 7000, 0, 0}, rep), EINVAL);
+    EXPECT_EQ(b->listen({h, 16}), EINVAL);
+    EXPECT_EQ(a->destroy_id({h, 0}), 0);
+    EXPECT_EQ(a->destroy_id({h, 0}), EINVAL);  // gone
+}
+
+TEST_F(CmServiceTest, bad_port_spaces_and_qp_types_are_refused) {
+    auto a = service.new_session(Peer{100, 1000, 1000});
+    shm::CmIdReply rep{};
+    EXPECT_EQ(a->create_id({1, 0x0999, 2, {}}, rep), EINVAL);
+    EXPECT_EQ(a->create_id({1, shm::kCmPsUdp, 2, {}}, rep), EINVAL);  // UDP is UD
+    EXPECT_EQ(a->create_id({1, shm::kCmPsTcp, 9, {}}, rep), EINVAL);
+    EXPECT_EQ(a->create_id({1, shm::kCmPsUdp, 4, {}}, rep), 0);
+}
+
+TEST_F(CmServiceTest, binding_follows_the_port_space_and_the_address) {
+    auto a = service.new_session(Peer{100, 1000, 1000});
+    const shm::Handle h1 = create(*a), h2 = create(*a), h3 = create(*a);
+    shm::CmBindReply rep{};
+    EXPECT_EQ(a->bind({h1, 0x0a000001, 7000, 0, 0}, rep), EADDRNOTAVAIL);  // no port's address
+    ASSERT_EQ(a->bind({h1, 0xc6120001, 7000, 0, 0}, rep), 0);
+    EXPECT_EQ(rep.port_index, 0);
+    EXPECT_EQ(a->bind({h2, 0, 7000, 0, 0}, rep), EADDRINUSE);  // the wildcard overlaps
+    ASSERT_EQ(a->bind({h2, 0, 0, 0, 0}, rep), 0);               // an ephemeral port
+    EXPECT_GE(rep.port, 32768);
+    EXPECT_LE(rep.port, 60999);
+    EXPECT_EQ(rep.port_index, shm::kCmNoPort);
+    EXPECT_EQ(a->bind({h1, 0, 7001, 0, 0}, rep), EINVAL);  // bound already
+    ASSERT_EQ(a->listen({h1, 0}), 0);
+    EXPECT_EQ(a->listen({h1, 0}), EINVAL);
+    EXPECT_EQ(a->bind({h3, 0xc6120001, 7000, 1, 0}, rep), EADDRINUSE);  // a listener's
+}
+
+TEST_F(CmServiceTest, ids_are_bounded_per_connection_and_per_user) {
+    std::vector<std::unique_ptr<CmSession>> mine;
+    std::uint32_t made = 0;
+    int err = 0;
+    // One connection: kMaxIdsPerSession, then ENOMEM.
+    mine.push_back(service.new_session(Peer{100, 1000, 1000}));
+    while (create(*mine.back(), &err) != shm::kNoHandle) ++made;
+    EXPECT_EQ(err, ENOMEM);
+    EXPECT_EQ(made, CmService::kMaxIdsPerSession);
+    // More connections of the same user: kMaxIdsPerUid in all.
+    while (made < CmService::kMaxIdsPerUid + CmService::kMaxIdsPerSession) {
+        mine.push_back(service.new_session(Peer{100, 1000, 1000}));
+        const std::uint32_t before = made;
+        while (create(*mine.back(), &err) != shm::kNoHandle) ++made;
+        if (made == before) break;
+    }
+    EXPECT_EQ(err, ENOMEM);
+    EXPECT_EQ(made, CmService::kMaxIdsPerUid);
+    // Another user is not held up by it.
+    auto other = service.new_session(Peer{300, 2000, 2000});
+    EXPECT_NE(create(*other), shm::kNoHandle);
+    // Closing connections gives everything back.
+    mine.clear();
+    EXPECT_EQ(ids(), 1u);
+    other.reset();
+    EXPECT_EQ(ids(), 0u);
+    auto again = service.new_session(Peer{100, 1000, 1000});
+    EXPECT_NE(create(*again), shm::kNoHandle);
+}
+
+TEST_F(CmServiceTest, migrating_keeps_the_id_within_one_process) {
+    auto a = service.new_session(Peer{100, 1000, 1000});
+    auto b = service.new_session(Peer{100, 1000, 1000});
+    auto stranger = service.new_session(Peer{200, 1000, 1000});
+    const shm::Handle h = create(*a);
+    shm::CmIdReply rep{};
+    EXPECT_EQ(stranger->migrate({h, 0, a->cookie()}, rep), EINVAL);  // another process
+    EXPECT_EQ(b->migrate({h, 0, 12345}, rep), EINVAL);              // no such connection
+    ASSERT_EQ(b->migrate({h, 0, a->cookie()}, rep), 0);
+    EXPECT_EQ(rep.id, h);
+    EXPECT_EQ(a->destroy_id({h, 0}), EINVAL);  // a no longer holds it
+    EXPECT_EQ(b->ids(), 1u);
+    EXPECT_EQ(a->ids(), 0u);
+    EXPECT_EQ(b->destroy_id({h, 0}), 0);
+}
+
+TEST_F(CmServiceTest, connecting_needs_an_idle_id_and_a_reachable_address) {
+    auto a = service.new_session(Peer{100, 1000, 1000});
+    const shm::Handle h = create(*a);
+    shm::CmConnectReq req{};
+    req.id = h;
+    req.dst_ip = 0x0a000002;  // on no port's subnet
+    req.dst_port = 7000;
+    EXPECT_EQ(a->connect(req), ENETUNREACH);
+    req.dst_ip = 0xc6120002;
+    req.dst_port = 0;
+    EXPECT_EQ(a->connect(req), EINVAL);
+    req.dst_port = 7000;
+    req.param.private_data_len = shm::kCmReqPrivate + 1;
+    EXPECT_EQ(a->connect(req), EINVAL);
+    req.param.private_data_len = 0;
+    ASSERT_EQ(a->connect(req), 0);  // a REQ goes out (to no wire here)
+    EXPECT_EQ(a->connect(req), EINVAL);  // connecting already
+    shm::CmStatusReply r;
+    service.fill_status(r);
+    EXPECT_EQ(r.states[2], 1u);  // connecting
+    EXPECT_EQ(a->disconnect({h, 0}), EINVAL);  // not connected yet
+    a.reset();  // the REQ is given up: nothing is left
+    EXPECT_EQ(ids(), 0u);
+}
+
+}  // namespace
+}  // namespace snic::daemon
