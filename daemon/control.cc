@@ -94,6 +94,7 @@ Status ControlServer::listen() {
     if (::chmod(path_.c_str(), mode_) != 0) return sys_error("cannot chmod " + path_);
     if (::listen(s.get(), 64) != 0) return sys_error("cannot listen on " + path_);
     listen_ = std::move(s);
+    spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     return Ok{};
 }
 
@@ -133,6 +134,10 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
         if ((fds[1].revents & POLLIN) != 0) questions_.answer_all();
         if ((fds[0].revents & POLLIN) != 0) {
             Fd sock(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+            if (!sock && (errno == EMFILE || errno == ENFILE)) {
+                shed_newest();
+                continue;
+            }
             if (!sock) continue;
             if (clients_.size() >= kMaxClients) {
                 spdlog::warn("control: refusing client, {} already connected", kMaxClients);
@@ -152,6 +157,20 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
         }
     }
     questions_.close();  // no one answers them any more
+}
+
+void ControlServer::shed_newest() {
+    spare_ = Fd();
+    {
+        // Closed at once: the client sees its connection end.
+        const Fd shed(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    }
+    spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (shed_++ % 1000 == 0)
+        spdlog::warn(
+            "control: out of file descriptors ({} connections refused so far); "
+            "raise snicd's RLIMIT_NOFILE (LimitNOFILE in its unit)",
+            shed_);
 }
 
 bool ControlServer::handle(Client& c, const StatusFn& status) {

@@ -67,6 +67,8 @@ class ControlServer {
     };
 
     ControlServer(std::string path, mode_t mode, Fd lock);
+    // Out of descriptors: accepts the waiting connection with the spare one and closes it.
+    void shed_newest();
     // Receives and answers one request; false when the client must be disconnected.
     bool handle(Client& c, const StatusFn& status);
     // Runs one well-formed request of the current ABI; returns the reply's length, or 0 when
@@ -86,6 +88,11 @@ class ControlServer {
     mode_t mode_;
     Fd lock_;
     Fd listen_;
+    // Kept open so that, out of descriptors (EMFILE), the server can still accept a waiting
+    // connection and close it: the client hears a refusal instead of waiting, and the
+    // listening socket does not stay readable (which would make the loop spin).
+    Fd spare_;
+    std::uint64_t shed_ = 0;      // connections closed for want of descriptors
     std::vector<std::byte> in_;   // one request
     std::vector<std::byte> out_;  // one reply
     // The sessions refer to these two: declared before the clients, destroyed after them.

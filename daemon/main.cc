@@ -8,6 +8,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -304,6 +305,14 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+
+    // Descriptors: each client holds a few in snicd; the soft limit (1,024 by default) is
+    // raised to the hard one.
+    rlimit nofile{};
+    if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &nofile);
+    }
 
     auto control = ControlServer::claim(cfg.ctrl_path, cfg.ctrl_mode);
     if (!control) return fail(kExitRuntime, control.error().message);

@@ -64,7 +64,7 @@ TEST_F(CmServiceTest, binding_follows_the_port_space_and_the_address) {
     ASSERT_EQ(a->bind({h1, 0xc6120001, 7000, 0, 0}, rep), 0);
     EXPECT_EQ(rep.port_index, 0);
     EXPECT_EQ(a->bind({h2, 0, 7000, 0, 0}, rep), EADDRINUSE);  // the wildcard overlaps
-    ASSERT_EQ(a->bind({h2, 0, 0, 0, 0}, rep), 0);               // an ephemeral port
+    ASSERT_EQ(a->bind({h2, 0, 0, 0, 0}, rep), 0);              // an ephemeral port
     EXPECT_GE(rep.port, 32768);
     EXPECT_LE(rep.port, 60999);
     EXPECT_EQ(rep.port_index, shm::kCmNoPort);
@@ -111,7 +111,7 @@ TEST_F(CmServiceTest, migrating_keeps_the_id_within_one_process) {
     const shm::Handle h = create(*a);
     shm::CmIdReply rep{};
     EXPECT_EQ(stranger->migrate({h, 0, a->cookie()}, rep), EINVAL);  // another process
-    EXPECT_EQ(b->migrate({h, 0, 12345}, rep), EINVAL);              // no such connection
+    EXPECT_EQ(b->migrate({h, 0, 12345}, rep), EINVAL);               // no such connection
     ASSERT_EQ(b->migrate({h, 0, a->cookie()}, rep), 0);
     EXPECT_EQ(rep.id, h);
     EXPECT_EQ(a->destroy_id({h, 0}), EINVAL);  // a no longer holds it
@@ -135,13 +135,13 @@ TEST_F(CmServiceTest, connecting_needs_an_idle_id_and_a_reachable_address) {
     req.param.private_data_len = shm::kCmReqPrivate + 1;
     EXPECT_EQ(a->connect(req), EINVAL);
     req.param.private_data_len = 0;
-    ASSERT_EQ(a->connect(req), 0);  // a REQ goes out (to no wire here)
+    ASSERT_EQ(a->connect(req), 0);       // a REQ goes out (to no wire here)
     EXPECT_EQ(a->connect(req), EINVAL);  // connecting already
     shm::CmStatusReply r;
     service.fill_status(r);
-    EXPECT_EQ(r.states[2], 1u);  // connecting
+    EXPECT_EQ(r.states[2], 1u);                // connecting
     EXPECT_EQ(a->disconnect({h, 0}), EINVAL);  // not connected yet
-    a.reset();  // the REQ is given up: nothing is left
+    a.reset();                                 // the REQ is given up: nothing is left
     EXPECT_EQ(ids(), 0u);
 }
 
