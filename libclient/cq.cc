@@ -39,6 +39,8 @@ int start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
     if (!cq->single_threaded) cq->lock.lock();
     if (!cq->ring->try_pop(cq->cur)) {
         if (!cq->single_threaded) cq->lock.unlock();
+        // Nothing more will come from a daemon that is gone: say so instead of "empty".
+        if (++cq->empty_polls % kLivenessPolls == 0 && daemon_gone(cq->ctx)) return EIO;
         return ENOENT;
     }
     c->wr_id = cq->cur.wr_id;
@@ -202,6 +204,12 @@ int poll_cq(ibv_cq* c, int n, ibv_wc* wc) {
         if (got < static_cast<std::uint32_t>(want)) break;
     }
     if (!cq->single_threaded) cq->lock.unlock();
+    // Nothing more will come from a daemon that is gone: an error, not "empty" forever (a
+    // busy-polling program would spin on).
+    if (done == 0 && ++cq->empty_polls % kLivenessPolls == 0 && daemon_gone(cq->ctx)) {
+        errno = EIO;
+        return -1;
+    }
     return done;
 }
 

@@ -139,4 +139,10 @@ int Conn::exchange_locked(shm::CtrlOp op, const void* req, std::size_t req_len, 
     }
 }
 
+bool Conn::hung_up() const {
+    if (!fd_) return true;
+    pollfd p{fd_.get(), POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
+}
+
 }  // namespace snic::client

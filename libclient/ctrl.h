@@ -22,6 +22,9 @@ class Conn {
     void close() { fd_.reset(); }
     bool connected() const { return static_cast<bool>(fd_); }
     const std::string& path() const { return path_; }
+    // Whether snicd has hung up this connection (it exited or was killed): one poll(2),
+    // never blocking.
+    bool hung_up() const;
 
     // One request/reply. Returns 0 or an errno: the daemon's status, or the
     // transport's (EIO: the daemon went away or answered nonsense; ETIMEDOUT).

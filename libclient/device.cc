@@ -532,6 +532,19 @@ SNIC_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* event) {
         Context* ctx = to_ctx(c);
         for (;;) {
             if (const int err = take_notify(ctx->async_fd.get()); err != 0) {
+                if (err == EIO) {
+                    // snicd closed its end: it is gone. Reported once as the device's fatal
+                    // error, as an RNIC reports its own.
+                    ctx->dead.store(true, std::memory_order_relaxed);
+                    std::lock_guard lock(ctx->async_mu);
+                    if (!ctx->fatal_reported) {
+                        ctx->fatal_reported = true;
+                        *event = ibv_async_event{};
+                        event->event_type = IBV_EVENT_DEVICE_FATAL;
+                        event->element.port_num = 1;
+                        return 0;
+                    }
+                }
                 errno = err;  // EAGAIN when the application made async_fd non-blocking
                 return -1;
             }

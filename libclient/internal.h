@@ -81,6 +81,7 @@ struct Cq {
     shm::Cqe cur;  // the entry between start_poll/next_poll and the next call
     std::uint32_t comp_events_reported;
     std::uint32_t async_events_reported;
+    std::uint32_t empty_polls;  // since snicd's liveness was last looked at
 };
 
 struct Srq {
@@ -125,6 +126,10 @@ struct Context {
     verbs_context vctx;  // first: vctx.context is the ibv_context
     Device* device;
     Conn conn;
+    // snicd is gone (its control connection hung up): posts fail with EIO, an empty CQ
+    // poll reports an error, and ibv_get_async_event reports IBV_EVENT_DEVICE_FATAL once.
+    std::atomic<bool> dead{false};
+    bool fatal_reported = false;
     shm::DeviceLimits limits;
     char devname[shm::kNameLen];
 
@@ -186,6 +191,19 @@ inline Qp* to_qp(ibv_qp_ex* q) {
 }
 inline Ah* to_ah(ibv_ah* a) {
     return reinterpret_cast<Ah*>(a);
+}
+
+// Whether snicd is gone for `ctx`. Cheap when it is not: an empty poll looks at the
+// control connection once every kLivenessPolls times (one poll(2), never blocking).
+inline constexpr std::uint32_t kLivenessPolls = 1u << 14;
+inline bool daemon_gone(Context* ctx) {
+    if (ctx->dead.load(std::memory_order_relaxed)) return true;
+    if (!ctx->conn.hung_up()) return false;
+    ctx->dead.store(true, std::memory_order_relaxed);
+    return true;
+}
+inline bool daemon_dead(const Context* ctx) {
+    return ctx->dead.load(std::memory_order_relaxed);
 }
 
 // A memfd the daemon will map: created, sized, sealed against shrinking and

@@ -317,6 +317,7 @@ void wr_start(ibv_qp_ex* x) {
 int wr_complete(ibv_qp_ex* x) {
     Qp* q = to_qp(x);
     int err = q->wr_error;
+    if (err == 0 && daemon_dead(to_ctx(x->qp_base.context))) err = EIO;
     if (err == 0 && q->nstaged != 0 && !send_state_ok(q)) err = EINVAL;
     bool pushed = false;
     if (err == 0 && q->nstaged != 0) {
@@ -733,6 +734,10 @@ ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* attr) {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* q = to_qp(qp);
+    if (daemon_dead(to_ctx(qp->context))) {
+        *bad_wr = wr;
+        return EIO;
+    }
     int err = 0;
     bool pushed = false;
     q->sq_lock.lock();
@@ -757,6 +762,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Qp* q = to_qp(qp);
+    if (daemon_dead(to_ctx(qp->context))) {
+        *bad_wr = wr;
+        return EIO;
+    }
     int err = 0;
     if (!q->rq || !recv_state_ok(q)) {
         *bad_wr = wr;
