@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -24,6 +25,8 @@ namespace snic::daemon {
 namespace {
 
 constexpr std::size_t kMaxClients = 256;
+// Connections one user (uid) may hold: one process cannot lock every other user out.
+constexpr std::size_t kMaxClientsPerUid = 64;
 constexpr int kPollMs = 100;
 
 Error sys_error(const std::string& what) {
@@ -139,16 +142,13 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
                 continue;
             }
             if (!sock) continue;
-            if (clients_.size() >= kMaxClients) {
-                spdlog::warn("control: refusing client, {} already connected", kMaxClients);
-                continue;
-            }
             ucred cred{};
             socklen_t len = sizeof cred;
             if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
                 spdlog::warn("control: no credentials for a client: {}", std::strerror(errno));
                 continue;
             }
+            if (!make_room(cred.uid)) continue;  // refused: the connection closes
             spdlog::debug("control: client pid {} uid {} gid {}", cred.pid, cred.uid, cred.gid);
             auto c = std::make_unique<Client>();
             c->sock = std::move(sock);
@@ -157,6 +157,29 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
         }
     }
     questions_.close();  // no one answers them any more
+}
+
+bool ControlServer::make_room(std::uint32_t uid) {
+    const auto of_uid = static_cast<std::size_t>(std::count_if(
+        clients_.begin(), clients_.end(), [&](const auto& c) { return c->peer.uid == uid; }));
+    const bool uid_full = of_uid >= kMaxClientsPerUid;
+    if (!uid_full && clients_.size() < kMaxClients) return true;
+    // Full: the oldest connection that holds nothing (no device opened, no CM) gives way,
+    // the user's own when it is the user's quota that is full.
+    const auto idle = std::find_if(clients_.begin(), clients_.end(), [&](const auto& c) {
+        return !c->session && !c->cm && (!uid_full || c->peer.uid == uid);
+    });
+    if (idle == clients_.end()) {
+        spdlog::warn(
+            "control: refusing a client of uid {}: {} connections of that uid, {} in "
+            "all, each holding objects (at most {} per uid, {} in all)",
+            uid, of_uid, clients_.size(), kMaxClientsPerUid, kMaxClients);
+        return false;
+    }
+    spdlog::info("control: closing an idle connection of uid {} (pid {}) to make room",
+                 (*idle)->peer.uid, (*idle)->peer.pid);
+    clients_.erase(idle);
+    return true;
 }
 
 void ControlServer::shed_newest() {

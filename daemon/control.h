@@ -67,6 +67,9 @@ class ControlServer {
     };
 
     ControlServer(std::string path, mode_t mode, Fd lock);
+    // Whether a new client of `uid` may connect, after closing an idle connection (one that
+    // holds nothing) if the user's quota or the daemon's is full.
+    bool make_room(std::uint32_t uid);
     // Out of descriptors: accepts the waiting connection with the spare one and closes it.
     void shed_newest();
     // Receives and answers one request; false when the client must be disconnected.
