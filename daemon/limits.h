@@ -43,6 +43,13 @@ struct Limits {
     std::uint32_t
         max_wq_capacity;  // ring slots of a SQ, RQ or SRQ: max_qp_wr / max_srq_wr rounded up
 
+    // The daemon's address space: client memory it maps (registered regions, rings), per
+    // client, per user (uid) and in all, and its mmaps in all (the kernel's
+    // vm.max_map_count, 65,530 by default, also holds DPDK's and the libraries').
+    std::uint64_t max_mapped_per_client;
+    std::uint64_t max_mapped_per_uid;
+    std::uint64_t max_mapped_per_daemon;
+    std::uint32_t max_mappings_per_daemon;
     constexpr KindLimit of(shm::ObjKind k) const { return objects[static_cast<std::size_t>(k)]; }
 };
 
@@ -79,6 +86,11 @@ inline constexpr Limits kLimits{
     .max_msg_sz = 1u << 31,
     .max_cq_capacity = 65536,
     .max_wq_capacity = 16384,
+    // A 47-bit address space is 128 TiB: no client, and no user, can fill it.
+    .max_mapped_per_client = std::uint64_t{16} << 40,
+    .max_mapped_per_uid = std::uint64_t{32} << 40,
+    .max_mapped_per_daemon = std::uint64_t{64} << 40,
+    .max_mappings_per_daemon = 49152,
 };
 
 static_assert(kLimits.max_cq_capacity > kLimits.max_cqe);

@@ -221,6 +221,36 @@ int Session::dealloc_pd(const shm::HandleReq& req, FdList&, shm::Empty&) {
 
 // ---- memory regions and windows ----------------------------------------------------
 
+int Session::check_address_space(std::uint64_t bytes, std::uint32_t mappings,
+                                 const char* op) const {
+    const Limits& l = r_.limits();
+    std::uint64_t of_uid = 0;
+    for (const Session* s : r_.sessions())
+        if (s->peer().uid == peer_.uid) of_uid += s->mapped_bytes();
+    const ClientMemoryStats all = client_memory_stats();
+    auto tib = [](std::uint64_t b) {
+        return static_cast<double>(b) / double(std::uint64_t{1} << 40);
+    };
+    if (mapped_bytes_ + bytes > l.max_mapped_per_client)
+        return refuse(ENOMEM, op,
+                      fmt::format("this client has {:.2f} TiB mapped: {:.2f} more would pass its "
+                                  "quota of {:.0f} TiB",
+                                  tib(mapped_bytes_), tib(bytes), tib(l.max_mapped_per_client)));
+    if (of_uid + bytes > l.max_mapped_per_uid)
+        return refuse(ENOMEM, op,
+                      fmt::format("uid {} has {:.2f} TiB mapped: {:.2f} more would pass its quota "
+                                  "of {:.0f} TiB",
+                                  peer_.uid, tib(of_uid), tib(bytes), tib(l.max_mapped_per_uid)));
+    if (all.mapped_bytes + bytes > l.max_mapped_per_daemon ||
+        all.mappings + mappings > l.max_mappings_per_daemon)
+        return refuse(ENOMEM, op,
+                      fmt::format("snicd maps {:.2f} TiB of client memory in {} mappings: no room "
+                                  "for {:.2f} TiB in {} more ({:.0f} TiB, {} mappings at most)",
+                                  tib(all.mapped_bytes), all.mappings, tib(bytes), mappings,
+                                  tib(l.max_mapped_per_daemon), l.max_mappings_per_daemon));
+    return 0;
+}
+
 int Session::reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out) {
     constexpr const char* op = "reg_mr";
     Pd* pd = pds_.find(req.pd);
@@ -263,6 +293,7 @@ int Session::reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out)
         return refuse(EINVAL, op,
                       fmt::format("segments end at {:#x}, the range at {:#x}", next, end));
 
+    if (const int err = check_address_space(end - first, req.nsegs, op); err != 0) return err;
     if (!r_.reserve(ObjKind::mr, counts_)) return refuse(ENOMEM, op, "MR limit reached");
     auto mr = std::make_unique<Mr>();
     mr->counted = Counted(r_, ObjKind::mr, counts_);

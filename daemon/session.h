@@ -227,6 +227,9 @@ class Session {
     bool opened() const { return port_ != nullptr; }
     const Counts& counts() const { return counts_; }
     std::uint64_t mapped_bytes() const { return mapped_bytes_; }
+    // Whether `bytes` more of client memory in `mappings` more mmaps fit the quotas of
+    // limits.h (this client, its uid, the daemon): 0, or ENOMEM with the reason logged.
+    int check_address_space(std::uint64_t bytes, std::uint32_t mappings, const char* op) const;
     shm::ClientInfo info() const;
     // The device it opened (nullptr before open_device).
     const DevicePort* device() const { return port_; }

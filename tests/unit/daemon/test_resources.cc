@@ -743,3 +743,42 @@ TEST_F(SessionTest, create_cq_checks_depth_and_capacity) {
 
 }  // namespace
 }  // namespace snic::daemon
+
+namespace snic::daemon::fixture {
+namespace {
+
+// A client registering sparse 1 TiB regions over and over cannot fill snicd's address space
+// (128 TiB on x86-64): it stops at its quota, its user at the user's, with ENOMEM.
+TEST_F(SessionTest, registrations_stop_at_the_address_space_quotas) {
+    constexpr std::uint64_t kTiB = std::uint64_t{1} << 40;
+    const Limits& l = resources.limits();
+    ClientMemfd m(kTiB);  // sparse: nothing is touched
+    auto fill = [&](Client& c) {
+        const Handle pd = c.pd();
+        shm::RegMrReply out{};
+        std::uint64_t made = 0;
+        int err = 0;
+        while ((err = c.reg_mr(pd, m, kTiB, IBV_ACCESS_LOCAL_WRITE, out)) == 0) ++made;
+        EXPECT_EQ(err, ENOMEM);
+        return made;
+    };
+    // Each client's rings take a little of its quota: a whole TiB less fits.
+    Client a(resources, ports, Peer{100, 1000, 1000});
+    ASSERT_EQ(a.open(), 0);
+    EXPECT_EQ(fill(a), l.max_mapped_per_client / kTiB - 1);
+    Client b(resources, ports, Peer{101, 1000, 1000});
+    ASSERT_EQ(b.open(), 0);
+    EXPECT_EQ(fill(b), l.max_mapped_per_client / kTiB - 1);
+    // The user's quota is nearly spent by the two: a third client of it gets the rest.
+    Client c(resources, ports, Peer{102, 1000, 1000});
+    ASSERT_EQ(c.open(), 0);
+    EXPECT_EQ(fill(c), l.max_mapped_per_uid / kTiB - 2 * (l.max_mapped_per_client / kTiB - 1) - 1);
+    // Another user is not held up by it.
+    Client other(resources, ports, Peer{200, 2000, 2000});
+    ASSERT_EQ(other.open(), 0);
+    shm::RegMrReply out{};
+    EXPECT_EQ(other.reg_mr(other.pd(), m, kTiB, IBV_ACCESS_LOCAL_WRITE, out), 0);
+}
+
+}  // namespace
+}  // namespace snic::daemon::fixture
