@@ -9,6 +9,10 @@
 #   scripts/test.sh [--no-deps] [--no-build] [-- PYTEST-ARGS...]
 #
 # Results: build/test-results/unit.xml and build/test-results/integration.xml.
+#
+# In CI (CI=true), or with SNIC_SANITIZE=1, the unit tests also run built with
+# AddressSanitizer and UndefinedBehaviorSanitizer (meson's b_sanitize, in
+# build-asan/, leaks detected, the first error fatal): build/test-results/unit-asan.xml.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -51,6 +55,29 @@ else
     unit_rc=127
 fi
 
+san_xml=$results/unit-asan.xml
+san_rc=0
+rm -f "$san_xml"
+if [[ ${CI:-} == true || ${SNIC_SANITIZE:-0} == 1 ]]; then
+    san_dir=$SNIC_ROOT/build-asan
+    snic_log "unit tests under ASan+UBSan: $san_dir"
+    if [[ ! -d $san_dir ]]; then
+        meson setup "$san_dir" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null ||
+            san_rc=$?
+    fi
+    if ((san_rc == 0)) && ninja -C "$san_dir" tests/unit/snic-unit-tests >/dev/null; then
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+            "$san_dir/tests/unit/snic-unit-tests" --gtest_output="xml:$san_xml" \
+            --gtest_brief=1 </dev/null || san_rc=$?
+    else
+        snic_warn "the sanitizer build failed"
+        san_rc=127
+    fi
+else
+    san_rc=skip
+fi
+
 integ_rc=0
 snic_log "integration and interop tests: tests/integration tests/interop"
 /usr/bin/python3 -m pytest tests/integration tests/interop -v -p no:cacheprovider \
@@ -59,7 +86,7 @@ snic_log "integration and interop tests: tests/integration tests/interop"
 # Counts from both XML files. A runner that exited non-zero without
 # recording a failure (crash, missing binary, collection error) counts as
 # one failure, so that it cannot pass silently.
-/usr/bin/python3 - "$unit_xml" "$unit_rc" "$integ_xml" "$integ_rc" <<'PY'
+/usr/bin/python3 - "$unit_xml" "$unit_rc" "$integ_xml" "$integ_rc" "$san_xml" "$san_rc" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 
@@ -82,7 +109,10 @@ def count(path):
 
 totals = [0, 0, 0]
 args = sys.argv[1:]
-for (path, rc), name in zip(zip(args[0::2], args[1::2]), ("unit", "integration")):
+for (path, rc), name in zip(zip(args[0::2], args[1::2]),
+                           ("unit", "integration", "unit (asan+ubsan)")):
+    if rc == "skip":
+        continue
     rc = int(rc)
     c = count(path) or (0, 0, 0)
     p, f, s = c
