@@ -125,10 +125,10 @@ struct CmService::PortCm final : cm::Sink {
     struct Queued {
         cm::Event event;
         std::array<std::uint8_t, shm::kCmMaxPrivate> data;
+        std::size_t len;  // of data: the event's private data
     };
 
-    PortCm(CmService& s, std::size_t i, GsiPort* g, cm::AgentConfig config)
-        : service(s), index(i), gsi(g), agent(*this, config) {}
+    PortCm(GsiPort* g, cm::AgentConfig config) : gsi(g), agent(*this, config) {}
 
     void send_mad(std::uint32_t remote_ip, std::uint32_t remote_qpn, std::uint32_t qkey,
                   std::span<const std::uint8_t> mad) override {
@@ -142,21 +142,16 @@ struct CmService::PortCm final : cm::Sink {
         gsi->send(m);  // a full queue counts there; the agent retransmits
     }
     void deliver(const cm::Event& e) override {
-        Queued q{e, {}};
-        const std::size_t n = std::min(e.private_data.size(), q.data.size());
-        std::memcpy(q.data.data(), e.private_data.data(), n);
+        Queued q{e, {}, std::min(e.private_data.size(), shm::kCmMaxPrivate)};
+        std::memcpy(q.data.data(), e.private_data.data(), q.len);
         q.event.private_data = {};
         queued.push_back(q);
-        queued_len.push_back(n);
     }
 
-    CmService& service;
-    std::size_t index;
     GsiPort* gsi;
     cm::Agent agent;
     std::map<cm::ConnId, shm::Handle> conns;
     std::vector<Queued> queued;
-    std::vector<std::size_t> queued_len;
 };
 
 CmService::CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort*> gsi,
@@ -169,7 +164,7 @@ CmService::CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort
         // makes 1,000 at once); each costs the agent a few hundred bytes.
         c.max_half_open = kMaxIdsPerSession;
         c.seed = static_cast<std::uint32_t>(seed >> (i % 32)) ^ static_cast<std::uint32_t>(i);
-        ports_.push_back(std::make_unique<PortCm>(*this, i, i < gsi.size() ? gsi[i] : nullptr, c));
+        ports_.push_back(std::make_unique<PortCm>(i < gsi.size() ? gsi[i] : nullptr, c));
     }
 }
 
@@ -284,11 +279,11 @@ void CmService::destroy(Id& id) {
     }
     unlink(id);
     if (id.owner != nullptr) count_id(*id.owner, -1);
-    counters_.ids = ids_.size() - 1;
+
     ids_.take(id.handle);
 }
 
-void CmService::deliver(Id& id, std::uint32_t type, std::int32_t status, const cm::Event* e,
+bool CmService::deliver(Id& id, std::uint32_t type, std::int32_t status, const cm::Event* e,
                         std::span<const std::uint8_t> private_data) {
     shm::CmEvent ev{};
     ev.token = id.token;
@@ -301,13 +296,16 @@ void CmService::deliver(Id& id, std::uint32_t type, std::int32_t status, const c
     ev.dst_port = id.remote_port;
     ev.port_index = id.port_index;
     if (e != nullptr) fill_param(ev.param, e->peer);
+    if (id.sidr) ev.param.qp_type = kQptUd;
     const std::size_t n = std::min(private_data.size(), sizeof ev.param.private_data);
     std::memcpy(ev.param.private_data, private_data.data(), n);
     ev.param.private_data_len = static_cast<std::uint8_t>(n);
-    if (id.owner != nullptr && id.owner->push(ev))
+    if (id.owner != nullptr && id.owner->push(ev)) {
         ++counters_.events;
-    else
-        ++counters_.events_lost;
+        return true;
+    }
+    ++counters_.events_lost;
+    return false;
 }
 
 void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd) {
@@ -355,35 +353,21 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
     Id& c = *ids_.find(h);
     count_id(*c.owner, +1);
     ++l->pending;
-    counters_.ids = ids_.size();
+
     p.conns[e.id] = h;
     ++counters_.connect_requests;
 
-    shm::CmEvent ev{};
-    ev.token = l->token;
-    ev.id = h;
-    ev.event = shm::kCmConnectRequest;
-    ev.src_ip = c.ip;
-    ev.src_port = c.port;
-    ev.dst_ip = c.remote_ip;
-    ev.dst_port = c.remote_port;
-    ev.port_index = c.port_index;
-    fill_param(ev.param, e.peer);
-    if (sidr) ev.param.qp_type = kQptUd;
-    const std::size_t max = sidr ? shm::kCmSidrReqPrivate : shm::kCmReqPrivate;
+    // The connect request, as the listener's (the new id carries the listener's token),
+    // with the consumer's private data after rdma_cm's header.
     const auto user = pd.subspan(std::min(pd.size(), cm::kCmaHeaderSize));
-    std::memcpy(ev.param.private_data, user.data(), std::min(user.size(), max));
-    ev.param.private_data_len = static_cast<std::uint8_t>(std::min(user.size(), max));
-    if (c.owner->push(ev)) {
-        ++counters_.events;
+    if (deliver(c, shm::kCmConnectRequest, 0, &e,
+                private_of(user.data(), user.size(),
+                           sidr ? shm::kCmSidrReqPrivate : shm::kCmReqPrivate)))
         return;
-    }
-    ++counters_.events_lost;
     refuse_req(kRejNoResources, kSidrReject);
     unlink(c);
     count_id(*c.owner, -1);
     ids_.take(h);
-    counters_.ids = ids_.size();
 }
 
 void CmService::on_event(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd) {
@@ -460,10 +444,8 @@ void CmService::drain_events() {
             if (p.queued.empty()) continue;
             more = true;
             auto queued = std::move(p.queued);
-            auto lens = std::move(p.queued_len);
-            p.queued.clear(), p.queued_len.clear();
-            for (std::size_t k = 0; k < queued.size(); ++k)
-                on_event(i, queued[k].event, {queued[k].data.data(), lens[k]});
+            p.queued.clear();
+            for (const PortCm::Queued& q : queued) on_event(i, q.event, {q.data.data(), q.len});
         }
     }
 }
@@ -497,15 +479,6 @@ int CmService::timeout_ms(std::uint64_t now, int at_most) const {
     return ms < static_cast<std::uint64_t>(at_most) ? static_cast<int>(ms) : at_most;
 }
 
-void CmService::for_each_state(void (*fn)(void*, const char*, std::uint64_t), void* ctx) const {
-    std::array<std::uint64_t, 8> n{};
-    ids_.for_each([&](const Id& id) { ++n[static_cast<std::size_t>(id.state)]; });
-    static constexpr const char* kNames[] = {"idle",         "listening",    "connecting",
-                                             "req_received", "rep_received", "accepted",
-                                             "established",  "disconnecting"};
-    for (std::size_t i = 0; i < n.size(); ++i) fn(ctx, kNames[i], n[i]);
-}
-
 void CmService::fill_status(shm::CmStatusReply& r) const {
     static_assert(static_cast<std::size_t>(Id::State::disconnecting) + 1 == shm::kCmIdStates);
     r = shm::CmStatusReply{};
@@ -527,10 +500,6 @@ void CmService::fill_status(shm::CmStatusReply& r) const {
         r.ports[i] = {c.mads_rx,    c.mads_tx, c.mads_bad,          c.retransmits,
                       c.duplicates, c.stale,   c.half_open_refused, conns};
     }
-}
-
-const cm::AgentCounters& CmService::agent_counters(std::size_t port) const {
-    return ports_[port]->agent.counters();
 }
 
 // ---- the ops of one CM connection ------------------------------------------------------------
@@ -598,7 +567,7 @@ int CmSession::create_id(const shm::CmCreateIdReq& req, shm::CmIdReply& out) {
     const shm::Handle h = service_.ids_.insert(std::move(id));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "id table full");
     service_.count_id(*this, +1);
-    service_.counters_.ids = service_.ids_.size();
+
     out = {h, 0};
     return 0;
 }

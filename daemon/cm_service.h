@@ -34,9 +34,8 @@ namespace snic::daemon {
 class GsiPort;
 class CmService;
 
-// Counters of the CM service, daemon-wide (telemetry and snicctl status).
+// Counters of the CM service, daemon-wide (snicctl cm).
 struct CmServiceCounters {
-    std::uint64_t ids = 0;               // ids now
     std::uint64_t connect_requests = 0;  // REQs that found a listener
     std::uint64_t no_listener = 0;       // REQs rejected: no listener for the service
     std::uint64_t backlog_full = 0;      // REQs rejected: the listener's backlog was full
@@ -108,14 +107,8 @@ class CmService {
     void run(std::uint64_t now_ns);
     int timeout_ms(std::uint64_t now_ns, int at_most) const;
 
-    const CmServiceCounters& counters() const { return counters_; }
     // snicctl cm.
     void fill_status(shm::CmStatusReply& r) const;
-    // Connections by state, over every port.
-    void for_each_state(void (*fn)(void* ctx, const char* state, std::uint64_t n), void* ctx) const;
-    // What each port's agent counts.
-    const cm::AgentCounters& agent_counters(std::size_t port) const;
-    std::size_t ports() const { return ports_.size(); }
 
     static std::uint64_t now_ns();
 
@@ -138,7 +131,8 @@ class CmService {
     void on_request(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd);
     // Handles what the agents queued while they ran.
     void drain_events();
-    void deliver(Id& id, std::uint32_t type, std::int32_t status, const cm::Event* e,
+    // Queues one event of `id` in its owner's ring; false when the ring was full (counted).
+    bool deliver(Id& id, std::uint32_t type, std::int32_t status, const cm::Event* e,
                  std::span<const std::uint8_t> private_data);
     void unlink(Id& id);  // forgets the id's connection (no more events for it)
     // Whether `owner` may hold one more id; counting one in or out.
