@@ -248,8 +248,8 @@ int conn_for(CmChannel& ch, const std::string& path, CmConn** out) {
     return 0;
 }
 
-// The id's own daemon id, on `dev`'s daemon, created on first use.
-int daemon_id(CmId* i, Device* dev, CmConn* conn, shm::Handle* out) {
+// A daemon id for `i` on `conn`'s daemon, registered for the channel's events.
+int daemon_id(CmId* i, CmConn* conn, shm::Handle* out) {
     shm::CmIdReply rep{};
     const shm::CmCreateIdReq req{reinterpret_cast<std::uint64_t>(i),
                                  static_cast<std::uint16_t>(i->id.ps),
@@ -258,7 +258,6 @@ int daemon_id(CmId* i, Device* dev, CmConn* conn, shm::Handle* out) {
     if (const int err = conn->conn.call(shm::CtrlOp::cm_create_id, req, &rep); err != 0) return err;
     std::lock_guard lock(i->ch->mu);
     i->ch->ids[{conn, rep.id}] = i;
-    (void)dev;
     *out = rep.id;
     return 0;
 }
@@ -272,7 +271,7 @@ int attach(CmId* i, Device* dev) {
     CmConn* conn = nullptr;
     if (const int err = conn_for(*i->ch, dev->socket_path, &conn); err != 0) return err;
     shm::Handle h;
-    if (const int err = daemon_id(i, dev, conn, &h); err != 0) return err;
+    if (const int err = daemon_id(i, conn, &h); err != 0) return err;
     i->dev = dev;
     i->conn = conn;
     i->handle = h;
@@ -823,7 +822,7 @@ SNIC_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
                 return fail(err);
             }
             shm::Handle h;
-            if (const int err = daemon_id(i, nullptr, conn, &h); err != 0) {
+            if (const int err = daemon_id(i, conn, &h); err != 0) {
                 destroy_daemon_ids(i);
                 return fail(err);
             }
@@ -1054,7 +1053,6 @@ int init_qp(CmId* i, ibv_qp* qp) {
 
 int create_cqs(CmId* i, ibv_qp_init_attr* attr) {
     if (attr->send_cq != nullptr && attr->recv_cq != nullptr) return 0;
-    const int depth = std::max<int>(attr->cap.max_send_wr + attr->cap.max_recv_wr, 1);
     if (attr->recv_cq == nullptr) {
         i->id.recv_cq_channel = ibv_create_comp_channel(i->id.verbs);
         if (i->id.recv_cq_channel == nullptr) return errno;
@@ -1071,7 +1069,6 @@ int create_cqs(CmId* i, ibv_qp_init_attr* attr) {
         if (i->id.send_cq == nullptr) return errno;
         attr->send_cq = i->id.send_cq;
     }
-    (void)depth;
     i->own_cqs = true;
     return 0;
 }
