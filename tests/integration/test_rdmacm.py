@@ -31,7 +31,7 @@ SUBNET = "198.18.51"
 SERVER_IP, CLIENT_IP = f"{SUBNET}.1", f"{SUBNET}.2"
 NOBODY_IP = f"{SUBNET}.99"  # on the wire's subnet, held by no port
 TOOLS = {"rdmacm-utils": ("rping", "ucmatose", "rdma_server", "rdma_client", "rdma_xserver",
-                          "rdma_xclient", "cmtime", "mckey"),
+                          "rdma_xclient", "cmtime", "mckey", "udaddy"),
          "perftest": ("ib_send_lat", "ib_write_bw", "ib_read_lat")}
 CLIENT_TIMEOUT = 120  # s; only ever cuts a hang short on a loaded 2-core machine
 PERFTEST_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)", re.M)
@@ -204,6 +204,18 @@ def test_ucmatose_four_connections(wire, tmp_path):
     client, server_out = client_server(
         d, sock_dir, tmp_path, ["ucmatose", "-b", SERVER_IP, "-p", port, "-c", "4", "-C", "10"],
         ["ucmatose", "-s", SERVER_IP, "-b", CLIENT_IP, "-p", port, "-c", "4", "-C", "10"])
+    for who, out in (("client", client.stdout), ("server", server_out)):
+        assert "data transfers complete" in out and "test complete" in out, f"{who}:\n{out}"
+        assert "return status 0" in out, f"{who}:\n{out}"
+
+
+def test_udaddy_over_the_udp_port_space(wire, tmp_path):
+    """UD through rdma_cm: SIDR_REQ/SIDR_REP give the client the server's QP and Q_Key, and
+    UD sends go both ways."""
+    d, sock_dir = wire
+    # (udaddy has no port option of its own: its -p is a port space; it uses port 7174.)
+    client, server_out = client_server(d, sock_dir, tmp_path, ["udaddy", "-b", SERVER_IP],
+                                       ["udaddy", "-s", SERVER_IP, "-b", CLIENT_IP])
     for who, out in (("client", client.stdout), ("server", server_out)):
         assert "data transfers complete" in out and "test complete" in out, f"{who}:\n{out}"
         assert "return status 0" in out, f"{who}:\n{out}"
