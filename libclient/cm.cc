@@ -394,44 +394,78 @@ ibv_mtu port_mtu(CmId* i) {
     return pa.active_mtu;
 }
 
+// The attributes that take an id's QP to a->qp_state, as rdma_init_qp_attr gives them:
+// INIT from the id's port, RTR from the peer's QP (REQ or REP), RTS from this side's PSN
+// and the resources agreed on.
+int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
+    const ibv_qp_state want = a->qp_state;
+    *a = ibv_qp_attr{};
+    a->qp_state = want;
+    switch (want) {
+        case IBV_QPS_INIT:
+            a->pkey_index = 0;
+            a->port_num = 1;
+            *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+            if (type == IBV_QPT_UD) {
+                a->qkey = RDMA_UDP_QKEY;
+                *mask |= IBV_QP_QKEY;
+            } else {
+                a->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+                *mask |= IBV_QP_ACCESS_FLAGS;
+            }
+            return 0;
+        case IBV_QPS_RTR: {
+            if (i->peer.qpn == 0) return EINVAL;  // no REQ or REP yet
+            const auto peer_mtu = static_cast<ibv_mtu>(
+                i->peer.path_mtu != 0 ? i->peer.path_mtu : int{IBV_MTU_4096});
+            a->path_mtu = std::min(port_mtu(i), peer_mtu);
+            a->dest_qp_num = i->peer.qpn;
+            a->rq_psn = i->peer.psn;
+            a->max_dest_rd_atomic = i->responder_resources;
+            a->min_rnr_timer = 12;
+            a->ah_attr.is_global = 1;
+            a->ah_attr.grh.dgid = gid_of(ip_of(reinterpret_cast<sockaddr*>(&dst_of(i))));
+            a->ah_attr.grh.sgid_index = 0;
+            a->ah_attr.grh.hop_limit = 64;
+            a->ah_attr.grh.traffic_class = i->tos;
+            a->ah_attr.port_num = 1;
+            *mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+            if (type == IBV_QPT_RC) *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+            return 0;
+        }
+        case IBV_QPS_RTS:
+            a->sq_psn = i->psn;
+            a->timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
+            a->retry_cnt = i->retry_count;
+            a->rnr_retry = i->rnr_retry_count;
+            a->max_rd_atomic = i->initiator_depth;
+            *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+            if (type == IBV_QPT_RC)
+                *mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                         IBV_QP_MAX_QP_RD_ATOMIC;
+            return 0;
+        default:
+            return EINVAL;
+    }
+}
+
 // RTR then RTS from the peer's QP (REQ or REP).
 int connect_qp(CmId* i) {
     ibv_qp* qp = i->id.qp;
     if (qp == nullptr) return 0;
     ibv_qp_attr a{};
+    int mask = 0;
     a.qp_state = IBV_QPS_RTR;
-    const auto peer_mtu =
-        static_cast<ibv_mtu>(i->peer.path_mtu != 0 ? i->peer.path_mtu : int{IBV_MTU_4096});
-    a.path_mtu = std::min(port_mtu(i), peer_mtu);
-    a.dest_qp_num = i->peer.qpn;
-    a.rq_psn = i->peer.psn;
-    a.max_dest_rd_atomic = i->responder_resources;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid_of(ip_of(reinterpret_cast<sockaddr*>(&dst_of(i))));
-    a.ah_attr.grh.sgid_index = 0;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.grh.traffic_class = i->tos;
-    a.ah_attr.port_num = 1;
-    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    if (qp->qp_type == IBV_QPT_RC) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    if (const int err = qp_attr_for(i, qp->qp_type, &a, &mask); err != 0) return err;
     if (std::getenv("SNIC_CM_DEBUG") != nullptr)
         say("cm: QP %u to RTR/RTS: dest %u rq_psn %u sq_psn %u mtu %d max_dest_rd_atomic %u "
             "max_rd_atomic %u",
             qp->qp_num, a.dest_qp_num, a.rq_psn, i->psn, a.path_mtu, a.max_dest_rd_atomic,
             i->initiator_depth);
     if (const int err = ibv_modify_qp(qp, &a, mask); err != 0) return err;
-    ibv_qp_attr b{};
-    b.qp_state = IBV_QPS_RTS;
-    b.sq_psn = i->psn;
-    b.timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
-    b.retry_cnt = i->retry_count;
-    b.rnr_retry = i->rnr_retry_count;
-    b.max_rd_atomic = i->initiator_depth;
-    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-    if (qp->qp_type == IBV_QPT_RC)
-        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-    return ibv_modify_qp(qp, &b, mask);
+    a.qp_state = IBV_QPS_RTS;
+    if (const int err = qp_attr_for(i, qp->qp_type, &a, &mask); err != 0) return err;
+    return ibv_modify_qp(qp, &a, mask);
 }
 
 shm::CmConnParam our_param(CmId* i, const rdma_conn_param* p) {
@@ -521,6 +555,7 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
         child->ack_timeout = l->ack_timeout;
         child->peer = d.param;
         child->psn = random_psn();
+        take_resources(child.get(), nullptr);  // until rdma_accept says otherwise
         set_sin(src_of(child.get()), d.src_ip, d.src_port);
         set_sin(dst_of(child.get()), d.dst_ip, d.dst_port);
         CmId* c = child.release();
@@ -1169,9 +1204,17 @@ SNIC_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
     i->id.srq = nullptr;
 }
 
-SNIC_EXPORT int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) {
-    say("rdma_init_qp_attr is not supported: rdma_create_qp moves the QP itself");
-    return fail(ENOSYS);
+// For a QP the application created itself and named by conn_param.qp_num: the attributes
+// of the next state, which the application gives to ibv_modify_qp.
+SNIC_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
+    return guarded<int>(-1, [&]() -> int {
+        if (attr == nullptr || mask == nullptr) return fail(EINVAL);
+        CmId* i = to_id(id);
+        if (i->dev == nullptr) return fail(EINVAL);
+        const ibv_qp_type type = i->id.qp != nullptr ? i->id.qp->qp_type : i->id.qp_type;
+        const int err = qp_attr_for(i, type, attr, mask);
+        return err != 0 ? fail(err) : 0;
+    });
 }
 
 SNIC_EXPORT int rdma_notify(rdma_cm_id*, ibv_event_type) {
