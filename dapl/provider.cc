@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <iterator>
 
 #include "dapl/provider.h"
 
@@ -130,6 +131,17 @@ DAT_RETURN open_device(Ia* ia) {
     if (ibv_query_device(ia->ctx, &ia->dev_attr) != 0 ||
         ibv_query_port(ia->ctx, 1, &ia->port_attr) != 0 || ibv_query_gid(ia->ctx, 1, 0, &gid) != 0)
         return err(DAT_INTERNAL_ERROR);
+    // dapl2-utils read these to decide which tests the provider can run.
+    std::snprintf(ia->mtu_text, sizeof ia->mtu_text, "%d", 128 << ia->port_attr.active_mtu);
+    const DAT_NAMED_ATTR specific[kSpecificAttrs] = {
+        {"DAT_IB_RDMA_READ", "TRUE"},
+        {DAT_IB_ATTR_CMP_AND_SWAP, "TRUE"},
+        {DAT_IB_ATTR_FETCH_AND_ADD, "TRUE"},
+        {DAT_IB_ATTR_IMMED_DATA, "TRUE"},
+        {"DAT_IB_TRANSPORT_MTU", ia->mtu_text},
+        {"DAT_IB_EP_RECV_QUERY", "TRUE"},
+    };
+    std::copy(std::begin(specific), std::end(specific), ia->specific);
     // GID 0 is the port's IPv4 address as ::ffff:a.b.c.d.
     ia->addr.sin_family = AF_INET;
     std::memcpy(&ia->addr.sin_addr, gid.raw + 12, 4);
@@ -293,13 +305,8 @@ extern "C" DAT_RETURN snic_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, 
         p->is_signal_safe = DAT_FALSE;
         p->ha_supported = DAT_FALSE;
         p->ha_loadbalancing = DAT_HA_LB_NONE;
-        static DAT_NAMED_ATTR specific[] = {
-            {"DAT_IB_RDMA_READ", "TRUE"},  // dapl2-utils run their RDMA Read tests on it
-            {"DAT_IB_SRQ", "TRUE"},
-            {"DAT_IB_EP_RECV_QUERY", "TRUE"},
-        };
-        p->num_provider_specific_attr = sizeof specific / sizeof specific[0];
-        p->provider_specific_attr = specific;
+        p->num_provider_specific_attr = kSpecificAttrs;
+        p->provider_specific_attr = ia->specific;
     }
     return DAT_SUCCESS;
 }

@@ -41,6 +41,7 @@ struct Cno;
 // consumer may pass to dat_ep_connect, dat_cr_accept or dat_cr_reject.
 inline constexpr DAT_COUNT kMaxPrivateData = 56;
 inline constexpr std::size_t kPeerPrivateData = 196;  // the most a REP carries
+inline constexpr int kSpecificAttrs = 6;
 
 enum class Kind : std::uint32_t {
     ia = 0x51a00001,
@@ -285,6 +286,8 @@ struct Ia final : Typed<Ia> {
     std::mutex qp_mu;
     std::unordered_map<std::uint32_t, Ep*> eps_by_qpn;
     std::atomic<int> objects{0};
+    char mtu_text[16]{};
+    DAT_NAMED_ATTR specific[kSpecificAttrs]{};  // the provider-specific attributes
     Ia(DAT_PROVIDER* p) : Typed(p, kKind, DAT_HANDLE_TYPE_IA, this) {}
 };
 
