@@ -226,12 +226,14 @@ struct Joiner {
     }
 };
 
-// Sends messages 0..count-1 on `qp`, at most `window` unacknowledged, until done or `stop`.
+// Sends messages 0..count-1 on `qp`, at most `window` unacknowledged, until done, `stop` or
+// a minute.
 // Returns how many completed successfully.
 std::uint64_t send_all(Side& s, ibv_qp* qp, ibv_cq* cq, std::uint64_t count, std::uint32_t len,
                        std::uint32_t window, const std::atomic<bool>& stop) {
     std::uint64_t posted = 0, done = 0;
-    while (done < count && !stop.load(std::memory_order_relaxed)) {
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    while (done < count && !stop.load(std::memory_order_relaxed) && Clock::now() < until) {
         while (posted < count && posted - done < window) {
             std::uint8_t* p = s.mem.data() + posted * len;
             for (std::size_t off = 0; off < len; ++off) p[off] = pattern(posted, off);
@@ -349,7 +351,7 @@ TEST_F(Srq, ResizeUpAndDownWhileMessagesArrive) {
         }
         ASSERT_NO_FATAL_FAILURE(sampler.sample(posted, polled));
     }
-    joiner.~Joiner();
+    a_thread.join();  // A finishes once its last message is acknowledged
     EXPECT_EQ(polled, kMessages);
     EXPECT_EQ(sent, kMessages);
     EXPECT_EQ(resized, std::size(sizes));
@@ -403,8 +405,7 @@ TEST_F(Srq, RecvStateOfAQpFollowsItsMessagesAndFlushes) {
         ASSERT_TRUE(arrived(polled, kLen));
         ++polled;
     }
-    stop.store(true);
-    a_thread.join();
+    a_thread.join();  // A finishes once its last message is acknowledged
     ASSERT_EQ(polled, kMessages);
     EXPECT_EQ(sent, kMessages);
     snic_qp_recv_state s{};
