@@ -75,6 +75,33 @@ void Srq::check_limit(AsyncEvents* to) {
         to->post(IBV_EVENT_SRQ_LIMIT_REACHED, handle);
 }
 
+namespace {
+void publish_recv(Qp& qp) {
+    shm::publish_recv_counters(qp.control->recv, qp.recv_seq, qp.recv_taken, qp.recv_completed);
+}
+}  // namespace
+
+void note_recv_taken(Qp& qp) {
+    ++qp.recv_taken;
+    publish_recv(qp);
+}
+
+void note_recv_completed(Qp& qp) {
+    ++qp.recv_completed;
+    publish_recv(qp);
+}
+
+void note_recv_flushed(Qp& qp) {
+    ++qp.recv_taken;
+    ++qp.recv_completed;
+    publish_recv(qp);
+}
+
+void reset_recv_counters(Qp& qp) {
+    qp.recv_taken = qp.recv_completed = 0;
+    publish_recv(qp);
+}
+
 FlushResult flush_qp(Qp& qp) {
     FlushResult r;
     if (qp.sq) {
@@ -94,6 +121,7 @@ FlushResult flush_qp(Qp& qp) {
             c.status = IBV_WC_WR_FLUSH_ERR;
             c.opcode = IBV_WC_RECV;
             c.qp_num = qp.qpn.get();
+            note_recv_flushed(qp);
             if (!post_cqe(*qp.recv_cq.get(), c, true)) r.recv_cq_overflow = true;
         });
     }

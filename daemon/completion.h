@@ -35,6 +35,14 @@ std::uint32_t drain_bounded(shm::RingConsumer<T>& ring, Fn&& fn) {
     return n;
 }
 
+// The QP's receive counters (shm::QpRecvCounters, what snic_query_qp_recv reads): a receive
+// WQE taken for the QP, a receive completion made for it, both at once (a WQE flushed from the
+// QP's own RQ), or both back to 0 (the QP reset). Each publishes the new pair at once.
+void note_recv_taken(Qp& qp);
+void note_recv_completed(Qp& qp);
+void note_recv_flushed(Qp& qp);
+void reset_recv_counters(Qp& qp);
+
 struct FlushResult {
     std::uint32_t flushed = 0;
     bool send_cq_overflow = false;

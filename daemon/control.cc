@@ -315,7 +315,7 @@ const OpSpec* session_op(std::uint16_t op) {
         set(CtrlOp::create_cq, SessionOp<&Session::create_cq>::spec(1));
         set(CtrlOp::destroy_cq, SessionOp<&Session::destroy_cq>::spec(0));
         set(CtrlOp::create_srq, SessionOp<&Session::create_srq>::spec(1));
-        set(CtrlOp::modify_srq, SessionOp<&Session::modify_srq>::spec(0));
+        set(CtrlOp::modify_srq, SessionOp<&Session::modify_srq>::spec(kFdsInBody));
         set(CtrlOp::query_srq, SessionOp<&Session::query_srq>::spec(0));
         set(CtrlOp::destroy_srq, SessionOp<&Session::destroy_srq>::spec(0));
         set(CtrlOp::create_qp, SessionOp<&Session::create_qp>::spec(1));

@@ -76,9 +76,10 @@ inline constexpr Limits kLimits{
     .atomic_cap = IBV_ATOMIC_HCA,
     .max_pkeys = 1,
     .local_ca_ack_delay = 15,
-    // No SRQ_RESIZE: SRQ rings are fixed when created.
+    // SRQ_RESIZE: ibv_modify_srq moves an SRQ to a new ring (Session::resize_srq).
     .device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW |
-                        IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS,
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS |
+                        IBV_DEVICE_SRQ_RESIZE,
     // No IEEE OUI of our own: the value soft-RoCE uses for "none".
     .vendor_id = 0xffffff,
     .vendor_part_id = 0,

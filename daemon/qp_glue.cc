@@ -215,11 +215,13 @@ bool QpGlue::pop_recv(verbs::RecvWr& out) {
     if (Srq* srq = qp_.srq.get()) {
         if (!srq->ring->try_pop(w)) return false;
         out = to_recv_wr(w, srq->max_sge);
+        note_recv_taken(qp_);
         srq->check_limit(qp_.events);
         return true;
     }
     if (!qp_.rq || !qp_.rq->try_pop(w)) return false;
     out = to_recv_wr(w, qp_.cap.max_recv_sge);
+    note_recv_taken(qp_);
     return true;
 }
 
@@ -236,6 +238,7 @@ void QpGlue::complete_send(const verbs::Completion& c) {
 }
 
 void QpGlue::complete_recv(const verbs::Completion& c) {
+    note_recv_completed(qp_);
     complete(*qp_.recv_cq.get(), qp_.recv_cq_handle, c);
 }
 

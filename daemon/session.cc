@@ -510,22 +510,103 @@ int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSr
     return 0;
 }
 
-int Session::modify_srq(const shm::ModifySrqReq& req, FdList&, shm::Empty&) {
+int Session::modify_srq(const shm::ModifySrqReq& req, FdList& fds, shm::ModifySrqReply& out) {
     constexpr const char* op = "modify_srq";
     Srq* srq = srqs_.find(req.srq);
     if (srq == nullptr) return refuse(EINVAL, op, "no such SRQ " + hex(req.srq));
     if ((req.mask & ~std::uint32_t{IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT}) != 0)
         return refuse(EINVAL, op, "unknown attribute mask " + hex(req.mask));
-    // The SRQ's ring lives in a memfd sized at creation: resizing would need a new memfd.
-    // snicd does not advertise IBV_DEVICE_SRQ_RESIZE, and verbs answers EINVAL.
-    if ((req.mask & IBV_SRQ_MAX_WR) != 0) return refuse(EINVAL, op, "SRQ resize is not supported");
-    if ((req.mask & IBV_SRQ_LIMIT) != 0) {
-        if (req.srq_limit > srq->max_wr)
-            return refuse(EINVAL, op,
-                          fmt::format("srq_limit {} above max_wr {}", req.srq_limit, srq->max_wr));
+    const bool resize = (req.mask & IBV_SRQ_MAX_WR) != 0;
+    const bool arm = (req.mask & IBV_SRQ_LIMIT) != 0;
+    if (fds.size() != (resize ? 1u : 0u))
+        return refuse(EINVAL, op,
+                      resize ? "a resize takes 1 fd: the new SRQ memfd" : "takes no fd");
+    const std::uint32_t max_wr = resize ? req.max_wr : srq->max_wr;
+    if (arm && req.srq_limit > max_wr)
+        return refuse(EINVAL, op,
+                      fmt::format("srq_limit {} above max_wr {}", req.srq_limit, max_wr));
+    std::uint32_t prod = 0;
+    if (resize) {
+        if (const int err = resize_srq(*srq, req, fds, prod); err != 0) return err;
+    }
+    if (arm) {
         // Arms (or disarms, with 0) the limit the lcore checks as it takes WQEs.
         std::atomic_ref<std::uint32_t>(srq->limit).store(req.srq_limit, std::memory_order_release);
     }
+    out = {srq->max_wr, srq->capacity, prod, 0};
+    return 0;
+}
+
+// IBA 11.2.3.3 (Modify Shared Receive Queue): a new max_wr in 1..the device's, not below the
+// WQEs on the queue now nor below the armed limit; the WQEs posted and not yet taken stay, in
+// order. The new area is mapped here; the lcore that takes the SRQ's WQEs moves them into it
+// between two turns (no engine is taking one then) and from then on takes them from there;
+// the old area is unmapped once it has.
+int Session::resize_srq(Srq& srq, const shm::ModifySrqReq& req, FdList& fds, std::uint32_t& prod) {
+    constexpr const char* op = "modify_srq";
+    const Limits& l = r_.limits();
+    if (req.max_wr == 0 || req.max_wr > l.max_srq_wr)
+        return refuse(EINVAL, op, fmt::format("max_wr {} not in 1..{}", req.max_wr, l.max_srq_wr));
+    if (!shm::wq_capacity_ok(req.capacity, req.max_wr, l.max_wq_capacity))
+        return refuse(
+            EINVAL, op,
+            fmt::format("ring capacity {} for max_wr {} (a power of two >= max_wr, <= {})",
+                        req.capacity, req.max_wr, l.max_wq_capacity));
+    const shm::Layout layout = shm::srq_layout(req.capacity);
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (!map) return refuse(map.error().code, op, map.error().message);
+    const std::span<std::byte> area = map->span(layout.ring0, layout.bytes - layout.ring0);
+    // The limit the request arms is checked by the caller; otherwise the one armed now.
+    const bool keeps_limit = (req.mask & IBV_SRQ_LIMIT) == 0;
+
+    // Decided on the lcore, told here (the lcore allocates nothing and logs nothing).
+    enum class Outcome { moved, below_posted, below_limit, bad_ring } outcome = Outcome::moved;
+    std::uint32_t posted = 0, armed = 0;
+    shm::RingError ring_error = shm::RingError::ok;
+    on_lcore([&] {
+        posted = srq.ring->size();
+        armed = std::atomic_ref<std::uint32_t>(srq.limit).load(std::memory_order_acquire);
+        if (posted > req.max_wr) {
+            outcome = Outcome::below_posted;
+            return;
+        }
+        if (keeps_limit && armed > req.max_wr) {
+            outcome = Outcome::below_limit;
+            return;
+        }
+        // snicd formats the new ring itself: nothing the client wrote there counts, and the
+        // consumer's geometry is snicd's own. The producer view only fills it.
+        auto consumer = shm::RingConsumer<shm::RecvWqe>::init(area, req.capacity);
+        if (!consumer) {
+            outcome = Outcome::bad_ring, ring_error = consumer.error();
+            return;
+        }
+        auto producer = shm::RingProducer<shm::RecvWqe>::attach(area);
+        if (!producer) {
+            outcome = Outcome::bad_ring, ring_error = producer.error();
+            return;
+        }
+        shm::RecvWqe w;
+        std::uint32_t moved = 0;
+        while (moved < posted && srq.ring->try_pop(w) && producer->try_push(w)) ++moved;
+        srq.ring = *consumer;
+        srq.capacity = req.capacity;
+        prod = moved;
+    });
+    switch (outcome) {
+        case Outcome::moved:
+            break;
+        case Outcome::below_posted:
+            return refuse(EINVAL, op,
+                          fmt::format("max_wr {} below the {} WQEs posted", req.max_wr, posted));
+        case Outcome::below_limit:
+            return refuse(EINVAL, op,
+                          fmt::format("max_wr {} below the armed limit {}", req.max_wr, armed));
+        case Outcome::bad_ring:
+            return refuse(EINVAL, op, fmt::format("new ring: {}", shm::ring_strerror(ring_error)));
+    }
+    srq.map = std::move(*map);  // the old area goes: the lcore no longer reads it
+    srq.max_wr = req.max_wr;
     return 0;
 }
 
@@ -644,6 +725,7 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     const shm::QpCap cap = qp->cap;
     qp->state = QpState::reset;
     store_qp_state(qp->control, QpState::reset);
+    reset_recv_counters(*qp);
     const std::uint32_t qpn = r_.qpns().acquire(qp.get());
     if (qpn == 0) return refuse(ENOMEM, op, "QP numbers exhausted");
     qp->qpn = NameLease(r_.qpns(), qpn);
@@ -792,6 +874,8 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             stop_engine(qp);
             if (qp.sq) drain_bounded(*qp.sq, [](const shm::SendWqe&) {});
             if (qp.rq) drain_bounded(*qp.rq, [](const shm::RecvWqe&) {});
+            // Nothing writes them now (the engine stopped): the QP counts afresh, as created.
+            reset_recv_counters(qp);
             break;
         }
         case QpState::err: {

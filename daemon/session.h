@@ -213,6 +213,12 @@ struct Qp {
     shm::Doorbells* doorbells = nullptr;  // its session's; the QP's bit is qpn % kDoorbellBits
     // The engine its port's transport runs, from RTR on; stopped before the QP goes.
     std::unique_ptr<QpEngine> engine;
+    // The receive counters published in control->recv (daemon/completion.h), written by
+    // whoever produces the QP's CQEs; these are the writer's copies, never read back from
+    // shared memory.
+    std::uint64_t recv_taken = 0;
+    std::uint64_t recv_completed = 0;
+    std::uint32_t recv_seq = 0;
 };
 
 class Session {
@@ -253,7 +259,7 @@ class Session {
     int create_cq(const shm::CreateCqReq& req, FdList& fds, shm::CreateCqReply& out);
     int destroy_cq(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
     int create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSrqReply& out);
-    int modify_srq(const shm::ModifySrqReq& req, FdList& fds, shm::Empty& out);
+    int modify_srq(const shm::ModifySrqReq& req, FdList& fds, shm::ModifySrqReply& out);
     int query_srq(const shm::HandleReq& req, FdList& fds, shm::QuerySrqReply& out);
     int destroy_srq(const shm::HandleReq& req, FdList& fds, shm::Empty& out);
     int create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpReply& out);
@@ -271,6 +277,9 @@ class Session {
     int refuse(int err, const char* op, std::string_view why) const;
     int check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const;
     int check_qp_caps(const shm::CreateQpReq& req, bool with_srq) const;
+    // modify_srq with IBV_SRQ_MAX_WR: the SRQ moved to the area of fds[0]; `prod` is the new
+    // ring's producer index. 0 or EINVAL, and then nothing changed.
+    int resize_srq(Srq& srq, const shm::ModifySrqReq& req, FdList& fds, std::uint32_t& prod);
     // Queues an asynchronous event (ibv_event_type) about `handle` on the lcore that produces
     // the session's events; false when the client's event ring is full.
     bool post_async(std::uint32_t type, std::uint32_t handle);

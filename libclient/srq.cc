@@ -1,6 +1,8 @@
 // Shared receive queues: a ring of RecvWqe the client produces and snicd
 // consumes; create/modify/query/destroy go through the daemon.
 #include <cstring>
+#include <mutex>
+#include <utility>
 
 #include "libclient/internal.h"
 
@@ -119,16 +121,62 @@ SNIC_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
                              [&] { return create_srq(pd, attr->srq_context, &attr->attr); });
 }
 
+namespace snic::client {
+namespace {
+
+// ibv_modify_srq with IBV_SRQ_MAX_WR: a new shared area of the new capacity goes to snicd,
+// which moves the WQEs not yet taken into it, in order, and takes WQEs from there on; the
+// reply says where the producer resumes. The post lock is held from before the request to
+// the switch, so that no post lands in the old ring meanwhile (other posters wait, spinning).
+int resize_srq(Srq* srq, const ibv_srq_attr* attr, int mask) {
+    Context* ctx = to_ctx(srq->srq.context);
+    if (attr->max_wr < 1 || attr->max_wr > ctx->limits.max_srq_wr) return EINVAL;
+    const std::uint32_t capacity = shm::wq_capacity_for(attr->max_wr);
+    if (capacity == 0) return EINVAL;
+    const shm::Layout lay = shm::srq_layout(capacity);
+    Fd memfd;
+    Mapping map;
+    if (const int err = make_shared_area("libsnic-srq", lay.bytes, &memfd, &map); err != 0)
+        return err;
+    const shm::ModifySrqReq req{srq->srq.handle, static_cast<std::uint32_t>(mask),
+                                attr->max_wr,    attr->srq_limit,
+                                capacity,        0};
+    shm::ModifySrqReply rep{};
+    const int fds[1] = {memfd.get()};
+    Mapping old;  // unmapped once the lock is released
+    std::lock_guard lock(srq->lock);
+    if (const int err = ctx->conn.call(shm::CtrlOp::modify_srq, req, &rep, fds); err != 0)
+        return err;
+    // snicd formatted the ring and filled it: the producer takes its indices from there.
+    auto ring = shm::RingProducer<shm::RecvWqe>::attach(
+        std::span(map.data() + lay.ring0, lay.bytes - lay.ring0));
+    if (!ring || ring->capacity() != capacity || rep.capacity != capacity ||
+        ring->size() > rep.prod)
+        return EIO;  // snicd broke the protocol
+    srq->ring = *ring;
+    old = std::exchange(srq->map, std::move(map));
+    srq->max_wr = rep.max_wr;
+    return 0;
+}
+
+}  // namespace
+}  // namespace snic::client
+
 SNIC_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
     return guarded(EIO, [&] {
         if ((mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) != 0) return EINVAL;
-        const shm::ModifySrqReq req{srq->handle, static_cast<std::uint32_t>(mask), attr->max_wr,
-                                    attr->srq_limit};
-        shm::Empty none;
-        if (const int err = to_ctx(srq->context)->conn.call(shm::CtrlOp::modify_srq, req, &none);
-            err != 0)
-            return err;
-        if ((mask & IBV_SRQ_LIMIT) != 0) to_srq(srq)->srq_limit = attr->srq_limit;
+        Srq* s = to_srq(srq);
+        if ((mask & IBV_SRQ_MAX_WR) != 0) {
+            if (const int err = resize_srq(s, attr, mask); err != 0) return err;
+        } else {
+            const shm::ModifySrqReq req{
+                srq->handle, static_cast<std::uint32_t>(mask), attr->max_wr, attr->srq_limit, 0, 0};
+            shm::ModifySrqReply rep{};
+            if (const int err = to_ctx(srq->context)->conn.call(shm::CtrlOp::modify_srq, req, &rep);
+                err != 0)
+                return err;
+        }
+        if ((mask & IBV_SRQ_LIMIT) != 0) s->srq_limit = attr->srq_limit;
         return 0;
     });
 }

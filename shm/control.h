@@ -24,7 +24,7 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-inline constexpr std::uint16_t kAbiVersion = 3;
+inline constexpr std::uint16_t kAbiVersion = 4;          // 4: SRQ resize, QpControl::recv
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
@@ -46,7 +46,7 @@ enum class CtrlOp : std::uint16_t {
     create_cq,        // CreateCqReq, fds [memfd] -> CreateCqReply
     destroy_cq,       // HandleReq
     create_srq,       // CreateSrqReq, fds [memfd] -> CreateSrqReply
-    modify_srq,       // ModifySrqReq
+    modify_srq,       // ModifySrqReq, fds [memfd] with IBV_SRQ_MAX_WR -> ModifySrqReply
     query_srq,        // HandleReq -> QuerySrqReply
     destroy_srq,      // HandleReq
     create_qp,        // CreateQpReq, fds [memfd] -> CreateQpReply
@@ -251,11 +251,23 @@ struct CreateSrqReply {
     std::uint32_t srq_num;
 };
 
+// With IBV_SRQ_MAX_WR (a resize) the request carries the memfd of the SRQ's new area,
+// srq_layout(capacity) long; snicd formats the new ring there, moves the WQEs not yet taken
+// into it in order, and from then on takes WQEs from it. The client holds its posts meanwhile,
+// and resumes producing at `prod` of the reply in the new area.
 struct ModifySrqReq {
     Handle srq;
     std::uint32_t mask;  // ibv_srq_attr_mask
     std::uint32_t max_wr;
     std::uint32_t srq_limit;
+    std::uint32_t capacity;  // IBV_SRQ_MAX_WR: the new ring's slots (a power of two >= max_wr)
+    std::uint32_t reserved;
+};
+struct ModifySrqReply {
+    std::uint32_t max_wr;    // as now
+    std::uint32_t capacity;  // the ring's slots now
+    std::uint32_t prod;      // IBV_SRQ_MAX_WR: the new ring's producer index (the WQEs moved)
+    std::uint32_t reserved;
 };
 struct QuerySrqReply {
     std::uint32_t max_wr;

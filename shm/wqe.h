@@ -153,6 +153,44 @@ inline constexpr std::uint32_t kArmNext = 1;
 inline constexpr std::uint32_t kArmSolicited = 2;
 static_assert(sizeof(CqControl) == 64);
 
+// A QP's receive counters (libsnic's snic_query_qp_recv), published by snicd as it works:
+// `taken`, the receive WQEs the QP took (from its RQ or its SRQ) for arriving messages, or to
+// flush them from its own RQ; `completed`, the receive completions made for the QP (successful,
+// in error or flushed). A WQE is counted taken before its completion is counted, so every
+// published pair has taken >= completed. A seqlock with one writer (the lcore that produces
+// the QP's CQEs): `seq` is odd while a pair is written, and a reader that saw the same even
+// `seq` before and after reading both values holds a pair that was published.
+struct QpRecvCounters {
+    std::uint32_t seq;
+    std::uint32_t reserved;
+    std::uint64_t taken;
+    std::uint64_t completed;
+};
+static_assert(sizeof(QpRecvCounters) == 24);
+
+// snicd: publishes (taken, completed). `seq` is the writer's private copy of the sequence (the
+// shared one is written, never read back).
+inline void publish_recv_counters(QpRecvCounters& shared, std::uint32_t& seq, std::uint64_t taken,
+                                  std::uint64_t completed) noexcept {
+    std::atomic_ref<std::uint32_t>(shared.seq).store(++seq, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    std::atomic_ref<std::uint64_t>(shared.taken).store(taken, std::memory_order_relaxed);
+    std::atomic_ref<std::uint64_t>(shared.completed).store(completed, std::memory_order_relaxed);
+    std::atomic_ref<std::uint32_t>(shared.seq).store(++seq, std::memory_order_release);
+}
+
+// The client: one attempt at a consistent pair; false when snicd was writing (try again).
+inline bool read_recv_counters(QpRecvCounters& shared, std::uint64_t& taken,
+                               std::uint64_t& completed) noexcept {
+    const std::uint32_t before =
+        std::atomic_ref<std::uint32_t>(shared.seq).load(std::memory_order_acquire);
+    if ((before & 1) != 0) return false;
+    taken = std::atomic_ref<std::uint64_t>(shared.taken).load(std::memory_order_relaxed);
+    completed = std::atomic_ref<std::uint64_t>(shared.completed).load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return std::atomic_ref<std::uint32_t>(shared.seq).load(std::memory_order_relaxed) == before;
+}
+
 // Shared words at the start of a QP's memfd, written by snicd only.
 struct QpControl {
     std::uint32_t state;  // QpState: the client reads it to see an asynchronous move to ERR
@@ -161,9 +199,10 @@ struct QpControl {
     // send ring's producer index; the client stores the producer index and then reads it;
     // both put a full fence between the two, so that one of them sees the other's store.
     std::uint32_t sleeping;
-    std::uint8_t pad[56];
+    QpRecvCounters recv;  // at offset 8; its 64-bit words 8-byte aligned
+    std::uint8_t pad[32];
 };
-static_assert(sizeof(QpControl) == 64);
+static_assert(sizeof(QpControl) == 64 && offsetof(QpControl, recv) == 8);
 
 // ---- doorbells ---------------------------------------------------------------------------------
 

@@ -973,8 +973,17 @@ TEST_F(Verbs, SharedReceiveQueue) {
     EXPECT_EQ(q.srq_limit, 10u);
     m.srq_limit = 100000;  // above max_wr
     EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_LIMIT), EINVAL);
-    m.max_wr = 200;  // no SRQ_RESIZE
+    m.max_wr = 200;  // a resize (IBV_DEVICE_SRQ_RESIZE)
+    EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR), 0);
+    ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+    EXPECT_EQ(q.max_wr, 200u);
+    EXPECT_EQ(q.srq_limit, 10u);
+    m.max_wr = 5;  // below the armed limit
     EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR), EINVAL);
+    m.max_wr = 0;
+    EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR), EINVAL);
+    ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+    EXPECT_EQ(q.max_wr, 200u);
 
     std::vector<char> buf(4096);
     ibv_mr* mr = ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);

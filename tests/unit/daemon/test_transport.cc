@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/qp_glue.h"
@@ -131,7 +132,9 @@ struct RingClient {
         ASSERT_TRUE(s);
         sq.emplace(*s);
         if (rq != 0) {
-            ASSERT_TRUE(shm::RingProducer<shm::RecvWqe>::init(qp_mem->span(l.ring1), rq));
+            auto r = shm::RingProducer<shm::RecvWqe>::init(qp_mem->span(l.ring1), rq);
+            ASSERT_TRUE(r);
+            rq_ring.emplace(*r);
         }
         shm::CreateQpReq req{pd, cq, cq, srq, IBV_QPT_RC, 0, {16, rq, 1, rq == 0 ? 0u : 1u, 0},
                              16, rq};
@@ -146,6 +149,36 @@ struct RingClient {
     std::uint32_t sleeping() const {
         const auto* ctl = reinterpret_cast<const shm::QpControl*>(qp_mem->span().data());
         return std::atomic_ref<const std::uint32_t>(ctl->sleeping).load();
+    }
+    // The QP's receive counters, as snic_query_qp_recv reads them: {taken, completed}.
+    std::pair<std::uint64_t, std::uint64_t> recv_counters() const {
+        auto* ctl = reinterpret_cast<shm::QpControl*>(qp_mem->span().data());
+        std::uint64_t taken = 0, completed = 0;
+        EXPECT_TRUE(shm::read_recv_counters(ctl->recv, taken, completed));
+        return {taken, completed};
+    }
+    // ibv_modify_srq with IBV_SRQ_MAX_WR as libsnic makes it: a new area for `capacity` slots
+    // (`bytes` long when given, unsealed when asked). On success the client produces there.
+    int resize_srq(std::uint32_t max_wr, std::uint32_t capacity, shm::ModifySrqReply& rep,
+                   std::uint32_t mask = IBV_SRQ_MAX_WR, std::uint32_t limit = 0,
+                   std::size_t bytes = 0, bool seal = true) {
+        const shm::Layout l = shm::srq_layout(capacity);
+        auto mem = std::make_unique<ClientMemfd>(bytes != 0 ? bytes : l.bytes, seal);
+        FdList fds = fds_of({mem->fd()});
+        const int err = c.session.modify_srq({srq, mask, max_wr, limit, capacity, 0}, fds, rep);
+        if (err == 0) {
+            auto ring = shm::RingProducer<shm::RecvWqe>::attach(mem->span(l.ring0));
+            EXPECT_TRUE(ring);
+            if (ring) srq_ring.emplace(*ring);
+            srq_mem = std::move(mem);
+        }
+        return err;
+    }
+    shm::QuerySrqReply query_srq() {
+        FdList fds;
+        shm::QuerySrqReply q{};
+        EXPECT_EQ(c.session.query_srq({srq, 0}, fds, q), 0);
+        return q;
     }
     // RESET -> INIT -> RTR (-> RTS).
     int connect(bool rts = true, std::uint32_t path_mtu = IBV_MTU_1024) {
@@ -191,6 +224,7 @@ struct RingClient {
     std::optional<shm::RingConsumer<shm::AsyncEvent>> events;
     std::optional<shm::RingConsumer<shm::Cqe>> cqes;
     std::optional<shm::RingProducer<shm::RecvWqe>> srq_ring;
+    std::optional<shm::RingProducer<shm::RecvWqe>> rq_ring;
     std::optional<shm::RingProducer<shm::SendWqe>> sq;
 };
 
@@ -336,7 +370,8 @@ TEST_F(TransportSeam, srq_limit_reached_once_when_armed_and_below_the_limit) {
     ASSERT_TRUE(fake.engine->glue.pop_recv(got));  // 5 left, not armed
     EXPECT_TRUE(cl.take_events().empty());
     FdList fds;
-    ASSERT_EQ(cl.c.session.modify_srq({cl.srq, IBV_SRQ_LIMIT, 16, 4}, fds, cl.c.none), 0);
+    shm::ModifySrqReply m{};
+    ASSERT_EQ(cl.c.session.modify_srq({cl.srq, IBV_SRQ_LIMIT, 16, 4, 0, 0}, fds, m), 0);
     ASSERT_TRUE(fake.engine->glue.pop_recv(got));  // 4 left: not below 4
     EXPECT_TRUE(cl.take_events().empty());
     ASSERT_TRUE(fake.engine->glue.pop_recv(got));  // 3 left
@@ -393,6 +428,176 @@ TEST_F(TransportSeam, sq_drained_only_after_the_last_wr_started_completes) {
     ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE, r), 0);
     EXPECT_EQ(fake.calls.back(), "resume");
     EXPECT_TRUE(fake.engine->glue.pop_send(wr)) << "SQD -> RTS serves the send queue again";
+}
+
+// ---- the receive counters (snic_query_qp_recv) ---------------------------------------------
+
+shm::RecvWqe recv_wqe(std::uint64_t wr_id) {
+    shm::RecvWqe w{};
+    w.wr_id = wr_id;
+    return w;
+}
+
+verbs::Completion recv_done(std::uint64_t wr_id, std::uint32_t qpn) {
+    verbs::Completion c;
+    c.wr_id = wr_id;
+    c.opcode = verbs::WcOpcode::recv;
+    c.qp_num = qpn;
+    return c;
+}
+
+TEST_F(TransportSeam, receive_counters_count_wqes_taken_and_completions_made) {
+    ASSERT_NO_FATAL_FAILURE(connect_client(false));
+    using Pair = std::pair<std::uint64_t, std::uint64_t>;
+    EXPECT_EQ(cl.recv_counters(), (Pair{0, 0}));
+    for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(cl.rq_ring->try_push(recv_wqe(id)));
+    EXPECT_EQ(cl.recv_counters(), (Pair{0, 0})) << "posted is not taken";
+    QpGlue& glue = fake.engine->glue;
+    verbs::RecvWr wr;
+    ASSERT_TRUE(glue.pop_recv(wr));  // the first packet of a message
+    EXPECT_EQ(cl.recv_counters(), (Pair{1, 0}));
+    glue.complete_recv(recv_done(wr.wr_id, cl.qpn));  // its last
+    EXPECT_EQ(cl.recv_counters(), (Pair{1, 1}));
+    shm::Cqe cqe;
+    ASSERT_TRUE(cl.cqes->try_pop(cqe));
+    ASSERT_TRUE(glue.pop_recv(wr));
+    verbs::Completion bad = recv_done(wr.wr_id, cl.qpn);
+    bad.status = verbs::WcStatus::loc_len_err;  // an error completion counts too
+    glue.complete_recv(bad);
+    EXPECT_EQ(cl.recv_counters(), (Pair{2, 2}));
+    ASSERT_TRUE(glue.pop_recv(wr));  // the third is taken
+    EXPECT_EQ(cl.recv_counters(), (Pair{3, 2}));
+}
+
+TEST_F(TransportSeam, srq_wqes_count_for_the_qp_that_takes_them) {
+    ASSERT_NO_FATAL_FAILURE(connect_client(true));
+    ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(1)));
+    verbs::RecvWr wr;
+    ASSERT_TRUE(fake.engine->glue.pop_recv(wr));
+    EXPECT_EQ(cl.recv_counters(), (std::pair<std::uint64_t, std::uint64_t>{1, 0}));
+    fake.engine->glue.complete_recv(recv_done(1, cl.qpn));
+    EXPECT_EQ(cl.recv_counters(), (std::pair<std::uint64_t, std::uint64_t>{1, 1}));
+}
+
+// A QP without an engine flushes its own RQ itself: each WQE flushed is taken and completed;
+// Modify QP to RESET starts the count afresh.
+TEST_F(TransportSeam, flushed_receives_count_as_taken_and_completed_and_reset_clears_both) {
+    cl.open();
+    cl.make_cq();
+    cl.make_qp();
+    shm::QpAttr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    ASSERT_EQ(
+        cl.c.modify(cl.qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a),
+        0);
+    for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(cl.rq_ring->try_push(recv_wqe(id)));
+    shm::QpAttr e{};
+    e.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE, e), 0);
+    using Pair = std::pair<std::uint64_t, std::uint64_t>;
+    EXPECT_EQ(cl.recv_counters(), (Pair{3, 3}));
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+        shm::Cqe cqe;
+        ASSERT_TRUE(cl.cqes->try_pop(cqe));
+        EXPECT_EQ(cqe.wr_id, id);
+        EXPECT_EQ(cqe.status, IBV_WC_WR_FLUSH_ERR);
+    }
+    shm::QpAttr r{};
+    r.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE, r), 0);
+    EXPECT_EQ(cl.recv_counters(), (Pair{0, 0}));
+}
+
+// ---- SRQ resize (ibv_modify_srq with IBV_SRQ_MAX_WR) ---------------------------------------
+
+std::vector<std::uint64_t> take_recvs(QpGlue& glue) {
+    std::vector<std::uint64_t> ids;
+    verbs::RecvWr wr;
+    while (glue.pop_recv(wr)) ids.push_back(wr.wr_id);
+    return ids;
+}
+
+std::vector<std::uint64_t> ids(std::uint64_t first, std::uint64_t last) {
+    std::vector<std::uint64_t> v;
+    for (std::uint64_t i = first; i <= last; ++i) v.push_back(i);
+    return v;
+}
+
+TEST_F(TransportSeam, srq_resize_keeps_every_wqe_posted_and_not_taken_in_order) {
+    ASSERT_NO_FATAL_FAILURE(connect_client(true));
+    QpGlue& glue = fake.engine->glue;
+    for (std::uint64_t id = 1; id <= 10; ++id) ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(id)));
+    verbs::RecvWr wr;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(glue.pop_recv(wr));
+    const std::uint64_t before = cl.c.session.mapped_bytes();
+
+    shm::ModifySrqReply rep{};
+    ASSERT_EQ(cl.resize_srq(100, 128, rep), 0);  // grow
+    EXPECT_EQ(rep.max_wr, 100u);
+    EXPECT_EQ(rep.capacity, 128u);
+    EXPECT_EQ(rep.prod, 7u) << "the 7 WQEs not taken moved";
+    EXPECT_EQ(cl.query_srq().max_wr, 100u);
+    EXPECT_EQ(cl.c.session.mapped_bytes(),
+              before - shm::srq_layout(16).bytes + shm::srq_layout(128).bytes)
+        << "the old area is unmapped, the new one counted";
+    for (std::uint64_t id = 11; id <= 100; ++id) ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(id)));
+    EXPECT_EQ(take_recvs(glue), ids(4, 100));
+
+    for (std::uint64_t id = 101; id <= 105; ++id) ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(id)));
+    ASSERT_EQ(cl.resize_srq(5, 8, rep), 0);  // shrink to exactly the WQEs posted
+    EXPECT_EQ(rep.prod, 5u);
+    EXPECT_EQ(cl.query_srq().max_wr, 5u);
+    for (std::uint64_t id = 106; id <= 108; ++id) ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(id)));
+    EXPECT_FALSE(cl.srq_ring->try_push(recv_wqe(109))) << "8 slots";
+    EXPECT_EQ(take_recvs(glue), ids(101, 108));
+}
+
+TEST_F(TransportSeam, srq_resize_below_the_wqes_posted_is_refused_and_changes_nothing) {
+    ASSERT_NO_FATAL_FAILURE(connect_client(true));
+    for (std::uint64_t id = 1; id <= 6; ++id) ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(id)));
+    const std::uint64_t before = cl.c.session.mapped_bytes();
+    shm::ModifySrqReply rep{};
+    EXPECT_EQ(cl.resize_srq(5, 8, rep), EINVAL);
+    EXPECT_EQ(cl.c.session.mapped_bytes(), before);
+    EXPECT_EQ(cl.query_srq().max_wr, 16u);
+    ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(7))) << "the old ring still serves";
+    EXPECT_EQ(take_recvs(fake.engine->glue), ids(1, 7));
+}
+
+TEST_F(TransportSeam, srq_resize_checks_max_wr_the_armed_limit_and_the_new_area) {
+    ASSERT_NO_FATAL_FAILURE(connect_client(true));
+    shm::ModifySrqReply rep{};
+    const std::uint32_t most = resources.limits().max_srq_wr;
+    EXPECT_EQ(cl.resize_srq(0, 1, rep), EINVAL);
+    EXPECT_EQ(cl.resize_srq(most + 1, shm::wq_capacity_for(most + 1), rep), EINVAL);
+    EXPECT_EQ(cl.resize_srq(100, 100, rep), EINVAL) << "capacity not a power of two";
+    EXPECT_EQ(cl.resize_srq(100, 64, rep), EINVAL) << "capacity below max_wr";
+    EXPECT_EQ(cl.resize_srq(32, 32, rep, IBV_SRQ_MAX_WR, 0, shm::kPageSize), EINVAL)
+        << "an area shorter than its layout";
+    EXPECT_EQ(cl.resize_srq(32, 32, rep, IBV_SRQ_MAX_WR, 0, 0, false), EINVAL)
+        << "an area not sealed against shrinking";
+
+    FdList none;
+    ASSERT_EQ(cl.c.session.modify_srq({cl.srq, IBV_SRQ_LIMIT, 0, 10, 0, 0}, none, rep), 0);
+    EXPECT_EQ(cl.resize_srq(8, 8, rep), EINVAL) << "below the armed limit";
+    EXPECT_EQ(cl.query_srq().srq_limit, 10u);
+    ASSERT_EQ(cl.resize_srq(8, 8, rep, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT, 4), 0)
+        << "with a new limit that fits";
+    const shm::QuerySrqReply q = cl.query_srq();
+    EXPECT_EQ(q.max_wr, 8u);
+    EXPECT_EQ(q.srq_limit, 4u);
+    EXPECT_EQ(cl.resize_srq(8, 8, rep, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT, 9), EINVAL);
+
+    // A resize takes the new area's memfd, and only a resize takes one.
+    EXPECT_EQ(cl.c.session.modify_srq({cl.srq, IBV_SRQ_MAX_WR, 8, 0, 8, 0}, none, rep), EINVAL);
+    const shm::Layout l = shm::srq_layout(8);
+    ClientMemfd m(l.bytes);
+    FdList one = fds_of({m.fd()});
+    EXPECT_EQ(cl.c.session.modify_srq({cl.srq, IBV_SRQ_LIMIT, 0, 2, 0, 0}, one, rep), EINVAL);
+    FdList two = fds_of({m.fd(), m.fd()});
+    EXPECT_EQ(cl.c.session.modify_srq({cl.srq, IBV_SRQ_MAX_WR, 8, 0, 8, 0}, two, rep), EINVAL);
+    EXPECT_EQ(cl.query_srq().max_wr, 8u);
 }
 
 TEST(RoceAttr, a_destination_gid_must_be_ipv4_mapped) {

@@ -574,6 +574,30 @@ TEST(RcResponder, a_qp_in_error_drops_incoming_packets) {
     EXPECT_EQ(r.q.rcq[0].status, WcStatus::wr_flush_err);
 }
 
+// IBA 10.3.1 and 11.6.3: a QP on an SRQ that enters the error state completes the WQE it took
+// for a partly received message with a flush error on its receive CQ; the WQEs still on the
+// SRQ stay there, in order, for its other QPs; a completed one is not touched again.
+TEST(RcResponder, on_an_srq_the_wqe_of_a_partial_message_is_flushed_and_the_srq_kept) {
+    RcConfig cfg = solo_config();
+    cfg.srq = true;
+    Responder r(cfg);
+    for (std::uint64_t id = 1; id <= 4; ++id) r.post_recv(id, (id - 1) * 1000, 1000);
+    r.request(Opcode::rc_send_only, kEpsn, bytes(10, 1));
+    r.request(Opcode::rc_send_first, kEpsn + 1, bytes(256, 2), false);  // one of 3 packets
+    ASSERT_EQ(r.q.rcq.size(), 1u);
+    r.qp.to_error();
+    r.run();
+    ASSERT_EQ(r.q.rcq.size(), 2u);
+    EXPECT_EQ(r.q.rcq[0].wr_id, 1u);
+    EXPECT_EQ(r.q.rcq[0].status, WcStatus::success);
+    EXPECT_EQ(r.q.rcq[1].wr_id, 2u);
+    EXPECT_EQ(r.q.rcq[1].status, WcStatus::wr_flush_err);
+    EXPECT_EQ(r.q.rcq[1].qp_num, kQpn);
+    ASSERT_EQ(r.q.rq.size(), 2u) << "the SRQ's WQEs are not the QP's to flush";
+    EXPECT_EQ(r.q.rq[0].wr_id, 3u);
+    EXPECT_EQ(r.q.rq[1].wr_id, 4u);
+}
+
 TEST(RcResponder, packets_for_another_qp_or_partition_are_dropped) {
     Responder r;
     r.post_recv(1, 0, 100);

@@ -1,0 +1,37 @@
+/* libsnic's extensions to the verbs API: what snic offers beyond rdma-core's
+ * <infiniband/verbs.h>. Installed as <snic/snic_ext.h>; C and C++. */
+#ifndef SNIC_EXT_H
+#define SNIC_EXT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ibv_qp;
+
+/* A QP's receive side, as snicd counts it while it works, from one consistent snapshot:
+ *   taken      receive WQEs the QP has taken (from its own receive queue or from its SRQ)
+ *              for arriving messages; a WQE flushed from the QP's own receive queue counts
+ *              too, as it is taken to be flushed;
+ *   completed  receive completions made for the QP: successful, in error or flushed.
+ * Both are cumulative since the QP was created or last reset (Modify QP to RESET sets both
+ * to 0). A snapshot always has taken >= completed; taken - completed is the number of
+ * receives in progress (1 while a multi-packet SEND is being received, until its last
+ * packet completes it). A completion is counted before it reaches the CQ. */
+struct snic_qp_recv_state {
+    uint64_t taken;
+    uint64_t completed;
+};
+
+/* Reads the counters of `qp` (a QP of a libsnic context) into *state. No system call, no
+ * round trip to snicd: they are read from memory snicd shares with the process. Returns 0,
+ * EINVAL (a null argument) or EIO (snicd is gone). */
+int snic_query_qp_recv(struct ibv_qp* qp, struct snic_qp_recv_state* state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNIC_EXT_H */
