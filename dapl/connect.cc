@@ -226,6 +226,13 @@ void handle_async_event(Ia* ia, const ibv_async_event& ae) {
                            DAT_SRQ_TRANSFER_TO_ERROR);
             return;
         }
+        case IBV_EVENT_QP_LAST_WQE_REACHED: {
+            // An SRQ EP that left the connection will take no more from the SRQ.
+            auto* ep = static_cast<Ep*>(ae.element.qp->qp_context);
+            if (ep != nullptr && ep->live(Kind::ep))
+                post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, ep, DAT_EP_OTHER_ERROR);
+            return;
+        }
         case IBV_EVENT_QP_FATAL:
         case IBV_EVENT_QP_REQ_ERR:
         case IBV_EVENT_QP_ACCESS_ERR: {

@@ -8,15 +8,7 @@
 #include <cstring>
 
 #include "dapl/provider.h"
-
-// libsnic's receive-state snapshot (libclient/snic/snic_ext.h).
-extern "C" {
-struct snic_qp_recv_state {
-    uint64_t taken;
-    uint64_t completed;
-};
-int snic_query_qp_recv(struct ibv_qp* qp, struct snic_qp_recv_state* state) __attribute__((weak));
-}
+#include "libclient/snic/snic_ext.h"
 
 namespace snic::dapl {
 
@@ -286,7 +278,7 @@ DAT_RETURN ep_get_status(DAT_EP_HANDLE h, DAT_EP_STATE* state, DAT_BOOLEAN* recv
     if (recv_idle != nullptr) {
         if (ep->srq != nullptr) {
             snic_qp_recv_state s{};
-            *recv_idle = snic_query_qp_recv != nullptr && snic_query_qp_recv(ep->qp, &s) == 0 &&
+            *recv_idle = snic_query_qp_recv(ep->qp, &s) == 0 &&
                                  s.taken == ep->recv_reaped.load(std::memory_order_acquire)
                              ? DAT_TRUE
                              : DAT_FALSE;
@@ -448,8 +440,7 @@ DAT_RETURN ep_recv_query(DAT_EP_HANDLE h, DAT_COUNT* nbufs, DAT_COUNT* span) {
     if (ep == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
     std::lock_guard lock(ep->post_mu);  // no post between the two counts
     snic_qp_recv_state s{};
-    if (snic_query_qp_recv == nullptr || snic_query_qp_recv(ep->qp, &s) != 0)
-        return err(DAT_INTERNAL_ERROR);
+    if (snic_query_qp_recv(ep->qp, &s) != 0) return err(DAT_INTERNAL_ERROR);
     const std::uint64_t latest_allocated =
         ep->srq != nullptr ? s.taken : ep->recv_posted.load(std::memory_order_acquire);
     const std::uint64_t allocated = latest_allocated - s.completed;

@@ -134,12 +134,9 @@ DAT_RETURN open_device(Ia* ia) {
     // dapl2-utils read these to decide which tests the provider can run.
     std::snprintf(ia->mtu_text, sizeof ia->mtu_text, "%d", 128 << ia->port_attr.active_mtu);
     const DAT_NAMED_ATTR specific[kSpecificAttrs] = {
-        {"DAT_IB_RDMA_READ", "TRUE"},
-        {DAT_IB_ATTR_CMP_AND_SWAP, "TRUE"},
-        {DAT_IB_ATTR_FETCH_AND_ADD, "TRUE"},
-        {DAT_IB_ATTR_IMMED_DATA, "TRUE"},
-        {"DAT_IB_TRANSPORT_MTU", ia->mtu_text},
-        {"DAT_IB_EP_RECV_QUERY", "TRUE"},
+        {"DAT_IB_RDMA_READ", "TRUE"},           {DAT_IB_ATTR_CMP_AND_SWAP, "TRUE"},
+        {DAT_IB_ATTR_FETCH_AND_ADD, "TRUE"},    {DAT_IB_ATTR_IMMED_DATA, "TRUE"},
+        {"DAT_IB_TRANSPORT_MTU", ia->mtu_text}, {"DAT_IB_EP_RECV_QUERY", "TRUE"},
     };
     std::copy(std::begin(specific), std::end(specific), ia->specific);
     // GID 0 is the port's IPv4 address as ::ffff:a.b.c.d.

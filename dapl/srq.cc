@@ -9,14 +9,7 @@
 #include <cerrno>
 
 #include "dapl/provider.h"
-
-extern "C" {
-struct snic_qp_recv_state {
-    uint64_t taken;
-    uint64_t completed;
-};
-int snic_query_qp_recv(struct ibv_qp* qp, struct snic_qp_recv_state* state) __attribute__((weak));
-}
+#include "libclient/snic/snic_ext.h"
 
 namespace snic::dapl {
 
@@ -94,7 +87,7 @@ void taken(Srq* srq, std::uint64_t* total, std::uint64_t* held) {
     *total = *held = 0;
     for (Ep* ep : srq->eps) {
         snic_qp_recv_state s{};
-        if (snic_query_qp_recv == nullptr || snic_query_qp_recv(ep->qp, &s) != 0) continue;
+        if (snic_query_qp_recv(ep->qp, &s) != 0) continue;
         *total += s.taken;
         *held += s.taken - s.completed;
     }
