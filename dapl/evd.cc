@@ -194,7 +194,7 @@ bool Evd::reap(int max) {
 }
 
 DAT_RETURN Evd::take(DAT_EVENT* out) {
-    if (events.empty()) return err(DAT_QUEUE_EMPTY);
+    if (events.empty()) return DAT_QUEUE_EMPTY;  // bare, as consumers compare it
     *out = events.front();
     events.pop_front();
     return DAT_SUCCESS;
@@ -305,7 +305,7 @@ DAT_RETURN evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT threshold, 
         const int ms = remaining_ms(deadline, infinite);
         if (ms == 0) {
             if (nmore != nullptr) *nmore = static_cast<DAT_COUNT>(evd->events.size());
-            return err(DAT_TIMEOUT_EXPIRED);
+            return DAT_TIMEOUT_EXPIRED;  // bare, as consumers compare it
         }
         pollfd fds[2] = {{evd->wake_fd, POLLIN, 0},
                          {evd->channel != nullptr ? evd->channel->fd : -1, POLLIN, 0}};
@@ -488,7 +488,7 @@ DAT_RETURN cno_wait(DAT_CNO_HANDLE h, DAT_TIMEOUT timeout, DAT_EVD_HANDLE* out) 
         const int ms = remaining_ms(deadline, infinite);
         if (ms == 0) {
             if (out != nullptr) *out = DAT_HANDLE_NULL;
-            return err(DAT_TIMEOUT_EXPIRED);
+            return DAT_TIMEOUT_EXPIRED;
         }
         const int n = ::poll(fds.data(), fds.size(), ms);
         if (n < 0 && errno == EINTR) return err(DAT_INTERRUPTED_CALL);
