@@ -69,6 +69,16 @@ void end_connection(Ep* ep, DAT_EVENT_NUMBER n) {
     post_connection_event(ep, n);
 }
 
+Pz* provider_pz(Ia* ia) {
+    if (ia->provider_pz == nullptr) {
+        auto pz = std::make_unique<Pz>(ia->provider, ia);
+        pz->pd = ibv_alloc_pd(ia->ctx);
+        if (pz->pd == nullptr) return nullptr;
+        ia->provider_pz = pz.release();
+    }
+    return ia->provider_pz;
+}
+
 void handle_connect_request(Ia* ia, rdma_cm_event* e) {
     auto* sp = static_cast<Sp*>(e->listen_id->context);
     if (sp == nullptr || as<Sp>(sp) == nullptr) {
@@ -93,6 +103,19 @@ void handle_connect_request(Ia* ia, rdma_cm_event* e) {
     // From this side: responder_resources is the requester's initiator depth.
     cr->peer_read_out = c.responder_resources;
     cr->peer_read_in = c.initiator_depth;
+    if (sp->flags == DAT_PSP_PROVIDER_FLAG) {
+        // The consumer gives it EVDs (and perhaps another PZ) with dat_ep_modify.
+        DAT_EP_HANDLE h = nullptr;
+        Pz* pz = provider_pz(ia);
+        if (pz == nullptr || ep_create_common(ia, pz, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                              &h) != DAT_SUCCESS) {
+            rdma_reject(e->id, nullptr, 0);
+            rdma_destroy_id(e->id);
+            return;
+        }
+        cr->ep = static_cast<Ep*>(h);
+        cr->ep->state = DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING;
+    }
     Cr* raw = cr.release();
     ia->crs.push_back(raw);
     ++ia->objects;
@@ -320,8 +343,8 @@ DAT_RETURN psp_create(DAT_IA_HANDLE h, DAT_CONN_QUAL qual, DAT_EVD_HANDLE evdh, 
     Evd* evd = cr_evd(evdh);
     if (evd == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR);
     if (out == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5);
-    if (flags == DAT_PSP_PROVIDER_FLAG) return err(DAT_MODEL_NOT_SUPPORTED);  // ep_creator NEVER
-    if (flags != DAT_PSP_CONSUMER_FLAG) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
+    if (flags != DAT_PSP_CONSUMER_FLAG && flags != DAT_PSP_PROVIDER_FLAG)
+        return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
     Sp* sp = nullptr;
     const DAT_RETURN r = sp_create(ia, qual, evd, flags, nullptr, Kind::psp, &sp);
     if (r == DAT_SUCCESS) *out = sp;
@@ -446,7 +469,7 @@ DAT_RETURN cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK, DAT_CR_PARAM* p) {
     p->remote_port_qual = cr->remote_qual;
     p->private_data_size = cr->data_len;
     p->private_data = cr->data;
-    p->local_ep_handle = cr->sp != nullptr ? cr->sp->ep : nullptr;
+    p->local_ep_handle = cr->ep != nullptr ? cr->ep : (cr->sp != nullptr ? cr->sp->ep : nullptr);
     return DAT_SUCCESS;
 }
 
@@ -461,7 +484,7 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT len, const DA
     if (!cr->live(Kind::cr)) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);
     Ep* ep = nullptr;
     if (eph == DAT_HANDLE_NULL) {
-        ep = cr->sp != nullptr ? cr->sp->ep : nullptr;
+        ep = cr->ep != nullptr ? cr->ep : (cr->sp != nullptr ? cr->sp->ep : nullptr);
         if (ep == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     } else {
         ep = as<Ep>(eph);
@@ -471,7 +494,7 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT len, const DA
         return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
     if (ep->ia != ia) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     std::lock_guard lock(ep->mu);
-    const bool rsp_ep = cr->sp != nullptr && cr->sp->ep == ep;
+    const bool rsp_ep = (cr->sp != nullptr && cr->sp->ep == ep) || cr->ep == ep;
     if (ep->state != DAT_EP_STATE_UNCONNECTED &&
         !(rsp_ep && ep->state == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING))
         return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
@@ -523,6 +546,7 @@ DAT_RETURN cr_reject(DAT_CR_HANDLE h, DAT_COUNT len, const DAT_PVOID data) {
     if (!cr->live(Kind::cr)) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);
     rdma_reject(cr->id, len > 0 ? data : nullptr, static_cast<std::uint8_t>(len));
     rdma_destroy_id(cr->id);
+    if (cr->ep != nullptr) ep_free_handle(cr->ep);  // the EP the provider made for it
     if (cr->sp != nullptr && cr->sp->ep != nullptr) {
         std::lock_guard lock(cr->sp->ep->mu);
         cr->sp->ep->state = DAT_EP_STATE_RESERVED;
@@ -703,6 +727,10 @@ void stop_events(Ia* ia) {
             rdma_destroy_id(cr->id);
         }
         ia->crs.clear();
+    }
+    if (ia->provider_pz != nullptr && ibv_dealloc_pd(ia->provider_pz->pd) == 0) {
+        retire(ia->provider_pz);
+        ia->provider_pz = nullptr;
     }
     if (ia->channel != nullptr) rdma_destroy_event_channel(ia->channel);
     ia->channel = nullptr;

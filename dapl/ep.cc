@@ -121,6 +121,68 @@ void release_ep(Ep* ep) {
     ep->own_send_cq = ep->own_recv_cq = nullptr;
 }
 
+// The EP's QP, made from its PZ, EVDs, SRQ and attributes, moved to INIT so that
+// receives can be posted before a connection exists.
+int make_qp(Ep* ep) {
+    Ia* ia = ep->ia;
+    const DAT_EP_ATTR& a = ep->attr;
+    // A side with no EVD still needs a CQ; its completions are never reported.
+    ibv_cq* scq = ep->request_evd != nullptr ? ep->request_evd->cq : nullptr;
+    ibv_cq* rcq = ep->recv_evd != nullptr ? ep->recv_evd->cq : nullptr;
+    if (scq == nullptr) scq = ep->own_send_cq = ibv_create_cq(ia->ctx, 1, nullptr, nullptr, 0);
+    if (rcq == nullptr) rcq = ep->own_recv_cq = ibv_create_cq(ia->ctx, 1, nullptr, nullptr, 0);
+    if (scq == nullptr || rcq == nullptr) {
+        const int e = errno;
+        release_ep(ep);
+        return e;
+    }
+    ibv_qp_init_attr qa{};
+    qa.qp_context = ep;
+    qa.send_cq = scq;
+    qa.recv_cq = rcq;
+    qa.srq = ep->srq != nullptr ? ep->srq->srq : nullptr;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = static_cast<std::uint32_t>(std::max<DAT_COUNT>(a.max_request_dtos, 1));
+    qa.cap.max_send_sge = static_cast<std::uint32_t>(
+        std::max<DAT_COUNT>({a.max_request_iov, a.max_rdma_read_iov, a.max_rdma_write_iov, 1}));
+    if (ep->srq == nullptr) {
+        qa.cap.max_recv_wr = static_cast<std::uint32_t>(std::max<DAT_COUNT>(a.max_recv_dtos, 1));
+        qa.cap.max_recv_sge = static_cast<std::uint32_t>(std::max<DAT_COUNT>(a.max_recv_iov, 1));
+    }
+    ep->qp = ibv_create_qp(ep->pz->pd, &qa);
+    if (ep->qp == nullptr) {
+        const int e = errno;
+        release_ep(ep);
+        return e;
+    }
+    if (const int e = qp_to_init(ep); e != 0) {
+        release_ep(ep);
+        return e;
+    }
+    ep->sq.init(ep, qa.cap.max_send_wr);
+    ep->rq.init(ep, std::max<std::uint32_t>(qa.cap.max_recv_wr, 1));
+    ep->recv_posted = ep->recv_reaped = 0;
+    std::lock_guard lock(ia->qp_mu);
+    ia->eps_by_qpn[ep->qp->qp_num] = ep;
+    return 0;
+}
+
+void count_users(Ep* ep, int by) {
+    if (ep->pz != nullptr) ep->pz->users += by;
+    for (Evd* e : {ep->recv_evd, ep->request_evd, ep->connect_evd})
+        if (e != nullptr) e->users += by;
+}
+
+Evd* connection_evd(DAT_EVD_HANDLE h, DAT_RETURN* r) {
+    if (h == DAT_HANDLE_NULL) return nullptr;
+    Evd* e = as<Evd>(h);
+    if (e == nullptr || (e->flags & DAT_EVD_CONNECTION_FLAG) == 0)
+        *r = err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CONN);
+    return e;
+}
+
+}  // namespace
+
 DAT_RETURN ep_create_common(DAT_IA_HANDLE iah, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE rh,
                             DAT_EVD_HANDLE qh, DAT_EVD_HANDLE ch, DAT_SRQ_HANDLE srqh,
                             const DAT_EP_ATTR* attr, DAT_EP_HANDLE* out) {
@@ -132,13 +194,8 @@ DAT_RETURN ep_create_common(DAT_IA_HANDLE iah, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE
     DAT_RETURN r = DAT_SUCCESS;
     Evd* recv = dto_evd(rh, &r, DAT_INVALID_HANDLE_EVD_RECV);
     Evd* req = dto_evd(qh, &r, DAT_INVALID_HANDLE_EVD_REQUEST);
+    Evd* conn = connection_evd(ch, &r);
     if (r != DAT_SUCCESS) return r;
-    Evd* conn = nullptr;
-    if (ch != DAT_HANDLE_NULL) {
-        conn = as<Evd>(ch);
-        if (conn == nullptr || (conn->flags & DAT_EVD_CONNECTION_FLAG) == 0)
-            return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CONN);
-    }
     Srq* srq = nullptr;
     if (srqh != DAT_HANDLE_NULL) {
         srq = as<Srq>(srqh);
@@ -155,56 +212,18 @@ DAT_RETURN ep_create_common(DAT_IA_HANDLE iah, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE
     ep->connect_evd = conn;
     ep->srq = srq;
     ep->attr = a;
-    // A side with no EVD still needs a CQ; its completions are never reported.
-    ibv_cq* scq = req != nullptr ? req->cq : nullptr;
-    ibv_cq* rcq = recv != nullptr ? recv->cq : nullptr;
-    if (scq == nullptr) scq = ep->own_send_cq = ibv_create_cq(ia->ctx, 1, nullptr, nullptr, 0);
-    if (rcq == nullptr) rcq = ep->own_recv_cq = ibv_create_cq(ia->ctx, 1, nullptr, nullptr, 0);
-    if (scq == nullptr || rcq == nullptr) {
-        const int e = errno;
-        release_ep(ep.get());
-        return from_errno(e);
-    }
-    ibv_qp_init_attr qa{};
-    qa.qp_context = ep.get();
-    qa.send_cq = scq;
-    qa.recv_cq = rcq;
-    qa.srq = srq != nullptr ? srq->srq : nullptr;
-    qa.qp_type = IBV_QPT_RC;
-    qa.cap.max_send_wr = static_cast<std::uint32_t>(std::max<DAT_COUNT>(a.max_request_dtos, 1));
-    qa.cap.max_send_sge = static_cast<std::uint32_t>(
-        std::max<DAT_COUNT>({a.max_request_iov, a.max_rdma_read_iov, a.max_rdma_write_iov, 1}));
-    if (srq == nullptr) {
-        qa.cap.max_recv_wr = static_cast<std::uint32_t>(std::max<DAT_COUNT>(a.max_recv_dtos, 1));
-        qa.cap.max_recv_sge = static_cast<std::uint32_t>(std::max<DAT_COUNT>(a.max_recv_iov, 1));
-    }
-    ep->qp = ibv_create_qp(pz->pd, &qa);
-    if (ep->qp == nullptr) {
-        const int e = errno;
-        release_ep(ep.get());
-        return from_errno(e);
-    }
-    if (const int e = qp_to_init(ep.get()); e != 0) {
-        release_ep(ep.get());
-        return from_errno(e);
-    }
-    ep->sq.init(ep.get(), qa.cap.max_send_wr);
-    ep->rq.init(ep.get(), std::max<std::uint32_t>(qa.cap.max_recv_wr, 1));
-    {
-        std::lock_guard lock(ia->qp_mu);
-        ia->eps_by_qpn[ep->qp->qp_num] = ep.get();
-    }
+    if (const int e = make_qp(ep.get()); e != 0) return from_errno(e);
     if (srq != nullptr) {
         std::lock_guard lock(srq->mu);
         srq->eps.push_back(ep.get());
     }
-    ++pz->users;
-    for (Evd* e : {recv, req, conn})
-        if (e != nullptr) ++e->users;
+    count_users(ep.get(), 1);
     ++ia->objects;
     *out = ep.release();
     return DAT_SUCCESS;
 }
+
+namespace {
 
 DAT_RETURN ep_create(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_EVD_HANDLE recv, DAT_EVD_HANDLE req,
                      DAT_EVD_HANDLE conn, const DAT_EP_ATTR* attr, DAT_EP_HANDLE* out) {
@@ -239,31 +258,99 @@ DAT_RETURN ep_query(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK, DAT_EP_PARAM* p) {
     return DAT_SUCCESS;
 }
 
-// What can change on an existing QP: the RDMA Read depths (agreed at connection time)
-// and the completion flags. Anything else is refused unless it is left as it is.
+// dat_ep_modify. The RDMA Read depths and completion flags apply from the next
+// connection. The PZ, the EVDs and the queue sizes are the QP's own: while the EP is
+// unconnected (or a provider-created EP awaits acceptance) and has no work posted, the
+// QP is made again with them.
 DAT_RETURN ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_PARAM* p) {
     Ep* ep = as<Ep>(h);
     if (ep == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
     if (p == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-    std::lock_guard lock(ep->mu);
-    if (ep->state != DAT_EP_STATE_UNCONNECTED)
-        return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
-    constexpr DAT_EP_PARAM_MASK kChangeable =
+    constexpr DAT_EP_PARAM_MASK kAttrOnly =
         DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IN | DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_OUT |
-        DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS | DAT_EP_FIELD_EP_ATTR_REQUEST_COMPLETION_FLAGS;
-    if ((mask & ~kChangeable) != 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+        DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS | DAT_EP_FIELD_EP_ATTR_REQUEST_COMPLETION_FLAGS |
+        DAT_EP_FIELD_EP_ATTR_MAX_MESSAGE_SIZE | DAT_EP_FIELD_EP_ATTR_MAX_RDMA_SIZE |
+        DAT_EP_FIELD_EP_ATTR_QOS;
+    constexpr DAT_EP_PARAM_MASK kRebuild =
+        DAT_EP_FIELD_PZ_HANDLE | DAT_EP_FIELD_RECV_EVD_HANDLE | DAT_EP_FIELD_REQUEST_EVD_HANDLE |
+        DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS | DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_DTOS |
+        DAT_EP_FIELD_EP_ATTR_MAX_RECV_IOV | DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_IOV |
+        DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IOV | DAT_EP_FIELD_EP_ATTR_MAX_RDMA_WRITE_IOV;
+    if ((mask & ~(kAttrOnly | kRebuild | DAT_EP_FIELD_CONNECT_EVD_HANDLE)) != 0)
+        return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+    std::lock_guard ia_lock(ep->ia->mu);
+    std::lock_guard lock(ep->mu);
+    const bool quiet = ep->state == DAT_EP_STATE_UNCONNECTED ||
+                       ep->state == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING ||
+                       ep->state == DAT_EP_STATE_RESERVED;
+    if (!quiet) return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
     DAT_EP_ATTR a = ep->attr;
-    if ((mask & DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IN) != 0)
-        a.max_rdma_read_in = p->ep_attr.max_rdma_read_in;
-    if ((mask & DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_OUT) != 0)
-        a.max_rdma_read_out = p->ep_attr.max_rdma_read_out;
-    if ((mask & DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS) != 0)
-        a.recv_completion_flags = p->ep_attr.recv_completion_flags;
-    if ((mask & DAT_EP_FIELD_EP_ATTR_REQUEST_COMPLETION_FLAGS) != 0)
-        a.request_completion_flags = p->ep_attr.request_completion_flags;
-    if (const DAT_RETURN r = check_attr(ep->ia, a, ep->srq != nullptr); r != DAT_SUCCESS)
+    const DAT_EP_ATTR& n = p->ep_attr;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IN) a.max_rdma_read_in = n.max_rdma_read_in;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_OUT) a.max_rdma_read_out = n.max_rdma_read_out;
+    if (mask & DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS)
+        a.recv_completion_flags = n.recv_completion_flags;
+    if (mask & DAT_EP_FIELD_EP_ATTR_REQUEST_COMPLETION_FLAGS)
+        a.request_completion_flags = n.request_completion_flags;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_MESSAGE_SIZE) a.max_message_size = n.max_message_size;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_RDMA_SIZE) a.max_rdma_size = n.max_rdma_size;
+    if (mask & DAT_EP_FIELD_EP_ATTR_QOS) a.qos = n.qos;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS) a.max_recv_dtos = n.max_recv_dtos;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_DTOS) a.max_request_dtos = n.max_request_dtos;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_RECV_IOV) a.max_recv_iov = n.max_recv_iov;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_IOV) a.max_request_iov = n.max_request_iov;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IOV) a.max_rdma_read_iov = n.max_rdma_read_iov;
+    if (mask & DAT_EP_FIELD_EP_ATTR_MAX_RDMA_WRITE_IOV) a.max_rdma_write_iov = n.max_rdma_write_iov;
+    if (a.qos != DAT_QOS_BEST_EFFORT) return err(DAT_MODEL_NOT_SUPPORTED);
+    if (check_attr(ep->ia, a, ep->srq != nullptr) != DAT_SUCCESS)
         return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+    DAT_RETURN r = DAT_SUCCESS;
+    Pz* pz = ep->pz;
+    if (mask & DAT_EP_FIELD_PZ_HANDLE) {
+        pz = as<Pz>(p->pz_handle);
+        if (pz == nullptr || pz->ia != ep->ia)
+            return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ);
+        if (ep->srq != nullptr && ep->srq->pz != pz)
+            return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+    }
+    Evd* recv = (mask & DAT_EP_FIELD_RECV_EVD_HANDLE)
+                    ? dto_evd(p->recv_evd_handle, &r, DAT_INVALID_HANDLE_EVD_RECV)
+                    : ep->recv_evd;
+    Evd* req = (mask & DAT_EP_FIELD_REQUEST_EVD_HANDLE)
+                   ? dto_evd(p->request_evd_handle, &r, DAT_INVALID_HANDLE_EVD_REQUEST)
+                   : ep->request_evd;
+    Evd* conn = (mask & DAT_EP_FIELD_CONNECT_EVD_HANDLE) ? connection_evd(p->connect_evd_handle, &r)
+                                                         : ep->connect_evd;
+    if (r != DAT_SUCCESS) return r;
+    const bool rebuild = (mask & kRebuild) != 0;
+    if (rebuild && (ep->sq.in_use() != 0 || ep->rq.in_use() != 0))
+        return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);  // work is posted
+    count_users(ep, -1);
+    Pz* const old_pz = ep->pz;
+    Evd* const old_recv = ep->recv_evd;
+    Evd* const old_req = ep->request_evd;
+    Evd* const old_conn = ep->connect_evd;
+    const DAT_EP_ATTR old_attr = ep->attr;
+    ep->pz = pz;
+    ep->recv_evd = recv;
+    ep->request_evd = req;
+    ep->connect_evd = conn;
     ep->attr = a;
+    if (rebuild) {
+        release_ep(ep);
+        if (const int e = make_qp(ep); e != 0) {
+            // Back to what it was: the old QP is made again.
+            ep->pz = old_pz;
+            ep->recv_evd = old_recv;
+            ep->request_evd = old_req;
+            ep->connect_evd = old_conn;
+            ep->attr = old_attr;
+            make_qp(ep);
+            count_users(ep, 1);
+            return from_errno(e);
+        }
+    }
+    count_users(ep, 1);
     return DAT_SUCCESS;
 }
 
@@ -553,6 +640,10 @@ DAT_RETURN ep_extension(Ep* ep, DAT_EXTENDED_OP op, va_list args) {
         default:
             return err(DAT_NOT_IMPLEMENTED);
     }
+}
+
+DAT_RETURN ep_free_handle(DAT_EP_HANDLE h) {
+    return ep_free(h);
 }
 
 void fill_provider_ep(DAT_PROVIDER& p) {

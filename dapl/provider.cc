@@ -209,10 +209,13 @@ extern "C" DAT_RETURN snic_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags) {
     return DAT_SUCCESS;
 }
 
-extern "C" DAT_RETURN snic_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, DAT_IA_ATTR_MASK,
-                                    DAT_IA_ATTR* a, DAT_PROVIDER_ATTR_MASK, DAT_PROVIDER_ATTR* p) {
+extern "C" DAT_RETURN snic_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd,
+                                    DAT_IA_ATTR_MASK ia_mask, DAT_IA_ATTR* a,
+                                    DAT_PROVIDER_ATTR_MASK provider_mask, DAT_PROVIDER_ATTR* p) {
     Ia* ia = as<Ia>(h);
     if (ia == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA);
+    if ((a == nullptr && ia_mask != 0) || (p == nullptr && provider_mask != 0))
+        return err(DAT_INVALID_PARAMETER, a == nullptr ? DAT_INVALID_ARG4 : DAT_INVALID_ARG6);
     if (async_evd != nullptr) *async_evd = ia->async_evd;
     const ibv_device_attr& d = ia->dev_attr;
     if (a != nullptr) {
@@ -286,7 +289,7 @@ extern "C" DAT_RETURN snic_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, 
         p->is_thread_safe = registration_of(ia->provider)->info.is_thread_safe;
         p->max_private_data_size = kMaxPrivateData;
         p->supports_multipath = DAT_FALSE;
-        p->ep_creator = DAT_PSP_CREATES_EP_NEVER;
+        p->ep_creator = DAT_PSP_CREATES_EP_IFASKED;
         p->pz_support = DAT_PZ_UNIQUE;
         p->optimal_buffer_alignment = 64;
         p->srq_supported = DAT_TRUE;
@@ -408,7 +411,8 @@ DAT_RETURN lmr_create(DAT_IA_HANDLE h, DAT_MEM_TYPE type, DAT_REGION_DESCRIPTION
         default:
             return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     }
-    if (addr == nullptr || length == 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+    if (length == 0) return err(DAT_LENGTH_ERROR);
+    if (addr == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
     auto l = std::make_unique<Lmr>(ia->provider, ia);
     l->mr = ibv_reg_mr(pz->pd, addr, length, access_of(priv));
     if (l->mr == nullptr) return from_errno(errno);

@@ -261,6 +261,7 @@ struct Cr final : Typed<Cr> {
     DAT_COUNT data_len = 0;
     std::uint8_t peer_read_out = 0;  // RDMA Reads the requester may have outstanding to us
     std::uint8_t peer_read_in = 0;   // RDMA Reads the requester takes from us
+    Ep* ep = nullptr;                // made by the provider for a PSP that asks for one
     Cr(DAT_PROVIDER* p, Ia* i) : Typed(p, kKind, DAT_HANDLE_TYPE_CR, i) {}
 };
 
@@ -286,6 +287,7 @@ struct Ia final : Typed<Ia> {
     std::mutex qp_mu;
     std::unordered_map<std::uint32_t, Ep*> eps_by_qpn;
     std::atomic<int> objects{0};
+    Pz* provider_pz = nullptr;  // the PZ of EPs the provider creates, until modified
     char mtu_text[16]{};
     DAT_NAMED_ATTR specific[kSpecificAttrs]{};  // the provider-specific attributes
     Ia(DAT_PROVIDER* p) : Typed(p, kKind, DAT_HANDLE_TYPE_IA, this) {}
@@ -302,6 +304,10 @@ void ep_on_connection_event(Ep* ep, rdma_cm_event* e);  // connect.cc, ia->mu he
 void flush_ep(Ep* ep);                                  // QP to the error state
 int qp_to_init(Ep* ep);
 Ep* ep_by_qpn(Ia* ia, std::uint32_t qpn);
+DAT_RETURN ep_create_common(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_EVD_HANDLE recv,
+                            DAT_EVD_HANDLE request, DAT_EVD_HANDLE connect, DAT_SRQ_HANDLE srq,
+                            const DAT_EP_ATTR* attr, DAT_EP_HANDLE* out);
+DAT_RETURN ep_free_handle(DAT_EP_HANDLE ep);
 
 // ---- the DAT entry points, one per file group ----
 extern "C" {
