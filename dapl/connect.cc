@@ -278,6 +278,16 @@ void handle_async_event(Ia* ia, const ibv_async_event& ae) {
     }
 }
 
+// Ids are destroyed here, between events: an event this thread holds may name one.
+void destroy_retired_ids(Ia* ia) {
+    std::vector<rdma_cm_id*> ids;
+    {
+        std::lock_guard lock(ia->mu);
+        ids.swap(ia->retired_ids);
+    }
+    for (rdma_cm_id* id : ids) rdma_destroy_id(id);
+}
+
 void events_loop(Ia* ia) {
     for (;;) {
         pollfd fds[3] = {
@@ -286,7 +296,11 @@ void events_loop(Ia* ia) {
             if (errno == EINTR) continue;
             return;
         }
-        if ((fds[2].revents & POLLIN) != 0) return;
+        if ((fds[2].revents & POLLIN) != 0) {
+            std::uint64_t v;
+            [[maybe_unused]] const ssize_t n = ::read(ia->wake_fd, &v, sizeof v);
+            if (ia->stopping.load()) return;
+        }
         if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
             rdma_cm_event* e = nullptr;
             while (rdma_get_cm_event(ia->channel, &e) == 0) {
@@ -294,6 +308,7 @@ void events_loop(Ia* ia) {
                 rdma_ack_cm_event(e);
             }
         }
+        destroy_retired_ids(ia);
         if ((fds[1].revents & POLLIN) != 0) {
             ibv_async_event ae{};
             if (ibv_get_async_event(ia->ctx, &ae) == 0) {
@@ -371,8 +386,7 @@ DAT_RETURN sp_free(DAT_HANDLE h) {
     Ia* ia = sp->ia;
     {
         std::lock_guard lock(ia->mu);
-        sp->listen->context = nullptr;
-        rdma_destroy_id(sp->listen);
+        retire_id(ia, sp->listen);
         ia->sps.remove(sp);
         // CRs that arrived on it stay usable (DAT: freeing an SP does not affect them).
         if (sp->ep != nullptr) {
@@ -545,7 +559,7 @@ DAT_RETURN cr_reject(DAT_CR_HANDLE h, DAT_COUNT len, const DAT_PVOID data) {
     std::lock_guard ia_lock(ia->mu);
     if (!cr->live(Kind::cr)) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);
     rdma_reject(cr->id, len > 0 ? data : nullptr, static_cast<std::uint8_t>(len));
-    rdma_destroy_id(cr->id);
+    retire_id(ia, cr->id);
     if (cr->ep != nullptr) ep_free_handle(cr->ep);  // the EP the provider made for it
     if (cr->sp != nullptr && cr->sp->ep != nullptr) {
         std::lock_guard lock(cr->sp->ep->mu);
@@ -596,7 +610,7 @@ DAT_RETURN ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR remote, DAT_CONN_QUAL 
     std::lock_guard lock(ep->mu);
     if (ep->state == DAT_EP_STATE_DISCONNECTED) {
         // As the OFED provider allows: a disconnected EP is reset and reused.
-        if (ep->cm != nullptr) rdma_destroy_id(ep->cm);
+        if (ep->cm != nullptr) retire_id(ia, ep->cm);
         ep->cm = nullptr;
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_RESET;
@@ -675,9 +689,8 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags) {
         case DAT_EP_STATE_COMPLETION_PENDING:
             // Abandon the attempt: the id goes, and so does whatever it would report.
             if (ep->cm != nullptr) {
-                ep->cm->context = nullptr;
                 rdma_disconnect(ep->cm);
-                rdma_destroy_id(ep->cm);
+                retire_id(ia, ep->cm);
                 ep->cm = nullptr;
             }
             end_connection(ep, DAT_CONNECTION_EVENT_DISCONNECTED);
@@ -709,7 +722,15 @@ DAT_RETURN start_events(Ia* ia) {
     return DAT_SUCCESS;
 }
 
+void retire_id(Ia* ia, rdma_cm_id* id) {
+    id->context = nullptr;
+    ia->retired_ids.push_back(id);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(ia->wake_fd, &one, sizeof one);
+}
+
 void stop_events(Ia* ia) {
+    ia->stopping = true;
     if (ia->events_thread.joinable()) {
         const std::uint64_t one = 1;
         [[maybe_unused]] const ssize_t n = ::write(ia->wake_fd, &one, sizeof one);
@@ -728,6 +749,7 @@ void stop_events(Ia* ia) {
         }
         ia->crs.clear();
     }
+    destroy_retired_ids(ia);
     if (ia->provider_pz != nullptr && ibv_dealloc_pd(ia->provider_pz->pd) == 0) {
         retire(ia->provider_pz);
         ia->provider_pz = nullptr;

@@ -550,7 +550,7 @@ DAT_RETURN ep_reset(DAT_EP_HANDLE h) {
         return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_CONNECTED);
     if (ep->state == DAT_EP_STATE_UNCONNECTED) return DAT_SUCCESS;
     if (ep->cm != nullptr) {
-        rdma_destroy_id(ep->cm);
+        retire_id(ep->ia, ep->cm);
         ep->cm = nullptr;
     }
     ibv_qp_attr a{};
@@ -573,9 +573,8 @@ DAT_RETURN ep_free(DAT_EP_HANDLE h) {
         std::lock_guard lock(ep->mu);
         // Freeing a connected EP disconnects it abruptly, with no event.
         if (ep->cm != nullptr) {
-            ep->cm->context = nullptr;
             rdma_disconnect(ep->cm);
-            rdma_destroy_id(ep->cm);
+            retire_id(ep->ia, ep->cm);
             ep->cm = nullptr;
         }
         flush_ep(ep);

@@ -276,7 +276,9 @@ struct Ia final : Typed<Ia> {
     bool own_async_evd = false;
     std::recursive_mutex mu;  // the connection objects below
     rdma_event_channel* channel = nullptr;
-    int wake_fd = -1;
+    int wake_fd = -1;  // eventfd: ids to destroy, or stop
+    std::atomic<bool> stopping{false};
+    std::vector<rdma_cm_id*> retired_ids;  // destroyed by the event thread, between events
     std::thread events_thread;
     std::list<Sp*> sps;
     std::list<Cr*> crs;
@@ -328,6 +330,9 @@ void fill_provider_srq(DAT_PROVIDER& p);
 DAT_RETURN ep_extension(Ep* ep, DAT_EXTENDED_OP op, va_list args);
 DAT_RETURN ep_extension_entry(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args);
 void stop_events(Ia* ia);
+// Hands an id to the IA's event thread to destroy (ia->mu held): rdma_cm events already
+// taken from the channel may name it until that thread is done with them.
+void retire_id(Ia* ia, rdma_cm_id* id);
 DAT_RETURN start_events(Ia* ia);
 
 }  // namespace snic::dapl
