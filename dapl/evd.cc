@@ -133,10 +133,23 @@ void Evd::post(const DAT_EVENT& e) {
     Cno* c = nullptr;
     {
         std::lock_guard lock(mu);
-        if (static_cast<DAT_COUNT>(events.size()) >= qlen + 64) {
-            // Overflow: the event is lost, and the IA's async EVD says so.
+        if (static_cast<DAT_COUNT>(events.size()) >= qlen) {
+            // Overflow: the event is lost, and the IA's async EVD says so (once per
+            // overflowing EVD until it drains).
+            if (!overflowed && ia->async_evd != nullptr && ia->async_evd != this) {
+                overflowed = true;
+                DAT_EVENT o{};
+                o.event_number = DAT_ASYNC_ERROR_EVD_OVERFLOW;
+                o.event_data.asynch_error_event_data.dat_handle = this;
+                o.event_data.asynch_error_event_data.reason = DAT_EVD_OVERFLOW_ERROR;
+                Evd* async = ia->async_evd;
+                mu.unlock();
+                async->post(o);
+                mu.lock();
+            }
             return;
         }
+        overflowed = false;
         events.push_back(e);
         events.back().evd_handle = this;
         c = cno;

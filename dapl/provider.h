@@ -174,6 +174,7 @@ struct Evd final : Typed<Evd> {
     ibv_comp_channel* channel = nullptr;
     ibv_cq* cq = nullptr;  // DTO and bind completions
     bool armed = false;
+    bool overflowed = false;    // the async EVD was told; cleared when an event fits again
     int wake_fd = -1;           // eventfd: an event was queued by another thread
     std::atomic<int> users{0};  // EPs and SPs that deliver here
     Evd(DAT_PROVIDER* p, Ia* i) : Typed(p, kKind, DAT_HANDLE_TYPE_EVD, i) {}
