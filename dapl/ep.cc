@@ -37,9 +37,7 @@ void SlotRing::retire_through(const Slot* s) {
 }
 
 Ep* ep_by_qpn(Ia* ia, std::uint32_t qpn) {
-    std::lock_guard lock(ia->qp_mu);
-    const auto it = ia->eps_by_qpn.find(qpn);
-    return it == ia->eps_by_qpn.end() ? nullptr : it->second;
+    return ia->eps_by_qpn.find(qpn);
 }
 
 int qp_to_init(Ep* ep) {
@@ -109,10 +107,7 @@ Evd* dto_evd(DAT_EVD_HANDLE h, DAT_RETURN* r, DAT_RETURN sub) {
 
 void release_ep(Ep* ep) {
     if (ep->qp != nullptr) {
-        {
-            std::lock_guard lock(ep->ia->qp_mu);
-            ep->ia->eps_by_qpn.erase(ep->qp->qp_num);
-        }
+        ep->ia->eps_by_qpn.put(ep->qp->qp_num, nullptr);
         ibv_destroy_qp(ep->qp);
         ep->qp = nullptr;
     }
@@ -162,8 +157,7 @@ int make_qp(Ep* ep) {
     ep->sq.init(ep, qa.cap.max_send_wr);
     ep->rq.init(ep, std::max<std::uint32_t>(qa.cap.max_recv_wr, 1));
     ep->recv_posted = ep->recv_reaped = 0;
-    std::lock_guard lock(ia->qp_mu);
-    ia->eps_by_qpn[ep->qp->qp_num] = ep;
+    ia->eps_by_qpn.put(ep->qp->qp_num, ep);
     return 0;
 }
 

@@ -92,9 +92,7 @@ DAT_RETURN from_errno(int e) {
 }
 
 Lmr* find_lmr(Ia* ia, DAT_LMR_CONTEXT ctx) {
-    std::lock_guard lock(ia->lmr_mu);
-    const auto it = ia->lmrs.find(ctx);
-    return it == ia->lmrs.end() ? nullptr : it->second;
+    return ia->lmrs.find(ctx);
 }
 
 DAT_RETURN check_iov(Ia* ia, Pz* pz, DAT_COUNT n, const DAT_LMR_TRIPLET* iov, bool need_write,
@@ -422,10 +420,7 @@ DAT_RETURN lmr_create(DAT_IA_HANDLE h, DAT_MEM_TYPE type, DAT_REGION_DESCRIPTION
     l->priv = priv;
     l->addr = reinterpret_cast<DAT_VADDR>(addr);
     l->length = length;
-    {
-        std::lock_guard lock(ia->lmr_mu);
-        ia->lmrs[l->mr->lkey] = l.get();
-    }
+    ia->lmrs.put(l->mr->lkey, l.get());
     ++pz->users;
     ++ia->objects;
     if (lctx != nullptr) *lctx = l->mr->lkey;
@@ -458,10 +453,7 @@ DAT_RETURN lmr_free(DAT_LMR_HANDLE h) {
     Lmr* l = as<Lmr>(h);
     if (l == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_LMR);
     if (l->users.load() != 0) return err(DAT_INVALID_STATE, DAT_INVALID_STATE_LMR_IN_USE);
-    {
-        std::lock_guard lock(l->ia->lmr_mu);
-        l->ia->lmrs.erase(l->mr->lkey);
-    }
+    l->ia->lmrs.put(l->mr->lkey, nullptr);
     if (ibv_dereg_mr(l->mr) != 0) return from_errno(errno);
     --l->pz->users;
     --l->ia->objects;

@@ -26,8 +26,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
+
+#include "dapl/table.h"
 
 namespace snic::dapl {
 
@@ -284,11 +285,9 @@ struct Ia final : Typed<Ia> {
     std::list<Sp*> sps;
     std::list<Cr*> crs;
     // lmr_context (lkey) -> LMR, for the checks every post makes.
-    std::mutex lmr_mu;
-    std::unordered_map<std::uint32_t, Lmr*> lmrs;
+    KeyTable<Lmr> lmrs;
     // qp_num -> EP, for completions from an SRQ (whose wr_id names no EP).
-    std::mutex qp_mu;
-    std::unordered_map<std::uint32_t, Ep*> eps_by_qpn;
+    KeyTable<Ep> eps_by_qpn;
     std::atomic<int> objects{0};
     Pz* provider_pz = nullptr;  // the PZ of EPs the provider creates, until modified
     char mtu_text[16]{};
