@@ -233,13 +233,21 @@ void post_async(Ia* ia, DAT_EVENT_NUMBER n, DAT_HANDLE h, DAT_COUNT reason) {
     ia->async_evd->post(e);
 }
 
+}  // namespace
+
+// DAT has no event number of its own for it: an asynchronous error event on the SRQ with
+// the reason DAT_SRQ_LOW_WATERMARK_EVENT.
+void post_low_watermark(Srq* srq) {
+    post_async(srq->ia, DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR, srq, DAT_SRQ_LOW_WATERMARK_EVENT);
+}
+
+namespace {
+
 void handle_async_event(Ia* ia, const ibv_async_event& ae) {
     switch (ae.event_type) {
         case IBV_EVENT_SRQ_LIMIT_REACHED: {
             auto* srq = static_cast<Srq*>(ae.element.srq->srq_context);
-            if (srq != nullptr && srq->live(Kind::srq))
-                post_async(ia, DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR, srq,
-                           DAT_SRQ_LOW_WATERMARK_EVENT);
+            if (srq != nullptr && srq->live(Kind::srq)) post_low_watermark(srq);
             return;
         }
         case IBV_EVENT_SRQ_ERR: {
@@ -612,6 +620,7 @@ DAT_RETURN ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR remote, DAT_CONN_QUAL 
         // As the OFED provider allows: a disconnected EP is reset and reused.
         if (ep->cm != nullptr) retire_id(ia, ep->cm);
         ep->cm = nullptr;
+        srq_keep_taken(ep);
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_RESET;
         if (ibv_modify_qp(ep->qp, &a, IBV_QP_STATE) != 0 || qp_to_init(ep) != 0)

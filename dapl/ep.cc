@@ -547,6 +547,7 @@ DAT_RETURN ep_reset(DAT_EP_HANDLE h) {
         retire_id(ep->ia, ep->cm);
         ep->cm = nullptr;
     }
+    srq_keep_taken(ep);
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RESET;
     if (const int e = ibv_modify_qp(ep->qp, &a, IBV_QP_STATE); e != 0) return from_errno(e);
@@ -574,11 +575,7 @@ DAT_RETURN ep_free(DAT_EP_HANDLE h) {
         flush_ep(ep);
         ep->state = DAT_EP_STATE_DISCONNECTED;
     }
-    if (ep->srq != nullptr) {
-        std::lock_guard lock(ep->srq->mu);
-        auto& v = ep->srq->eps;
-        v.erase(std::remove(v.begin(), v.end(), ep), v.end());
-    }
+    srq_keep_taken(ep, true);
     release_ep(ep);
     --ep->pz->users;
     for (Evd* e : {ep->recv_evd, ep->request_evd, ep->connect_evd})

@@ -199,6 +199,7 @@ struct Srq final : Typed<Srq> {
     std::uint64_t posted = 0;
     std::atomic<std::uint64_t> reaped{0};
     DAT_COUNT total_slots = 0;
+    std::uint64_t taken_before = 0;  // taken by QPs since reset or destroyed
     std::vector<Ep*> eps;
     Srq(DAT_PROVIDER* p, Ia* i) : Typed(p, kKind, DAT_HANDLE_TYPE_SRQ, i) {}
 };
@@ -330,6 +331,9 @@ void fill_provider_srq(DAT_PROVIDER& p);
 DAT_RETURN ep_extension(Ep* ep, DAT_EXTENDED_OP op, va_list args);
 DAT_RETURN ep_extension_entry(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args);
 void stop_events(Ia* ia);
+void post_low_watermark(Srq* srq);
+std::uint64_t srq_taken(Srq* srq);  // srq->mu held
+void srq_keep_taken(Ep* ep, bool detach = false);
 // Hands an id to the IA's event thread to destroy (ia->mu held): rdma_cm events already
 // taken from the channel may name it until that thread is done with them.
 void retire_id(Ia* ia, rdma_cm_id* id);

@@ -82,15 +82,38 @@ DAT_COUNT outstanding(const Srq* srq) {
     return static_cast<DAT_COUNT>(srq->posted - srq->reaped.load(std::memory_order_acquire));
 }
 
-// Taken by the SRQ's EPs so far (snicd's counters), and taken and not completed.
-void taken(Srq* srq, std::uint64_t* total, std::uint64_t* held) {
-    *total = *held = 0;
+}  // namespace
+
+// WQEs taken from the SRQ so far: by its EPs' QPs now (snicd's counters), and by QPs that
+// were reset or destroyed before (their counts kept when they went). srq->mu held.
+std::uint64_t srq_taken(Srq* srq) {
+    std::uint64_t total = srq->taken_before;
     for (Ep* ep : srq->eps) {
         snic_qp_recv_state s{};
-        if (snic_query_qp_recv(ep->qp, &s) != 0) continue;
-        *total += s.taken;
-        *held += s.taken - s.completed;
+        if (snic_query_qp_recv(ep->qp, &s) == 0) total += s.taken;
     }
+    return total;
+}
+
+// An SRQ EP's QP is about to be reset or destroyed (which clears snicd's counters): what
+// it took stays counted; `detach` takes the EP off the SRQ in the same step.
+void srq_keep_taken(Ep* ep, bool detach) {
+    if (ep->srq == nullptr || ep->qp == nullptr) return;
+    std::lock_guard lock(ep->srq->mu);
+    snic_qp_recv_state s{};
+    if (snic_query_qp_recv(ep->qp, &s) == 0) ep->srq->taken_before += s.taken;
+    if (detach) {
+        auto& v = ep->srq->eps;
+        v.erase(std::remove(v.begin(), v.end(), ep), v.end());
+    }
+}
+
+namespace {
+
+// Buffers on the SRQ itself: posted, not yet taken by an EP. srq->mu held.
+DAT_COUNT available(Srq* srq) {
+    const std::uint64_t t = srq_taken(srq);
+    return static_cast<DAT_COUNT>(srq->posted > t ? srq->posted - t : 0);
 }
 
 // dat_srq_post_recv: nonblocking and allocation-free; valid in every SRQ state.
@@ -132,20 +155,16 @@ DAT_RETURN srq_query(DAT_SRQ_HANDLE h, DAT_SRQ_PARAM_MASK, DAT_SRQ_PARAM* p) {
     if (srq == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_SRQ);
     if (p == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
     std::lock_guard lock(srq->mu);
-    std::uint64_t total = 0, held = 0;
-    taken(srq, &total, &held);
     p->ia_handle = srq->ia;
     p->srq_state = DAT_SRQ_STATE_OPERATIONAL;
     p->pz_handle = srq->pz;
     p->max_recv_dtos = srq->max_recv_dtos;
     p->max_recv_iov = srq->max_recv_iov;
     p->low_watermark = srq->low_watermark;
-    // Buffers taken by EPs whose EP was freed are no longer counted by snicd; the SRQ
-    // holds at most what was posted.
-    const std::uint64_t reaped = srq->reaped.load(std::memory_order_acquire);
-    const std::uint64_t gone = std::max(total, reaped);
-    p->available_dto_count = static_cast<DAT_COUNT>(srq->posted > gone ? srq->posted - gone : 0);
-    p->outstanding_dto_count = static_cast<DAT_COUNT>(held);
+    // Available: on the SRQ. Outstanding: posted and not yet reaped (on the SRQ, held by
+    // an EP, or completed and waiting in an EVD), the count dat_srq_resize is held to.
+    p->available_dto_count = available(srq);
+    p->outstanding_dto_count = outstanding(srq);
     return DAT_SUCCESS;
 }
 
@@ -171,12 +190,16 @@ DAT_RETURN srq_resize(DAT_SRQ_HANDLE h, DAT_COUNT size) {
 DAT_RETURN srq_set_lw(DAT_SRQ_HANDLE h, DAT_COUNT lw) {
     Srq* srq = as<Srq>(h);
     if (srq == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_SRQ);
-    std::lock_guard lock(srq->mu);
+    std::unique_lock lock(srq->mu);
     if (lw < 0 || lw > srq->max_recv_dtos) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+    // Already below the new watermark: the event comes now, and spends the arming.
+    const bool below = lw > 0 && available(srq) < lw;
     ibv_srq_attr a{};
-    a.srq_limit = static_cast<std::uint32_t>(lw);
+    a.srq_limit = below ? 0 : static_cast<std::uint32_t>(lw);
     if (const int e = ibv_modify_srq(srq->srq, &a, IBV_SRQ_LIMIT); e != 0) return from_errno(e);
     srq->low_watermark = lw;
+    lock.unlock();
+    if (below) post_low_watermark(srq);
     return DAT_SUCCESS;
 }
 
