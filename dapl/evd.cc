@@ -171,8 +171,8 @@ bool Evd::reap(int max) {
             auto* s = reinterpret_cast<Slot*>(static_cast<std::uintptr_t>(wc.wr_id));
             Ep* ep = s->ep;
             if (s->in_srq) {
-                ep = ep_by_qpn(ia, wc.qp_num);
-                Srq* srq = ep != nullptr ? ep->srq : nullptr;
+                ep = ep_by_qpn(ia, wc.qp_num);  // nullptr once the EP is freed
+                Srq* srq = s->srq;
                 DAT_EVENT e;
                 if (ep != nullptr) {
                     to_event(this, wc, s, ep, &e);

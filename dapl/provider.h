@@ -130,6 +130,7 @@ struct Slot {
     DAT_DTO_COOKIE cookie{};
     DAT_RMR_COOKIE rmr_cookie{};
     Rmr* rmr = nullptr;  // a bind's window
+    Srq* srq = nullptr;  // an SRQ slot's SRQ
     std::uint32_t length = 0;
     int op = 0;  // DAT_DTOS or DAT_IB_DTOS; -1 for a bind
     bool in_srq = false;

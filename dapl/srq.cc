@@ -25,6 +25,7 @@ bool add_slots(Srq* srq, DAT_COUNT to) {
     srq->free.reserve(static_cast<std::size_t>(to));
     for (std::size_t i = 0; i < more; ++i) {
         chunk[i].in_srq = true;
+        chunk[i].srq = srq;
         chunk[i].op = DAT_DTO_RECEIVE;
         srq->free.push_back(&chunk[i]);
     }
