@@ -66,8 +66,8 @@ DAT_EP_ATTR default_attr(const Ia* ia) {
     const ibv_device_attr& d = ia->dev_attr;
     DAT_EP_ATTR a{};
     a.service_type = DAT_SERVICE_TYPE_RC;
-    a.max_message_size = 1u << 31;
-    a.max_rdma_size = 1u << 31;
+    a.max_message_size = ia->port_attr.max_msg_sz;
+    a.max_rdma_size = ia->port_attr.max_msg_sz;
     a.qos = DAT_QOS_BEST_EFFORT;
     a.recv_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
     a.request_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;

@@ -241,8 +241,8 @@ extern "C" DAT_RETURN snic_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd,
             static_cast<DAT_SEG_LENGTH>(std::min<std::uint64_t>(d.max_mr_size, UINT32_MAX));
         a->max_lmr_virtual_address = UINT64_MAX;
         a->max_pzs = d.max_pd;
-        a->max_message_size = 1u << 31;  // IBA's message size limit
-        a->max_rdma_size = 1u << 31;
+        a->max_message_size = ia->port_attr.max_msg_sz;  // the port's (IBA: at most 2^31)
+        a->max_rdma_size = ia->port_attr.max_msg_sz;
         a->max_rmrs = d.max_mw;
         a->max_rmr_target_address = UINT64_MAX;
         a->max_srqs = d.max_srq;
