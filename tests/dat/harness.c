@@ -22,8 +22,22 @@ void h_fail(int line, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* Empties the EVDs of a side (what an earlier rule left, e.g. after it failed half-way),
+ * so that rules do not see each other's events. */
+static void drain(struct h_side *s, const char *rule) {
+    const DAT_EVD_HANDLE evds[] = {s->cr_evd, s->conn_evd, s->req_evd, s->rcv_evd, s->async_evd};
+    for (size_t i = 0; i < sizeof evds / sizeof evds[0]; ++i) {
+        DAT_EVENT ev;
+        while (dat_evd_dequeue(evds[i], &ev) == DAT_SUCCESS)
+            fprintf(stderr, "note: before %s: %s left on %s's EVD %zu\n", rule,
+                    h_event_str(ev.event_number), s->name, i);
+    }
+}
+
 void h_run_rule(const char *name, void (*fn)(struct h_pair *), struct h_pair *pair) {
     if (g_only != NULL && strcmp(g_only, name) != 0) return;
+    drain(&pair->srv, name);
+    drain(&pair->cli, name);
     g_rule_failed = 0;
     g_why[0] = '\0';
     fn(pair);
