@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 static const char *g_only;     /* -r: run this rule only */
+static int g_list;             /* -l: print the rules' names, run nothing */
 static DAT_CONN_QUAL g_port;   /* -p: the next connection qualifier */
 static int g_rules, g_failed;  /* rules run, rules failed */
 static char g_why[512];        /* the current rule's first failure */
@@ -35,6 +36,10 @@ static void drain(struct h_side *s, const char *rule) {
 }
 
 void h_run_rule(const char *name, void (*fn)(struct h_pair *), struct h_pair *pair) {
+    if (g_list) {
+        printf("%s\n", name);
+        return;
+    }
     if (g_only != NULL && strcmp(g_only, name) != 0) return;
     drain(&pair->srv, name);
     drain(&pair->cli, name);
@@ -128,20 +133,22 @@ void h_init(int argc, char **argv, struct h_pair *p) {
     memset(p, 0, sizeof *p);
     int c;
     long port = 0;
-    while ((c = getopt(argc, argv, "a:b:p:r:")) != -1) {
+    while ((c = getopt(argc, argv, "a:b:p:r:l")) != -1) {
         switch (c) {
             case 'a': p->srv.name = optarg; break;
             case 'b': p->cli.name = optarg; break;
             case 'p': port = strtol(optarg, NULL, 0); break;
             case 'r': g_only = optarg; break;
+            case 'l': g_list = 1; break;
             default:
-                fprintf(stderr, "usage: %s -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-r RULE]\n",
+                fprintf(stderr, "usage: %s -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-r RULE] | -l\n",
                         argv[0]);
                 exit(2);
         }
     }
+    if (g_list) return;
     if (p->srv.name == NULL || p->cli.name == NULL || port <= 0) {
-        fprintf(stderr, "usage: %s -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-r RULE]\n", argv[0]);
+        fprintf(stderr, "usage: %s -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-r RULE] | -l\n", argv[0]);
         exit(2);
     }
     g_port = (DAT_CONN_QUAL)port;
@@ -157,6 +164,7 @@ static void close_side(struct h_side *s) {
 }
 
 int h_finish(struct h_pair *p) {
+    if (g_list) return 0;
     close_side(&p->cli);
     close_side(&p->srv);
     if (g_only != NULL && g_rules == 0) {

@@ -73,7 +73,7 @@ const char *h_event_str(DAT_EVENT_NUMBER ev);
 /* ---- setup --------------------------------------------------------------------------- */
 
 /* Parses -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-r RULE]; opens both IAs. Exits 2 on a
- * setup failure (printed). */
+ * setup failure (printed). With -l the rules' names are printed and nothing is run. */
 void h_init(int argc, char **argv, struct h_pair *pair);
 /* Closes both IAs; returns the exit status: 0 when every rule run passed, 1 otherwise. */
 int h_finish(struct h_pair *pair);
