@@ -12,10 +12,10 @@
 #define PD_REQ 32
 #define PD_REP 40
 
-static void pattern(unsigned char *b, int n, int seed) {
+static void pattern(unsigned char* b, int n, int seed) {
     for (int i = 0; i < n; ++i) b[i] = (unsigned char)(seed + 3 * i);
 }
-static int is_pattern(const unsigned char *b, int n, int seed) {
+static int is_pattern(const unsigned char* b, int n, int seed) {
     for (int i = 0; i < n; ++i)
         if (b[i] != (unsigned char)(seed + 3 * i)) return 0;
     return 1;
@@ -23,12 +23,12 @@ static int is_pattern(const unsigned char *b, int n, int seed) {
 
 /* Starts a connection from client EP `cep` to a PSP (or RSP) at `port` with request
  * private data; returns the CR of the server's CR event. */
-static DAT_RETURN request(struct h_pair *p, DAT_EP_HANDLE cep, DAT_CONN_QUAL port,
-                          DAT_CR_HANDLE *cr) {
+static DAT_RETURN request(struct h_pair* p, DAT_EP_HANDLE cep, DAT_CONN_QUAL port,
+                          DAT_CR_HANDLE* cr) {
     unsigned char pd[PD_REQ];
     pattern(pd, PD_REQ, 7);
-    DAT_RETURN ret = dat_ep_connect(cep, p->srv.ia_attr.ia_address_ptr, port, H_WAIT_US, PD_REQ,
-                                    pd, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG);
+    DAT_RETURN ret = dat_ep_connect(cep, p->srv.ia_attr.ia_address_ptr, port, H_WAIT_US, PD_REQ, pd,
+                                    DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG);
     if (ret != DAT_SUCCESS) return ret;
     DAT_EVENT ev;
     ret = h_expect_event(p->srv.cr_evd, DAT_CONNECTION_REQUEST_EVENT, NULL, &ev);
@@ -45,7 +45,7 @@ static DAT_EP_STATE ep_state(DAT_EP_HANDLE ep) {
 
 /* The request's private data reaches the CR, the accept's reaches the active side's
  * ESTABLISHED event; ESTABLISHED on the accepting EP's connect EVD, naming that EP. */
-static void private_data_delivered_established(struct h_pair *p) {
+static void private_data_delivered_established(struct h_pair* p) {
     DAT_EP_HANDLE sep, cep;
     DAT_PSP_HANDLE psp;
     DAT_CR_HANDLE cr;
@@ -53,12 +53,14 @@ static void private_data_delivered_established(struct h_pair *p) {
     REQUIRE_OK(h_ep(&p->srv, &a, &sep), "dat_ep_create (server)");
     REQUIRE_OK(h_ep(&p->cli, &a, &cep), "dat_ep_create (client)");
     const DAT_CONN_QUAL port = h_port();
-    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp), "dat_psp_create");
+    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp),
+               "dat_psp_create");
     REQUIRE_OK(request(p, cep, port, &cr), "connection request");
     DAT_CR_PARAM cp;
     REQUIRE_OK(dat_cr_query(cr, DAT_CR_FIELD_ALL, &cp), "dat_cr_query");
     EXPECT(cp.private_data_size >= PD_REQ, "CR private data size %d", cp.private_data_size);
-    EXPECT(cp.private_data != NULL && is_pattern(cp.private_data, PD_REQ, 7), "CR private data differs");
+    EXPECT(cp.private_data != NULL && is_pattern(cp.private_data, PD_REQ, 7),
+           "CR private data differs");
     unsigned char rep[PD_REP];
     pattern(rep, PD_REP, 99);
     REQUIRE_OK(dat_cr_accept(cr, sep, PD_REP, rep), "dat_cr_accept");
@@ -67,8 +69,9 @@ static void private_data_delivered_established(struct h_pair *p) {
                "ESTABLISHED for the accepting EP on its connect EVD");
     REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, &ev),
                "ESTABLISHED on the active side");
-    const DAT_CONNECTION_EVENT_DATA *c = &ev.event_data.connect_event_data;
-    EXPECT(c->private_data_size >= PD_REP, "active side got %d bytes of private data", c->private_data_size);
+    const DAT_CONNECTION_EVENT_DATA* c = &ev.event_data.connect_event_data;
+    EXPECT(c->private_data_size >= PD_REP, "active side got %d bytes of private data",
+           c->private_data_size);
     EXPECT(c->private_data != NULL && is_pattern(c->private_data, PD_REP, 99),
            "active side's private data differs from the accept's");
     EXPECT(ep_state(sep) == DAT_EP_STATE_CONNECTED, "accepting EP in state %d", ep_state(sep));
@@ -80,7 +83,7 @@ static void private_data_delivered_established(struct h_pair *p) {
 
 /* More private data than max_private_data_size: DAT_INVALID_PARAMETER, and the CR is intact:
  * accepted next, the active side's first event is ESTABLISHED with the second accept's data. */
-static void private_data_over_max_invalid_parameter(struct h_pair *p) {
+static void private_data_over_max_invalid_parameter(struct h_pair* p) {
     DAT_EP_HANDLE sep, cep;
     DAT_PSP_HANDLE psp;
     DAT_CR_HANDLE cr;
@@ -90,15 +93,19 @@ static void private_data_over_max_invalid_parameter(struct h_pair *p) {
     REQUIRE_OK(h_ep(&p->srv, &a, &sep), "dat_ep_create (server)");
     REQUIRE_OK(h_ep(&p->cli, &a, &cep), "dat_ep_create (client)");
     const DAT_CONN_QUAL port = h_port();
-    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp), "dat_psp_create");
+    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp),
+               "dat_psp_create");
     REQUIRE_OK(request(p, cep, port, &cr), "connection request");
     static unsigned char big[65536 + 1];
     pattern(big, max + 1, 5);
-    EXPECT_TYPE(dat_cr_accept(cr, sep, max + 1, big), DAT_INVALID_PARAMETER, "accept with max+1 bytes");
-    EXPECT(ep_state(sep) == DAT_EP_STATE_UNCONNECTED, "EP in state %d after the refused accept", ep_state(sep));
+    EXPECT_TYPE(dat_cr_accept(cr, sep, max + 1, big), DAT_INVALID_PARAMETER,
+                "accept with max+1 bytes");
+    EXPECT(ep_state(sep) == DAT_EP_STATE_UNCONNECTED, "EP in state %d after the refused accept",
+           ep_state(sep));
     REQUIRE_OK(dat_cr_accept(cr, sep, max, big), "accept with max bytes after the refused one");
     DAT_EVENT ev;
-    REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, sep, NULL), "ESTABLISHED (server)");
+    REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, sep, NULL),
+               "ESTABLISHED (server)");
     REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, &ev),
                "first event on the active side");
     EXPECT(ev.event_data.connect_event_data.private_data_size >= max &&
@@ -112,7 +119,7 @@ static void private_data_over_max_invalid_parameter(struct h_pair *p) {
 
 /* A PSP with DAT_PSP_PROVIDER_FLAG: the CR carries the provider's EP; accepting with
  * DAT_HANDLE_NULL connects that EP. */
-static void ep_from_cr_psp_provider_flag(struct h_pair *p) {
+static void ep_from_cr_psp_provider_flag(struct h_pair* p) {
     DAT_EP_HANDLE cep;
     DAT_PSP_HANDLE psp;
     DAT_CR_HANDLE cr;
@@ -134,8 +141,9 @@ static void ep_from_cr_psp_provider_flag(struct h_pair *p) {
         prm.connect_evd_handle = p->srv.conn_evd;
         prm.recv_evd_handle = p->srv.rcv_evd;
         prm.request_evd_handle = p->srv.req_evd;
-        REQUIRE_OK(dat_ep_modify(pep, DAT_EP_FIELD_RECV_EVD_HANDLE | DAT_EP_FIELD_REQUEST_EVD_HANDLE |
-                                          DAT_EP_FIELD_CONNECT_EVD_HANDLE,
+        REQUIRE_OK(dat_ep_modify(pep,
+                                 DAT_EP_FIELD_RECV_EVD_HANDLE | DAT_EP_FIELD_REQUEST_EVD_HANDLE |
+                                     DAT_EP_FIELD_CONNECT_EVD_HANDLE,
                                  &prm),
                    "dat_ep_modify (provider's EP's EVDs)");
     }
@@ -143,7 +151,8 @@ static void ep_from_cr_psp_provider_flag(struct h_pair *p) {
     REQUIRE_OK(dat_cr_accept(cr, DAT_HANDLE_NULL, 0, NULL), "dat_cr_accept(DAT_HANDLE_NULL)");
     REQUIRE_OK(h_expect_event(prm.connect_evd_handle, DAT_CONNECTION_EVENT_ESTABLISHED, pep, NULL),
                "ESTABLISHED for the provider's EP");
-    REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, NULL), "ESTABLISHED (client)");
+    REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, NULL),
+               "ESTABLISHED (client)");
     h_disconnect(p, cep, &p->cli, pep, &p->srv);
     dat_psp_free(psp);
     dat_ep_free(cep);
@@ -151,7 +160,7 @@ static void ep_from_cr_psp_provider_flag(struct h_pair *p) {
 }
 
 /* An RSP: the CR carries the RSP's EP; accepting with DAT_HANDLE_NULL connects it. */
-static void ep_from_cr_rsp(struct h_pair *p) {
+static void ep_from_cr_rsp(struct h_pair* p) {
     DAT_EP_HANDLE sep, cep;
     DAT_RSP_HANDLE rsp;
     DAT_CR_HANDLE cr;
@@ -167,7 +176,8 @@ static void ep_from_cr_rsp(struct h_pair *p) {
     REQUIRE_OK(dat_cr_accept(cr, DAT_HANDLE_NULL, 0, NULL), "dat_cr_accept(DAT_HANDLE_NULL)");
     REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, sep, NULL),
                "ESTABLISHED for the RSP's EP");
-    REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, NULL), "ESTABLISHED (client)");
+    REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, NULL),
+               "ESTABLISHED (client)");
     h_disconnect(p, cep, &p->cli, sep, &p->srv);
     dat_rsp_free(rsp); /* may already be gone with its connection */
     dat_ep_free(cep);
@@ -180,7 +190,7 @@ static void ep_from_cr_rsp(struct h_pair *p) {
  * no event. Then `accept_after` decides: 1 accepts with a strong EP (the client's first event
  * is ESTABLISHED, an RDMA Read works), 0 rejects (the client's first event is
  * PEER_REJECTED). `weak` is then connected elsewhere and receives into its buffer. */
-static void read_limit_fails_without_effect(struct h_pair *p, int accept_after) {
+static void read_limit_fails_without_effect(struct h_pair* p, int accept_after) {
     DAT_EP_HANDLE weak, strong, cep, cep2;
     DAT_PSP_HANDLE psp;
     DAT_CR_HANDLE cr;
@@ -195,9 +205,11 @@ static void read_limit_fails_without_effect(struct h_pair *p, int accept_after) 
     REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (client)");
     DAT_LMR_TRIPLET iov = h_iov(&rm, 0, 64);
     DAT_DTO_COOKIE ck = {.as_64 = 0x3ea4};
-    REQUIRE_OK(dat_ep_post_recv(weak, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG), "post_recv (weak)");
+    REQUIRE_OK(dat_ep_post_recv(weak, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG),
+               "post_recv (weak)");
     const DAT_CONN_QUAL port = h_port();
-    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp), "dat_psp_create");
+    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp),
+               "dat_psp_create");
     REQUIRE_OK(request(p, cep, port, &cr), "connection request");
     unsigned char rep[PD_REP];
     pattern(rep, PD_REP, 44);
@@ -207,19 +219,24 @@ static void read_limit_fails_without_effect(struct h_pair *p, int accept_after) 
         h_fail(__LINE__, "an EP with max_rdma_read_in 1 accepted a request for 4 RDMA Reads");
         return;
     }
-    EXPECT(ep_state(weak) == DAT_EP_STATE_UNCONNECTED, "weak EP in state %d after the failed accept", ep_state(weak));
+    EXPECT(ep_state(weak) == DAT_EP_STATE_UNCONNECTED,
+           "weak EP in state %d after the failed accept", ep_state(weak));
     EXPECT(h_empty(p->srv.rcv_evd), "the failed accept completed a posted receive");
     DAT_CR_PARAM cp;
     REQUIRE_OK(dat_cr_query(cr, DAT_CR_FIELD_ALL, &cp), "dat_cr_query after the failed accept");
-    EXPECT(cp.private_data != NULL && is_pattern(cp.private_data, PD_REQ, 7), "CR private data changed");
-    EXPECT(h_empty(p->srv.conn_evd), "an event on the server's connect EVD after the failed accept");
+    EXPECT(cp.private_data != NULL && is_pattern(cp.private_data, PD_REQ, 7),
+           "CR private data changed");
+    EXPECT(h_empty(p->srv.conn_evd),
+           "an event on the server's connect EVD after the failed accept");
     DAT_EVENT ev;
     if (accept_after) {
         REQUIRE_OK(dat_cr_accept(cr, strong, PD_REP, rep), "accept with a satisfying EP");
-        REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, strong, NULL), "ESTABLISHED (strong)");
+        REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, strong, NULL),
+                   "ESTABLISHED (strong)");
         REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, &ev),
                    "client's first event");
-        EXPECT(is_pattern(ev.event_data.connect_event_data.private_data, PD_REP, 44), "client's private data");
+        EXPECT(is_pattern(ev.event_data.connect_event_data.private_data, PD_REP, 44),
+               "client's private data");
         /* 4 RDMA Reads in flight at once from the client. */
         memset(rm.buf + 1024, 0x5a, 1024);
         DAT_RMR_TRIPLET remote;
@@ -262,11 +279,15 @@ static void read_limit_fails_without_effect(struct h_pair *p, int accept_after) 
     h_mem_free(&rm);
     h_mem_free(&sm);
 }
-static void read_limit_then_other_ep(struct h_pair *p) { read_limit_fails_without_effect(p, 1); }
-static void read_limit_then_reject(struct h_pair *p) { read_limit_fails_without_effect(p, 0); }
+static void read_limit_then_other_ep(struct h_pair* p) {
+    read_limit_fails_without_effect(p, 1);
+}
+static void read_limit_then_reject(struct h_pair* p) {
+    read_limit_fails_without_effect(p, 0);
+}
 
 /* After a successful accept the CR is gone: every use of its handle fails. */
-static void accept_destroys_cr(struct h_pair *p) {
+static void accept_destroys_cr(struct h_pair* p) {
     DAT_EP_HANDLE sep, cep, other;
     DAT_PSP_HANDLE psp;
     DAT_CR_HANDLE cr;
@@ -275,14 +296,19 @@ static void accept_destroys_cr(struct h_pair *p) {
     REQUIRE_OK(h_ep(&p->srv, &a, &other), "dat_ep_create (server 2)");
     REQUIRE_OK(h_ep(&p->cli, &a, &cep), "dat_ep_create (client)");
     const DAT_CONN_QUAL port = h_port();
-    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp), "dat_psp_create");
+    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp),
+               "dat_psp_create");
     REQUIRE_OK(request(p, cep, port, &cr), "connection request");
     REQUIRE_OK(dat_cr_accept(cr, sep, 0, NULL), "dat_cr_accept");
-    REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, sep, NULL), "ESTABLISHED (server)");
-    REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, NULL), "ESTABLISHED (client)");
+    REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, sep, NULL),
+               "ESTABLISHED (server)");
+    REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, NULL),
+               "ESTABLISHED (client)");
     DAT_CR_PARAM cp;
-    EXPECT_TYPE(dat_cr_query(cr, DAT_CR_FIELD_ALL, &cp), DAT_INVALID_HANDLE, "dat_cr_query on the accepted CR");
-    EXPECT_TYPE(dat_cr_accept(cr, other, 0, NULL), DAT_INVALID_HANDLE, "dat_cr_accept on the accepted CR");
+    EXPECT_TYPE(dat_cr_query(cr, DAT_CR_FIELD_ALL, &cp), DAT_INVALID_HANDLE,
+                "dat_cr_query on the accepted CR");
+    EXPECT_TYPE(dat_cr_accept(cr, other, 0, NULL), DAT_INVALID_HANDLE,
+                "dat_cr_accept on the accepted CR");
     EXPECT_TYPE(dat_cr_reject(cr, 0, NULL), DAT_INVALID_HANDLE, "dat_cr_reject on the accepted CR");
     EXPECT(ep_state(other) == DAT_EP_STATE_UNCONNECTED, "the second EP changed state");
     EXPECT(ep_state(sep) == DAT_EP_STATE_CONNECTED, "the connection changed state");
@@ -298,7 +324,7 @@ static void accept_destroys_cr(struct h_pair *p) {
  * ACCEPT_COMPLETION_ERROR follows on the EP's connect EVD, the EP is Disconnected and its
  * posted receives are flushed to its recv_evd. */
 #define GONE_WAIT_US (120 * 1000 * 1000)
-static void completion_error_flushes_receives(struct h_pair *p) {
+static void completion_error_flushes_receives(struct h_pair* p) {
     DAT_EP_HANDLE sep, cep;
     DAT_PSP_HANDLE psp;
     DAT_CR_HANDLE cr;
@@ -313,21 +339,26 @@ static void completion_error_flushes_receives(struct h_pair *p) {
         REQUIRE_OK(dat_ep_post_recv(sep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG), "post_recv");
     }
     const DAT_CONN_QUAL port = h_port();
-    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp), "dat_psp_create");
+    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp),
+               "dat_psp_create");
     REQUIRE_OK(request(p, cep, port, &cr), "connection request");
     REQUIRE_OK(dat_ep_free(cep), "dat_ep_free (active side, connection pending)");
     const DAT_RETURN ret = dat_cr_accept(cr, sep, 0, NULL);
     if (ret != DAT_SUCCESS) {
-        printf("note: dat_cr_accept refused at once: %s (ACCEPT_COMPLETION_ERROR not provoked)\n", h_str(ret));
-        EXPECT(ep_state(sep) == DAT_EP_STATE_UNCONNECTED, "EP in state %d after the refused accept", ep_state(sep));
+        printf("note: dat_cr_accept refused at once: %s (ACCEPT_COMPLETION_ERROR not provoked)\n",
+               h_str(ret));
+        EXPECT(ep_state(sep) == DAT_EP_STATE_UNCONNECTED, "EP in state %d after the refused accept",
+               ep_state(sep));
         EXPECT(h_empty(p->srv.rcv_evd), "a refused accept completed the posted receives");
     } else {
         DAT_EVENT ev;
         DAT_COUNT nmore;
         REQUIRE_OK(dat_evd_wait(p->srv.conn_evd, GONE_WAIT_US, 1, &ev, &nmore), "connection event");
         EXPECT(ev.event_number == DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR,
-               "got %s, want DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR", h_event_str(ev.event_number));
-        EXPECT(ep_state(sep) == DAT_EP_STATE_DISCONNECTED, "EP in state %d, want DISCONNECTED", ep_state(sep));
+               "got %s, want DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR",
+               h_event_str(ev.event_number));
+        EXPECT(ep_state(sep) == DAT_EP_STATE_DISCONNECTED, "EP in state %d, want DISCONNECTED",
+               ep_state(sep));
         for (int i = 0; i < 2; ++i) {
             REQUIRE_OK(h_wait(p->srv.rcv_evd, &ev), "flushed receive");
             EXPECT(ev.event_data.dto_completion_event_data.status == DAT_DTO_ERR_FLUSHED,
@@ -340,7 +371,7 @@ static void completion_error_flushes_receives(struct h_pair *p) {
     h_mem_free(&rm);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
     H_RULE("cr_accept_private_data_delivered_established_on_connect_evd",
@@ -349,9 +380,10 @@ int main(int argc, char **argv) {
            private_data_over_max_invalid_parameter, &p);
     H_RULE("cr_accept_ep_from_cr_psp_provider_flag", ep_from_cr_psp_provider_flag, &p);
     H_RULE("cr_accept_ep_from_cr_rsp", ep_from_cr_rsp, &p);
-    H_RULE("cr_accept_unsatisfying_ep_fails_without_effect_then_other_ep",
-           read_limit_then_other_ep, &p);
-    H_RULE("cr_accept_unsatisfying_ep_fails_without_effect_then_reject", read_limit_then_reject, &p);
+    H_RULE("cr_accept_unsatisfying_ep_fails_without_effect_then_other_ep", read_limit_then_other_ep,
+           &p);
+    H_RULE("cr_accept_unsatisfying_ep_fails_without_effect_then_reject", read_limit_then_reject,
+           &p);
     H_RULE("cr_accept_destroys_cr", accept_destroys_cr, &p);
     H_RULE("cr_accept_completion_error_flushes_receives", completion_error_flushes_receives, &p);
     return h_finish(&p);

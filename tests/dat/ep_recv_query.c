@@ -9,38 +9,40 @@
 
 #include "harness.h"
 
-static int dto_ok(const DAT_EVENT *ev) {
+static int dto_ok(const DAT_EVENT* ev) {
     return ev->event_number == DAT_DTO_COMPLETION_EVENT &&
            ev->event_data.dto_completion_event_data.status == DAT_DTO_SUCCESS;
 }
 
-static void provider_attr_announces_support(struct h_pair *p) {
+static void provider_attr_announces_support(struct h_pair* p) {
     EXPECT(p->srv.prov_attr.ep_recv_info_supported != 0,
-           "provider attribute ep_recv_info_supported is %d", p->srv.prov_attr.ep_recv_info_supported);
+           "provider attribute ep_recv_info_supported is %d",
+           p->srv.prov_attr.ep_recv_info_supported);
     EXPECT(p->srv.prov_attr.srq_supported != 0, "provider attribute srq_supported is false");
 }
 
 /* Checks one sample against the bounds the test knows: lo <= n <= hi, span in [n, span_hi]
  * (exactly n for an EP without SRQ, whose buffers complete in posting order). */
-#define SAMPLE(ep, lo, hi, span_hi, srq_ep, when)                                                \
-    do {                                                                                         \
-        DAT_COUNT n_ = -7, s_ = -7;                                                              \
-        DAT_RETURN r_ = dat_ep_recv_query((ep), &n_, &s_);                                       \
-        REQUIRE_OK(r_, "dat_ep_recv_query " when);                                               \
-        REQUIRE(n_ != DAT_VALUE_UNKNOWN && s_ != DAT_VALUE_UNKNOWN,                              \
-                "DAT_VALUE_UNKNOWN " when " (nbufs %d, span %d)", n_, s_);                       \
-        REQUIRE(s_ >= n_, "span %d below count %d " when, s_, n_);                               \
-        REQUIRE(n_ >= (lo) && n_ <= (hi), "nbufs_allocated %d outside [%d, %d] " when, n_,       \
-                (int)(lo), (int)(hi));                                                           \
-        REQUIRE(s_ <= (span_hi), "bufs_alloc_span %d over %d " when, s_, (int)(span_hi));        \
-        if (!(srq_ep)) REQUIRE(s_ == n_, "span %d != count %d on an EP without SRQ " when, s_, n_); \
-        if (n_ > max_n) max_n = n_;                                                              \
-        ++samples;                                                                               \
+#define SAMPLE(ep, lo, hi, span_hi, srq_ep, when)                                          \
+    do {                                                                                   \
+        DAT_COUNT n_ = -7, s_ = -7;                                                        \
+        DAT_RETURN r_ = dat_ep_recv_query((ep), &n_, &s_);                                 \
+        REQUIRE_OK(r_, "dat_ep_recv_query " when);                                         \
+        REQUIRE(n_ != DAT_VALUE_UNKNOWN && s_ != DAT_VALUE_UNKNOWN,                        \
+                "DAT_VALUE_UNKNOWN " when " (nbufs %d, span %d)", n_, s_);                 \
+        REQUIRE(s_ >= n_, "span %d below count %d " when, s_, n_);                         \
+        REQUIRE(n_ >= (lo) && n_ <= (hi), "nbufs_allocated %d outside [%d, %d] " when, n_, \
+                (int)(lo), (int)(hi));                                                     \
+        REQUIRE(s_ <= (span_hi), "bufs_alloc_span %d over %d " when, s_, (int)(span_hi));  \
+        if (!(srq_ep))                                                                     \
+            REQUIRE(s_ == n_, "span %d != count %d on an EP without SRQ " when, s_, n_);   \
+        if (n_ > max_n) max_n = n_;                                                        \
+        ++samples;                                                                         \
     } while (0)
 
 /* EP without SRQ: 5 posted before the connection are allocated at once: (5, 5); two
  * messages complete: (3, 3); 2 more posted: (5, 5). */
-static void non_srq_allocated_when_posted(struct h_pair *p) {
+static void non_srq_allocated_when_posted(struct h_pair* p) {
     int max_n = 0, samples = 0;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
@@ -53,7 +55,8 @@ static void non_srq_allocated_when_posted(struct h_pair *p) {
     for (int i = 0; i < 5; ++i) {
         DAT_LMR_TRIPLET iov = h_iov(&rm, (DAT_VLEN)i * 64, 64);
         DAT_DTO_COOKIE ck = {.as_64 = (uint64_t)i};
-        REQUIRE_OK(dat_ep_post_recv(sep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG), "dat_ep_post_recv");
+        REQUIRE_OK(dat_ep_post_recv(sep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG),
+                   "dat_ep_post_recv");
     }
     SAMPLE(sep, 5, 5, 5, 0, "after 5 posts, unconnected");
     REQUIRE_OK(h_connect(p, sep, cep), "connect");
@@ -68,7 +71,8 @@ static void non_srq_allocated_when_posted(struct h_pair *p) {
     for (int i = 5; i < 7; ++i) {
         DAT_LMR_TRIPLET iov = h_iov(&rm, (DAT_VLEN)i * 64, 64);
         DAT_DTO_COOKIE ck = {.as_64 = (uint64_t)i};
-        REQUIRE_OK(dat_ep_post_recv(sep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG), "dat_ep_post_recv");
+        REQUIRE_OK(dat_ep_post_recv(sep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG),
+                   "dat_ep_post_recv");
     }
     SAMPLE(sep, 5, 5, 5, 0, "after 2 more posts");
     (void)max_n;
@@ -89,7 +93,7 @@ static void non_srq_allocated_when_posted(struct h_pair *p) {
 
 /* SRQ EP: buffers on the SRQ are not the EP's: (0, 0) before, and after messages that came
  * and completed. */
-static void srq_allocated_when_taken(struct h_pair *p) {
+static void srq_allocated_when_taken(struct h_pair* p) {
     int max_n = 0, samples = 0;
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
@@ -127,12 +131,13 @@ static void srq_allocated_when_taken(struct h_pair *p) {
 #define MSG (64 * 1024)
 #define NMSG 300
 #define WINDOW 16
-static void sampled_while_messages_arrive(struct h_pair *p, int with_srq) {
+static void sampled_while_messages_arrive(struct h_pair* p, int with_srq) {
     int max_n = 0, samples = 0;
     DAT_SRQ_HANDLE srq = DAT_HANDLE_NULL;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
-    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, WINDOW * MSG, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (recv)");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, WINDOW * MSG, DAT_MEM_PRIV_ALL_FLAG, &rm),
+               "lmr (recv)");
     REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, MSG, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
     if (with_srq) {
         REQUIRE_OK(h_srq(&p->srv, WINDOW, 1, 0, &srq), "dat_srq_create");
@@ -168,17 +173,20 @@ static void sampled_while_messages_arrive(struct h_pair *p, int with_srq) {
             if (with_srq)
                 SAMPLE(sep, 0, sent - reaped, sent - reaped, 1, "while messages arrive (SRQ)");
             else
-                SAMPLE(sep, posted - sent, posted - reaped, posted - reaped, 0, "while messages arrive");
+                SAMPLE(sep, posted - sent, posted - reaped, posted - reaped, 0,
+                       "while messages arrive");
             if (dat_evd_dequeue(p->srv.rcv_evd, &ev) == DAT_SUCCESS) break;
             REQUIRE(time(NULL) < give_up, "receive %d did not complete within 30 s", reaped);
         }
-        REQUIRE(dto_ok(&ev), "receive %d: status %d", reaped, ev.event_data.dto_completion_event_data.status);
+        REQUIRE(dto_ok(&ev), "receive %d: status %d", reaped,
+                ev.event_data.dto_completion_event_data.status);
         REQUIRE(ev.event_data.dto_completion_event_data.user_cookie.as_64 == (uint64_t)reaped ||
                     with_srq,
                 "receive %d completed out of order", reaped);
         ++reaped;
         while (dat_evd_dequeue(p->cli.req_evd, &ev) == DAT_SUCCESS) {
-            REQUIRE(dto_ok(&ev), "send completion: status %d", ev.event_data.dto_completion_event_data.status);
+            REQUIRE(dto_ok(&ev), "send completion: status %d",
+                    ev.event_data.dto_completion_event_data.status);
             ++sends_done;
         }
     }
@@ -195,10 +203,14 @@ static void sampled_while_messages_arrive(struct h_pair *p, int with_srq) {
     h_mem_free(&sm);
 }
 
-static void sampled_non_srq(struct h_pair *p) { sampled_while_messages_arrive(p, 0); }
-static void sampled_srq(struct h_pair *p) { sampled_while_messages_arrive(p, 1); }
+static void sampled_non_srq(struct h_pair* p) {
+    sampled_while_messages_arrive(p, 0);
+}
+static void sampled_srq(struct h_pair* p) {
+    sampled_while_messages_arrive(p, 1);
+}
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
     H_RULE("ep_recv_query_provider_attr_announces_support", provider_attr_announces_support, &p);

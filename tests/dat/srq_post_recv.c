@@ -8,14 +8,14 @@
 
 #include "harness.h"
 
-static int dto_ok(const DAT_EVENT *ev) {
+static int dto_ok(const DAT_EVENT* ev) {
     return ev->event_number == DAT_DTO_COMPLETION_EVENT &&
            ev->event_data.dto_completion_event_data.status == DAT_DTO_SUCCESS;
 }
 
 /* A receive of 20 bytes into three 8-byte segments scattered over the LMR (at 64, 0 and
  * 32): 8 + 8 + 4, the third partial, the rest of it untouched. */
-static void fills_segments_in_order(struct h_pair *p) {
+static void fills_segments_in_order(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
@@ -33,15 +33,22 @@ static void fills_segments_in_order(struct h_pair *p) {
     REQUIRE_OK(h_wait(p->srv.rcv_evd, &ev), "receive completion");
     REQUIRE(dto_ok(&ev), "receive completion: %s status %d", h_event_str(ev.event_number),
             ev.event_data.dto_completion_event_data.status);
-    const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
-    EXPECT(d->transfered_length == 20, "transfered_length %u, want 20", (unsigned)d->transfered_length);
-    EXPECT(d->user_cookie.as_64 == 0xc0ffee01, "cookie 0x%llx", (unsigned long long)d->user_cookie.as_64);
+    const DAT_DTO_COMPLETION_EVENT_DATA* d = &ev.event_data.dto_completion_event_data;
+    EXPECT(d->transfered_length == 20, "transfered_length %u, want 20",
+           (unsigned)d->transfered_length);
+    EXPECT(d->user_cookie.as_64 == 0xc0ffee01, "cookie 0x%llx",
+           (unsigned long long)d->user_cookie.as_64);
     EXPECT(d->ep_handle == sep, "completion names another EP");
-    for (int i = 0; i < 8; ++i) EXPECT(rm.buf[64 + i] == i + 1, "segment 0 byte %d = %d", i, rm.buf[64 + i]);
-    for (int i = 0; i < 8; ++i) EXPECT(rm.buf[0 + i] == i + 9, "segment 1 byte %d = %d", i, rm.buf[i]);
-    for (int i = 0; i < 4; ++i) EXPECT(rm.buf[32 + i] == i + 17, "segment 2 byte %d = %d", i, rm.buf[32 + i]);
-    for (int i = 4; i < 8; ++i) EXPECT(rm.buf[32 + i] == 0xee, "segment 2 byte %d written past the message", i);
-    EXPECT(rm.buf[8] == 0xee && rm.buf[40] == 0xee && rm.buf[72] == 0xee, "bytes outside the segments written");
+    for (int i = 0; i < 8; ++i)
+        EXPECT(rm.buf[64 + i] == i + 1, "segment 0 byte %d = %d", i, rm.buf[64 + i]);
+    for (int i = 0; i < 8; ++i)
+        EXPECT(rm.buf[0 + i] == i + 9, "segment 1 byte %d = %d", i, rm.buf[i]);
+    for (int i = 0; i < 4; ++i)
+        EXPECT(rm.buf[32 + i] == i + 17, "segment 2 byte %d = %d", i, rm.buf[32 + i]);
+    for (int i = 4; i < 8; ++i)
+        EXPECT(rm.buf[32 + i] == 0xee, "segment 2 byte %d written past the message", i);
+    EXPECT(rm.buf[8] == 0xee && rm.buf[40] == 0xee && rm.buf[72] == 0xee,
+           "bytes outside the segments written");
     h_disconnect(p, cep, &p->cli, sep, &p->srv);
     dat_ep_free(cep);
     dat_ep_free(sep);
@@ -51,7 +58,7 @@ static void fills_segments_in_order(struct h_pair *p) {
 }
 
 /* Zero-length messages land in buffers posted with zero segments and with a NULL IOV. */
-static void zero_segments_and_null_iov(struct h_pair *p) {
+static void zero_segments_and_null_iov(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
     struct h_mem sm;
@@ -69,8 +76,9 @@ static void zero_segments_and_null_iov(struct h_pair *p) {
         REQUIRE_OK(h_wait(p->srv.rcv_evd, &ev), "receive completion");
         REQUIRE(dto_ok(&ev), "receive %d: %s status %d", i, h_event_str(ev.event_number),
                 ev.event_data.dto_completion_event_data.status);
-        const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
-        EXPECT(d->transfered_length == 0, "receive %d: length %u", i, (unsigned)d->transfered_length);
+        const DAT_DTO_COMPLETION_EVENT_DATA* d = &ev.event_data.dto_completion_event_data;
+        EXPECT(d->transfered_length == 0, "receive %d: length %u", i,
+               (unsigned)d->transfered_length);
         EXPECT(d->user_cookie.as_64 == (i == 0 ? 0x2e50u : 0x2e51u), "receive %d: cookie 0x%llx", i,
                (unsigned long long)d->user_cookie.as_64);
     }
@@ -84,20 +92,22 @@ static void zero_segments_and_null_iov(struct h_pair *p) {
 /* Two connections share one SRQ; sends alternate between them; each connection's receives
  * complete in its send order (a sequence number in the payload), every cookie once. */
 #define ORDER_MSGS 32
-static void completes_in_send_order_per_connection(struct h_pair *p) {
+static void completes_in_send_order_per_connection(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep[2], cep[2];
     struct h_mem rm, sm;
     REQUIRE_OK(h_srq(&p->srv, 2 * ORDER_MSGS, 1, 0, &srq), "dat_srq_create");
-    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 2 * ORDER_MSGS * 64, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (recv)");
-    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 2 * ORDER_MSGS * 64, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 2 * ORDER_MSGS * 64, DAT_MEM_PRIV_ALL_FLAG, &rm),
+               "lmr (recv)");
+    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 2 * ORDER_MSGS * 64, DAT_MEM_PRIV_ALL_FLAG, &sm),
+               "lmr (send)");
     for (int i = 0; i < 2 * ORDER_MSGS; ++i)
         REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)i * 64, 64, 1000 + i), "dat_srq_post_recv");
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep[0], &cep[0]), "connect 0");
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep[1], &cep[1]), "connect 1");
     for (int i = 0; i < ORDER_MSGS; ++i)
         for (int c = 0; c < 2; ++c) {
-            unsigned char *m = sm.buf + (i * 2 + c) * 64;
+            unsigned char* m = sm.buf + (i * 2 + c) * 64;
             m[0] = (unsigned char)c;
             m[1] = (unsigned char)i;
             REQUIRE_OK(h_post_send(cep[c], &sm, (DAT_VLEN)(i * 2 + c) * 64, 8, 0), "post send");
@@ -110,16 +120,17 @@ static void completes_in_send_order_per_connection(struct h_pair *p) {
         REQUIRE_OK(h_wait(p->srv.rcv_evd, &ev), "receive completion");
         REQUIRE(dto_ok(&ev), "receive: %s status %d", h_event_str(ev.event_number),
                 ev.event_data.dto_completion_event_data.status);
-        const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+        const DAT_DTO_COMPLETION_EVENT_DATA* d = &ev.event_data.dto_completion_event_data;
         const uint64_t k = d->user_cookie.as_64 - 1000;
         REQUIRE(k < 2 * ORDER_MSGS && !seen[k], "cookie 0x%llx unknown or seen twice",
                 (unsigned long long)d->user_cookie.as_64);
         seen[k] = 1;
-        const unsigned char *m = rm.buf + k * 64;
+        const unsigned char* m = rm.buf + k * 64;
         const int c = m[0];
         REQUIRE(c == 0 || c == 1, "payload names connection %d", c);
         EXPECT(d->ep_handle == sep[c], "message of connection %d completed on the other EP", c);
-        EXPECT(m[1] == next[c], "connection %d: message %d completed where %d was due", c, m[1], next[c]);
+        EXPECT(m[1] == next[c], "connection %d: message %d completed where %d was due", c, m[1],
+               next[c]);
         next[c] = m[1] + 1;
     }
     for (int c = 0; c < 2; ++c) {
@@ -134,7 +145,7 @@ static void completes_in_send_order_per_connection(struct h_pair *p) {
 
 /* Posting works whatever the SRQ's EPs do: with none, with a connected one, after that
  * one is disconnected and freed. (SHUTDOWN and ERROR cannot be reached through the API.) */
-static void valid_in_every_state(struct h_pair *p) {
+static void valid_in_every_state(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
@@ -164,16 +175,18 @@ static void valid_in_every_state(struct h_pair *p) {
 }
 
 /* The synchronous errors of dat_srq_post_recv. */
-static void segment_outside_lmr_invalid_parameter(struct h_pair *p) {
+static void segment_outside_lmr_invalid_parameter(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     struct h_mem rm;
     REQUIRE_OK(h_srq(&p->srv, 16, 2, 0, &srq), "dat_srq_create");
     REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr");
-    EXPECT_TYPE(h_srq_post(srq, &rm, 4000, 200, 1), DAT_INVALID_PARAMETER, "segment past the LMR's end");
+    EXPECT_TYPE(h_srq_post(srq, &rm, 4000, 200, 1), DAT_INVALID_PARAMETER,
+                "segment past the LMR's end");
     DAT_LMR_TRIPLET iov[2] = {h_iov(&rm, 0, 64), h_iov(&rm, 0, 64)};
     iov[1].virtual_address -= 4096; /* before the LMR's start */
     DAT_DTO_COOKIE ck = {.as_64 = 2};
-    EXPECT_TYPE(dat_srq_post_recv(srq, 2, iov, ck), DAT_INVALID_PARAMETER, "second segment before the LMR");
+    EXPECT_TYPE(dat_srq_post_recv(srq, 2, iov, ck), DAT_INVALID_PARAMETER,
+                "second segment before the LMR");
     DAT_COUNT avail = -1;
     REQUIRE_OK(h_srq_counts(srq, &avail, NULL), "dat_srq_query");
     EXPECT(avail == 0, "%d buffers on the SRQ after refused posts", avail);
@@ -181,7 +194,7 @@ static void segment_outside_lmr_invalid_parameter(struct h_pair *p) {
     h_mem_free(&rm);
 }
 
-static void lmr_of_other_pz_protection_violation(struct h_pair *p) {
+static void lmr_of_other_pz_protection_violation(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_PZ_HANDLE pz2;
     struct h_mem rm;
@@ -194,31 +207,34 @@ static void lmr_of_other_pz_protection_violation(struct h_pair *p) {
     dat_pz_free(pz2);
 }
 
-static void lmr_without_local_write_privileges_violation(struct h_pair *p) {
+static void lmr_without_local_write_privileges_violation(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     struct h_mem rm;
     REQUIRE_OK(h_srq(&p->srv, 16, 1, 0, &srq), "dat_srq_create");
     REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096,
                      DAT_MEM_PRIV_LOCAL_READ_FLAG | DAT_MEM_PRIV_REMOTE_READ_FLAG, &rm),
                "read-only lmr");
-    EXPECT_TYPE(h_srq_post(srq, &rm, 0, 64, 1), DAT_PRIVILEGES_VIOLATION, "LMR without local write");
+    EXPECT_TYPE(h_srq_post(srq, &rm, 0, 64, 1), DAT_PRIVILEGES_VIOLATION,
+                "LMR without local write");
     dat_srq_free(srq);
     h_mem_free(&rm);
 }
 
-static void bad_handle_invalid_handle(struct h_pair *p) {
+static void bad_handle_invalid_handle(struct h_pair* p) {
     struct h_mem rm;
     REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr");
     DAT_LMR_TRIPLET iov = h_iov(&rm, 0, 64);
     DAT_DTO_COOKIE ck = {.as_64 = 1};
-    EXPECT_TYPE(dat_srq_post_recv(DAT_HANDLE_NULL, 1, &iov, ck), DAT_INVALID_HANDLE, "DAT_HANDLE_NULL");
+    EXPECT_TYPE(dat_srq_post_recv(DAT_HANDLE_NULL, 1, &iov, ck), DAT_INVALID_HANDLE,
+                "DAT_HANDLE_NULL");
     /* A live handle of another type (a PZ), passed where an SRQ is due. */
-    EXPECT_TYPE(dat_srq_post_recv((DAT_SRQ_HANDLE)p->srv.pz, 1, &iov, ck), DAT_INVALID_HANDLE, "a PZ handle");
+    EXPECT_TYPE(dat_srq_post_recv((DAT_SRQ_HANDLE)p->srv.pz, 1, &iov, ck), DAT_INVALID_HANDLE,
+                "a PZ handle");
     h_mem_free(&rm);
 }
 
 /* An EP created on the SRQ but not connected takes no buffer from it. */
-static void only_connected_eps_dequeue(struct h_pair *p) {
+static void only_connected_eps_dequeue(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE ep;
     struct h_mem rm;
@@ -235,7 +251,8 @@ static void only_connected_eps_dequeue(struct h_pair *p) {
     EXPECT(outstanding == 4, "%d outstanding, want 4", outstanding);
     DAT_COUNT n = -1, span = -1;
     DAT_RETURN ret = dat_ep_recv_query(ep, &n, &span);
-    if (ret == DAT_SUCCESS) EXPECT(n == 0 && span == 0, "unconnected EP holds %d buffers (span %d)", n, span);
+    if (ret == DAT_SUCCESS)
+        EXPECT(n == 0 && span == 0, "unconnected EP holds %d buffers (span %d)", n, span);
     EXPECT(h_empty(p->srv.rcv_evd), "a completion for an unconnected EP");
     dat_ep_free(ep);
     REQUIRE_OK(h_srq_counts(srq, &avail, NULL), "dat_srq_query");
@@ -247,14 +264,15 @@ static void only_connected_eps_dequeue(struct h_pair *p) {
 /* Two messages complete, the connection is closed before they are reaped: they stay on the
  * EP's recv_evd, successful; the two buffers no message took stay on the SRQ (no flush
  * completion for them). */
-static void disconnect_completed_to_recv_evd_rest_stay(struct h_pair *p) {
+static void disconnect_completed_to_recv_evd_rest_stay(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
     REQUIRE_OK(h_srq(&p->srv, 16, 1, 0, &srq), "dat_srq_create");
     REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (recv)");
     REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
-    for (int i = 0; i < 4; ++i) REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)i * 64, 64, 100 + i), "post");
+    for (int i = 0; i < 4; ++i)
+        REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)i * 64, 64, 100 + i), "post");
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep, &cep), "connect");
     REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 16), "send 1");
     REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 16), "send 2");
@@ -265,7 +283,8 @@ static void disconnect_completed_to_recv_evd_rest_stay(struct h_pair *p) {
         REQUIRE_OK(h_wait(p->srv.rcv_evd, &ev), "completion after the disconnect");
         EXPECT(dto_ok(&ev), "completed buffer %d reported with status %d", i,
                ev.event_data.dto_completion_event_data.status);
-        EXPECT(ev.event_data.dto_completion_event_data.ep_handle == sep, "completion of another EP");
+        EXPECT(ev.event_data.dto_completion_event_data.ep_handle == sep,
+               "completion of another EP");
         EXPECT(ev.event_data.dto_completion_event_data.transfered_length == 16, "length %u",
                (unsigned)ev.event_data.dto_completion_event_data.transfered_length);
     }
@@ -280,7 +299,7 @@ static void disconnect_completed_to_recv_evd_rest_stay(struct h_pair *p) {
     h_mem_free(&sm);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
     H_RULE("srq_post_recv_fills_segments_in_order", fills_segments_in_order, &p);

@@ -7,7 +7,7 @@
 
 #include "harness.h"
 
-static int dto_ok(const DAT_EVENT *ev) {
+static int dto_ok(const DAT_EVENT* ev) {
     return ev->event_number == DAT_DTO_COMPLETION_EVENT &&
            ev->event_data.dto_completion_event_data.status == DAT_DTO_SUCCESS;
 }
@@ -18,13 +18,15 @@ static int dto_ok(const DAT_EVENT *ev) {
  * and in order, every buffer completes exactly once. */
 #define TRAFFIC_MSGS 2000
 #define SLOTS 64
-static void resize_under_traffic_loses_no_buffer(struct h_pair *p) {
+static void resize_under_traffic_loses_no_buffer(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
     REQUIRE_OK(h_srq(&p->srv, 16, 1, 0, &srq), "dat_srq_create");
-    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, SLOTS * 64, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (recv)");
-    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, SLOTS * 64, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, SLOTS * 64, DAT_MEM_PRIV_ALL_FLAG, &rm),
+               "lmr (recv)");
+    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, SLOTS * 64, DAT_MEM_PRIV_ALL_FLAG, &sm),
+               "lmr (send)");
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep, &cep), "connect");
     static int posted_gen[SLOTS]; /* per slot: 0 free, else generation + 1 of its buffer */
     memset(posted_gen, 0, sizeof posted_gen);
@@ -36,16 +38,18 @@ static void resize_under_traffic_loses_no_buffer(struct h_pair *p) {
         for (int s = 0; s < SLOTS && outstanding < size; ++s) {
             if (posted_gen[s]) continue;
             ++gen;
-            REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)s * 64, 64, (gen << 8) | (uint64_t)s), "post");
+            REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)s * 64, 64, (gen << 8) | (uint64_t)s),
+                       "post");
             posted_gen[s] = (int)gen;
             ++outstanding;
         }
         /* Send as many messages as there are buffers not yet claimed by a message. */
         int credit = outstanding - (sent - received);
         for (; credit > 0 && sent < TRAFFIC_MSGS && sends_unreaped < 32; --credit) {
-            unsigned char *m = sm.buf + (sent % SLOTS) * 64;
+            unsigned char* m = sm.buf + (sent % SLOTS) * 64;
             memcpy(m, &sent, sizeof sent);
-            REQUIRE_OK(h_post_send(cep, &sm, (DAT_VLEN)(sent % SLOTS) * 64, sizeof sent, 0), "send");
+            REQUIRE_OK(h_post_send(cep, &sm, (DAT_VLEN)(sent % SLOTS) * 64, sizeof sent, 0),
+                       "send");
             ++sent;
             ++sends_unreaped;
         }
@@ -71,7 +75,8 @@ static void resize_under_traffic_loses_no_buffer(struct h_pair *p) {
         const uint64_t ck = ev.event_data.dto_completion_event_data.user_cookie.as_64;
         const int slot = (int)(ck & 0xff);
         REQUIRE(slot < SLOTS && posted_gen[slot] == (int)(ck >> 8),
-                "cookie 0x%llx: no such buffer outstanding (completed twice?)", (unsigned long long)ck);
+                "cookie 0x%llx: no such buffer outstanding (completed twice?)",
+                (unsigned long long)ck);
         int seq;
         memcpy(&seq, rm.buf + slot * 64, sizeof seq);
         REQUIRE(seq == received, "message %d arrived where %d was due", seq, received);
@@ -108,7 +113,7 @@ static void resize_under_traffic_loses_no_buffer(struct h_pair *p) {
 /* 10 buffers posted on an SRQ of 16: resize(9) is refused, resize(10) accepted. Then four
  * complete and stay unreaped (still outstanding): resize(9) is refused, resize(10) accepted;
  * once they are reaped, resize(6) is accepted and every buffer is still there. */
-static void resize_invalid_state_when_outstanding_exceed(struct h_pair *p) {
+static void resize_invalid_state_when_outstanding_exceed(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
@@ -121,8 +126,10 @@ static void resize_invalid_state_when_outstanding_exceed(struct h_pair *p) {
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep, &cep), "connect");
     for (int i = 0; i < 4; ++i) REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 8), "send");
     /* The four sends completed: their buffers are completed, not reaped. */
-    EXPECT_TYPE(dat_srq_resize(srq, 9), DAT_INVALID_STATE, "resize(9) with 6 on the SRQ + 4 unreaped");
-    EXPECT(dat_srq_resize(srq, 10) == DAT_SUCCESS, "resize(10) with 6 on the SRQ + 4 unreaped refused");
+    EXPECT_TYPE(dat_srq_resize(srq, 9), DAT_INVALID_STATE,
+                "resize(9) with 6 on the SRQ + 4 unreaped");
+    EXPECT(dat_srq_resize(srq, 10) == DAT_SUCCESS,
+           "resize(10) with 6 on the SRQ + 4 unreaped refused");
     DAT_COUNT avail = -1, outst = -1;
     REQUIRE_OK(h_srq_counts(srq, &avail, &outst), "dat_srq_query");
     EXPECT(avail == 6, "%d on the SRQ, want 6", avail);
@@ -156,7 +163,7 @@ static void resize_invalid_state_when_outstanding_exceed(struct h_pair *p) {
     h_mem_free(&sm);
 }
 
-static void resize_invalid_state_below_low_watermark(struct h_pair *p) {
+static void resize_invalid_state_below_low_watermark(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     REQUIRE_OK(h_srq(&p->srv, 16, 1, 0, &srq), "dat_srq_create");
     REQUIRE_OK(dat_srq_set_lw(srq, 8), "dat_srq_set_lw(8)");
@@ -172,11 +179,11 @@ static void resize_invalid_state_below_low_watermark(struct h_pair *p) {
 }
 
 /* Counts the SRQ low-watermark events on the async EVD now (non-blocking). */
-static int lw_events(struct h_side *s, DAT_SRQ_HANDLE srq, int *others) {
+static int lw_events(struct h_side* s, DAT_SRQ_HANDLE srq, int* others) {
     int n = 0;
     DAT_EVENT ev;
     while (dat_evd_dequeue(s->async_evd, &ev) == DAT_SUCCESS) {
-        const DAT_ASYNCH_ERROR_EVENT_DATA *a = &ev.event_data.asynch_error_event_data;
+        const DAT_ASYNCH_ERROR_EVENT_DATA* a = &ev.event_data.asynch_error_event_data;
         if (a->dat_handle == (DAT_HANDLE)srq && a->reason == DAT_SRQ_LOW_WATERMARK_EVENT)
             ++n;
         else
@@ -186,18 +193,18 @@ static int lw_events(struct h_side *s, DAT_SRQ_HANDLE srq, int *others) {
 }
 
 /* Waits (bounded) for one async event and says whether it is srq's low watermark. */
-static int wait_lw_event(struct h_side *s, DAT_SRQ_HANDLE srq, DAT_EVENT_NUMBER *num) {
+static int wait_lw_event(struct h_side* s, DAT_SRQ_HANDLE srq, DAT_EVENT_NUMBER* num) {
     DAT_EVENT ev;
     if (h_wait(s->async_evd, &ev) != DAT_SUCCESS) return 0;
     *num = ev.event_number;
-    const DAT_ASYNCH_ERROR_EVENT_DATA *a = &ev.event_data.asynch_error_event_data;
+    const DAT_ASYNCH_ERROR_EVENT_DATA* a = &ev.event_data.asynch_error_event_data;
     return a->dat_handle == (DAT_HANDLE)srq && a->reason == DAT_SRQ_LOW_WATERMARK_EVENT;
 }
 
 /* 8 buffers, low watermark 4: the 5th message takes the count below 4 and raises the event
  * once; the 6th to 8th raise none. Re-armed at 6 with 4 fresh buffers (4 on the SRQ): the
  * event comes in the call itself; re-armed at 2 later: once more. */
-static void set_lw_event_once_per_arming(struct h_pair *p) {
+static void set_lw_event_once_per_arming(struct h_pair* p) {
     DAT_SRQ_HANDLE srq;
     DAT_EP_HANDLE sep, cep;
     struct h_mem rm, sm;
@@ -223,7 +230,8 @@ static void set_lw_event_once_per_arming(struct h_pair *p) {
     }
     /* Every receive is reaped; the EP took its buffers before those completions. */
     EXPECT(lw_events(&p->srv, srq, &others) == 0, "a second event without re-arming");
-    for (int i = 0; i < 4; ++i) REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)i * 64, 64, 10 + i), "repost");
+    for (int i = 0; i < 4; ++i)
+        REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)i * 64, 64, 10 + i), "repost");
     REQUIRE_OK(dat_srq_set_lw(srq, 6), "dat_srq_set_lw(6) with 4 on the SRQ");
     EXPECT(wait_lw_event(&p->srv, srq, &num), "no event from arming at 6 with 4 on the SRQ");
     REQUIRE_OK(dat_srq_set_lw(srq, 2), "dat_srq_set_lw(2)");
@@ -245,14 +253,14 @@ static void set_lw_event_once_per_arming(struct h_pair *p) {
     h_mem_free(&sm);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
     H_RULE("srq_resize_under_traffic_loses_no_buffer", resize_under_traffic_loses_no_buffer, &p);
     H_RULE("srq_resize_invalid_state_when_outstanding_exceed_new_size",
            resize_invalid_state_when_outstanding_exceed, &p);
-    H_RULE("srq_resize_invalid_state_below_low_watermark",
-           resize_invalid_state_below_low_watermark, &p);
+    H_RULE("srq_resize_invalid_state_below_low_watermark", resize_invalid_state_below_low_watermark,
+           &p);
     H_RULE("srq_set_lw_event_once_per_arming", set_lw_event_once_per_arming, &p);
     return h_finish(&p);
 }
