@@ -43,6 +43,7 @@ RULES = {
         "srq_resize_invalid_state_when_outstanding_exceed_new_size",
         "srq_resize_invalid_state_below_low_watermark",
         "srq_set_lw_event_once_per_arming",
+        "srq_query_outstanding_counts_unreaped_buffers",
     ],
     "snic-dat-ep-recv-query": [
         "ep_recv_query_provider_attr_announces_support",
