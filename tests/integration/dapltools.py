@@ -1,0 +1,156 @@
+"""Helpers for the uDAPL tests (test_dapl.py, test_dat_rules.py): the dat.conf of a wire
+daemon's two devices, the two providers (Debian's libdaplofa under snic-run, the project's
+libdaplsnic linked with libsnic), and processes that are always killed, also when a test
+fails.
+
+dat.conf lines (DAT_OVERRIDE names a private file; libdat2 reads nothing else then):
+    ofa-<dev>   u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 "<ip> 0" ""
+    snic-<dev>  u2.0 nonthreadsafe default <abs>/libdaplsnic.so.2 dapl.2.0 "<dev> 1" ""
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+import snictest as st
+
+SNIC_RUN = st.BUILD / "libclient" / "snic-run"
+# The project's provider; SNIC_DAPLSNIC names another build of it.
+LIBDAPLSNIC = Path(os.environ.get("SNIC_DAPLSNIC", st.BUILD / "dapl" / "libdaplsnic.so.2"))
+LIBDAPLOFA = "libdaplofa.so.2"
+RUN_TIMEOUT = 300  # s; only ever cuts a hang short on a loaded 2-core machine
+
+
+@dataclass
+class Provider:
+    """One uDAPL provider over the two devices of a wire daemon: `server` and `client` are
+    the dat.conf names of the provider on port 0 and port 1; `launcher` goes before every
+    command (snic-run for a provider that reaches snic through the preloaded libibverbs),
+    `netns` before that (ip netns exec NS, or nothing)."""
+    kind: str
+    server: str
+    client: str
+    launcher: list[str]
+    env: dict
+    netns: list[str]
+
+    def cmd(self, *args) -> list[str]:
+        """A command line for this provider; stdout line-buffered, so that a server's
+        "ready" line reaches its log file at once."""
+        return [*self.netns, "stdbuf", "-oL", *self.launcher, *[str(a) for a in args]]
+
+
+def dat_conf_lines(devices: list[str], ips: list[str]) -> list[str]:
+    lines = []
+    for dev, ip in zip(devices, ips):
+        lines.append(f'ofa-{dev} u2.0 nonthreadsafe default {LIBDAPLOFA} dapl.2.0 "{ip} 0" ""')
+        lines.append(f'snic-{dev} u2.0 nonthreadsafe default {LIBDAPLSNIC} dapl.2.0 "{dev} 1" ""')
+    return lines
+
+
+def write_dat_conf(path: Path, devices: list[str], ips: list[str]) -> Path:
+    path.write_text("\n".join(dat_conf_lines(devices, ips)) + "\n")
+    return path
+
+
+def base_env(sock_dir, dat_conf: Path) -> dict:
+    env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir), DAT_OVERRIDE=str(dat_conf))
+    for k in ("LD_PRELOAD", "SNIC_CM_RESPONSE_TIMEOUT", "SNIC_CM_RETRIES", "DAT_DBG_TYPE",
+              "DAPL_DBG_TYPE"):
+        env.pop(k, None)
+    return env
+
+
+def provider(kind: str, devices: list[str], sock_dir, dat_conf: Path,
+             netns: Optional[str] = None) -> Provider:
+    """The provider `kind` ("libdaplofa" or "libdaplsnic") over devices[0] (server) and
+    devices[1] (client), its commands run in network namespace `netns` if given (snicd is
+    reached over a Unix socket, so only kernel sockets are private to it). libdaplsnic's
+    tests are skipped when, and only when, the provider is not built."""
+    env = base_env(sock_dir, dat_conf)
+    ns = ["ip", "netns", "exec", netns] if netns else []
+    if kind == "libdaplofa":
+        return Provider(kind, f"ofa-{devices[0]}", f"ofa-{devices[1]}", [str(SNIC_RUN)], env, ns)
+    assert kind == "libdaplsnic", kind
+    if not LIBDAPLSNIC.exists():
+        pytest.skip(f"{LIBDAPLSNIC} is not built (the libdaplsnic provider, dapl/ in the tree)")
+    return Provider(kind, f"snic-{devices[0]}", f"snic-{devices[1]}", [], env, ns)
+
+
+class Proc:
+    """A tool left running (a server): its output goes to a file, so a chatty tool never
+    blocks on a full pipe. kill() is idempotent."""
+
+    def __init__(self, log: Path, cmd: list[str], env: dict):
+        self.log = log
+        self.cmd = [str(c) for c in cmd]
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(self.cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def describe(self) -> str:
+        return f"{' '.join(self.cmd)}\nexit code: {self.proc.poll()}\noutput:\n{self.output()}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout: float = RUN_TIMEOUT) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+def run(cmd: list[str], env: dict, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    """Runs a tool to its end; a hang is killed after `timeout` and fails the test."""
+    cmd = [str(c) for c in cmd]
+    try:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"{' '.join(cmd)} did not end within {timeout} s\n"
+                             f"stdout:\n{e.stdout}\nstderr:\n{e.stderr}") from None
+
+
+def shown(res: subprocess.CompletedProcess) -> str:
+    cmd = " ".join(str(c) for c in res.args)
+    return f"{cmd}\nexit code: {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+
+
+def tcp_listening(port: int, netns: Optional[str] = None) -> bool:
+    """Whether a kernel TCP socket listens on `port` (dtest's side-band exchange)."""
+    ns = ["ip", "netns", "exec", netns] if netns else []
+    res = st.run([*ns, "ss", "-ltnH", f"sport = :{port}"], timeout=10)
+    return bool(res.stdout.strip())
+
+
+def cm_listening(d: st.Daemon) -> int:
+    """How many rdma_cm ids listen in the daemon (`snicctl cm`, line "state listening N")."""
+    res = st.run([st.SNICCTL, "-s", d.ctrl, "cm"], timeout=10)
+    assert res.returncode == 0, f"snicctl cm exited {res.returncode}: {res.stderr}"
+    for line in res.stdout.splitlines():
+        f = line.split()
+        if f[:2] == ["state", "listening"]:
+            return int(f[2])
+    raise AssertionError(f"no listening count in snicctl cm output:\n{res.stdout}")
+
+
+def cm_ids(d: st.Daemon) -> int:
+    res = st.run([st.SNICCTL, "-s", d.ctrl, "cm"], timeout=10)
+    assert res.returncode == 0, f"snicctl cm exited {res.returncode}: {res.stderr}"
+    for line in res.stdout.splitlines():
+        f = line.split()
+        if f[:1] == ["ids"]:
+            return int(f[1])
+    raise AssertionError(f"no ids count in snicctl cm output:\n{res.stdout}")
