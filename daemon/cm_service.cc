@@ -332,7 +332,12 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
         ++counters_.backlog_full;
         return refuse_req(kRejConsumer, kSidrReject);
     }
-    if (!has_room(*l->owner)) return refuse_req(kRejNoResources, kSidrReject);
+    if (!has_room(*l->owner)) {
+        ++counters_.no_room;
+        spdlog::debug("cm: connect request for a listener whose owner holds {} ids: REJ 3",
+                      l->owner->ids_);
+        return refuse_req(kRejNoResources, kSidrReject);
+    }
     auto child = std::make_unique<Id>();
     child->owner = l->owner;
     child->token = l->token;
@@ -487,6 +492,7 @@ void CmService::fill_status(shm::CmStatusReply& r) const {
     r.connect_requests = counters_.connect_requests;
     r.no_listener = counters_.no_listener;
     r.backlog_full = counters_.backlog_full;
+    r.no_room = counters_.no_room;
     r.events = counters_.events;
     r.events_lost = counters_.events_lost;
     r.nports = static_cast<std::uint32_t>(std::min(ports_.size(), shm::kMaxPorts));

@@ -39,6 +39,7 @@ struct CmServiceCounters {
     std::uint64_t connect_requests = 0;  // REQs that found a listener
     std::uint64_t no_listener = 0;       // REQs rejected: no listener for the service
     std::uint64_t backlog_full = 0;      // REQs rejected: the listener's backlog was full
+    std::uint64_t no_room = 0;           // REQs rejected: the listener's owner is at its id limit
     std::uint64_t events = 0;            // events delivered to clients
     std::uint64_t events_lost = 0;       // a client's event ring was full
 };
@@ -88,8 +89,10 @@ class CmService {
   public:
     // Ids per CM connection at most (listeners' connect requests included), and per user
     // (uid) over all of its connections: one user cannot take the daemon's whole id table
-    // (65,535 handles) from the others.
-    static constexpr std::uint32_t kMaxIdsPerSession = 1024;
+    // (65,535 handles) from the others. A server with a thousand connections holds an id
+    // per connection plus the requests still pending (dtestcm -c 1000 through the OFED
+    // uDAPL provider needs about 1,100).
+    static constexpr std::uint32_t kMaxIdsPerSession = 4096;
     static constexpr std::uint32_t kMaxIdsPerUid = 16384;
 
     // `devices` and `gsi` are per port, in port order (gsi entries may be null in tests that

@@ -297,9 +297,12 @@ void destroy_retired_ids(Ia* ia) {
 }
 
 void events_loop(Ia* ia) {
+    // A daemon that is gone hangs up both fds: each is polled no more once it has.
+    bool channel_gone = false, device_gone = false;
     for (;;) {
-        pollfd fds[3] = {
-            {ia->channel->fd, POLLIN, 0}, {ia->ctx->async_fd, POLLIN, 0}, {ia->wake_fd, POLLIN, 0}};
+        pollfd fds[3] = {{channel_gone ? -1 : ia->channel->fd, POLLIN, 0},
+                         {device_gone ? -1 : ia->ctx->async_fd, POLLIN, 0},
+                         {ia->wake_fd, POLLIN, 0}};
         if (::poll(fds, 3, -1) < 0) {
             if (errno == EINTR) continue;
             return;
@@ -315,14 +318,16 @@ void events_loop(Ia* ia) {
                 handle_cm_event(ia, e);
                 rdma_ack_cm_event(e);
             }
+            if (errno != EAGAIN) channel_gone = true;
         }
         destroy_retired_ids(ia);
-        if ((fds[1].revents & POLLIN) != 0) {
+        if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
             ibv_async_event ae{};
-            if (ibv_get_async_event(ia->ctx, &ae) == 0) {
+            while (ibv_get_async_event(ia->ctx, &ae) == 0) {
                 handle_async_event(ia, ae);
                 ibv_ack_async_event(&ae);
             }
+            if (errno != EAGAIN) device_gone = true;
         }
     }
 }
@@ -725,6 +730,12 @@ DAT_RETURN start_events(Ia* ia) {
     if (ia->channel == nullptr) return from_errno(errno);
     const int fl = ::fcntl(ia->channel->fd, F_GETFL);
     if (fl < 0 || ::fcntl(ia->channel->fd, F_SETFL, fl | O_NONBLOCK) != 0) return from_errno(errno);
+    // The device's async fd too: poll may report it readable with nothing left to read
+    // (a notification another reader took), and a blocking read would keep the thread
+    // from ever seeing the stop request.
+    const int afl = ::fcntl(ia->ctx->async_fd, F_GETFL);
+    if (afl < 0 || ::fcntl(ia->ctx->async_fd, F_SETFL, afl | O_NONBLOCK) != 0)
+        return from_errno(errno);
     ia->wake_fd = ::eventfd(0, EFD_CLOEXEC);
     if (ia->wake_fd < 0) return from_errno(errno);
     ia->events_thread = std::thread(events_loop, ia);

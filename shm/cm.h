@@ -178,7 +178,7 @@ struct CmStatusReply {
     std::uint32_t ids;
     std::uint32_t nports;
     std::uint64_t states[kCmIdStates];
-    std::uint64_t connect_requests, no_listener, backlog_full, events, events_lost;
+    std::uint64_t connect_requests, no_listener, backlog_full, no_room, events, events_lost;
     CmPortStatus ports[kMaxPorts];
 };
 static_assert(std::is_trivially_copyable_v<CmStatusReply>);

@@ -24,7 +24,7 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-inline constexpr std::uint16_t kAbiVersion = 4;          // 4: SRQ resize, QpControl::recv
+inline constexpr std::uint16_t kAbiVersion = 5;  // 5: CmStatusReply::no_room; 4: SRQ resize, QpControl::recv
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;

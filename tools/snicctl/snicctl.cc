@@ -188,11 +188,12 @@ int cm(const std::string& path) {
         std::printf("state %s %llu\n", snic::shm::kCmIdStateNames[k],
                     static_cast<unsigned long long>(r.states[k]));
     std::printf(
-        "connect_requests %llu no_listener %llu backlog_full %llu events %llu "
+        "connect_requests %llu no_listener %llu backlog_full %llu no_room %llu events %llu "
         "events_lost %llu\n",
         static_cast<unsigned long long>(r.connect_requests),
         static_cast<unsigned long long>(r.no_listener),
-        static_cast<unsigned long long>(r.backlog_full), static_cast<unsigned long long>(r.events),
+        static_cast<unsigned long long>(r.backlog_full), static_cast<unsigned long long>(r.no_room),
+        static_cast<unsigned long long>(r.events),
         static_cast<unsigned long long>(r.events_lost));
     for (std::uint32_t i = 0; i < r.nports; ++i) {
         const auto& p = r.ports[i];
