@@ -28,6 +28,10 @@ inline constexpr std::uint16_t kAbiVersion = 5;  // 5: MrSegment kinds (SysV, hu
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
+// libsnic's ibv_device.dev_name is this prefix and the device name; snicd makes the node
+// /dev/infiniband/<dev_name> (daemon/device_nodes.h). Kernel nodes (uverbsN, umadN, issmN,
+// rdma_cm) never start with it.
+inline constexpr const char* kDeviceNodePrefix = "snic-";
 inline constexpr std::size_t kMaxFds = kMaxMrSegments;  // per message
 
 using Handle = std::uint32_t;  // (generation << 16) | index; kNoHandle: none
