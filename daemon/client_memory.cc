@@ -4,15 +4,15 @@
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
-#include <sys/statfs.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -199,10 +199,10 @@ Status check_attached(std::int32_t pid, const shm::MrSegment& seg, bool write) {
     }
     std::fclose(f);
     if (cur < end)
-        return make_error(EINVAL, fmt::format("the client does not have SysV segment {} attached "
-                                              "{}at {:#x} (offset {:#x}) up to {:#x}",
-                                              seg.shmid, write ? "writable " : "", seg.addr,
-                                              seg.offset, end));
+        return make_error(
+            EINVAL, fmt::format("the client does not have SysV segment {} attached "
+                                "{}at {:#x} (offset {:#x}) up to {:#x}",
+                                seg.shmid, write ? "writable " : "", seg.addr, seg.offset, end));
     return Ok{};
 }
 
@@ -211,13 +211,12 @@ Result<std::uint64_t> check_sysv(const shm::MrSegment& seg, bool write, const Me
     if (seg.shmid < 0) return make_error(EINVAL, "no shmid");
     shmid_ds ds{};
     if (::shmctl(seg.shmid, IPC_STAT, &ds) != 0)
-        return make_error(EINVAL, fmt::format("SysV segment {}: {}", seg.shmid,
-                                              std::strerror(errno)));
+        return make_error(EINVAL,
+                          fmt::format("SysV segment {}: {}", seg.shmid, std::strerror(errno)));
     if (!ipc_allows(ds.shm_perm, o.uid, o.gid, write))
         return make_error(EACCES, fmt::format("SysV segment {} (mode {:o}) is not {} by uid {}",
                                               seg.shmid, ds.shm_perm.mode & 0777,
-                                              write ? "readable and writable" : "readable",
-                                              o.uid));
+                                              write ? "readable and writable" : "readable", o.uid));
     const std::uint64_t size = (ds.shm_segsz + seg.page_size - 1) & ~(seg.page_size - 1);
     if (seg.offset > size || seg.length > size - seg.offset)
         return make_error(EINVAL, fmt::format("SysV segment {} has {:#x} bytes, not {:#x}+{:#x}",
@@ -230,9 +229,9 @@ Result<std::uint64_t> check_sysv(const shm::MrSegment& seg, bool write, const Me
 
 // Replaces [at, at+len) of a reservation with PROT_NONE again.
 bool reserve_again(void* at, std::size_t len) {
-    return len == 0 || ::mmap(at, len, PROT_NONE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-                              0) != MAP_FAILED;
+    return len == 0 ||
+           ::mmap(at, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+                  0) != MAP_FAILED;
 }
 
 // Attaches SysV segment seg.shmid so that its bytes [offset, offset+length) lie at `at`,
@@ -258,7 +257,7 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
     // Check every backing before mapping anything; find the room SysV attachments need
     // around the range (they map whole segments, then give back what is not registered).
     std::uint64_t align = kSmallPage, lead = 0, tail = 0;
-    std::array<std::uint64_t, shm::kMaxMrSegments> sysv_size{};
+    std::array<std::uint64_t, shm::kMaxMrSegments> sysv_size{}, page_of{};
     std::size_t nfd = 0;
     for (std::size_t i = 0; i < segs.size(); ++i) {
         const shm::MrSegment& s = segs[i];
@@ -289,6 +288,7 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
                 tail = std::max(tail, *size - s.offset - s.length - after);
         }
         align = std::max(align, page);
+        page_of[i] = page;
     }
     if (nfd != fds.size()) return make_error(EINVAL, "more memfds than memfd segments");
 
@@ -318,6 +318,13 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
                           static_cast<off_t>(s.offset)) == MAP_FAILED) {
             st = mmap_error(("mmap of segment " + std::to_string(i)).c_str());
         }
+        // Huge pages are faulted in now: a fault that finds the pool empty later would be a
+        // SIGBUS in an lcore; here it is an error (ENOMEM) for this registration.
+        if (st && page_of[i] > kSmallPage &&
+            ::madvise(at, s.length, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
+            st = make_error(ENOMEM, fmt::format("segment {}: its huge pages cannot be faulted "
+                                                "in ({}): is the huge page pool exhausted?",
+                                                i, std::strerror(errno)));
         if (!st) {
             ::munmap(lo, span);
             return st.error();

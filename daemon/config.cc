@@ -189,9 +189,8 @@ Result<Config> parse_config(std::span<const std::string> args) {
         auto missing = [&] {
             return make_error(EINVAL, std::string(arg) + ": missing value (see snicd --help)");
         };
-        const bool is_flag =
-            arg == "-h" || arg == "--help" || arg == "-V" || arg == "--version" || arg == "--wire" ||
-            arg == "--no-dev-nodes";
+        const bool is_flag = arg == "-h" || arg == "--help" || arg == "-V" || arg == "--version" ||
+                             arg == "--wire" || arg == "--no-dev-nodes";
         if (is_flag && has_inline)
             return make_error(EINVAL, std::string(arg) + " takes no value (see snicd --help)");
         if (arg == "-h" || arg == "--help") {

@@ -12,9 +12,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/sysmacros.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -381,8 +381,8 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
                     return EINVAL;
                 }
                 const std::uintptr_t e = v.end < q ? v.end : q;
-                pieces.push_back({cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr, b,
-                                  &v, page});
+                pieces.push_back(
+                    {cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr, b, &v, page});
                 p = cur = pieces.back().end;
                 continue;
             }

@@ -24,7 +24,7 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-inline constexpr std::uint16_t kAbiVersion = 5;  // 5: MrSegment kinds (SysV, hugetlb)
+inline constexpr std::uint16_t kAbiVersion = 5;          // 5: MrSegment kinds (SysV, hugetlb)
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
@@ -209,8 +209,8 @@ struct MrSegment {
     std::uint64_t length;
     std::uint64_t offset;
     MrBacking backing = MrBacking::memfd;
-    std::int32_t shmid = -1;           // MrBacking::sysv; -1 otherwise
-    std::uint64_t page_size = 4096;    // of the backing, as the client found it
+    std::int32_t shmid = -1;         // MrBacking::sysv; -1 otherwise
+    std::uint64_t page_size = 4096;  // of the backing, as the client found it
 };
 
 struct RegMrReq {

@@ -234,9 +234,9 @@ TEST(ShareRange, NamesSysvSegmentsByShmidWithoutMovingThem) {
     ASSERT_NE(p, reinterpret_cast<char*>(-1));
     shmctl(id, IPC_RMID, nullptr);
     // A private page before the segment is moved; the segment's pages are named.
-    char* before = static_cast<char*>(mmap(p - kPage, kPage, PROT_READ | PROT_WRITE,
-                                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-                                           -1, 0));
+    char* before =
+        static_cast<char*>(mmap(p - kPage, kPage, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0));
     SharedRange r;
     if (before == p - kPage) {
         ASSERT_EQ(share_range(u(before) + 10, kPage + 3 * kPage, &r), 0);

@@ -55,7 +55,8 @@ struct Buffer {
             if (p != MAP_FAILED) data = static_cast<std::uint8_t*>(p);
             return;
         }
-        const int id = shmget(IPC_PRIVATE, bytes, IPC_CREAT | 0600 | (kind == sysv_huge ? SHM_HUGETLB : 0));
+        const int id =
+            shmget(IPC_PRIVATE, bytes, IPC_CREAT | 0600 | (kind == sysv_huge ? SHM_HUGETLB : 0));
         if (id < 0) return;
         void* p = shmat(id, nullptr, 0);
         shmctl(id, IPC_RMID, nullptr);
@@ -148,10 +149,10 @@ class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
         q.qp_state = IBV_QPS_INIT;
         q.port_num = 1;
         q.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-        ASSERT_EQ(ibv_modify_qp(s.qp, &q,
-                                IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                    IBV_QP_ACCESS_FLAGS),
-                  0);
+        ASSERT_EQ(
+            ibv_modify_qp(s.qp, &q,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
         q = {};
         q.qp_state = IBV_QPS_RTR;
         q.path_mtu = std::min(s.mtu, peer.mtu);
@@ -163,11 +164,11 @@ class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
         q.ah_attr.grh.dgid = peer.gid;
         q.ah_attr.grh.hop_limit = 64;
         q.ah_attr.port_num = 1;
-        ASSERT_EQ(ibv_modify_qp(s.qp, &q,
-                                IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                    IBV_QP_MIN_RNR_TIMER),
-                  0);
+        ASSERT_EQ(
+            ibv_modify_qp(s.qp, &q,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
         q = {};
         q.qp_state = IBV_QPS_RTS;
         q.timeout = 14;
@@ -270,9 +271,12 @@ INSTANTIATE_TEST_SUITE_P(Kinds, SharedMemory,
                          ::testing::Values(Buffer::sysv, Buffer::sysv_huge, Buffer::memfd_huge),
                          [](const auto& info) {
                              switch (info.param) {
-                             case Buffer::sysv: return std::string("SysV");
-                             case Buffer::sysv_huge: return std::string("SysVHugetlb");
-                             default: return std::string("HugetlbMemfd");
+                                 case Buffer::sysv:
+                                     return std::string("SysV");
+                                 case Buffer::sysv_huge:
+                                     return std::string("SysVHugetlb");
+                                 default:
+                                     return std::string("HugetlbMemfd");
                              }
                          });
 

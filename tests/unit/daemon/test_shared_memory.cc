@@ -43,8 +43,7 @@ long free_huge_pages() {
 // false.
 class Segment {
   public:
-    Segment(std::size_t bytes, int flags = 0, bool attach = true, int mode = 0600)
-        : bytes_(bytes) {
+    Segment(std::size_t bytes, int flags = 0, bool attach = true, int mode = 0600) : bytes_(bytes) {
         id_ = ::shmget(IPC_PRIVATE, bytes, IPC_CREAT | mode | flags);
         if (id_ < 0) return;
         if (attach) {
@@ -105,8 +104,8 @@ TEST_F(SessionTest, sysv_segment_the_client_attached_is_mapped_by_the_daemon) {
     // Pages 2..5 of the segment, the range starting inside page 2.
     const std::uint64_t at = seg.addr() + 2 * shm::kPageSize;
     shm::RegMrReply out{};
-    ASSERT_EQ(reg_sysv(c, pd, seg.id(), at, 4 * shm::kPageSize, 2 * shm::kPageSize,
-                       shm::kPageSize, at + 100, 3 * shm::kPageSize, kRw, out),
+    ASSERT_EQ(reg_sysv(c, pd, seg.id(), at, 4 * shm::kPageSize, 2 * shm::kPageSize, shm::kPageSize,
+                       at + 100, 3 * shm::kPageSize, kRw, out),
               0);
     EXPECT_EQ(seg.attached(), 2u);  // snicd's attachment beside the client's
     const Mr* mr = c.session.mr(out.mr);
@@ -154,20 +153,19 @@ TEST_F(SessionTest, sysv_segment_the_client_has_not_attached_is_refused) {
     ASSERT_GE(other.id(), 0);
     shm::RegMrReply out{};
     // Another segment named at the addresses where this one is attached.
-    EXPECT_EQ(reg_sysv(c, pd, other.id(), mine.addr(), mine.bytes(), 0, shm::kPageSize,
-                       mine.addr(), mine.bytes(), kRw, out),
+    EXPECT_EQ(reg_sysv(c, pd, other.id(), mine.addr(), mine.bytes(), 0, shm::kPageSize, mine.addr(),
+                       mine.bytes(), kRw, out),
               EINVAL);
     EXPECT_EQ(other.attached(), 0u);
     // The right segment at the wrong offset, or past where it is attached.
     EXPECT_EQ(reg_sysv(c, pd, mine.id(), mine.addr(), 2 * shm::kPageSize, shm::kPageSize,
                        shm::kPageSize, mine.addr(), shm::kPageSize, kRw, out),
               EINVAL);
-    EXPECT_EQ(reg_sysv(c, pd, mine.id(), mine.addr() + shm::kPageSize, mine.bytes(),
-                       shm::kPageSize, shm::kPageSize, mine.addr() + shm::kPageSize,
-                       shm::kPageSize, kRw, out),
+    EXPECT_EQ(reg_sysv(c, pd, mine.id(), mine.addr() + shm::kPageSize, mine.bytes(), shm::kPageSize,
+                       shm::kPageSize, mine.addr() + shm::kPageSize, shm::kPageSize, kRw, out),
               EINVAL);
-    EXPECT_EQ(reg_sysv(c, pd, 0x7ffffff0, mine.addr(), mine.bytes(), 0, shm::kPageSize,
-                       mine.addr(), mine.bytes(), kRw, out),
+    EXPECT_EQ(reg_sysv(c, pd, 0x7ffffff0, mine.addr(), mine.bytes(), 0, shm::kPageSize, mine.addr(),
+                       mine.bytes(), kRw, out),
               EINVAL);  // no such segment
     EXPECT_EQ(mine.attached(), 1u);
     EXPECT_EQ(c.session.mapped_bytes(), rings);
@@ -221,8 +219,8 @@ TEST_F(SessionTest, hugetlb_memfd_is_mapped_when_sealed_against_shrinking) {
     const int fd = ::memfd_create("snic-unit-huge", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
     ASSERT_GE(fd, 0) << std::strerror(errno);
     ASSERT_EQ(::ftruncate(fd, kHuge), 0);
-    auto* p = static_cast<std::byte*>(
-        ::mmap(nullptr, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    auto* p =
+        static_cast<std::byte*>(::mmap(nullptr, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     ASSERT_NE(p, MAP_FAILED);
     const auto addr = reinterpret_cast<std::uintptr_t>(p);
     shm::RegMrReq req{};
