@@ -1,15 +1,22 @@
 #include "daemon/client_memory.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
+
+#include <spdlog/fmt/fmt.h>
 
 namespace snic::daemon {
 
@@ -128,30 +135,202 @@ Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes
     return Mapping(p, bytes, 1, owner_bytes);
 }
 
-Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
-                           bool writable, std::uint64_t* owner_bytes) {
-    if (segs.empty() || segs.size() != fds.size())
-        return make_error(EINVAL, "one memfd per segment needed");
-    for (std::size_t i = 0; i < segs.size(); ++i)
-        if (auto st = check_memfd(fds[i], segs[i].offset + segs[i].length); !st)
-            return make_error(EINVAL, "segment " + std::to_string(i) + ": " + st.error().message);
+namespace {
 
+constexpr std::uint64_t kSmallPage = 4096;
+constexpr std::uint64_t kMaxPage = std::uint64_t{1} << 30;
+
+bool valid_page_size(std::uint64_t p) {
+    return p >= kSmallPage && p <= kMaxPage && (p & (p - 1)) == 0;
+}
+
+// The page size of a memfd's pages: the hugetlb page size for a hugetlbfs file.
+std::uint64_t fd_page_size(int fd) {
+    struct statfs sfs {};
+    if (::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC)
+        return static_cast<std::uint64_t>(sfs.f_bsize);
+    return kSmallPage;
+}
+
+// Whether a SysV segment's permissions let (uid, gid) read it, and write it if `write`.
+// Only the primary gid counts: a group granted through supplementary groups is not seen.
+bool ipc_allows(const ipc_perm& p, std::uint32_t uid, std::uint32_t gid, bool write) {
+    if (uid == 0) return true;
+    unsigned bits = p.mode & 07;
+    if (uid == p.uid || uid == p.cuid)
+        bits = (p.mode >> 6) & 07;
+    else if (gid == p.gid || gid == p.cgid)
+        bits = (p.mode >> 3) & 07;
+    const unsigned need = write ? 06 : 04;
+    return (bits & need) == need;
+}
+
+bool same_ipc_namespace(std::int32_t pid) {
+    char theirs[64] = {}, ours[64] = {};
+    const std::string path = "/proc/" + std::to_string(pid) + "/ns/ipc";
+    const ssize_t a = ::readlink(path.c_str(), theirs, sizeof theirs - 1);
+    const ssize_t b = ::readlink("/proc/self/ns/ipc", ours, sizeof ours - 1);
+    return a > 0 && a == b && std::memcmp(theirs, ours, static_cast<std::size_t>(a)) == 0;
+}
+
+// Checks that process `pid` maps [addr, addr+len) from SysV segment `shmid` at segment
+// offset `offset`, shared, readable and (if `write`) writable.
+Status check_attached(std::int32_t pid, const shm::MrSegment& seg, bool write) {
+    const std::string path = "/proc/" + std::to_string(pid) + "/maps";
+    std::FILE* f = std::fopen(path.c_str(), "re");
+    if (f == nullptr) return make_error(EINVAL, "cannot read " + path);
+    std::uint64_t cur = seg.addr;
+    const std::uint64_t end = seg.addr + seg.length;
+    char line[4096];
+    while (cur < end && std::fgets(line, sizeof line, f) != nullptr) {
+        unsigned long long start = 0, stop = 0, off = 0, ino = 0;
+        char perms[5] = {};
+        int consumed = 0;
+        if (std::sscanf(line, "%llx-%llx %4s %llx %*x:%*x %llu %n", &start, &stop, perms, &off,
+                        &ino, &consumed) < 5)
+            continue;
+        if (stop <= cur || start > cur) continue;
+        const std::string name(line + consumed);
+        if (ino != static_cast<unsigned long long>(seg.shmid) || !name.starts_with("/SYSV") ||
+            perms[3] != 's' || perms[0] != 'r' || (write && perms[1] != 'w') ||
+            off + (cur - start) != seg.offset + (cur - seg.addr))
+            break;
+        cur = stop;
+    }
+    std::fclose(f);
+    if (cur < end)
+        return make_error(
+            EINVAL, fmt::format("the client does not have SysV segment {} attached "
+                                "{}at {:#x} (offset {:#x}) up to {:#x}",
+                                seg.shmid, write ? "writable " : "", seg.addr, seg.offset, end));
+    return Ok{};
+}
+
+// The checks before snicd attaches a client's SysV segment. Returns the segment's size.
+Result<std::uint64_t> check_sysv(const shm::MrSegment& seg, bool write, const MemoryOwner& o) {
+    if (seg.shmid < 0) return make_error(EINVAL, "no shmid");
+    shmid_ds ds{};
+    if (::shmctl(seg.shmid, IPC_STAT, &ds) != 0)
+        return make_error(EINVAL,
+                          fmt::format("SysV segment {}: {}", seg.shmid, std::strerror(errno)));
+    if (!ipc_allows(ds.shm_perm, o.uid, o.gid, write))
+        return make_error(EACCES, fmt::format("SysV segment {} (mode {:o}) is not {} by uid {}",
+                                              seg.shmid, ds.shm_perm.mode & 0777,
+                                              write ? "readable and writable" : "readable", o.uid));
+    const std::uint64_t size = (ds.shm_segsz + seg.page_size - 1) & ~(seg.page_size - 1);
+    if (seg.offset > size || seg.length > size - seg.offset)
+        return make_error(EINVAL, fmt::format("SysV segment {} has {:#x} bytes, not {:#x}+{:#x}",
+                                              seg.shmid, size, seg.offset, seg.length));
+    if (!same_ipc_namespace(o.pid))
+        return make_error(EINVAL, "the client is in another IPC namespace");
+    if (auto st = check_attached(o.pid, seg, write); !st) return st.error();
+    return size;
+}
+
+// Replaces [at, at+len) of a reservation with PROT_NONE again.
+bool reserve_again(void* at, std::size_t len) {
+    return len == 0 ||
+           ::mmap(at, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+                  0) != MAP_FAILED;
+}
+
+// Attaches SysV segment seg.shmid so that its bytes [offset, offset+length) lie at `at`,
+// and gives the rest of the attachment back to the reservation around it.
+Status attach_sysv(std::byte* at, const shm::MrSegment& seg, std::uint64_t size, bool writable) {
+    std::byte* whole = at - seg.offset;
+    void* p = ::shmat(seg.shmid, whole, SHM_REMAP | (writable ? 0 : SHM_RDONLY));
+    if (p == reinterpret_cast<void*>(-1)) return mmap_error("shmat");
+    if (!reserve_again(whole, seg.offset) ||
+        !reserve_again(at + seg.length, size - seg.offset - seg.length))
+        return mmap_error("trimming the SysV attachment");
+    return Ok{};
+}
+
+}  // namespace
+
+Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
+                           bool writable, const MemoryOwner& owner, std::uint64_t* owner_bytes) {
+    if (segs.empty()) return make_error(EINVAL, "no segments");
     const std::uint64_t base = segs.front().addr;
     const std::uint64_t total = segs.back().addr + segs.back().length - base;
-    void* range =
-        ::mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (range == MAP_FAILED) return mmap_error("reserving the address range");
-    const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+
+    // Check every backing before mapping anything; find the room SysV attachments need
+    // around the range (they map whole segments, then give back what is not registered).
+    std::uint64_t align = kSmallPage, lead = 0, tail = 0;
+    std::array<std::uint64_t, shm::kMaxMrSegments> sysv_size{}, page_of{};
+    std::size_t nfd = 0;
     for (std::size_t i = 0; i < segs.size(); ++i) {
-        void* at = static_cast<std::byte*>(range) + (segs[i].addr - base);
-        void* p = ::mmap(at, segs[i].length, prot, MAP_SHARED | MAP_FIXED, fds[i],
-                         static_cast<off_t>(segs[i].offset));
-        if (p == MAP_FAILED) {
-            Error e = mmap_error(("mmap of segment " + std::to_string(i)).c_str());
-            ::munmap(range, total);
-            return e;
+        const shm::MrSegment& s = segs[i];
+        const auto bad = [&](const std::string& why) {
+            return make_error(EINVAL, "segment " + std::to_string(i) + ": " + why);
+        };
+        std::uint64_t page = kSmallPage;
+        if (s.backing == shm::MrBacking::memfd) {
+            if (nfd == fds.size()) return bad("no memfd for it");
+            if (auto st = check_memfd(fds[nfd], s.offset + s.length); !st)
+                return bad(st.error().message);
+            page = fd_page_size(fds[nfd++]);
+        } else if (s.backing == shm::MrBacking::sysv) {
+            if (!valid_page_size(s.page_size)) return bad("bad page size");
+            page = s.page_size;
+        } else {
+            return bad("unknown backing");
+        }
+        if (s.addr % page != 0 || s.length % page != 0 || s.offset % page != 0)
+            return bad(fmt::format("not aligned to its {} KiB pages", page / 1024));
+        if (s.backing == shm::MrBacking::sysv) {
+            auto size = check_sysv(s, writable, owner);
+            if (!size) return make_error(size.error().code, bad(size.error().message).message);
+            sysv_size[i] = *size;
+            const std::uint64_t before = s.addr - base, after = base + total - s.addr - s.length;
+            if (s.offset > before) lead = std::max(lead, s.offset - before);
+            if (*size - s.offset - s.length > after)
+                tail = std::max(tail, *size - s.offset - s.length - after);
+        }
+        align = std::max(align, page);
+        page_of[i] = page;
+    }
+    if (nfd != fds.size()) return make_error(EINVAL, "more memfds than memfd segments");
+
+    // The reservation: the range where base % align is kept, with room around it.
+    const std::uint64_t span = lead + total + tail + align;
+    void* res =
+        ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (res == MAP_FAILED) return mmap_error("reserving the address range");
+    auto* lo = static_cast<std::byte*>(res);
+    const auto want = reinterpret_cast<std::uintptr_t>(lo + lead);
+    const std::uintptr_t shift = ((base % align) - want % align + align) % align;
+    std::byte* range = lo + lead + shift;
+    const auto give_back = [&] {
+        ::munmap(lo, range - lo);
+        ::munmap(range + total, lo + span - (range + total));
+    };
+
+    const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+    nfd = 0;
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+        const shm::MrSegment& s = segs[i];
+        std::byte* at = range + (s.addr - base);
+        Status st = Ok{};
+        if (s.backing == shm::MrBacking::sysv) {
+            st = attach_sysv(at, s, sysv_size[i], writable);
+        } else if (::mmap(at, s.length, prot, MAP_SHARED | MAP_FIXED, fds[nfd++],
+                          static_cast<off_t>(s.offset)) == MAP_FAILED) {
+            st = mmap_error(("mmap of segment " + std::to_string(i)).c_str());
+        }
+        // Huge pages are faulted in now: a fault that finds the pool empty later would be a
+        // SIGBUS in an lcore; here it is an error (ENOMEM) for this registration.
+        if (st && page_of[i] > kSmallPage &&
+            ::madvise(at, s.length, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
+            st = make_error(ENOMEM, fmt::format("segment {}: its huge pages cannot be faulted "
+                                                "in ({}): is the huge page pool exhausted?",
+                                                i, std::strerror(errno)));
+        if (!st) {
+            ::munmap(lo, span);
+            return st.error();
         }
     }
+    give_back();
     return Mapping(range, total, static_cast<std::uint32_t>(segs.size()), owner_bytes);
 }
 

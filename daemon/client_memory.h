@@ -1,8 +1,9 @@
 // What snicd holds of a client's: the file descriptors it keeps (notification sockets) and the
-// mappings of the memfds the client passed (object rings and registered memory). Every holding is
-// an RAII object, counted daemon-wide (snicctl resources) and, for mappings, in the bytes of
-// the session that owns it; a memfd is checked before it is mapped: a regular file, sealed
-// against shrinking, large enough.
+// mappings of the memfds the client passed (object rings and registered memory) and of the SysV
+// segments it registered. Every holding is an RAII object, counted daemon-wide (snicctl
+// resources) and, for mappings, in the bytes of the session that owns it; a memfd is checked
+// before it is mapped: a regular file, sealed against shrinking, large enough; a SysV segment
+// must be attached by the client where it says and readable (writable) by it.
 #pragma once
 
 #include <array>
@@ -68,6 +69,14 @@ class ClientFd {
     Fd fd_;
 };
 
+// The client process whose memory is mapped (SO_PEERCRED): its SysV attachments are
+// checked in /proc/<pid>/maps, its uid and gid against the segment's permissions.
+struct MemoryOwner {
+    std::int32_t pid;
+    std::uint32_t uid;
+    std::uint32_t gid;
+};
+
 // One mapping of client memory, MAP_SHARED; unmapped on destruction. `owner_bytes`, when
 // given, is a session's count of mapped bytes, kept up to date.
 class Mapping {
@@ -92,7 +101,7 @@ class Mapping {
     friend Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes);
     friend Result<Mapping> map_region(std::span<const shm::MrSegment> segs,
                                       std::span<const int> fds, bool writable,
-                                      std::uint64_t* owner_bytes);
+                                      const MemoryOwner& owner, std::uint64_t* owner_bytes);
     Mapping(void* addr, std::size_t bytes, std::uint32_t regions, std::uint64_t* owner_bytes);
 
     void* addr_ = nullptr;
@@ -107,12 +116,17 @@ class Mapping {
 Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes);
 
 // Maps the segments of a memory registration where they lie relative to each other: a
-// reserved range covering them all, each segment mapped over its place (MAP_FIXED) from its
-// memfd (fds[i] for segs[i], each checked as map_object checks). Segments must be page
-// aligned, in address order and contiguous (the caller checks). Read-only unless
-// `writable`.
+// reserved range covering them all, aligned as the client's addresses are to the largest
+// page size, each segment mapped over its place (MAP_FIXED) from its backing:
+// - MrBacking::memfd: the next of `fds`, checked as map_object checks (a hugetlb memfd is
+//   mapped at its page size);
+// - MrBacking::sysv: the SysV segment `shmid`, attached by snicd only if the owner has it
+//   attached at those addresses with that offset (/proc/<pid>/maps, same IPC namespace)
+//   and its permissions grant the owner read (and write when `writable`).
+// Segments must be in address order and contiguous (the caller checks); each must be
+// aligned to its backing's page size (checked here). Read-only unless `writable`.
 Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
-                           bool writable, std::uint64_t* owner_bytes);
+                           bool writable, const MemoryOwner& owner, std::uint64_t* owner_bytes);
 
 // Whether `fd` is a notification socket (an AF_UNIX SOCK_STREAM end, see shm/control.h).
 bool is_notify_socket(int fd);

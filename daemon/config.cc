@@ -189,8 +189,8 @@ Result<Config> parse_config(std::span<const std::string> args) {
         auto missing = [&] {
             return make_error(EINVAL, std::string(arg) + ": missing value (see snicd --help)");
         };
-        const bool is_flag =
-            arg == "-h" || arg == "--help" || arg == "-V" || arg == "--version" || arg == "--wire";
+        const bool is_flag = arg == "-h" || arg == "--help" || arg == "-V" || arg == "--version" ||
+                             arg == "--wire" || arg == "--no-dev-nodes";
         if (is_flag && has_inline)
             return make_error(EINVAL, std::string(arg) + " takes no value (see snicd --help)");
         if (arg == "-h" || arg == "--help") {
@@ -228,6 +228,14 @@ Result<Config> parse_config(std::span<const std::string> args) {
             auto m = parse_number<unsigned>(*v, 8);
             if (!m || *m > 0777) return bad("--ctrl-mode", "octal mode", *v);
             cfg.ctrl_mode = static_cast<mode_t>(*m);
+        } else if (arg == "--no-dev-nodes") {
+            cfg.dev_dir.clear();
+        } else if (arg == "--dev-dir") {
+            auto v = value();
+            if (!v) return missing();
+            if (v->empty() || v->front() != '/' || v->size() > 100)
+                return bad("--dev-dir", "absolute directory path", *v);
+            cfg.dev_dir = std::string(*v);
         } else if (arg == "--idle-backoff") {
             auto v = value();
             if (!v) return missing();
@@ -290,6 +298,10 @@ snicd options:
   --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
   --ctrl PATH            control socket (default /run/snic/NAME.sock)
   --ctrl-mode MODE       octal permissions of the control socket (default 0660)
+  --dev-dir DIR          where the device nodes verbs consumers look for go (default
+                         /dev/infiniband): DIR/snic-<device>, character devices with /dev/null's
+                         numbers and --ctrl-mode's permissions, removed at stop
+  --no-dev-nodes         make no device nodes
   --idle-backoff USEC    an idle data lcore sleeps up to USEC us per empty poll (0: busy poll, default)
   --arp-timeout SEC      lifetime of ARP cache entries (default 60)
   --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)

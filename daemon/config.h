@@ -42,6 +42,7 @@ struct Config {
     bool wire = false;
     std::string ctrl_path;  // default /run/snic/<name>.sock
     mode_t ctrl_mode = 0660;
+    std::string dev_dir = "/dev/infiniband";  // where device nodes go; empty: none
     std::uint32_t idle_backoff_us = 0;
     std::uint32_t arp_timeout_s = 60;
     std::string log_level = "info";

@@ -29,6 +29,7 @@
 #include "daemon/cm_service.h"
 #include "daemon/config.h"
 #include "daemon/control.h"
+#include "daemon/device_nodes.h"
 #include "daemon/eal.h"
 #include "daemon/gsi.h"
 #include "daemon/lcore.h"
@@ -350,6 +351,10 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
                 rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
 
         (*control)->set_devices(device_ports(cfg, r.ports, r.transports));
+        std::vector<std::string> names;
+        for (std::size_t i = 0; i < r.ports.size(); ++i) names.push_back(device_name(cfg, i));
+        std::optional<DeviceNodes> nodes;
+        if (!cfg.dev_dir.empty()) nodes.emplace(cfg.dev_dir, names, cfg.ctrl_mode);
         std::vector<GsiPort*> gsi;
         for (const auto& g : r.gsi) gsi.push_back(g.get());
         CmService cm((*control)->devices(), std::move(gsi),

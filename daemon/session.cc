@@ -23,6 +23,7 @@ using verbs::QpState;
 namespace qa = verbs::qp_attr;
 
 constexpr std::uint64_t kPage = shm::kPageSize;
+constexpr std::uint64_t kMaxPageSize = std::uint64_t{1} << 30;  // the largest huge page
 
 // ibv_access_flags a memory registration may carry. On-demand paging is refused: snicd maps
 // registered memory once, at registration.
@@ -266,47 +267,56 @@ int Session::reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out)
     if (req.length == 0 || req.length > r_.limits().max_mr_size)
         return refuse(EINVAL, op,
                       fmt::format("length {} not in 1..{}", req.length, r_.limits().max_mr_size));
-    if (req.addr > UINT64_MAX - kPage - req.length)
+    if (req.addr > UINT64_MAX - kMaxPageSize - req.length)
         return refuse(EINVAL, op, "address range wraps");
     if (req.iova > UINT64_MAX - req.length) return refuse(EINVAL, op, "iova range wraps");
     if (req.nsegs == 0 || req.nsegs > shm::kMaxMrSegments)
         return refuse(EINVAL, op,
                       fmt::format("{} segments, 1..{} allowed", req.nsegs, shm::kMaxMrSegments));
-    if (fds.size() != req.nsegs)
-        return refuse(EINVAL, op, fmt::format("{} fds for {} segments", fds.size(), req.nsegs));
+    std::size_t memfds = 0;
+    for (std::uint32_t i = 0; i < req.nsegs; ++i)
+        if (req.segs[i].backing == shm::MrBacking::memfd) ++memfds;
+    if (fds.size() != memfds)
+        return refuse(EINVAL, op, fmt::format("{} fds for {} memfd segments", fds.size(), memfds));
 
-    // The segments must tile the pages of [addr, addr + length) in order.
+    // The segments must tile the pages of [addr, addr + length) in order; the first and the
+    // last may reach past them to the boundaries of a huge page.
     const std::uint64_t first = req.addr & ~(kPage - 1);
     const std::uint64_t end = shm::round_up(req.addr + req.length, kPage);
-    std::uint64_t next = first;
+    const std::uint64_t start = req.segs[0].addr;
+    if (start > first || first - start >= kMaxPageSize)
+        return refuse(EINVAL, op,
+                      fmt::format("segment 0 starts at {:#x}, the range at {:#x}", start, first));
+    std::uint64_t next = start;
     for (std::uint32_t i = 0; i < req.nsegs; ++i) {
         const shm::MrSegment& s = req.segs[i];
         if (s.addr != next || s.length == 0 || s.length % kPage != 0 || s.offset % kPage != 0 ||
-            s.length > end - next || s.offset > UINT64_MAX - s.length)
+            s.length > end + kMaxPageSize - next || s.offset > UINT64_MAX - s.length)
             return refuse(EINVAL, op,
                           fmt::format("segment {} (addr {:#x} length {:#x} offset {:#x}) does not "
                                       "continue the page range at {:#x}",
                                       i, s.addr, s.length, s.offset, next));
         next += s.length;
     }
-    if (next != end)
+    if (next < end || next - end >= kMaxPageSize)
         return refuse(EINVAL, op,
                       fmt::format("segments end at {:#x}, the range at {:#x}", next, end));
 
-    if (const int err = check_address_space(end - first, req.nsegs, op); err != 0) return err;
+    if (const int err = check_address_space(next - start, req.nsegs, op); err != 0) return err;
     if (!r_.reserve(ObjKind::mr, counts_)) return refuse(ENOMEM, op, "MR limit reached");
     auto mr = std::make_unique<Mr>();
     mr->counted = Counted(r_, ObjKind::mr, counts_);
 
     std::array<int, shm::kMaxMrSegments> fdv{};
-    for (std::uint32_t i = 0; i < req.nsegs; ++i) fdv[i] = fds.get(i);
-    auto map = map_region(std::span(req.segs, req.nsegs), std::span(fdv.data(), req.nsegs),
-                          (access & IBV_ACCESS_LOCAL_WRITE) != 0, &mapped_bytes_);
+    for (std::size_t i = 0; i < memfds; ++i) fdv[i] = fds.get(i);
+    const MemoryOwner owner{peer_.pid, peer_.uid, peer_.gid};
+    auto map = map_region(std::span(req.segs, req.nsegs), std::span(fdv.data(), memfds),
+                          (access & IBV_ACCESS_LOCAL_WRITE) != 0, owner, &mapped_bytes_);
     if (!map) return refuse(map.error().code, op, map.error().message);
 
     mr->pd = Ref<Pd>(pd);
     mr->map = std::move(*map);
-    mr->addr = mr->map.data() + (req.addr - first);
+    mr->addr = mr->map.data() + (req.addr - start);
     mr->client_addr = req.addr;
     mr->iova = req.iova;
     mr->length = req.length;

@@ -83,7 +83,8 @@ void fill_device(Device* dev, const Found& f) {
     dev->dev.node_type = IBV_NODE_CA;
     dev->dev.transport_type = IBV_TRANSPORT_IB;
     std::snprintf(dev->dev.name, sizeof dev->dev.name, "%s", f.name.c_str());
-    std::snprintf(dev->dev.dev_name, sizeof dev->dev.dev_name, "%s", f.name.c_str());
+    std::snprintf(dev->dev.dev_name, sizeof dev->dev.dev_name, "%s%s", shm::kDeviceNodePrefix,
+                  f.name.c_str());
     std::snprintf(dev->dev.dev_path, sizeof dev->dev.dev_path, "%s", f.path.c_str());
     std::snprintf(dev->dev.ibdev_path, sizeof dev->dev.ibdev_path, "%s", f.path.c_str());
     std::snprintf(dev->socket_path, sizeof dev->socket_path, "%s", f.path.c_str());

@@ -10,15 +10,18 @@
 // from another thread while they are being moved (docs/LIBSNIC.md).
 #include "libclient/memory.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -41,6 +44,7 @@ struct Vma {
     bool priv;
     std::uint64_t offset;
     std::uint64_t inode;
+    dev_t dev;
     std::string path;
 };
 
@@ -80,6 +84,7 @@ std::vector<Vma> read_maps(std::uintptr_t lo, std::uintptr_t hi) {
         v.priv = perms[3] == 'p';
         v.offset = offset;
         v.inode = inode;
+        v.dev = makedev(dev_major, dev_minor);
         v.path = line.substr(static_cast<std::size_t>(consumed));
         while (!v.path.empty() && v.path.back() == ' ') v.path.pop_back();
         out.push_back(std::move(v));
@@ -101,6 +106,73 @@ Registry& registry() {
 std::size_t page_size() {
     static const std::size_t ps = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
     return ps;
+}
+
+// How a shared mapping the application made is handed to snicd as it is.
+enum class Backing { none, sysv, memfd };
+
+Backing backing_of(const Vma& v) {
+    if (v.priv) return Backing::none;
+    // A SysV segment's file is named /SYSV<key> and its inode number is the shmid.
+    if (v.path.starts_with("/SYSV") && v.inode <= static_cast<std::uint64_t>(INT32_MAX))
+        return Backing::sysv;
+    if (v.path.starts_with("/memfd:") && !v.path.starts_with(kMemfdPath)) return Backing::memfd;
+    return Backing::none;
+}
+
+// The page size of the mapping that starts at `start` (KernelPageSize in smaps).
+std::size_t vma_page_size(std::uintptr_t start) {
+    std::FILE* f = std::fopen("/proc/self/smaps", "re");
+    if (f == nullptr) return 0;
+    char line[4096];
+    bool in = false;
+    std::size_t kib = 0;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        unsigned long a = 0, b = 0;
+        if (std::sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+            in = a == start;
+            continue;
+        }
+        if (in && std::sscanf(line, "KernelPageSize: %zu kB", &kib) == 1) break;
+    }
+    std::fclose(f);
+    return kib * 1024;
+}
+
+// An fd of the memfd mapped by v, sealed against shrinking: the file behind the mapping
+// (/proc/self/map_files, which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), or else a
+// descriptor of the same file the process holds. -1 and errno when there is none or it
+// cannot be sealed.
+int memfd_of(const Vma& v) {
+    char path[96];
+    std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx",
+                  static_cast<unsigned long>(v.start), static_cast<unsigned long>(v.end));
+    Fd fd(::open(path, O_RDWR | O_CLOEXEC));
+    const auto same = [&](int f) {
+        struct stat st {};
+        return ::fstat(f, &st) == 0 && st.st_ino == v.inode && st.st_dev == v.dev;
+    };
+    if (!fd || !same(fd.get())) {
+        fd = Fd();
+        if (DIR* d = ::opendir("/proc/self/fd")) {
+            while (dirent* e = ::readdir(d)) {
+                const int n = std::atoi(e->d_name);
+                if (e->d_name[0] == '.' || n == ::dirfd(d) || !same(n)) continue;
+                fd = Fd(::fcntl(n, F_DUPFD_CLOEXEC, 0));
+                break;
+            }
+            ::closedir(d);
+        }
+    }
+    if (!fd) {
+        errno = ENOENT;
+        return -1;
+    }
+    const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+    if (seals < 0) return -1;
+    if ((seals & F_SEAL_SHRINK) == 0 && ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+        return -1;
+    return fd.release();
 }
 
 // Whether [lo, hi) is still mapped from share s at the offsets it was moved to.
@@ -135,8 +207,17 @@ const char* unshareable(const Vma& v, std::string* detail) {
     const bool anon_name = v.path.empty() || v.path == "[heap]" || v.path.starts_with("[anon:");
     if (!v.priv) {
         if (v.path.starts_with(kMemfdPath)) return nullptr;  // a released libsnic memfd
+        if (backing_of(v) != Backing::none) return nullptr;  // handed to snicd as it is
         *detail = v.path;
+        if (v.path.starts_with("/anon_hugepage"))
+            return "it is shared MAP_HUGETLB memory, whose hugetlbfs file cannot be sealed "
+                   "against truncation";
         return "it is a shared mapping not made by libsnic";
+    }
+    if (v.path.starts_with("/anon_hugepage")) {
+        *detail = v.path;
+        return "it is private MAP_HUGETLB memory (use a SysV SHM_HUGETLB segment or a "
+               "hugetlb memfd)";
     }
     // A loaded program's or library's writable data (static buffers, as rdma_cm's examples
     // register) is private to the process like anonymous memory: it moves the same way.
@@ -248,14 +329,26 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
             ++it;
     }
 
-    // Plan: pieces of existing shares and new ranges to move, in address order.
+    // Plan, in address order: pieces of existing shares, new ranges to move, and the
+    // application's own shared memory (SysV segments, memfds) handed over as it is.
     struct Piece {
         std::uintptr_t start, end;
-        std::shared_ptr<Share> share;  // null: to be moved
+        std::shared_ptr<Share> share;  // null: to be moved (unless backing says otherwise)
+        Backing backing = Backing::none;
+        const Vma* vma = nullptr;  // backing != none
+        std::size_t page = 0;
     };
     std::vector<Piece> pieces;
     int stack_probe = 0;
     const auto sp = reinterpret_cast<std::uintptr_t>(&stack_probe);
+    const auto movable = [&](std::uintptr_t from, std::uintptr_t to) {
+        if (sp >= from && sp < to) {
+            refuse(addr, len, "it holds the calling thread's stack", "");
+            return false;
+        }
+        pieces.push_back({from, to, nullptr});
+        return true;
+    };
     for (std::uintptr_t p = lo; p < hi;) {
         auto it = reg.shares.upper_bound(p);
         if (it != reg.shares.begin()) {
@@ -279,20 +372,30 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
                 refuse(addr, len, why, detail);
                 return EINVAL;
             }
+            if (const Backing b = backing_of(v); b != Backing::none) {
+                if (cur > p && !movable(p, cur)) return EINVAL;
+                // Whole pages of the mapping's own size (huge pages reach past [lo, hi)).
+                const std::size_t page = vma_page_size(v.start);
+                if (page == 0 || (v.start % page) != 0) {
+                    refuse(addr, len, "its page size is unknown", v.path);
+                    return EINVAL;
+                }
+                const std::uintptr_t e = v.end < q ? v.end : q;
+                pieces.push_back(
+                    {cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr, b, &v, page});
+                p = cur = pieces.back().end;
+                continue;
+            }
             cur = v.end;
         }
-        if (cur < q) {
+        if (cur < q && p < q) {
             char what[64];
             std::snprintf(what, sizeof what, "%#" PRIxPTR " is not mapped", cur);
             refuse(addr, len, what, "");
             return EINVAL;
         }
-        if (sp >= p && sp < q) {
-            refuse(addr, len, "it holds the calling thread's stack", "");
-            return EINVAL;
-        }
-        pieces.push_back({p, q, nullptr});
-        p = q;
+        if (p < q && !movable(p, q)) return EINVAL;
+        p = p > q ? p : q;
     }
     if (pieces.size() > shm::kMaxMrSegments) {
         char what[96];
@@ -302,8 +405,30 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
         return EINVAL;
     }
 
+    // The application's memfds first (nothing is moved if one cannot be had), then the moves.
     for (Piece& piece : pieces) {
-        if (piece.share) continue;
+        if (piece.backing != Backing::memfd) continue;
+        const int fd = memfd_of(*piece.vma);
+        if (fd < 0) {
+            const int err = errno;
+            refuse(addr, len,
+                   err == ENOENT ? "its memfd is not open in this process"
+                                 : "its memfd cannot be sealed against shrinking",
+                   piece.vma->path);
+            return EINVAL;
+        }
+        auto share = std::make_shared<Share>();
+        share->addr = piece.vma->start;
+        share->len = piece.vma->end - piece.vma->start;
+        share->file_offset = piece.vma->offset;
+        share->ino = piece.vma->inode;
+        share->refs = 0;
+        share->idle_since = 0;
+        share->fd = fd;
+        piece.share = std::move(share);
+    }
+    for (Piece& piece : pieces) {
+        if (piece.share || piece.backing != Backing::none) continue;
         std::shared_ptr<Share> s;
         if (const int err = migrate(piece.start, piece.end, maps, &s, addr, len); err != 0)
             return err;
@@ -315,7 +440,20 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
     out->fds.clear();
     out->shares.clear();
     for (Piece& piece : pieces) {
-        shm::MrSegment seg{piece.start, piece.end - piece.start, piece.start - piece.share->addr};
+        shm::MrSegment seg{};
+        seg.addr = piece.start;
+        seg.length = piece.end - piece.start;
+        seg.shmid = -1;
+        seg.page_size = piece.page != 0 ? piece.page : page_size();
+        if (piece.backing == Backing::sysv) {
+            seg.backing = shm::MrBacking::sysv;
+            seg.shmid = static_cast<std::int32_t>(piece.vma->inode);
+            seg.offset = piece.vma->offset + (piece.start - piece.vma->start);
+            out->segs.push_back(seg);
+            continue;
+        }
+        seg.backing = shm::MrBacking::memfd;
+        seg.offset = piece.share->file_offset + (piece.start - piece.share->addr);
         out->segs.push_back(seg);
         out->fds.push_back(piece.share->fd);
         ++piece.share->refs;

@@ -1,7 +1,8 @@
 // Making application memory shared with snicd (docs/LIBSNIC.md, "Memory
 // registration"): a process-wide registry of the memfds that back memory
-// libsnic has already shared, and the in-place move of private anonymous
-// pages into a new memfd, so that the application keeps its pointers.
+// libsnic has already shared, the in-place move of private anonymous
+// pages into a new memfd, so that the application keeps its pointers, and the
+// application's own shared memory (SysV segments, memfds) named to snicd as it is.
 #pragma once
 
 #include <cstddef>
@@ -14,10 +15,13 @@
 
 namespace snic::client {
 
-// One memfd that backs [addr, addr+len) of this process, from memfd offset 0.
+// One memfd that backs [addr, addr+len) of this process, from memfd offset file_offset:
+// libsnic's own (offset 0, kept in the registry for later registrations) or an
+// application's memfd (held for one registration only).
 struct Share {
     std::uintptr_t addr;
     std::size_t len;
+    std::uint64_t file_offset = 0;
     int fd;                    // owned: closed with the Share
     std::uint64_t ino;         // the memfd's inode, to recognise its mappings in /proc/self/maps
     std::uint32_t refs;        // memory regions using it (under the registry's lock)
@@ -25,11 +29,11 @@ struct Share {
     ~Share();
 };
 
-// The memory of one registration, as segments of memfds.
+// The memory of one registration, as segments of memfds and of SysV segments.
 struct SharedRange {
     std::vector<shm::MrSegment> segs;
-    std::vector<int> fds;                        // one per segment (borrowed from the shares)
-    std::vector<std::shared_ptr<Share>> shares;  // referenced, one per segment
+    std::vector<int> fds;                        // one per memfd segment (borrowed from the shares)
+    std::vector<std::shared_ptr<Share>> shares;  // referenced, one per memfd segment
 };
 
 // Makes the pages that hold [addr, addr+len) shared: reuses shares that

@@ -24,10 +24,15 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-inline constexpr std::uint16_t kAbiVersion = 5;  // 5: CmStatusReply::no_room; 4: SRQ resize, QpControl::recv
+// 6: CmStatusReply::no_room; 5: MrSegment kinds (SysV, hugetlb); 4: SRQ resize, QpControl::recv
+inline constexpr std::uint16_t kAbiVersion = 6;
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
+// libsnic's ibv_device.dev_name is this prefix and the device name; snicd makes the node
+// /dev/infiniband/<dev_name> (daemon/device_nodes.h). Kernel nodes (uverbsN, umadN, issmN,
+// rdma_cm) never start with it.
+inline constexpr const char* kDeviceNodePrefix = "snic-";
 inline constexpr std::size_t kMaxFds = kMaxMrSegments;  // per message
 
 using Handle = std::uint32_t;  // (generation << 16) | index; kNoHandle: none
@@ -39,7 +44,7 @@ enum class CtrlOp : std::uint16_t {
     query_port,       // -> QueryPortReply
     alloc_pd,         // -> HandleReply
     dealloc_pd,       // HandleReq
-    reg_mr,           // RegMrReq, one memfd per segment -> RegMrReply
+    reg_mr,           // RegMrReq, one memfd per memfd segment -> RegMrReply
     dereg_mr,         // HandleReq
     create_channel,   // fds [notification socket, memfd] -> HandleReply
     destroy_channel,  // HandleReq
@@ -188,13 +193,25 @@ struct HandleReply {
 
 // ---- memory -------------------------------------------------------------------
 
-// One memfd-backed piece of the registered range: memfd bytes [offset, offset+length)
-// are mapped by the client at addr. Segments are page aligned, in address order and
-// contiguous, and together cover the pages of [addr, addr+length) of the request.
+// What backs one piece of a registration.
+enum class MrBacking : std::uint32_t {
+    memfd = 0,  // a memfd (libsnic's, or a hugetlb memfd), sealed with F_SEAL_SHRINK: one fd
+    sysv = 1,   // a SysV shared memory segment the client has attached: no fd, `shmid`
+};
+
+// One piece of the registered range: bytes [offset, offset+length) of its backing (memfd
+// or SysV segment) are mapped by the client at addr. Segments are aligned to their
+// backing's page size (4 KiB, or the hugetlb page size), in address order and contiguous,
+// and together cover the pages of [addr, addr+length) of the request (a hugetlb segment
+// may reach past them to its page boundaries). Segments with an fd take the request's fds
+// in order.
 struct MrSegment {
     std::uint64_t addr;
     std::uint64_t length;
     std::uint64_t offset;
+    MrBacking backing = MrBacking::memfd;
+    std::int32_t shmid = -1;         // MrBacking::sysv; -1 otherwise
+    std::uint64_t page_size = 4096;  // of the backing, as the client found it
 };
 
 struct RegMrReq {

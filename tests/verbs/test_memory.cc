@@ -4,7 +4,9 @@
 #include "libclient/memory.h"
 
 #include <fcntl.h>
+#include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -211,6 +213,118 @@ TEST(ShareRange, RefusesFileBackedMemory) {
     munmap(s, kPage);
     close(fd);
     unlink(path);
+}
+
+// Free 2 MiB huge pages (HugePages_Free in /proc/meminfo).
+long free_huge_pages() {
+    std::ifstream in("/proc/meminfo");
+    for (std::string line; std::getline(in, line);) {
+        long n = 0;
+        if (std::sscanf(line.c_str(), "HugePages_Free: %ld", &n) == 1) return n;
+    }
+    return 0;
+}
+
+constexpr std::size_t kHuge = 2 << 20;
+
+TEST(ShareRange, NamesSysvSegmentsByShmidWithoutMovingThem) {
+    const int id = shmget(IPC_PRIVATE, 8 * kPage, IPC_CREAT | 0600);
+    ASSERT_GE(id, 0);
+    char* p = static_cast<char*>(shmat(id, nullptr, 0));
+    ASSERT_NE(p, reinterpret_cast<char*>(-1));
+    shmctl(id, IPC_RMID, nullptr);
+    // A private page before the segment is moved; the segment's pages are named.
+    char* before =
+        static_cast<char*>(mmap(p - kPage, kPage, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0));
+    SharedRange r;
+    if (before == p - kPage) {
+        ASSERT_EQ(share_range(u(before) + 10, kPage + 3 * kPage, &r), 0);
+        ASSERT_EQ(r.segs.size(), 2u);
+        EXPECT_EQ(r.segs[0].backing, snic::shm::MrBacking::memfd);
+        EXPECT_EQ(r.fds.size(), 1u);
+        EXPECT_EQ(r.segs[1].addr, u(p));
+    } else {
+        ASSERT_EQ(share_range(u(p) + 2 * kPage + 5, 2 * kPage, &r), 0);
+        ASSERT_EQ(r.segs.size(), 1u);
+        EXPECT_EQ(r.segs[0].addr, u(p) + 2 * kPage);
+        EXPECT_EQ(r.segs[0].offset, 2 * kPage);
+        EXPECT_TRUE(r.fds.empty());
+    }
+    const auto& seg = r.segs.back();
+    EXPECT_EQ(seg.backing, snic::shm::MrBacking::sysv);
+    EXPECT_EQ(seg.shmid, id);
+    EXPECT_EQ(seg.page_size, kPage);
+    EXPECT_NE(maps_line(p).find("/SYSV"), std::string::npos) << maps_line(p);  // not moved
+    unshare(r.shares);
+    if (before == p - kPage) munmap(before, kPage);
+    shmdt(p);
+}
+
+TEST(ShareRange, HugePagesAreNamedWholeAndHugetlbMemfdsSealed) {
+    if (free_huge_pages() < 2) GTEST_SKIP() << "no 2 MiB huge pages free (HugePages_Free < 2)";
+    const int id = shmget(IPC_PRIVATE, kHuge, IPC_CREAT | SHM_HUGETLB | 0600);
+    ASSERT_GE(id, 0) << std::strerror(errno);
+    char* p = static_cast<char*>(shmat(id, nullptr, 0));
+    ASSERT_NE(p, reinterpret_cast<char*>(-1));
+    shmctl(id, IPC_RMID, nullptr);
+    SharedRange r;
+    ASSERT_EQ(share_range(u(p) + 3 * kPage + 1, 100, &r), 0);
+    ASSERT_EQ(r.segs.size(), 1u);
+    EXPECT_EQ(r.segs[0].addr, u(p));  // the whole huge page
+    EXPECT_EQ(r.segs[0].length, kHuge);
+    EXPECT_EQ(r.segs[0].page_size, kHuge);
+    EXPECT_EQ(r.segs[0].shmid, id);
+    shmdt(p);
+
+    const int fd = memfd_create("app-huge", MFD_HUGETLB | MFD_ALLOW_SEALING | MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, kHuge), 0);
+    char* m = static_cast<char*>(mmap(nullptr, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ASSERT_NE(m, MAP_FAILED);
+    SharedRange h;
+    ASSERT_EQ(share_range(u(m) + 100, 100, &h), 0);
+    ASSERT_EQ(h.segs.size(), 1u);
+    EXPECT_EQ(h.segs[0].backing, snic::shm::MrBacking::memfd);
+    EXPECT_EQ(h.segs[0].length, kHuge);
+    ASSERT_EQ(h.fds.size(), 1u);
+    EXPECT_EQ(inode_of(h.fds[0]), inode_of(fd));
+    EXPECT_NE(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK, 0);  // sealed by libsnic
+    unshare(h.shares);
+    munmap(m, kHuge);
+    close(fd);
+
+    // Private MAP_HUGETLB memory cannot be moved into a memfd in place: refused.
+    void* a = mmap(nullptr, kHuge, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+    ASSERT_NE(a, MAP_FAILED);
+    EXPECT_NE(refused(u(a), kPage).find("private MAP_HUGETLB"), std::string::npos);
+    munmap(a, kHuge);
+}
+
+TEST(ShareRange, RefusesAMemfdTheProcessNoLongerHolds) {
+    const int fd = memfd_create("app", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, kPage), 0);
+    void* m = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    close(fd);
+    // Root reaches it through /proc/self/map_files; others must keep the fd open.
+    if (geteuid() != 0) {
+        EXPECT_NE(refused(u(m), kPage).find("not open"), std::string::npos);
+    } else {
+        SharedRange r;
+        EXPECT_EQ(share_range(u(m), kPage, &r), 0);
+        unshare(r.shares);
+    }
+    munmap(m, kPage);
+    const int unsealable = memfd_create("app-nosealing", MFD_CLOEXEC);  // F_SEAL_SEAL set
+    ASSERT_EQ(ftruncate(unsealable, kPage), 0);
+    void* n = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, unsealable, 0);
+    ASSERT_NE(n, MAP_FAILED);
+    EXPECT_NE(refused(u(n), kPage).find("cannot be sealed"), std::string::npos);
+    munmap(n, kPage);
+    close(unsealable);
 }
 
 TEST(ShareRange, RefusesUnmappedStackAndUnreadableMemory) {

@@ -1,0 +1,98 @@
+"""Devices UCX can see. UCX lists a verbs device only if /dev/infiniband/<dev_name> is a
+character device the user can read and write (it never opens it); libsnic's dev_name is
+snic-<device>, and snicd makes that node (with /dev/null's numbers and the control socket's
+mode) for each of its devices while it runs, and removes it when it stops. --dev-dir puts the
+nodes elsewhere, --no-dev-nodes makes none, and a file of another kind already at a node's
+path is left alone. With ucx-utils installed, `snic-run ucx_info -d` lists rc_verbs and
+ud_verbs on every snic device (skipped, with the reason, when ucx_info is missing)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import snictest as st
+
+SNIC_RUN = st.BUILD / "libclient" / "snic-run"
+DEV_DIR = Path("/dev/infiniband")
+
+
+def is_snic_node(path: Path) -> bool:
+    try:
+        s = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISCHR(s.st_mode) and s.st_rdev == os.stat("/dev/null").st_rdev
+
+
+def nodes(dev_dir: Path, name: str) -> list[Path]:
+    return [dev_dir / f"snic-{name}_{i}" for i in (0, 1)]
+
+
+def test_nodes_exist_while_the_daemon_runs_and_go_when_it_stops(tmp_path_factory, mem_args):
+    with st.wire_daemon(tmp_path_factory, mem_args, "ucxn", "198.18.62") as (d, _):
+        paths = nodes(DEV_DIR, d.name)
+        for p in paths:
+            assert is_snic_node(p), f"{p} is not a snic device node:\n{d.describe()}"
+            assert stat.S_IMODE(p.stat().st_mode) == 0o660, oct(p.stat().st_mode)
+    for p in paths:
+        assert not p.exists(), f"{p} is left after snicd stopped"
+
+
+def test_dev_dir_and_no_dev_nodes(tmp_path_factory, mem_args, tmp_path):
+    other = tmp_path / "ib"
+    with st.wire_daemon(tmp_path_factory, mem_args, "ucxd", "198.18.63",
+                        args=("--dev-dir", str(other))) as (d, _):
+        assert all(is_snic_node(p) for p in nodes(other, d.name)), d.describe()
+        assert not any(p.exists() for p in nodes(DEV_DIR, d.name))
+    assert not any(p.exists() for p in nodes(other, d.name))
+    with st.wire_daemon(tmp_path_factory, mem_args, "ucxo", "198.18.64",
+                        args=("--no-dev-nodes",)) as (d, _):
+        assert not any(p.exists() for p in nodes(DEV_DIR, d.name)), d.describe()
+
+
+def test_a_file_of_another_kind_is_left_alone(tmp_path_factory, mem_args, tmp_path):
+    dev_dir = tmp_path / "ib"
+    dev_dir.mkdir()
+    name = st.unique("ucxk", maxlen=24)
+    st.remove_daemon_leftovers(name)
+    planted = dev_dir / f"snic-{name}_0"
+    planted.write_text("not snic's")
+    sock_dir = tmp_path_factory.mktemp("snic-sockets")
+    d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
+                  ["--wire", "--port", "wire0,ip=198.18.65.1/24", "--port", "wire1,ip=198.18.65.2/24",
+                   "--idle-backoff", "20", "--dev-dir", str(dev_dir)],
+                  tmp_path_factory.mktemp("snicd"), ctrl=str(sock_dir / f"{name}.sock"))
+    d.start()
+    try:
+        d.wait_ready()
+        assert planted.read_text() == "not snic's"
+        assert is_snic_node(dev_dir / f"snic-{name}_1"), d.describe()
+    finally:
+        d.cleanup()
+    assert planted.read_text() == "not snic's", "snicd removed a file it did not make"
+    assert "is not snic's: left alone" in d.describe(), d.describe()
+    assert not (dev_dir / f"snic-{name}_1").exists()
+
+
+def test_ucx_info_lists_rc_and_ud_verbs_on_snic_devices(tmp_path_factory, mem_args):
+    ucx_info = shutil.which("ucx_info")
+    if ucx_info is None:
+        pytest.skip("ucx_info not found: install Debian's ucx-utils to run this test")
+    with st.wire_daemon(tmp_path_factory, mem_args, "ucxi", "198.18.66") as (d, sock_dir):
+        env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir))
+        env.pop("LD_PRELOAD", None)
+        res = subprocess.run([str(SNIC_RUN), ucx_info, "-d"], env=env, capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert res.returncode == 0, f"ucx_info -d exited {res.returncode}:\n{res.stderr[-3000:]}"
+        found = set(re.findall(r"Transport: (\w+)\s*\n#\s+Device: (\S+)", res.stdout))
+        for i in (0, 1):
+            for tl in ("rc_verbs", "ud_verbs"):
+                assert (tl, f"{d.name}_{i}:1") in found, \
+                    f"no {tl} on {d.name}_{i}:1 in ucx_info -d:\n{res.stdout[-4000:]}"

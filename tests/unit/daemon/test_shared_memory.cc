@@ -1,0 +1,252 @@
+// Registrations of memory the application shares itself (daemon/client_memory.cc): SysV
+// segments, mapped by snicd only where the client has them attached and may use them, and
+// hugetlb memfds, mapped at their page size. The test process plays the client: the
+// session's peer is this process.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "daemon/client_memory.h"
+#include "daemon/session.h"
+#include "tests/unit/daemon/session_fixture.h"
+
+namespace snic::daemon {
+namespace {
+
+using fixture::Client;
+using fixture::SessionTest;
+using shm::Handle;
+
+constexpr std::uint64_t kHuge = 2 << 20;
+
+// Free 2 MiB huge pages (HugePages_Free in /proc/meminfo).
+long free_huge_pages() {
+    std::ifstream in("/proc/meminfo");
+    for (std::string line; std::getline(in, line);) {
+        long n = 0;
+        if (std::sscanf(line.c_str(), "HugePages_Free: %ld", &n) == 1) return n;
+    }
+    return 0;
+}
+
+// A SysV segment, removed (IPC_RMID) at once as UCX does, attached here unless `attach` is
+// false.
+class Segment {
+  public:
+    Segment(std::size_t bytes, int flags = 0, bool attach = true, int mode = 0600) : bytes_(bytes) {
+        id_ = ::shmget(IPC_PRIVATE, bytes, IPC_CREAT | mode | flags);
+        if (id_ < 0) return;
+        if (attach) {
+            p_ = static_cast<std::byte*>(::shmat(id_, nullptr, 0));
+            EXPECT_NE(p_, reinterpret_cast<std::byte*>(-1)) << std::strerror(errno);
+        }
+        ::shmctl(id_, IPC_RMID, nullptr);
+    }
+    ~Segment() {
+        if (p_ != nullptr) ::shmdt(p_);
+    }
+    int id() const { return id_; }
+    std::byte* data() const { return p_; }
+    std::uint64_t addr() const { return reinterpret_cast<std::uintptr_t>(p_); }
+    std::size_t bytes() const { return bytes_; }
+    shmatt_t attached() const {
+        shmid_ds ds{};
+        return ::shmctl(id_, IPC_STAT, &ds) == 0 ? ds.shm_nattch : 0;
+    }
+
+  private:
+    int id_ = -1;
+    std::byte* p_ = nullptr;
+    std::size_t bytes_;
+};
+
+Peer self() {
+    return Peer{::getpid(), ::getuid(), ::getgid()};
+}
+
+// A registration of [addr, addr+length) backed by one SysV segment piece.
+int reg_sysv(Client& c, Handle pd, int shmid, std::uint64_t seg_addr, std::uint64_t seg_len,
+             std::uint64_t offset, std::uint64_t page, std::uint64_t addr, std::uint64_t length,
+             std::uint32_t access, shm::RegMrReply& out) {
+    shm::RegMrReq req{};
+    req.pd = pd;
+    req.access = access;
+    req.addr = addr;
+    req.length = length;
+    req.iova = addr;
+    req.nsegs = 1;
+    req.segs[0] = {seg_addr, seg_len, offset, shm::MrBacking::sysv, shmid, page};
+    FdList none;
+    return c.session.reg_mr(req, none, out);
+}
+
+constexpr std::uint32_t kRw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+
+TEST_F(SessionTest, sysv_segment_the_client_attached_is_mapped_by_the_daemon) {
+    Client c(resources, ports, self());
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const std::uint64_t rings = c.session.mapped_bytes();
+    Segment seg(16 * shm::kPageSize);
+    ASSERT_GE(seg.id(), 0);
+    ASSERT_EQ(seg.attached(), 1u);
+
+    // Pages 2..5 of the segment, the range starting inside page 2.
+    const std::uint64_t at = seg.addr() + 2 * shm::kPageSize;
+    shm::RegMrReply out{};
+    ASSERT_EQ(reg_sysv(c, pd, seg.id(), at, 4 * shm::kPageSize, 2 * shm::kPageSize, shm::kPageSize,
+                       at + 100, 3 * shm::kPageSize, kRw, out),
+              0);
+    EXPECT_EQ(seg.attached(), 2u);  // snicd's attachment beside the client's
+    const Mr* mr = c.session.mr(out.mr);
+    ASSERT_NE(mr, nullptr);
+    std::memcpy(seg.data() + 2 * shm::kPageSize + 100, "sysv", 4);
+    EXPECT_EQ(std::memcmp(mr->addr, "sysv", 4), 0);
+    std::memcpy(mr->addr + 3 * shm::kPageSize - 4, "back", 4);
+    EXPECT_EQ(std::memcmp(seg.data() + 5 * shm::kPageSize + 96, "back", 4), 0);
+
+    // Deregistering detaches it; so does the end of the session.
+    FdList fds;
+    ASSERT_EQ(c.session.dereg_mr({out.mr, 0}, fds, c.none), 0);
+    EXPECT_EQ(seg.attached(), 1u);
+    ASSERT_EQ(reg_sysv(c, pd, seg.id(), seg.addr(), seg.bytes(), 0, shm::kPageSize, seg.addr(),
+                       seg.bytes(), kRw, out),
+              0);
+    EXPECT_EQ(seg.attached(), 2u);
+    EXPECT_EQ(c.session.mapped_bytes(), rings + seg.bytes());
+}
+
+TEST_F(SessionTest, sysv_segment_ends_with_the_session) {
+    Segment seg(4 * shm::kPageSize);
+    ASSERT_GE(seg.id(), 0);
+    {
+        Client c(resources, ports, self());
+        ASSERT_EQ(c.open(), 0);
+        shm::RegMrReply out{};
+        ASSERT_EQ(reg_sysv(c, c.pd(), seg.id(), seg.addr(), seg.bytes(), 0, shm::kPageSize,
+                           seg.addr(), seg.bytes(), kRw, out),
+                  0);
+        EXPECT_EQ(seg.attached(), 2u);
+    }
+    EXPECT_EQ(seg.attached(), 1u);
+    EXPECT_EQ(client_memory_stats().mapped_bytes, 0u);
+}
+
+TEST_F(SessionTest, sysv_segment_the_client_has_not_attached_is_refused) {
+    Client c(resources, ports, self());
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const std::uint64_t rings = c.session.mapped_bytes();
+    Segment mine(4 * shm::kPageSize);
+    Segment other(4 * shm::kPageSize, 0, /*attach=*/false);
+    ASSERT_GE(mine.id(), 0);
+    ASSERT_GE(other.id(), 0);
+    shm::RegMrReply out{};
+    // Another segment named at the addresses where this one is attached.
+    EXPECT_EQ(reg_sysv(c, pd, other.id(), mine.addr(), mine.bytes(), 0, shm::kPageSize, mine.addr(),
+                       mine.bytes(), kRw, out),
+              EINVAL);
+    EXPECT_EQ(other.attached(), 0u);
+    // The right segment at the wrong offset, or past where it is attached.
+    EXPECT_EQ(reg_sysv(c, pd, mine.id(), mine.addr(), 2 * shm::kPageSize, shm::kPageSize,
+                       shm::kPageSize, mine.addr(), shm::kPageSize, kRw, out),
+              EINVAL);
+    EXPECT_EQ(reg_sysv(c, pd, mine.id(), mine.addr() + shm::kPageSize, mine.bytes(), shm::kPageSize,
+                       shm::kPageSize, mine.addr() + shm::kPageSize, shm::kPageSize, kRw, out),
+              EINVAL);
+    EXPECT_EQ(reg_sysv(c, pd, 0x7ffffff0, mine.addr(), mine.bytes(), 0, shm::kPageSize, mine.addr(),
+                       mine.bytes(), kRw, out),
+              EINVAL);  // no such segment
+    EXPECT_EQ(mine.attached(), 1u);
+    EXPECT_EQ(c.session.mapped_bytes(), rings);
+}
+
+TEST_F(SessionTest, sysv_segment_is_refused_to_a_uid_its_permissions_exclude) {
+    Segment seg(4 * shm::kPageSize, 0, true, 0644);
+    ASSERT_GE(seg.id(), 0);
+    // Not the owner (nor root): others may read it, not write it.
+    Client c(resources, ports, Peer{::getpid(), 54321, 54321});
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    shm::RegMrReply out{};
+    EXPECT_EQ(reg_sysv(c, pd, seg.id(), seg.addr(), seg.bytes(), 0, shm::kPageSize, seg.addr(),
+                       seg.bytes(), kRw, out),
+              EACCES);
+    EXPECT_EQ(reg_sysv(c, pd, seg.id(), seg.addr(), seg.bytes(), 0, shm::kPageSize, seg.addr(),
+                       seg.bytes(), IBV_ACCESS_REMOTE_READ, out),
+              0);
+}
+
+TEST_F(SessionTest, sysv_hugetlb_segment_is_mapped_at_its_page_size) {
+    if (free_huge_pages() < 2) GTEST_SKIP() << "no 2 MiB huge pages free (HugePages_Free < 2)";
+    Client c(resources, ports, self());
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const std::uint64_t rings = c.session.mapped_bytes();
+    Segment seg(2 * kHuge, SHM_HUGETLB);
+    ASSERT_GE(seg.id(), 0) << std::strerror(errno);
+    ASSERT_EQ(seg.addr() % kHuge, 0u);
+    shm::RegMrReply out{};
+    // The second huge page alone, the range inside it.
+    const std::uint64_t at = seg.addr() + kHuge;
+    ASSERT_EQ(reg_sysv(c, pd, seg.id(), at, kHuge, kHuge, kHuge, at + 5000, 10000, kRw, out), 0);
+    const Mr* mr = c.session.mr(out.mr);
+    std::memcpy(seg.data() + kHuge + 5000, "huge", 4);
+    EXPECT_EQ(std::memcmp(mr->addr, "huge", 4), 0);
+    EXPECT_EQ(c.session.mapped_bytes(), rings + kHuge);
+    // A huge segment cut at a small page is refused, not mapped.
+    EXPECT_EQ(reg_sysv(c, pd, seg.id(), at, shm::kPageSize, kHuge, shm::kPageSize, at,
+                       shm::kPageSize, kRw, out),
+              EINVAL);
+    EXPECT_EQ(seg.attached(), 2u);
+}
+
+TEST_F(SessionTest, hugetlb_memfd_is_mapped_when_sealed_against_shrinking) {
+    if (free_huge_pages() < 2) GTEST_SKIP() << "no 2 MiB huge pages free (HugePages_Free < 2)";
+    Client c(resources, ports, self());
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const int fd = ::memfd_create("snic-unit-huge", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::ftruncate(fd, kHuge), 0);
+    auto* p =
+        static_cast<std::byte*>(::mmap(nullptr, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    shm::RegMrReq req{};
+    req.pd = pd;
+    req.access = kRw;
+    req.addr = addr + 64;
+    req.length = 100;
+    req.iova = req.addr;
+    req.nsegs = 1;
+    req.segs[0] = {addr, kHuge, 0, shm::MrBacking::memfd, -1, kHuge};
+    shm::RegMrReply out{};
+    FdList unsealed = fixture::fds_of({fd});
+    EXPECT_EQ(c.session.reg_mr(req, unsealed, out), EINVAL);
+    ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    FdList sealed = fixture::fds_of({fd});
+    ASSERT_EQ(c.session.reg_mr(req, sealed, out), 0);
+    std::memcpy(p + 64, "memfd", 5);
+    EXPECT_EQ(std::memcmp(c.session.mr(out.mr)->addr, "memfd", 5), 0);
+    // Cut at a small page: refused.
+    req.segs[0].length = shm::kPageSize;
+    req.length = 10;
+    FdList again = fixture::fds_of({fd});
+    EXPECT_EQ(c.session.reg_mr(req, again, out), EINVAL);
+    ::munmap(p, kHuge);
+    ::close(fd);
+}
+
+}  // namespace
+}  // namespace snic::daemon

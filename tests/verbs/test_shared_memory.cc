@@ -1,0 +1,283 @@
+// snic-shared-memory-tests: memory the application shares itself, registered and used on the
+// wire between the two ports of one snicd's virtual wire (SNIC_TEST_DEVICES="NAME_0 NAME_1",
+// SNIC_SOCKET_DIR as for any libsnic program; tests/integration/test_shared_memory.py starts
+// the daemon): SysV segments (normal and SHM_HUGETLB, removed with IPC_RMID at once, as UCX
+// does) and hugetlb memfds. Side A RDMA WRITEs from its buffer into B's, B SENDs from its
+// buffer into A's; every byte is checked.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kHuge = 2 << 20;
+constexpr std::size_t kMsg = 256 * 1024;  // bytes moved each way
+
+std::vector<std::string> device_names() {
+    const char* env = std::getenv("SNIC_TEST_DEVICES");
+    std::vector<std::string> names;
+    std::istringstream in(env != nullptr ? env : "");
+    for (std::string n; in >> n;) names.push_back(n);
+    return names;
+}
+
+long free_huge_pages() {
+    std::ifstream in("/proc/meminfo");
+    for (std::string line; std::getline(in, line);) {
+        long n = 0;
+        if (std::sscanf(line.c_str(), "HugePages_Free: %ld", &n) == 1) return n;
+    }
+    return 0;
+}
+
+// Application memory of one kind, released at the end.
+struct Buffer {
+    enum Kind { sysv, sysv_huge, memfd_huge };
+    Buffer(Kind kind, std::size_t bytes) : bytes(bytes) {
+        if (kind == memfd_huge) {
+            fd = memfd_create("app-huge", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
+            if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return;
+            void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (p != MAP_FAILED) data = static_cast<std::uint8_t*>(p);
+            return;
+        }
+        const int id =
+            shmget(IPC_PRIVATE, bytes, IPC_CREAT | 0600 | (kind == sysv_huge ? SHM_HUGETLB : 0));
+        if (id < 0) return;
+        void* p = shmat(id, nullptr, 0);
+        shmctl(id, IPC_RMID, nullptr);
+        if (p != reinterpret_cast<void*>(-1)) data = static_cast<std::uint8_t*>(p);
+        shm = true;
+    }
+    ~Buffer() {
+        if (data != nullptr) {
+            if (shm)
+                shmdt(data);
+            else
+                munmap(data, bytes);
+        }
+        if (fd >= 0) close(fd);
+    }
+    std::size_t bytes;
+    std::uint8_t* data = nullptr;
+    int fd = -1;
+    bool shm = false;
+};
+
+struct Side {
+    ibv_context* ctx = nullptr;
+    ibv_pd* pd = nullptr;
+    ibv_cq* cq = nullptr;
+    ibv_qp* qp = nullptr;
+    ibv_gid gid{};
+    ibv_mtu mtu = IBV_MTU_1024;
+};
+
+class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
+  protected:
+    void SetUp() override {
+        const auto names = device_names();
+        if (names.size() != 2) GTEST_SKIP() << "set SNIC_TEST_DEVICES to two snic devices";
+        if (GetParam() != Buffer::sysv && free_huge_pages() < 4)
+            GTEST_SKIP() << "fewer than 4 free 2 MiB huge pages (HugePages_Free in /proc/meminfo)";
+        int n = 0;
+        ibv_device** list = ibv_get_device_list(&n);
+        ASSERT_NE(list, nullptr);
+        for (int s = 0; s < 2; ++s) {
+            for (int i = 0; i < n; ++i)
+                if (names[s] == ibv_get_device_name(list[i]))
+                    side_[s].ctx = ibv_open_device(list[i]);
+            ASSERT_NE(side_[s].ctx, nullptr) << "cannot open " << names[s];
+        }
+        ibv_free_device_list(list);
+        for (Side& s : side_) open(s);
+        connect(side_[0], side_[1]);
+        connect(side_[1], side_[0]);
+    }
+
+    void TearDown() override {
+        for (ibv_mr* mr : mrs_) EXPECT_EQ(ibv_dereg_mr(mr), 0);
+        for (Side& s : side_) {
+            if (s.qp != nullptr) {
+                EXPECT_EQ(ibv_destroy_qp(s.qp), 0);
+            }
+            if (s.cq != nullptr) {
+                EXPECT_EQ(ibv_destroy_cq(s.cq), 0);
+            }
+            if (s.pd != nullptr) {
+                EXPECT_EQ(ibv_dealloc_pd(s.pd), 0);
+            }
+            if (s.ctx != nullptr) {
+                EXPECT_EQ(ibv_close_device(s.ctx), 0);
+            }
+        }
+    }
+
+    void open(Side& s) {
+        ibv_port_attr port{};
+        ASSERT_EQ(ibv_query_port(s.ctx, 1, &port), 0);
+        s.mtu = port.active_mtu;
+        ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
+        s.pd = ibv_alloc_pd(s.ctx);
+        ASSERT_NE(s.pd, nullptr);
+        s.cq = ibv_create_cq(s.ctx, 64, nullptr, nullptr, 0);
+        ASSERT_NE(s.cq, nullptr);
+        ibv_qp_init_attr qa{};
+        qa.send_cq = qa.recv_cq = s.cq;
+        qa.qp_type = IBV_QPT_RC;
+        qa.cap = {16, 16, 1, 1, 0};
+        s.qp = ibv_create_qp(s.pd, &qa);
+        ASSERT_NE(s.qp, nullptr) << std::strerror(errno);
+    }
+
+    void connect(Side& s, const Side& peer) {
+        ibv_qp_attr q{};
+        q.qp_state = IBV_QPS_INIT;
+        q.port_num = 1;
+        q.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+        ASSERT_EQ(
+            ibv_modify_qp(s.qp, &q,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
+        q = {};
+        q.qp_state = IBV_QPS_RTR;
+        q.path_mtu = std::min(s.mtu, peer.mtu);
+        q.dest_qp_num = peer.qp->qp_num;
+        q.rq_psn = 7;
+        q.max_dest_rd_atomic = 1;
+        q.min_rnr_timer = 1;
+        q.ah_attr.is_global = 1;
+        q.ah_attr.grh.dgid = peer.gid;
+        q.ah_attr.grh.hop_limit = 64;
+        q.ah_attr.port_num = 1;
+        ASSERT_EQ(
+            ibv_modify_qp(s.qp, &q,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+        q = {};
+        q.qp_state = IBV_QPS_RTS;
+        q.timeout = 14;
+        q.retry_cnt = 7;
+        q.rnr_retry = 7;
+        q.sq_psn = 7;
+        q.max_rd_atomic = 1;
+        ASSERT_EQ(ibv_modify_qp(s.qp, &q,
+                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+                  0);
+    }
+
+    ibv_mr* reg(Side& s, void* addr, std::size_t len) {
+        ibv_mr* mr = ibv_reg_mr(s.pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        if (mr != nullptr) mrs_.push_back(mr);
+        return mr;
+    }
+
+    ibv_wc next(Side& s) {
+        ibv_wc wc{};
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (std::chrono::steady_clock::now() < until) {
+            const int n = ibv_poll_cq(s.cq, 1, &wc);
+            if (n == 1) return wc;
+            EXPECT_EQ(n, 0);
+        }
+        ADD_FAILURE() << "no completion within 10 s";
+        wc.status = IBV_WC_GENERAL_ERR;
+        return wc;
+    }
+
+    Side side_[2];
+    std::vector<ibv_mr*> mrs_;
+};
+
+std::uint8_t pattern(std::size_t i, unsigned seed) {
+    return static_cast<std::uint8_t>((i * 131 + seed * 17 + (i >> 9)) & 0xff);
+}
+
+TEST_P(SharedMemory, WriteAndSendMoveEveryByte) {
+    const std::size_t bytes = GetParam() == Buffer::sysv ? 2 * kMsg + 8192 : 2 * kHuge;
+    Buffer a(GetParam(), bytes), b(GetParam(), bytes);
+    ASSERT_NE(a.data, nullptr) << "cannot make the buffer: " << std::strerror(errno);
+    ASSERT_NE(b.data, nullptr) << "cannot make the buffer: " << std::strerror(errno);
+    // Registered unaligned, inside the buffers: [100, 100 + 2 * kMsg).
+    std::uint8_t* const pa = a.data + 100;
+    std::uint8_t* const pb = b.data + 100;
+    for (std::size_t i = 0; i < kMsg; ++i) pa[i] = pattern(i, 1);
+    for (std::size_t i = 0; i < kMsg; ++i) pb[kMsg + i] = pattern(i, 2);
+    ibv_mr* ma = reg(side_[0], pa, 2 * kMsg);
+    ASSERT_NE(ma, nullptr) << std::strerror(errno);
+    ibv_mr* mb = reg(side_[1], pb, 2 * kMsg);
+    ASSERT_NE(mb, nullptr) << std::strerror(errno);
+
+    // A writes its first half into B's first half.
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(pa), kMsg, ma->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(pb);
+    wr.wr.rdma.rkey = mb->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(side_[0].qp, &wr, &bad), 0);
+    ibv_wc wc = next(side_[0]);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+
+    // B sends its second half into A's second half.
+    ibv_sge rsge{reinterpret_cast<std::uintptr_t>(pa + kMsg), kMsg, ma->lkey};
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 2;
+    rwr.sg_list = &rsge;
+    rwr.num_sge = 1;
+    ibv_recv_wr* rbad = nullptr;
+    ASSERT_EQ(ibv_post_recv(side_[0].qp, &rwr, &rbad), 0);
+    ibv_sge ssge{reinterpret_cast<std::uintptr_t>(pb + kMsg), kMsg, mb->lkey};
+    ibv_send_wr swr{};
+    swr.wr_id = 3;
+    swr.sg_list = &ssge;
+    swr.num_sge = 1;
+    swr.opcode = IBV_WR_SEND;
+    swr.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(ibv_post_send(side_[1].qp, &swr, &bad), 0);
+    wc = next(side_[1]);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    wc = next(side_[0]);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.byte_len, kMsg);
+
+    for (std::size_t i = 0; i < kMsg; ++i) ASSERT_EQ(pb[i], pattern(i, 1)) << "written byte " << i;
+    for (std::size_t i = 0; i < kMsg; ++i)
+        ASSERT_EQ(pa[kMsg + i], pattern(i, 2)) << "sent byte " << i;
+    // The memory was named, not moved: it is still the application's segment or memfd.
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, SharedMemory,
+                         ::testing::Values(Buffer::sysv, Buffer::sysv_huge, Buffer::memfd_huge),
+                         [](const auto& info) {
+                             switch (info.param) {
+                                 case Buffer::sysv:
+                                     return std::string("SysV");
+                                 case Buffer::sysv_huge:
+                                     return std::string("SysVHugetlb");
+                                 default:
+                                     return std::string("HugetlbMemfd");
+                             }
+                         });
+
+}  // namespace
