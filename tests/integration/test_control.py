@@ -270,7 +270,8 @@ def mr_body(pd: int, access: int, addr: int, length: int, segs: list[tuple[int, 
     body = struct.pack("<IIQQQII", pd, access, addr, length, addr if iova is None else iova,
                        len(segs), 0)
     for i in range(MAX_SEGS):
-        body += struct.pack("<QQQ", *(segs[i] if i < len(segs) else (0, 0, 0)))
+        # shm::MrSegment: addr, length, offset, backing (0: memfd), shmid, page size
+        body += struct.pack("<QQQIiQ", *(segs[i] if i < len(segs) else (0, 0, 0)), 0, -1, PAGE)
     return body
 
 
