@@ -8,7 +8,7 @@
 #   scripts/fuzz.sh [--seconds N] [--target NAME]... [--corpus DIR] [--no-merge]
 #                   [--xml FILE] [--list]
 #
-#   --seconds N   time per target (default 600)
+#   --seconds N   time per target (default 600); 0 replays the corpus and seeds only
 #   --target NAME run only this target (repeatable; names as --list prints them)
 #   --corpus DIR  where the growing corpus is kept, one directory per target (default
 #                 ${XDG_CACHE_HOME:-~/.cache}/snic-fuzz, outside the repository); after each
@@ -90,8 +90,11 @@ for t in "${targets[@]}"; do
     [[ -d $seeds/$t ]] && seed_dirs=("$seeds/$t")
     snic_log "$t: ${seconds}s"
     rc=0
-    # -timeout: one input that runs for 25 s is a hang, reported as a crash.
-    "$bin" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
+    # -timeout: one input that runs for 25 s is a hang, reported as a crash. -runs=0 runs
+    # the inputs given and no more (libFuzzer's -max_total_time=0 would mean no limit).
+    limit=(-max_total_time="$seconds")
+    ((seconds > 0)) || limit=(-runs=0)
+    "$bin" "${limit[@]}" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$artifacts/" "$corpus" "${seed_dirs[@]}" >"$log" 2>&1 </dev/null || rc=$?
     # The last status line (DONE, or the last pulse before a crash) has cov/ft/corp/exec/s.
     status=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)

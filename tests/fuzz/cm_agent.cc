@@ -32,18 +32,30 @@ bool decodes(ConstMadData d) {
 
 bool decodes_as(std::uint16_t attr, ConstMadData d) {
     switch (static_cast<AttrId>(attr)) {
-        case AttrId::req: return decodes<ReqMsg>(d);
-        case AttrId::mra: return decodes<MraMsg>(d);
-        case AttrId::rej: return decodes<RejMsg>(d);
-        case AttrId::rep: return decodes<RepMsg>(d);
-        case AttrId::rtu: return decodes<RtuMsg>(d);
-        case AttrId::dreq: return decodes<DreqMsg>(d);
-        case AttrId::drep: return decodes<DrepMsg>(d);
-        case AttrId::sidr_req: return decodes<SidrReqMsg>(d);
-        case AttrId::sidr_rep: return decodes<SidrRepMsg>(d);
-        case AttrId::lap: return decodes<LapMsg>(d);
-        case AttrId::apr: return decodes<AprMsg>(d);
-        default: return false;
+        case AttrId::req:
+            return decodes<ReqMsg>(d);
+        case AttrId::mra:
+            return decodes<MraMsg>(d);
+        case AttrId::rej:
+            return decodes<RejMsg>(d);
+        case AttrId::rep:
+            return decodes<RepMsg>(d);
+        case AttrId::rtu:
+            return decodes<RtuMsg>(d);
+        case AttrId::dreq:
+            return decodes<DreqMsg>(d);
+        case AttrId::drep:
+            return decodes<DrepMsg>(d);
+        case AttrId::sidr_req:
+            return decodes<SidrReqMsg>(d);
+        case AttrId::sidr_rep:
+            return decodes<SidrRepMsg>(d);
+        case AttrId::lap:
+            return decodes<LapMsg>(d);
+        case AttrId::apr:
+            return decodes<AprMsg>(d);
+        default:
+            return false;
     }
 }
 
@@ -74,8 +86,8 @@ struct CheckedSink final : Sink {
 };
 
 constexpr std::array<AttrId, 11> kAttrs = {
-    AttrId::req,  AttrId::mra,  AttrId::rej,      AttrId::rep,      AttrId::rtu, AttrId::dreq,
-    AttrId::drep, AttrId::lap,  AttrId::apr,      AttrId::sidr_req, AttrId::sidr_rep,
+    AttrId::req,  AttrId::mra, AttrId::rej, AttrId::rep,      AttrId::rtu,      AttrId::dreq,
+    AttrId::drep, AttrId::lap, AttrId::apr, AttrId::sidr_req, AttrId::sidr_rep,
 };
 
 void check(const Agent& a, const AgentConfig& cfg) {
@@ -138,8 +150,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 h.tid = in.u64();
                 h.attr_id = static_cast<std::uint16_t>(kAttrs[how % kAttrs.size()]);
                 write_mad_header(h, mad);
-                for (std::uint8_t n = in.u8() % 4; n > 0; --n)
-                    d[in.u8() % kMadDataSize] ^= in.u8();
+                for (std::uint8_t n = in.u8() % 4; n > 0; --n) d[in.u8() % kMadDataSize] ^= in.u8();
                 agent.receive(how & 0x80 ? in.u32() : kPeer, kGsiQpn, mad, now);
                 break;
             }
@@ -161,10 +172,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 (void)agent.accept(pick_id(), qp, std::span(priv).first(in.u8() % 57), now);
                 break;
             }
-            case 5: (void)agent.confirm(pick_id(), {}, now); break;
-            case 6: (void)agent.reject(pick_id(), in.u16(), {}, now); break;
-            case 7: (void)agent.disconnect(pick_id(), {}, now); break;
-            case 8: agent.established(pick_id(), now); break;
+            case 5:
+                (void)agent.confirm(pick_id(), {}, now);
+                break;
+            case 6:
+                (void)agent.reject(pick_id(), in.u16(), {}, now);
+                break;
+            case 7:
+                (void)agent.disconnect(pick_id(), {}, now);
+                break;
+            case 8:
+                agent.established(pick_id(), now);
+                break;
             case 9: {
                 const ConnId id = pick_id();
                 agent.release(id, now);
@@ -184,8 +203,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             }
             case 11: {
                 const std::uint64_t d = agent.next_deadline();
-                now = (in.u8() & 1) && d != UINT64_MAX && d > now ? d
-                                                                   : now + std::uint64_t{in.u32()} * 64;
+                now = (in.u8() & 1) && d != UINT64_MAX && d > now
+                          ? d
+                          : now + std::uint64_t{in.u32()} * 64;
                 agent.poll(now);
                 break;
             }

@@ -63,18 +63,23 @@ FdList fds_of(std::initializer_list<int> fds) {
 }
 
 std::vector<DevicePort> ports() {
-    return {DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500,
-                       [] { return LinkInfo{true, 10000}; }}};
+    return {DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
+                           return LinkInfo{true, 10000};
+                       }}};
 }
 
-void require_errno(int err) { SNIC_FUZZ_REQUIRE(err >= 0 && err < 4096); }
+void require_errno(int err) {
+    SNIC_FUZZ_REQUIRE(err >= 0 && err < 4096);
+}
 
 // Descriptors for one op, chosen by the input.
 FdList pick_fds(Input& in) {
     const std::uint8_t how = in.u8();
     switch (how % 6) {
-        case 0: return {};
-        case 1: return fds_of({memfd(std::size_t{in.u16()} * 64)});
+        case 0:
+            return {};
+        case 1:
+            return fds_of({memfd(std::size_t{in.u16()} * 64)});
         case 2: {  // a CQ's ring
             const std::uint32_t cap = 1u << (in.u8() % 6);
             const shm::Layout l = shm::cq_layout(cap);
@@ -97,7 +102,8 @@ FdList pick_fds(Input& in) {
             ::close(sv[0]);
             return fds_of({sv[1], memfd(std::size_t{in.u16()} * 64)});
         }
-        default: return fds_of({memfd(4096), memfd(4096)});
+        default:
+            return fds_of({memfd(4096), memfd(4096)});
     }
 }
 
@@ -127,10 +133,10 @@ void session_run(Resources& r, std::span<const DevicePort> p, Input& in) {
         int sv[2];
         SNIC_FUZZ_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
         ::close(sv[0]);
-        FdList fds = fds_of({sv[1], memfd(l.bytes, [&](std::span<std::byte> m) {
-                                 (void)shm::RingConsumer<shm::AsyncEvent>::init(
-                                     m, shm::kAsyncCapacity);
-                             })});
+        FdList fds =
+            fds_of({sv[1], memfd(l.bytes, [&](std::span<std::byte> m) {
+                        (void)shm::RingConsumer<shm::AsyncEvent>::init(m, shm::kAsyncCapacity);
+                    })});
         shm::OpenDeviceReply out{};
         SNIC_FUZZ_REQUIRE(s.open_device({0, 0}, fds, out) == 0);
     }
@@ -152,34 +158,72 @@ void session_run(Resources& r, std::span<const DevicePort> p, Input& in) {
             (void)shm::RingProducer<shm::SendWqe>::init(m.subspan(q.ring0, q.ring1 - q.ring0), 16);
             (void)shm::RingProducer<shm::RecvWqe>::init(m.subspan(q.ring1), 16);
         })});
-        shm::CreateQpReq req{pd.handle, cq.cq, cq.cq, shm::kNoHandle, 2, 0, {16, 16, 1, 1, 0},
-                             16, 16};
+        shm::CreateQpReq req{pd.handle,         cq.cq, cq.cq, shm::kNoHandle, 2, 0,
+                             {16, 16, 1, 1, 0}, 16,    16};
         shm::CreateQpReply qp{};
         SNIC_FUZZ_REQUIRE(s.create_qp(req, qpfd, qp) == 0);
         handles.push_back(qp.qp);
     }
     for (int step = 0; step < 32 && !in.empty(); ++step) {
         switch (in.u8() % 20) {
-            case 0: run_op(s, &Session::query_port, in, handles); break;
-            case 1: run_op(s, &Session::alloc_pd, in, handles); break;
-            case 2: run_op(s, &Session::dealloc_pd, in, handles); break;
-            case 3: run_op(s, &Session::reg_mr, in, handles); break;
-            case 4: run_op(s, &Session::dereg_mr, in, handles); break;
-            case 5: run_op(s, &Session::alloc_mw, in, handles); break;
-            case 6: run_op(s, &Session::dealloc_mw, in, handles); break;
-            case 7: run_op(s, &Session::create_channel, in, handles); break;
-            case 8: run_op(s, &Session::destroy_channel, in, handles); break;
-            case 9: run_op(s, &Session::create_cq, in, handles); break;
-            case 10: run_op(s, &Session::destroy_cq, in, handles); break;
-            case 11: run_op(s, &Session::create_srq, in, handles); break;
-            case 12: run_op(s, &Session::modify_srq, in, handles); break;
-            case 13: run_op(s, &Session::query_srq, in, handles); break;
-            case 14: run_op(s, &Session::destroy_srq, in, handles); break;
-            case 15: run_op(s, &Session::create_qp, in, handles); break;
+            case 0:
+                run_op(s, &Session::query_port, in, handles);
+                break;
+            case 1:
+                run_op(s, &Session::alloc_pd, in, handles);
+                break;
+            case 2:
+                run_op(s, &Session::dealloc_pd, in, handles);
+                break;
+            case 3:
+                run_op(s, &Session::reg_mr, in, handles);
+                break;
+            case 4:
+                run_op(s, &Session::dereg_mr, in, handles);
+                break;
+            case 5:
+                run_op(s, &Session::alloc_mw, in, handles);
+                break;
+            case 6:
+                run_op(s, &Session::dealloc_mw, in, handles);
+                break;
+            case 7:
+                run_op(s, &Session::create_channel, in, handles);
+                break;
+            case 8:
+                run_op(s, &Session::destroy_channel, in, handles);
+                break;
+            case 9:
+                run_op(s, &Session::create_cq, in, handles);
+                break;
+            case 10:
+                run_op(s, &Session::destroy_cq, in, handles);
+                break;
+            case 11:
+                run_op(s, &Session::create_srq, in, handles);
+                break;
+            case 12:
+                run_op(s, &Session::modify_srq, in, handles);
+                break;
+            case 13:
+                run_op(s, &Session::query_srq, in, handles);
+                break;
+            case 14:
+                run_op(s, &Session::destroy_srq, in, handles);
+                break;
+            case 15:
+                run_op(s, &Session::create_qp, in, handles);
+                break;
             case 16:
-            case 17: run_op(s, &Session::modify_qp, in, handles); break;
-            case 18: run_op(s, &Session::query_qp, in, handles); break;
-            case 19: run_op(s, &Session::destroy_qp, in, handles); break;
+            case 17:
+                run_op(s, &Session::modify_qp, in, handles);
+                break;
+            case 18:
+                run_op(s, &Session::query_qp, in, handles);
+                break;
+            case 19:
+                run_op(s, &Session::destroy_qp, in, handles);
+                break;
         }
         for (std::size_t k = 0; k < shm::kObjKinds; ++k)
             SNIC_FUZZ_REQUIRE(s.counts()[k] <= r.counts()[k]);

@@ -23,13 +23,13 @@ namespace snic::fuzz {
 
 // An invariant the target asserts: a violation aborts, which libFuzzer reports as a crash
 // and keeps the input.
-#define SNIC_FUZZ_REQUIRE(cond)                                                          \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
+#define SNIC_FUZZ_REQUIRE(cond)                                                              \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
             std::fprintf(stderr, "fuzz invariant broken at %s:%d: %s\n", __FILE__, __LINE__, \
-                         #cond);                                                         \
-            std::abort();                                                                \
-        }                                                                                \
+                         #cond);                                                             \
+            std::abort();                                                                    \
+        }                                                                                    \
     } while (0)
 
 // The fuzzer's bytes as a stream of choices; reads past the end give zeros.
@@ -142,9 +142,10 @@ class GuardedMemory final : public verbs::QpMemory {
         Region* r = find(rkey);
         if (r == nullptr || !r->valid) return {nullptr, verbs::RemoteCheck::bad_key};
         if (r->pd != pd_) return {nullptr, verbs::RemoteCheck::pd_mismatch};
-        const std::uint32_t want = need == verbs::RemoteNeed::read    ? verbs::access::remote_read
-                                   : need == verbs::RemoteNeed::write ? verbs::access::remote_write
-                                                                      : verbs::access::remote_atomic;
+        const std::uint32_t want = need == verbs::RemoteNeed::read ? verbs::access::remote_read
+                                   : need == verbs::RemoteNeed::write
+                                       ? verbs::access::remote_write
+                                       : verbs::access::remote_atomic;
         if ((r->access & want) == 0) return {nullptr, verbs::RemoteCheck::no_access};
         if (addr < r->va || addr + len < addr || addr + len > r->va + r->len)
             return {nullptr, verbs::RemoteCheck::out_of_bounds};
@@ -272,6 +273,5 @@ class CheckedQueues final : public verbs::QpQueues {
     std::map<std::uint64_t, std::uint64_t> recv_out_;
     std::deque<std::uint64_t> taken_;
 };
-
 
 }  // namespace snic::fuzz

@@ -60,12 +60,12 @@ struct RegionSpec {
 inline constexpr std::uint32_t kAll = verbs::access::local_write | verbs::access::remote_read |
                                       verbs::access::remote_write | verbs::access::remote_atomic;
 inline constexpr std::array<RegionSpec, 6> kRegions = {{
-    {0x1000, 0x10000, 4096, kAll, 0},                          // everything
-    {0x2000, 0x20000, 1024, verbs::access::remote_read, 0},    // read only, both ways
-    {0x3000, 0x30000, 512, verbs::access::remote_write, 0},    // remote write, no local write
-    {0x4000, 0x40000, 64, kAll, 0},                            // small: atomics, bounds
-    {0x5000, 0x50000, 256, kAll, 7},                           // another PD
-    {0x6000, 0x60000, 128, verbs::access::local_write, 0},     // local only
+    {0x1000, 0x10000, 4096, kAll, 0},                        // everything
+    {0x2000, 0x20000, 1024, verbs::access::remote_read, 0},  // read only, both ways
+    {0x3000, 0x30000, 512, verbs::access::remote_write, 0},  // remote write, no local write
+    {0x4000, 0x40000, 64, kAll, 0},                          // small: atomics, bounds
+    {0x5000, 0x50000, 256, kAll, 7},                         // another PD
+    {0x6000, 0x60000, 128, verbs::access::local_write, 0},   // local only
 }};
 
 inline void add_regions(GuardedMemory& mem) {
@@ -109,10 +109,18 @@ class RcDriver {
         for (int step = 0; step < 256 && !in.empty(); ++step) {
             switch (in.u8() % 8) {
                 case 0:
-                case 1: deliver_built(in); break;
-                case 2: deliver_raw(in); break;
-                case 3: post_recv(in); break;
-                case 4: post_send(in); break;
+                case 1:
+                    deliver_built(in);
+                    break;
+                case 2:
+                    deliver_raw(in);
+                    break;
+                case 3:
+                    post_recv(in);
+                    break;
+                case 4:
+                    post_send(in);
+                    break;
                 case 5:
                     now_ += std::uint64_t{in.u16()} * 1000;
                     poll();
@@ -195,7 +203,7 @@ class RcDriver {
     std::uint32_t pick_psn(Input& in) {
         const std::uint8_t how = in.u8();
         const std::int32_t delta = static_cast<std::int8_t>(in.u8());
-        std::uint32_t base = how % 3 == 0 ? qp_->expected_psn()
+        std::uint32_t base = how % 3 == 0   ? qp_->expected_psn()
                              : how % 3 == 1 ? qp_->unacked_psn()
                                             : qp_->next_psn();
         if (how >= 250) base = in.u32();

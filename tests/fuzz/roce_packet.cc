@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // 7 bits above the PSN) and the PadCnt it derives from the payload.
     for (auto* v : {&want, &got}) {
         (*v)[1] &= static_cast<std::uint8_t>(~0x30);  // PadCnt
-        (*v)[4] &= 0xC0;  // FECN, BECN kept
+        (*v)[4] &= 0xC0;                              // FECN, BECN kept
         (*v)[8] &= 0x80;
     }
     SNIC_FUZZ_REQUIRE(want == got);

@@ -63,8 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     roce::UdQp qp(cfg, mem, q, wire);
     qp.start_sending(in.u32());
     std::uint64_t now = 1'000'000, wr_id = 1;
-    std::array<std::uint8_t, 20> ip{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0,
-                                    192, 168, 1, 2, 192, 168, 1, 3};
+    std::array<std::uint8_t, 20> ip{0x45, 0, 0,   0,   0, 0, 0x40, 0,   64, 17,
+                                    0,    0, 192, 168, 1, 2, 192,  168, 1,  3};
 
     auto deliver = [&](std::span<const std::uint8_t> bytes) {
         const roce::Packet p = roce::parse(bytes);

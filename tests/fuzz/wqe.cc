@@ -35,10 +35,10 @@ void send_wqe(Input& in) {
     std::memcpy(&w, raw.data(), raw.size());
     const verbs::SendWr wr = daemon::to_send_wr(w, qp);
     const bool is_inline = (w.flags & shm::kWqeInline) != 0;
-    const bool valid = w.opcode < verbs::kWrOpCount &&
-                       (is_inline ? w.inline_length <= std::min(shm::kMaxInline,
-                                                                qp.cap.max_inline_data)
-                                  : w.num_sge <= std::min(shm::kMaxSge, qp.cap.max_send_sge));
+    const bool valid =
+        w.opcode < verbs::kWrOpCount &&
+        (is_inline ? w.inline_length <= std::min(shm::kMaxInline, qp.cap.max_inline_data)
+                   : w.num_sge <= std::min(shm::kMaxSge, qp.cap.max_send_sge));
     if (!valid) {
         SNIC_FUZZ_REQUIRE(wr.op == verbs::WrOp::local_inv && wr.imm_or_rkey == 0 && wr.signaled);
         SNIC_FUZZ_REQUIRE(wr.num_sge == 0 && !wr.inline_data);
@@ -111,9 +111,15 @@ void recv_ring(Input& in) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     Input in(data, size);
     switch (in.u8() % 3) {
-        case 0: send_wqe(in); break;
-        case 1: recv_wqe(in); break;
-        case 2: recv_ring(in); break;
+        case 0:
+            send_wqe(in);
+            break;
+        case 1:
+            recv_wqe(in);
+            break;
+        case 2:
+            recv_ring(in);
+            break;
     }
     return 0;
 }
