@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz (clang, ASan+UBSan, in build-fuzz/; only what
+# Builds the libFuzzer targets of tests/fuzz (clang -O1, ASan+UBSan, in build-fuzz/; only what
 # changed is rebuilt) and runs each for a while, starting from its kept corpus and the seeds
 # committed in tests/fuzz/corpus/<target>/. Prints libFuzzer's figures per target (runs,
 # exec/s, cov:, ft:, corpus size) and exits non-zero if any target crashed; a crashing
@@ -65,9 +65,10 @@ done
 
 # Build (configure once; ninja rebuilds only what changed).
 if [[ ! -f $build/build.ninja ]]; then
-    snic_log "configuring $build (clang, -Dfuzz=true, ASan+UBSan)"
+    # -O1, as OSS-Fuzz builds: half the build time of -O2 here, and no fewer exec/s.
+    snic_log "configuring $build (clang, -Dfuzz=true, ASan+UBSan, -O1)"
     CXX=${CXX:-clang++} meson setup "$build" -Dfuzz=true -Db_sanitize=address,undefined \
-        -Db_lundef=false >/dev/null
+        -Db_lundef=false -Doptimization=1 >/dev/null
 fi
 ninja_targets=()
 for t in "${targets[@]}"; do ninja_targets+=("tests/fuzz/fuzz_$t"); done

@@ -15,7 +15,7 @@
 # build-asan/, leaks detected, the first error fatal): build/test-results/unit-asan.xml.
 #
 # In CI, or with SNIC_FUZZ=1, every libFuzzer target of tests/fuzz is built (clang, in
-# build-fuzz/) and run for SNIC_FUZZ_SECONDS (default 15) from its committed seeds, in a
+# build-fuzz/) and run for SNIC_FUZZ_SECONDS (default 10) from its committed seeds, in a
 # corpus that is thrown away (scripts/fuzz.sh): build/test-results/fuzz.xml. A crash, a
 # broken invariant or a hang fails the run.
 set -euo pipefail
@@ -87,7 +87,7 @@ fuzz_xml=$results/fuzz.xml
 fuzz_rc=0
 rm -f "$fuzz_xml"
 if [[ ${CI:-} == true || ${SNIC_FUZZ:-0} == 1 ]]; then
-    fuzz_secs=${SNIC_FUZZ_SECONDS:-15}
+    fuzz_secs=${SNIC_FUZZ_SECONDS:-10}
     snic_log "fuzz targets, ${fuzz_secs}s each: build-fuzz"
     fuzz_corpus=$(mktemp -d /tmp/snic-fuzz.XXXXXX)
     "$SNIC_ROOT/scripts/fuzz.sh" --seconds "$fuzz_secs" --corpus "$fuzz_corpus" --no-merge \
