@@ -13,6 +13,11 @@
 # In CI (CI=true), or with SNIC_SANITIZE=1, the unit tests also run built with
 # AddressSanitizer and UndefinedBehaviorSanitizer (meson's b_sanitize, in
 # build-asan/, leaks detected, the first error fatal): build/test-results/unit-asan.xml.
+#
+# In CI, or with SNIC_FUZZ=1, every libFuzzer target of tests/fuzz is built (clang, in
+# build-fuzz/) and run for SNIC_FUZZ_SECONDS (default 10) from its committed seeds, in a
+# corpus that is thrown away (scripts/fuzz.sh): build/test-results/fuzz.xml. A crash, a
+# broken invariant or a hang fails the run.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -78,6 +83,20 @@ else
     san_rc=skip
 fi
 
+fuzz_xml=$results/fuzz.xml
+fuzz_rc=0
+rm -f "$fuzz_xml"
+if [[ ${CI:-} == true || ${SNIC_FUZZ:-0} == 1 ]]; then
+    fuzz_secs=${SNIC_FUZZ_SECONDS:-10}
+    snic_log "fuzz targets, ${fuzz_secs}s each: build-fuzz"
+    fuzz_corpus=$(mktemp -d /tmp/snic-fuzz.XXXXXX)
+    "$SNIC_ROOT/scripts/fuzz.sh" --seconds "$fuzz_secs" --corpus "$fuzz_corpus" --no-merge \
+        --xml "$fuzz_xml" </dev/null || fuzz_rc=$?
+    rm -rf "$fuzz_corpus"
+else
+    fuzz_rc=skip
+fi
+
 integ_rc=0
 snic_log "integration and interop tests: tests/integration tests/interop"
 /usr/bin/python3 -m pytest tests/integration tests/interop -v -p no:cacheprovider \
@@ -86,7 +105,8 @@ snic_log "integration and interop tests: tests/integration tests/interop"
 # Counts from both XML files. A runner that exited non-zero without
 # recording a failure (crash, missing binary, collection error) counts as
 # one failure, so that it cannot pass silently.
-/usr/bin/python3 - "$unit_xml" "$unit_rc" "$integ_xml" "$integ_rc" "$san_xml" "$san_rc" <<'PY'
+/usr/bin/python3 - "$unit_xml" "$unit_rc" "$integ_xml" "$integ_rc" "$san_xml" "$san_rc" \
+    "$fuzz_xml" "$fuzz_rc" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 
@@ -110,7 +130,7 @@ def count(path):
 totals = [0, 0, 0]
 args = sys.argv[1:]
 for (path, rc), name in zip(zip(args[0::2], args[1::2]),
-                           ("unit", "integration", "unit (asan+ubsan)")):
+                           ("unit", "integration", "unit (asan+ubsan)", "fuzz")):
     if rc == "skip":
         continue
     rc = int(rc)

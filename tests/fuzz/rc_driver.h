@@ -1,0 +1,342 @@
+// Drives one RC QP (proto/roce/rc_qp.h: requester, completer and responder) from the fuzzer's
+// bytes: packets built from chosen fields (every RC opcode, PSNs near the ones the QP
+// expects, keys of the fake memory and addresses near their regions) or taken raw, receive
+// and send WRs, time and polls. After every engine call it checks: the memory changed only
+// where the engine was granted write access (GuardedMemory), every completion is of a WR
+// outstanding, in order, within its buffers (CheckedQueues), and every packet the QP sent
+// parses, goes to its peer QP and carries at most one MTU of payload.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "proto/roce/packet.h"
+#include "proto/roce/psn.h"
+#include "proto/roce/rc.h"
+#include "proto/roce/rc_qp.h"
+#include "tests/fuzz/fuzz_support.h"
+
+namespace snic::fuzz {
+
+using roce::Opcode;
+
+inline constexpr std::array<Opcode, 23> kRcOpcodes = {
+    Opcode::rc_send_first,
+    Opcode::rc_send_middle,
+    Opcode::rc_send_last,
+    Opcode::rc_send_last_with_immediate,
+    Opcode::rc_send_only,
+    Opcode::rc_send_only_with_immediate,
+    Opcode::rc_rdma_write_first,
+    Opcode::rc_rdma_write_middle,
+    Opcode::rc_rdma_write_last,
+    Opcode::rc_rdma_write_last_with_immediate,
+    Opcode::rc_rdma_write_only,
+    Opcode::rc_rdma_write_only_with_immediate,
+    Opcode::rc_rdma_read_request,
+    Opcode::rc_rdma_read_response_first,
+    Opcode::rc_rdma_read_response_middle,
+    Opcode::rc_rdma_read_response_last,
+    Opcode::rc_rdma_read_response_only,
+    Opcode::rc_acknowledge,
+    Opcode::rc_atomic_acknowledge,
+    Opcode::rc_compare_swap,
+    Opcode::rc_fetch_add,
+    Opcode::rc_send_last_with_invalidate,
+    Opcode::rc_send_only_with_invalidate,
+};
+
+// The fake memory's regions: keys, places and rights chosen so that every check of the
+// engines has a key that passes and one that fails it.
+struct RegionSpec {
+    std::uint32_t key;
+    std::uint64_t va;
+    std::uint32_t len;
+    std::uint32_t access;
+    std::uint32_t pd;  // 0: the QP's
+};
+inline constexpr std::uint32_t kAll = verbs::access::local_write | verbs::access::remote_read |
+                                      verbs::access::remote_write | verbs::access::remote_atomic;
+inline constexpr std::array<RegionSpec, 6> kRegions = {{
+    {0x1000, 0x10000, 4096, kAll, 0},                        // everything
+    {0x2000, 0x20000, 1024, verbs::access::remote_read, 0},  // read only, both ways
+    {0x3000, 0x30000, 512, verbs::access::remote_write, 0},  // remote write, no local write
+    {0x4000, 0x40000, 64, kAll, 0},                          // small: atomics, bounds
+    {0x5000, 0x50000, 256, kAll, 7},                         // another PD
+    {0x6000, 0x60000, 128, verbs::access::local_write, 0},   // local only
+}};
+
+inline void add_regions(GuardedMemory& mem) {
+    std::uint8_t fill = 0x11;
+    for (const RegionSpec& r : kRegions) mem.add(r.key, r.va, r.len, r.access, fill += 0x22, r.pd);
+}
+
+// A key: one of the regions' (or a window's), or any.
+inline std::uint32_t pick_key(Input& in) {
+    const std::uint8_t b = in.u8();
+    if (b < 6 * 40) return kRegions[b % 6].key;
+    if (b < 250) return 0x7000 + (b & 3);  // windows bound by send WRs
+    return in.u32();
+}
+// An address near a region, or any.
+inline std::uint64_t pick_addr(Input& in, std::uint32_t key) {
+    const std::uint8_t how = in.u8();
+    std::uint64_t base = 0x10000;
+    for (const RegionSpec& r : kRegions)
+        if (r.key == key) base = r.va;
+    if (how < 200) return base + in.u16() % 4200;
+    if (how < 250) return base - in.u8() + (std::uint64_t{in.u16()} << (how & 31));
+    return in.u64();
+}
+inline std::uint32_t pick_len(Input& in) {
+    const std::uint8_t how = in.u8();
+    if (how < 128) return in.u8();
+    if (how < 250) return in.u16() % 8400;
+    return in.u32();
+}
+
+class RcDriver {
+  public:
+    explicit RcDriver(const roce::RcConfig& c) : cfg_(c) {
+        add_regions(mem_);
+        qp_ = std::make_unique<roce::RcQp>(cfg_, mem_, queues_, wire_);
+    }
+
+    // Runs the whole input.
+    void run(Input& in) {
+        for (int step = 0; step < 256 && !in.empty(); ++step) {
+            switch (in.u8() % 8) {
+                case 0:
+                case 1:
+                    deliver_built(in);
+                    break;
+                case 2:
+                    deliver_raw(in);
+                    break;
+                case 3:
+                    post_recv(in);
+                    break;
+                case 4:
+                    post_send(in);
+                    break;
+                case 5:
+                    now_ += std::uint64_t{in.u16()} * 1000;
+                    poll();
+                    break;
+                case 6: {
+                    const roce::RcTime d = qp_->next_deadline();
+                    if (d != roce::kRcNever && d > now_) now_ = d;
+                    poll();
+                    break;
+                }
+                case 7:
+                    if (in.u8() == 0xEE) {
+                        mem_.begin();
+                        qp_->to_error();
+                        after();
+                    } else {
+                        poll();
+                    }
+                    break;
+            }
+        }
+        for (int i = 0; i < 64; ++i)
+            if (!poll()) break;
+    }
+
+    // Puts 1..6 send WRs chosen by the input in flight before anything arrives, so that
+    // responses find WRs to retire.
+    void prime(Input& in) {
+        const std::uint32_t n = 1 + in.u8() % 6;
+        for (std::uint32_t i = 0; i < n; ++i) post_send(in);
+        for (int i = 0; i < 8; ++i)
+            if (!poll()) break;
+    }
+
+    roce::RcQp& qp() { return *qp_; }
+    CheckedQueues& queues() { return queues_; }
+
+  private:
+    // A wire that parses every packet sent and checks who it is for and its size.
+    class Wire final : public roce::RcWire {
+      public:
+        explicit Wire(const roce::RcConfig& c) : cfg_(c) {}
+        std::span<std::uint8_t> tx_alloc(std::size_t len) override {
+            SNIC_FUZZ_REQUIRE(len + roce::kIcrcLen <= buf_.size());
+            return {buf_.data(), len};
+        }
+        void tx_send(std::size_t len) override {
+            SNIC_FUZZ_REQUIRE(len + roce::kIcrcLen <= buf_.size());
+            std::memset(buf_.data() + len, 0, roce::kIcrcLen);
+            const roce::Packet p = roce::parse({buf_.data(), len + roce::kIcrcLen});
+            SNIC_FUZZ_REQUIRE(p.ok());
+            SNIC_FUZZ_REQUIRE(p.bth().dest_qp.host() == cfg_.dest_qpn);
+            SNIC_FUZZ_REQUIRE(p.payload.size() <= cfg_.mtu);
+            ++sent;
+        }
+        std::uint64_t sent = 0;
+
+      private:
+        const roce::RcConfig& cfg_;
+        std::array<std::uint8_t, 4096 + 256> buf_{};
+    };
+
+    void deliver(std::span<const std::uint8_t> bytes) {
+        const roce::Packet p = roce::parse(bytes);
+        if (!p.ok()) return;
+        mem_.begin();
+        qp_->on_packet(p, now_);
+        after();
+    }
+    bool poll() {
+        mem_.begin();
+        const bool did = qp_->poll(now_);
+        after();
+        return did;
+    }
+    void after() { mem_.check(); }
+
+    // A PSN near one the QP expects: the responder's ePSN, the oldest unacknowledged, the
+    // next to send.
+    std::uint32_t pick_psn(Input& in) {
+        const std::uint8_t how = in.u8();
+        const std::int32_t delta = static_cast<std::int8_t>(in.u8());
+        std::uint32_t base = how % 3 == 0   ? qp_->expected_psn()
+                             : how % 3 == 1 ? qp_->unacked_psn()
+                                            : qp_->next_psn();
+        if (how >= 250) base = in.u32();
+        return (base + static_cast<std::uint32_t>(delta)) & roce::kPsnMask;
+    }
+
+    void deliver_built(Input& in) {
+        roce::PacketSpec s;
+        s.opcode = kRcOpcodes[in.u8() % kRcOpcodes.size()];
+        const std::uint8_t flags = in.u8();
+        s.solicited = flags & 1;
+        s.ack_req = flags & 2;
+        s.pkey = (flags & 4) ? in.u16() : roce::kDefaultPkey;
+        s.dest_qp = (flags & 8) ? in.u32() & 0xffffff : cfg_.qpn;
+        s.psn = pick_psn(in);
+        const std::uint32_t rkey = pick_key(in);
+        s.reth.va = pick_addr(in, rkey);
+        s.reth.rkey = rkey;
+        s.reth.dma_len = pick_len(in);
+        s.atomic_eth.va = (flags & 16) ? pick_addr(in, rkey) : (pick_addr(in, rkey) & ~7ull);
+        s.atomic_eth.rkey = rkey;
+        s.atomic_eth.swap_add = in.u64();
+        s.atomic_eth.compare = in.u64();
+        s.aeth.syndrome = in.u8();
+        s.aeth.msn = in.u32() & 0xffffff;
+        s.atomic_ack_eth.orig = in.u64();
+        s.immdt.imm = in.u32();
+        s.ieth.rkey = pick_key(in);
+        std::vector<std::uint8_t> payload;
+        if (roce::opcode_info(s.opcode).has(roce::kHasPayload)) {
+            const std::uint8_t how = in.u8();
+            const std::size_t n = how < 64    ? cfg_.mtu
+                                  : how < 200 ? in.u8()
+                                              : in.u16() % (cfg_.mtu + 64);
+            payload.assign(n, static_cast<std::uint8_t>(how));
+        }
+        s.payload = payload;
+        std::vector<std::uint8_t> bytes(roce::transport_length(s.opcode, payload.size()));
+        if (roce::build(bytes, s) == 0) return;
+        deliver(bytes);
+    }
+
+    // Raw bytes as a packet, optionally given this QP's number and a PSN it expects.
+    void deliver_raw(Input& in) {
+        const std::uint8_t how = in.u8();
+        std::span<const std::uint8_t> raw = in.bytes(in.u16() % 2048);
+        std::vector<std::uint8_t> bytes(raw.begin(), raw.end());
+        if ((how & 1) && bytes.size() >= 12) {
+            bytes[5] = cfg_.qpn >> 16, bytes[6] = cfg_.qpn >> 8, bytes[7] = cfg_.qpn;
+            const std::uint32_t psn = pick_psn(in);
+            bytes[9] = psn >> 16, bytes[10] = psn >> 8, bytes[11] = psn;
+        }
+        deliver(bytes);
+    }
+
+    void fill_sges(Input& in, std::uint32_t n, std::array<verbs::Sge, verbs::kMaxSge>& sge) {
+        for (std::uint32_t i = 0; i < n; ++i) {
+            sge[i].lkey = pick_key(in);
+            sge[i].addr = pick_addr(in, sge[i].lkey);
+            sge[i].length = pick_len(in);
+        }
+    }
+
+    void post_recv(Input& in) {
+        verbs::RecvWr wr;
+        wr.wr_id = next_wr_id_++;
+        wr.num_sge = in.u8() % 5;
+        fill_sges(in, wr.num_sge, wr.sge);
+        queues_.post_recv(wr);
+    }
+
+    void post_send(Input& in) {
+        verbs::SendWr wr;
+        wr.wr_id = next_wr_id_++;
+        wr.op = static_cast<verbs::WrOp>(in.u8() % verbs::kWrOpCount);
+        const std::uint8_t flags = in.u8();
+        wr.signaled = flags & 1;
+        wr.fence = flags & 2;
+        wr.solicited = flags & 4;
+        wr.imm_or_rkey = (flags & 8) ? pick_key(in) : in.u32();
+        wr.rkey = pick_key(in);
+        wr.remote_addr = pick_addr(in, wr.rkey);
+        if ((flags & 16) == 0) wr.remote_addr &= ~7ull;
+        wr.compare_add = in.u64();
+        wr.swap = in.u64();
+        if (wr.op == verbs::WrOp::bind_mw) {
+            wr.bind.mw_handle = 1;
+            wr.bind.new_rkey = 0x7000 + (in.u8() & 3);
+            wr.bind.mr_lkey = pick_key(in);
+            wr.bind.access = in.u8() & kAll;
+            wr.bind.addr = pick_addr(in, wr.bind.mr_lkey);
+            wr.bind.length = pick_len(in);
+        }
+        if (flags & 32) {
+            wr.inline_data = true;
+            wr.inline_len = in.u16() % (verbs::kMaxInline + 1);
+            for (std::uint32_t i = 0; i < wr.inline_len; ++i) wr.inline_bytes[i] = flags;
+        } else {
+            wr.num_sge = in.u8() % 5;
+            fill_sges(in, wr.num_sge, wr.sge);
+        }
+        queues_.post_send(wr);
+    }
+
+    roce::RcConfig cfg_;
+    GuardedMemory mem_;
+    CheckedQueues queues_{true};
+    Wire wire_{cfg_};
+    std::unique_ptr<roce::RcQp> qp_;
+    roce::RcTime now_ = 1'000'000;
+    std::uint64_t next_wr_id_ = 1;
+};
+
+// A QP at RTS with the attributes the unit tests use; `mtu` and PSNs chosen by the input.
+inline roce::RcConfig fuzz_config(Input& in) {
+    roce::RcConfig c;
+    c.qpn = 0x11;
+    c.dest_qpn = 0x22;
+    static constexpr std::uint32_t kMtus[] = {256, 512, 1024, 2048, 4096};
+    c.mtu = kMtus[in.u8() % 5];
+    const std::uint8_t psn_how = in.u8();
+    c.sq_psn = psn_how & 1 ? roce::kPsnMask - (psn_how >> 1) : 100;  // near the wrap too
+    c.rq_psn = psn_how & 2 ? roce::kPsnMask - (psn_how >> 2) : 5000;
+    c.timeout = 10;
+    c.retry_cnt = in.u8() % 8;
+    c.rnr_retry = in.u8() % 8;
+    c.min_rnr_timer = 1;
+    c.max_rd_atomic = 1 + in.u8() % 8;
+    c.max_dest_rd_atomic = 1 + in.u8() % 8;
+    c.remote_access = in.u8() & (kAll & ~verbs::access::local_write);
+    c.sq_depth = 16;
+    c.ack_every = 1 + in.u8() % 16;
+    return c;
+}
+
+}  // namespace snic::fuzz
