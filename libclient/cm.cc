@@ -416,8 +416,8 @@ int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
             return 0;
         case IBV_QPS_RTR: {
             if (i->peer.qpn == 0) return EINVAL;  // no REQ or REP yet
-            const auto peer_mtu = static_cast<ibv_mtu>(
-                i->peer.path_mtu != 0 ? i->peer.path_mtu : int{IBV_MTU_4096});
+            const auto peer_mtu =
+                static_cast<ibv_mtu>(i->peer.path_mtu != 0 ? i->peer.path_mtu : int{IBV_MTU_4096});
             a->path_mtu = std::min(port_mtu(i), peer_mtu);
             a->dest_qp_num = i->peer.qpn;
             a->rq_psn = i->peer.psn;
@@ -441,8 +441,8 @@ int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
             a->max_rd_atomic = i->initiator_depth;
             *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
             if (type == IBV_QPT_RC)
-                *mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                         IBV_QP_MAX_QP_RD_ATOMIC;
+                *mask |=
+                    IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
             return 0;
         default:
             return EINVAL;

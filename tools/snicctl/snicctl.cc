@@ -193,8 +193,7 @@ int cm(const std::string& path) {
         static_cast<unsigned long long>(r.connect_requests),
         static_cast<unsigned long long>(r.no_listener),
         static_cast<unsigned long long>(r.backlog_full), static_cast<unsigned long long>(r.no_room),
-        static_cast<unsigned long long>(r.events),
-        static_cast<unsigned long long>(r.events_lost));
+        static_cast<unsigned long long>(r.events), static_cast<unsigned long long>(r.events_lost));
     for (std::uint32_t i = 0; i < r.nports; ++i) {
         const auto& p = r.ports[i];
         std::printf(
