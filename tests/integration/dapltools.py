@@ -39,6 +39,10 @@ class Provider:
     launcher: list[str]
     env: dict
     netns: list[str]
+    client_env: Optional[dict] = None  # the client's view: see client_dat_conf
+
+    def env_of_client(self) -> dict:
+        return self.client_env if self.client_env is not None else self.env
 
     def cmd(self, *args) -> list[str]:
         """A command line for this provider; stdout line-buffered, so that a server's
@@ -59,6 +63,21 @@ def write_dat_conf(path: Path, devices: list[str], ips: list[str]) -> Path:
     return path
 
 
+def write_client_dat_conf(path: Path, devices: list[str], ips: list[str]) -> Path:
+    """The dat.conf of a client on another host: dtest, dtestx and dtestcm clients open the
+    provider *name* the server announces over their side-band socket, as on two hosts where
+    that name means each host's own device. Here both of the server's names mean the
+    client's device (devices[1]), so the client opens port 1 and its connections cross the
+    wire to port 0."""
+    lines = []
+    for dev in devices:
+        lines += [l.replace(f'"{ips[0]} 0"', f'"{ips[1]} 0"').replace(f'"{devices[0]} 1"',
+                                                                    f'"{devices[1]} 1"')
+                  for l in dat_conf_lines([dev], [ips[devices.index(dev)]])]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def base_env(sock_dir, dat_conf: Path) -> dict:
     env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir), DAT_OVERRIDE=str(dat_conf))
     for k in ("LD_PRELOAD", "SNIC_CM_RESPONSE_TIMEOUT", "SNIC_CM_RETRIES", "DAT_DBG_TYPE",
@@ -68,19 +87,21 @@ def base_env(sock_dir, dat_conf: Path) -> dict:
 
 
 def provider(kind: str, devices: list[str], sock_dir, dat_conf: Path,
-             netns: Optional[str] = None) -> Provider:
+             netns: Optional[str] = None, client_conf: Optional[Path] = None) -> Provider:
     """The provider `kind` ("libdaplofa" or "libdaplsnic") over devices[0] (server) and
     devices[1] (client), its commands run in network namespace `netns` if given (snicd is
     reached over a Unix socket, so only kernel sockets are private to it). libdaplsnic's
     tests are skipped when, and only when, the provider is not built."""
     env = base_env(sock_dir, dat_conf)
+    client_env = base_env(sock_dir, client_conf) if client_conf is not None else None
     ns = ["ip", "netns", "exec", netns] if netns else []
     if kind == "libdaplofa":
-        return Provider(kind, f"ofa-{devices[0]}", f"ofa-{devices[1]}", [str(SNIC_RUN)], env, ns)
+        return Provider(kind, f"ofa-{devices[0]}", f"ofa-{devices[1]}", [str(SNIC_RUN)], env, ns,
+                        client_env)
     assert kind == "libdaplsnic", kind
     if not LIBDAPLSNIC.exists():
         pytest.skip(f"{LIBDAPLSNIC} is not built (the libdaplsnic provider, dapl/ in the tree)")
-    return Provider(kind, f"snic-{devices[0]}", f"snic-{devices[1]}", [], env, ns)
+    return Provider(kind, f"snic-{devices[0]}", f"snic-{devices[1]}", [], env, ns, client_env)
 
 
 class Proc:

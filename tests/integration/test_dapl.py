@@ -62,15 +62,17 @@ def wire(tmp_path_factory, mem_args, binaries, netns):
             pytest.fail(f"{tool} is missing: scripts/setup.sh installs the dapl2-utils package")
     with st.wire_daemon(tmp_path_factory, mem_args, "dapl", SUBNET) as (d, sock_dir):
         devices = [p.devices.split(",")[0] for p in st.ctl_status_ok(d.ctrl).ports]
-        conf = dt.write_dat_conf(tmp_path_factory.mktemp("dat") / "dat.conf", devices,
-                                 [SERVER_IP, CLIENT_IP])
-        yield d, sock_dir, devices, conf, netns
+        confs = tmp_path_factory.mktemp("dat")
+        conf = dt.write_dat_conf(confs / "dat.conf", devices, [SERVER_IP, CLIENT_IP])
+        client_conf = dt.write_client_dat_conf(confs / "client-dat.conf", devices,
+                                               [SERVER_IP, CLIENT_IP])
+        yield d, sock_dir, devices, (conf, client_conf), netns
 
 
 @pytest.fixture(params=PROVIDERS)
 def prov(request, wire) -> dt.Provider:
-    d, sock_dir, devices, conf, ns = wire
-    return dt.provider(request.param, devices, sock_dir, conf, ns)
+    d, sock_dir, devices, (conf, client_conf), ns = wire
+    return dt.provider(request.param, devices, sock_dir, conf, ns, client_conf)
 
 
 @pytest.fixture(autouse=True)
@@ -119,7 +121,7 @@ def client_and_server(wire, p: dt.Provider, tmp_path: Path, server_args: list, c
     by itself. Returns (client output, server output)."""
     d = wire[0]
     with server(p, tmp_path / f"{server_args[0]}-server.out", server_args, ready) as srv:
-        res = dt.run(cmd(p, *client_args), p.env)
+        res = dt.run(cmd(p, *client_args), p.env_of_client())
         client_out = res.stdout + res.stderr
         context = f"client:\n{dt.shown(res)}\nserver:\n{srv.describe()}\ndaemon:\n{d.describe()}"
         with contextlib.suppress(Exception):
@@ -148,6 +150,9 @@ def test_dtest(wire, prov, tmp_path, mode):
     for who, out in (("client", client), ("server", srv)):
         assert "DAPL Test Complete. PASSED" in out, f"{who} did not pass\n{context}"
         assert "FAILED" not in out, context
+    # The connection crossed the wire: the client's end is port 1's address.
+    assert re.search(rf"Query EP: LOCAL addr {re.escape(CLIENT_IP)}\b", client), context
+    assert re.search(rf"Query EP: REMOTE addr {re.escape(SERVER_IP)}\b", client), context
 
 
 def test_dtestx_write_immediate_and_atomics(wire, prov, tmp_path):
