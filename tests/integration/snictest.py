@@ -32,6 +32,7 @@ TELEMETRY_PY = shutil.which("dpdk-telemetry.py") or "/usr/bin/dpdk-telemetry.py"
 DPDK_RUN_DIR = Path("/var/run/dpdk")
 HUGEPAGE_DIR = Path("/dev/hugepages")
 CTRL_DIR = Path("/run/snic")
+DEV_NODE_DIR = Path("/dev/infiniband")  # snicd's snic-<device> nodes (docs/LIBSNIC.md)
 
 # Bounds. Polls are 0.1 s apart; the bounds are generous for a loaded
 # 2-core machine and only ever cut a hang short.
@@ -275,11 +276,15 @@ class Daemon:
 
 
 def remove_daemon_leftovers(name: str, ctrl: Optional[str] = None) -> None:
-    """Removes the DPDK runtime dir and hugepage files of a daemon named
-    `name` that is not running, and its control socket `ctrl` (and the
-    lock file beside it) if given and nothing answers on it (another daemon
-    may own that path)."""
+    """Removes the DPDK runtime dir, hugepage files and /dev/infiniband nodes of a
+    daemon named `name` that is not running (a daemon killed by SIGKILL cannot remove
+    them), and its control socket `ctrl` (and the lock file beside it) if given and
+    nothing answers on it (another daemon may own that path)."""
     shutil.rmtree(DPDK_RUN_DIR / f"snic-{name}", ignore_errors=True)
+    if DEV_NODE_DIR.is_dir():
+        for f in DEV_NODE_DIR.glob(f"snic-{name}_*"):
+            if f.is_char_device():
+                f.unlink(missing_ok=True)
     if HUGEPAGE_DIR.is_dir():
         for f in HUGEPAGE_DIR.glob(f"snic-{name}map_*"):
             f.unlink(missing_ok=True)
