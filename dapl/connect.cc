@@ -721,10 +721,6 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags) {
 
 }  // namespace
 
-void ep_on_connection_event(Ep* ep, rdma_cm_event* e) {
-    handle_ep_event(ep, e);
-}
-
 DAT_RETURN start_events(Ia* ia) {
     ia->channel = rdma_create_event_channel();
     if (ia->channel == nullptr) return from_errno(errno);

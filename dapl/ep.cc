@@ -560,9 +560,6 @@ DAT_RETURN ep_reset(DAT_EP_HANDLE h) {
 DAT_RETURN ep_free(DAT_EP_HANDLE h) {
     Ep* ep = as<Ep>(h);
     if (ep == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
-    if (ep->from_rsp) {
-        // An RSP's EP is freed with the RSP's consent only once it left the RSP.
-    }
     {
         std::lock_guard ia_lock(ep->ia->mu);
         std::lock_guard lock(ep->mu);

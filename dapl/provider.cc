@@ -542,7 +542,7 @@ DAT_RETURN rmr_bind(DAT_RMR_HANDLE rh, DAT_LMR_HANDLE lh, const DAT_LMR_TRIPLET*
     b.bind_info.length = t->segment_length;
     b.bind_info.mw_access_flags = access_of(priv) & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
     if (const int e = ibv_bind_mw(ep->qp, r->mw, &b); e != 0) {
-        ep->sq.retire_through(nullptr);
+        ep->sq.untake();
         return from_errno(e);
     }
     if (r->lmr != nullptr) --r->lmr->users;

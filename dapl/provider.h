@@ -304,8 +304,7 @@ Lmr* find_lmr(Ia* ia, DAT_LMR_CONTEXT ctx);
 // Checks a local IOV for a post: every segment inside an LMR of `pz`, with `need`.
 DAT_RETURN check_iov(Ia* ia, Pz* pz, DAT_COUNT n, const DAT_LMR_TRIPLET* iov, bool need_write,
                      ibv_sge* sge);
-void ep_on_connection_event(Ep* ep, rdma_cm_event* e);  // connect.cc, ia->mu held
-void flush_ep(Ep* ep);                                  // QP to the error state
+void flush_ep(Ep* ep);  // QP to the error state
 int qp_to_init(Ep* ep);
 Ep* ep_by_qpn(Ia* ia, std::uint32_t qpn);
 DAT_RETURN ep_create_common(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_EVD_HANDLE recv,
