@@ -1,0 +1,293 @@
+// Output: what to send next (the record rule, windows, NewReno and RFC 6675's NextSeg) and
+// building the segments.
+#include <algorithm>
+
+#include "proto/tcp/connection.h"
+
+namespace snic::tcp {
+
+std::uint32_t TcpConnection::tsval(TcpTime now) const {
+    return static_cast<std::uint32_t>(now / kMs) + ts_offset_;
+}
+
+std::uint16_t TcpConnection::window_field(bool syn) {
+    const std::uint64_t space = rcv_space();
+    const std::uint8_t shift = syn ? 0 : rcv_wscale_;
+    const std::uint64_t w = std::min<std::uint64_t>(space >> shift, 65535);
+    rcv_adv_ = std::max(rcv_adv_, rcv_nxt_ + (w << shift));
+    return static_cast<std::uint16_t>(w);
+}
+
+bool TcpConnection::transmit(Seq seq, std::uint8_t flags, std::uint64_t data_off, std::uint32_t len,
+                             TcpTime now) {
+    SegmentSpec s;
+    s.src_port = cfg_.local.port;
+    s.dst_port = cfg_.remote.port;
+    s.seq = seq;
+    s.flags = flags;
+    const bool syn = (flags & flag::syn) != 0;
+    if ((flags & flag::ack) != 0) s.ack = seq_of(irs_, rcv_nxt_);
+    s.window = window_field(syn);
+    TcpOptions& o = s.opts;
+    if (syn) {
+        const bool offer = state_ == TcpState::syn_sent;  // else answer what the peer offered
+        o.has_mss = true;
+        o.mss = static_cast<std::uint16_t>(mss_announce_);
+        o.has_wscale = offer ? cfg_.window_scale : ws_ok_;
+        o.wscale = our_wscale_;
+        o.sack_permitted = offer ? cfg_.sack : sack_ok_;
+        o.has_timestamps = offer ? cfg_.timestamps : ts_ok_;
+        o.ts_val = tsval(now);
+        o.ts_ecr = offer ? 0 : ts_recent_;
+    } else {
+        o.has_timestamps = ts_ok_;
+        o.ts_val = tsval(now);
+        o.ts_ecr = ts_recent_;
+        if (sack_ok_ && !ooo_.empty()) {
+            // RFC 2018 §4: newest first; as many as fit beside the payload.
+            const std::size_t limit = std::min(peer_mss_, mss_announce_) + kTcpMinHdrLen;
+            o.nsack = static_cast<std::uint8_t>(std::min(ooo_.size(), kMaxSackBlocks));
+            while (o.nsack > 0 && kTcpMinHdrLen + options_length(o) + len > limit) --o.nsack;
+            for (std::size_t i = 0; i < o.nsack; ++i) {
+                o.sack[i] = SackBlock{seq_of(irs_, ooo_[i].start), seq_of(irs_, ooo_[i].end)};
+            }
+            counters_.sack_blocks_out.add(o.nsack);
+        }
+    }
+    std::span<const std::uint8_t> a, b;
+    if (len > 0) {
+        const std::size_t at = (data_off - 1) % sbuf_cap_;
+        const std::size_t first = std::min<std::size_t>(len, sbuf_cap_ - at);
+        a = {sbuf_.get() + at, first};
+        b = {sbuf_.get(), len - first};
+    }
+    const std::size_t total = header_length(s) + len;
+    const std::span<std::uint8_t> buf = wire_.tx_alloc(total);
+    if (buf.size() < total) {
+        counters_.tx_full.add();
+        return false;
+    }
+    write_segment(buf, s, a, b,
+                  pseudo_sum(cfg_.local.addr, cfg_.remote.addr, static_cast<std::uint32_t>(total)));
+    wire_.tx_send(total);
+    counters_.segments_out.add();
+    if ((flags & flag::ack) != 0) {
+        ack_now_ = false;
+        unacked_segs_ = 0;
+        delack_deadline_ = kNever;
+        last_ack_sent_ = s.ack;
+    }
+    return true;
+}
+
+bool TcpConnection::send_rst() {
+    const std::size_t total = header_length(rst_);
+    const std::span<std::uint8_t> buf = wire_.tx_alloc(total);
+    if (buf.size() < total) {
+        counters_.tx_full.add();
+        return false;
+    }
+    write_segment(buf, rst_, {}, {},
+                  pseudo_sum(cfg_.local.addr, cfg_.remote.addr, static_cast<std::uint32_t>(total)));
+    wire_.tx_send(total);
+    counters_.segments_out.add();
+    counters_.rst_out.add();
+    rst_pending_ = false;
+    return true;
+}
+
+bool TcpConnection::send_syn(TcpTime now) {
+    const std::uint8_t flags = state_ == TcpState::syn_received ? flag::syn | flag::ack : flag::syn;
+    if (!transmit(iss_, flags, 0, 0, now)) return false;
+    syn_pending_ = false;
+    if (snd_max_ == 0) {
+        timing_ = true;  // the first SYN is timed; a retransmitted one is not (Karn)
+        rtt_off_ = 0;
+        rtt_start_ = now;
+    } else {
+        timing_ = false;
+        counters_.retransmits.add();
+    }
+    snd_nxt_ = std::max<std::uint64_t>(snd_nxt_, 1);
+    snd_max_ = std::max<std::uint64_t>(snd_max_, 1);
+    if (rto_deadline_ == kNever) rto_deadline_ = now + rto_.rto();
+    return true;
+}
+
+bool TcpConnection::send_ack(TcpTime now, bool probe) {
+    // A probe (zero window or keepalive) carries SND.UNA - 1: old, so the peer answers it
+    // with an ACK showing its window, and no byte of a record is sent out of turn.
+    const Seq seq = probe ? seq_of(iss_, snd_una_) - 1 : seq_of(iss_, snd_nxt_);
+    if (!transmit(seq, flag::ack, 0, 0, now)) return false;
+    if (probe) probe_pending_ = false;
+    return true;
+}
+
+// The payload of a segment starting at `off` under the record rule (connection.h), and
+// whether it ends a record.
+std::uint32_t TcpConnection::plan_len(std::uint64_t off, bool& ends_record) const {
+    ends_record = false;
+    if (off >= write_end_) return 0;
+    std::uint64_t lo = rec_head_, hi = rec_tail_;
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        if (rec_end_[mid % rec_cap_] <= off) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    const std::uint64_t rec_start = lo == rec_head_ ? rec_base_ : rec_end_[(lo - 1) % rec_cap_];
+    const std::uint64_t rec_end = rec_end_[lo % rec_cap_];
+    if (off != rec_start || rec_end - off > mss_) {
+        // Inside a record, or at the start of one larger than the MSS: its next piece.
+        ends_record = rec_end - off <= mss_;
+        return static_cast<std::uint32_t>(std::min<std::uint64_t>(rec_end - off, mss_));
+    }
+    std::uint64_t e = off;
+    for (std::uint64_t i = lo; i < rec_tail_ && rec_end_[i % rec_cap_] - off <= mss_; ++i)
+        e = rec_end_[i % rec_cap_];
+    ends_record = true;
+    return static_cast<std::uint32_t>(e - off);
+}
+
+// New data (or go-back-N retransmission after a timeout) at SND.NXT, within the peer's
+// window and, with `check_cwnd`, the congestion window.
+bool TcpConnection::pick_normal(Plan& p, TcpTime now, bool check_cwnd) {
+    while (snd_nxt_ < snd_max_ && sb_.is_sacked(snd_nxt_)) snd_nxt_ = sb_.sacked_end(snd_nxt_);
+    const std::uint64_t off = snd_nxt_;
+    const bool fin_next = fin_queued_ && off == fin_off_;
+    p = Plan{};
+    p.off = off;
+    p.len = plan_len(off, p.ends_record);
+    if (p.len == 0 && !fin_next) return false;
+    const std::uint64_t wnd_end = snd_una_ + snd_wnd_;
+    if (off + p.len > wnd_end || (p.len == 0 && off > wnd_end)) {
+        if (snd_nxt_ == snd_una_ && off < wnd_end) {
+            p.len = static_cast<std::uint32_t>(wnd_end - off);  // the peer forces a split
+            p.ends_record = false;
+        } else {
+            if (snd_una_ == snd_max_ && persist_deadline_ == kNever) {
+                persist_deadline_ = now + rto_.rto();  // zero window: start probing
+            }
+            return false;
+        }
+    }
+    if (check_cwnd && snd_nxt_ > snd_una_ && (snd_nxt_ - snd_una_) + p.len > cc_.cwnd()) {
+        return false;
+    }
+    p.fin = fin_queued_ && off + p.len == fin_off_;
+    p.retransmit = off < snd_max_;
+    p.advance = true;
+    return true;
+}
+
+bool TcpConnection::pick(Plan& p, TcpTime now) {
+    if (!can_send_data()) return false;
+    if (fast_rtx_pending_) {
+        fast_rtx_pending_ = false;
+        if (snd_una_ < snd_max_) {
+            p = Plan{};
+            p.off = snd_una_;
+            p.len = plan_len(p.off, p.ends_record);
+            if (p.off + p.len > snd_max_) {
+                p.len = static_cast<std::uint32_t>(snd_max_ - p.off);
+                p.ends_record = false;
+            }
+            p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
+            p.retransmit = true;
+            p.advance = false;
+            return true;
+        }
+    }
+    if (!(cc_.in_recovery() && cc_.sack())) return pick_normal(p, now, true);
+    // RFC 6675 §5 step (C): send while cwnd - pipe >= 1 SMSS, choosing by NextSeg.
+    const std::uint64_t pipe = sack_pipe(sb_, snd_una_, snd_max_, high_rxt_, mss_);
+    if (pipe + mss_ > cc_.cwnd()) return false;
+    Range hole;
+    bool lost = false;
+    const bool have_hole = next_hole(sb_, snd_una_, high_rxt_, mss_, hole, lost);
+    if (!(have_hole && lost) && pick_normal(p, now, false)) return true;  // rule 2
+    if (!have_hole) return false;                                         // rules 1 and 3
+    p = Plan{};
+    p.off = hole.start;
+    p.len = plan_len(p.off, p.ends_record);
+    if (p.off + p.len > hole.end) {
+        p.len = static_cast<std::uint32_t>(hole.end - p.off);
+        p.ends_record = false;
+    }
+    p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
+    p.retransmit = true;
+    p.advance = false;
+    return p.len > 0 || p.fin;
+}
+
+bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
+    std::uint8_t flags = flag::ack;
+    if (p.ends_record && p.len > 0) flags |= flag::psh;
+    if (p.fin) flags |= flag::fin;
+    if (!transmit(seq_of(iss_, p.off), flags, p.off, p.len, now)) return false;
+    const std::uint64_t end = p.off + p.len + (p.fin ? 1 : 0);
+    if (p.retransmit) {
+        counters_.retransmits.add();
+        timing_ = false;  // Karn: an ACK now may be for either transmission
+    } else {
+        counters_.bytes_sent.add(p.len);
+        if (!timing_) {
+            timing_ = true;
+            rtt_off_ = end - 1;
+            rtt_start_ = now;
+        }
+    }
+    if (p.advance) {
+        snd_nxt_ = end;
+    } else {
+        high_rxt_ = std::max(high_rxt_, end);
+    }
+    snd_max_ = std::max(snd_max_, end);
+    if (p.len > 0) {
+        persist_deadline_ = kNever;
+        persist_backoff_ = 0;
+    }
+    if (rto_deadline_ == kNever) rto_deadline_ = now + rto_.rto();
+    return true;
+}
+
+bool TcpConnection::output(TcpTime now) {
+    kick_ = false;
+    if (rst_pending_ && !send_rst()) {
+        kick_ = true;
+        return false;
+    }
+    if (state_ == TcpState::closed) return true;
+    if (syn_pending_ && !send_syn(now)) {
+        kick_ = true;
+        return false;
+    }
+    if (state_ == TcpState::syn_sent) {
+        ack_now_ = false;  // nothing to acknowledge yet
+        return true;
+    }
+    std::uint32_t budget = cfg_.max_burst;
+    Plan p;
+    while (budget > 0 && pick(p, now)) {
+        if (!send_plan(p, now)) {
+            if (!p.advance && p.retransmit && p.off == snd_una_) fast_rtx_pending_ = true;
+            kick_ = true;
+            return false;
+        }
+        --budget;
+    }
+    if (budget == 0) kick_ = true;
+    if (probe_pending_ && !send_ack(now, true)) {
+        kick_ = true;
+        return false;
+    }
+    if (ack_now_ && !send_ack(now, false)) {
+        kick_ = true;
+        return false;
+    }
+    return true;
+}
+
+}  // namespace snic::tcp
