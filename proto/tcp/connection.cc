@@ -105,7 +105,7 @@ bool TcpConnection::send(std::span<const std::byte> record) {
 
 bool TcpConnection::post_receive(std::span<std::byte> buffer, std::uint64_t cookie) {
     if (buffer.empty() || buffer.size() > 0xffffffffu || rbuf_tail_ - rbuf_head_ >= rbuf_cap_ ||
-        rcv_fin_done_ || state_ == TcpState::closed || state_ == TcpState::time_wait) {
+        rcv_fin_done_ || finished_) {
         return false;
     }
     const std::uint64_t before = rcv_space();
@@ -150,7 +150,7 @@ void TcpConnection::abort() {
         rst_ = SegmentSpec{};
         rst_.src_port = cfg_.local.port;
         rst_.dst_port = cfg_.remote.port;
-        rst_.seq = seq_of(iss_, snd_nxt_);
+        rst_.seq = seq_of(iss_, snd_max_);
         rst_.flags = flag::rst;
     }
     to_closed(EventKind::closed);
@@ -192,6 +192,7 @@ void TcpConnection::complete_receives(bool all) {
 
 void TcpConnection::to_closed(EventKind why) {
     state_ = TcpState::closed;
+    finished_ = true;
     rto_deadline_ = persist_deadline_ = delack_deadline_ = tw_deadline_ = kNever;
     syn_pending_ = probe_pending_ = fast_rtx_pending_ = ack_now_ = false;
     complete_receives(true);
@@ -204,7 +205,7 @@ void TcpConnection::give_up(EventKind why) {
         rst_ = SegmentSpec{};
         rst_.src_port = cfg_.local.port;
         rst_.dst_port = cfg_.remote.port;
-        rst_.seq = seq_of(iss_, snd_nxt_);
+        rst_.seq = seq_of(iss_, snd_max_);
         rst_.flags = flag::rst;
     }
     to_closed(why);

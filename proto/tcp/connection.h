@@ -86,8 +86,9 @@ class TcpConnection {
     bool send(std::span<const std::byte> record);
     // Bytes send() would take now (records permitting).
     std::size_t send_space() const;
-    // Posts a buffer for the next bytes of the stream (see above). False when the ring of
-    // posted buffers is full, the buffer empty, or no more bytes can come.
+    // Posts a buffer for the next bytes of the stream (see above); may be called before
+    // opening. False when the ring of posted buffers is full, the buffer empty, or no more
+    // bytes can come.
     bool post_receive(std::span<std::byte> buffer, std::uint64_t cookie);
     // Bytes received in order so far (the stream position up to which posted buffers hold
     // valid data).
@@ -179,6 +180,7 @@ class TcpConnection {
     TcpCounters counters_;
     TcpState state_ = TcpState::closed;
     bool passive_ = false;
+    bool finished_ = false;  // was open and is CLOSED again
 
     // Send side, offsets from ISS (seq.h): SYN at 0, data from 1, FIN after the data.
     Seq iss_ = 0;

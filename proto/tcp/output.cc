@@ -116,8 +116,11 @@ bool TcpConnection::send_syn(TcpTime now) {
 
 bool TcpConnection::send_ack(TcpTime now, bool probe) {
     // A probe (zero window or keepalive) carries SND.UNA - 1: old, so the peer answers it
-    // with an ACK showing its window, and no byte of a record is sent out of turn.
-    const Seq seq = probe ? seq_of(iss_, snd_una_) - 1 : seq_of(iss_, snd_nxt_);
+    // with an ACK showing its window, and no byte of a record is sent out of turn. A plain
+    // ACK carries the highest sequence number sent (as BSD does): after a timeout SND.NXT
+    // goes back, and an ACK numbered below the peer's RCV.NXT would fail its sequence test
+    // and be dropped, ACK field unread.
+    const Seq seq = probe ? seq_of(iss_, snd_una_) - 1 : seq_of(iss_, snd_max_);
     if (!transmit(seq, flag::ack, 0, 0, now)) return false;
     if (probe) probe_pending_ = false;
     return true;

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -143,6 +145,14 @@ class TcpPair {
             n.wire.out.pop_front();
             ++sent;
             if (on_send) on_send(to_b, s);
+            if (trace) {
+                Parsed x = parse_copy(s, n.cfg.local, n.cfg.remote);
+                std::fprintf(stderr,
+                             "%llu %s seq=%u ack=%u fl=%02x win=%u len=%zu ts=%u/%u sack=%u\n",
+                             static_cast<unsigned long long>(now / 1000), to_b ? "a>b" : "b>a",
+                             x.seg.seq, x.seg.ack, x.seg.flags, x.seg.window, x.seg.payload.size(),
+                             x.seg.opts.ts_val, x.seg.opts.ts_ecr, x.seg.opts.nsack);
+            }
             if (drop_next_to_b > 0 && to_b) {
                 --drop_next_to_b;
                 continue;
@@ -223,6 +233,7 @@ class TcpPair {
     std::uint64_t sent = 0, rejected = 0;
     std::uint32_t drop_next_to_b = 0;
     bool b_listens = true;
+    bool trace = std::getenv("TCP_TRACE") != nullptr;
     std::function<void(bool, const Bytes&)> on_send;
     std::function<void()> after_step;
 };
