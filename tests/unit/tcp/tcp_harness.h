@@ -244,7 +244,8 @@ class Script {
   public:
     static constexpr Seq kPeerIss = 5000;
 
-    explicit Script(TcpConfig c) : node(c) {}
+    explicit Script(TcpConfig c, std::uint32_t buf_size = 16384, std::uint32_t nbufs = 16)
+        : node(c, buf_size, nbufs) {}
     Script() : Script(default_config()) {}
 
     static TcpConfig default_config() { return base_config(ep(1, 4000), ep(2, 5000)); }
@@ -258,6 +259,12 @@ class Script {
         s.flags = flags;
         s.window = window;
         return s;
+    }
+
+    // An ACK from the peer at peer_nxt acknowledging `ack`, carrying `payload`.
+    void data(Seq ack, const Bytes& payload, std::uint16_t window = 65535,
+              std::uint8_t flags = flag::ack | flag::psh) {
+        inject(spec(flags, peer_nxt, ack, window), payload);
     }
 
     // Builds the segment as the peer would, parses it and hands it over, then polls.
@@ -337,5 +344,15 @@ class Script {
     bool passive_next = false;
     Seq peer_nxt = kPeerIss + 1;
 };
+
+inline Bytes pattern(std::size_t n, std::uint8_t seed = 1) {
+    Bytes b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::uint8_t>(seed + i * 13);
+    return b;
+}
+
+inline bool send_bytes(TcpConnection& c, const Bytes& b) {
+    return c.send(std::as_bytes(std::span(b)));
+}
 
 }  // namespace snic::tcp::test

@@ -1,0 +1,723 @@
+// One test per rule, packetdrill-style: a scripted peer (Script, tcp_harness.h) injects
+// exact segments and checks the exact segments the engine answers with, on a fake clock.
+// Unless a test says otherwise the peer offers only MSS 1460, so the engine's segments
+// carry no options and the effective MSS is 1460.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "tests/unit/tcp/tcp_harness.h"
+
+namespace snic::tcp {
+namespace {
+
+using test::Bytes;
+using test::Parsed;
+using test::pattern;
+using test::Script;
+using test::Seg;
+using test::send_bytes;
+
+constexpr Seq P = Script::kPeerIss;
+
+TcpOptions all_options(std::uint32_t ts_val = 1000) {
+    TcpOptions o;
+    o.has_mss = true;
+    o.mss = 1460;
+    o.has_wscale = true;
+    o.wscale = 2;
+    o.sack_permitted = true;
+    o.has_timestamps = true;
+    o.ts_val = ts_val;
+    return o;
+}
+
+TcpOptions sack_only() {
+    TcpOptions o;
+    o.has_mss = true;
+    o.mss = 1460;
+    o.sack_permitted = true;
+    return o;
+}
+
+// --- opening ---------------------------------------------------------------------------------
+
+TEST(TcpRules, syn_offers_mss_from_path_mtu_wscale_sack_and_timestamps) {
+    Script s;
+    s.node.conn.open_active(s.now);
+    s.poll();
+    const Parsed syn = s.one();
+    EXPECT_EQ(syn.seg.flags, flag::syn);
+    EXPECT_EQ(syn.seg.seq, s.node.conn.iss());
+    EXPECT_EQ(syn.seg.opts.mss, 1460);  // 1500 - 20 - 20
+    EXPECT_TRUE(syn.seg.opts.has_wscale);
+    EXPECT_EQ(syn.seg.opts.wscale, 3);  // 256 KiB window
+    EXPECT_TRUE(syn.seg.opts.sack_permitted);
+    EXPECT_TRUE(syn.seg.opts.has_timestamps);
+    EXPECT_EQ(syn.seg.opts.ts_ecr, 0u);
+    EXPECT_EQ(syn.seg.window, 65535);  // a SYN's window is never scaled
+    EXPECT_EQ(s.node.conn.state(), TcpState::syn_sent);
+}
+
+TEST(TcpRules, syn_ack_completes_active_open_with_ack) {
+    Script s;
+    s.node.conn.open_active(s.now);
+    s.poll();
+    const Seq iss = s.one().seg.seq;
+    s.inject(s.spec(flag::syn | flag::ack, P, iss + 1));
+    const Parsed ack = s.one();
+    EXPECT_EQ(ack.seg.flags, flag::ack);
+    EXPECT_EQ(ack.seg.seq, iss + 1);
+    EXPECT_EQ(ack.seg.ack, P + 1);
+    EXPECT_EQ(s.node.conn.state(), TcpState::established);
+    EXPECT_TRUE(s.node.saw(EventKind::connected));
+    EXPECT_FALSE(s.node.conn.info().sack);  // the peer did not offer it
+}
+
+TEST(TcpRules, passive_open_answers_only_the_options_the_syn_offered) {
+    Script s;
+    s.passive_next = true;
+    Seg syn = s.spec(flag::syn, P - 1);
+    syn.opts.has_mss = true;
+    syn.opts.mss = 1000;
+    s.inject(syn);
+    const Parsed sa = s.one();
+    EXPECT_EQ(sa.seg.flags, flag::syn | flag::ack);
+    EXPECT_EQ(sa.seg.ack, P);
+    EXPECT_EQ(sa.seg.opts.mss, 1460);
+    EXPECT_FALSE(sa.seg.opts.has_wscale || sa.seg.opts.sack_permitted ||
+                 sa.seg.opts.has_timestamps);
+    EXPECT_EQ(s.node.conn.state(), TcpState::syn_received);
+    s.inject(s.spec(flag::ack, P, sa.seg.seq + 1));
+    EXPECT_EQ(s.node.conn.state(), TcpState::established);
+    EXPECT_TRUE(s.node.saw(EventKind::connected));
+    EXPECT_EQ(s.node.conn.mss(), 1000u);  // the peer's MSS bounds our segments
+}
+
+TEST(TcpRules, duplicate_syn_in_syn_received_gets_the_syn_ack_again) {
+    Script s;
+    s.passive_next = true;
+    s.inject(s.spec(flag::syn, P - 1));
+    const Parsed sa = s.one();
+    s.inject(s.spec(flag::syn, P - 1));
+    const Parsed again = s.one();
+    EXPECT_EQ(again.seg.flags, flag::syn | flag::ack);
+    EXPECT_EQ(again.seg.seq, sa.seg.seq);
+}
+
+TEST(TcpRules, syn_sent_ack_of_something_never_sent_gets_rst) {
+    Script s;
+    s.node.conn.open_active(s.now);
+    s.poll();
+    const Seq iss = s.one().seg.seq;
+    s.inject(s.spec(flag::syn | flag::ack, P, iss + 5));
+    const Parsed r = s.one();
+    EXPECT_EQ(r.seg.flags, flag::rst);  // <SEQ=SEG.ACK><CTL=RST>
+    EXPECT_EQ(r.seg.seq, iss + 5);
+    EXPECT_EQ(s.node.conn.state(), TcpState::syn_sent);
+}
+
+TEST(TcpRules, rst_acking_our_syn_is_connection_refused) {
+    Script s;
+    s.node.conn.open_active(s.now);
+    s.poll();
+    const Seq iss = s.one().seg.seq;
+    s.inject(s.spec(flag::rst | flag::ack, 0, iss + 1));
+    EXPECT_EQ(s.node.conn.state(), TcpState::closed);
+    EXPECT_TRUE(s.node.saw(EventKind::reset));
+    EXPECT_TRUE(s.out().empty());
+}
+
+TEST(TcpRules, segment_for_a_closed_connection_gets_rst) {
+    Script s;
+    s.inject(s.spec(flag::ack, P, 777));
+    const Parsed r = s.one();
+    EXPECT_EQ(r.seg.flags, flag::rst);
+    EXPECT_EQ(r.seg.seq, 777u);
+}
+
+TEST(TcpRules, syn_retries_run_out_then_timed_out) {
+    TcpConfig c = Script::default_config();
+    c.syn_retries = 2;
+    Script s(c);
+    s.node.conn.open_active(s.now);
+    s.poll();
+    s.out();
+    s.advance(1 * kSec);  // RTO 1 s, then 2 s
+    EXPECT_EQ(s.out().size(), 1u);
+    s.advance(2 * kSec);
+    EXPECT_EQ(s.out().size(), 1u);
+    s.advance(4 * kSec);
+    EXPECT_TRUE(s.out().empty());  // nothing synchronized: no RST
+    EXPECT_EQ(s.node.conn.state(), TcpState::closed);
+    EXPECT_TRUE(s.node.saw(EventKind::timed_out));
+}
+
+// --- RST, SYN and ACK checks (RFC 5961) --------------------------------------------------------
+
+TEST(TcpRules, rst_with_exact_sequence_number_resets) {
+    Script s;
+    s.establish();
+    s.inject(s.spec(flag::rst, P + 1));
+    EXPECT_EQ(s.node.conn.state(), TcpState::closed);
+    EXPECT_TRUE(s.node.saw(EventKind::reset));
+    EXPECT_TRUE(s.out().empty());
+}
+
+TEST(TcpRules, rst_in_window_but_not_exact_gets_challenge_ack) {
+    Script s;
+    const Seq iss = s.establish();
+    s.inject(s.spec(flag::rst, P + 1 + 100));
+    EXPECT_EQ(s.node.conn.state(), TcpState::established);
+    const Parsed a = s.one();
+    EXPECT_EQ(a.seg.flags, flag::ack);  // <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>
+    EXPECT_EQ(a.seg.seq, iss + 1);
+    EXPECT_EQ(a.seg.ack, P + 1);
+    EXPECT_EQ(s.node.conn.counters().challenge_acks.get(), 1u);
+}
+
+TEST(TcpRules, rst_outside_window_is_dropped_silently) {
+    Script s;
+    s.establish();
+    s.inject(s.spec(flag::rst, P - 10));
+    s.inject(s.spec(flag::rst, P + 1 + 10'000'000));
+    EXPECT_EQ(s.node.conn.state(), TcpState::established);
+    EXPECT_TRUE(s.out().empty());
+}
+
+TEST(TcpRules, syn_in_established_gets_challenge_ack_not_reset) {
+    Script s;
+    const Seq iss = s.establish();
+    s.inject(s.spec(flag::syn, P + 1 + 7));
+    EXPECT_EQ(s.node.conn.state(), TcpState::established);
+    const Parsed a = s.one();
+    EXPECT_EQ(a.seg.flags, flag::ack);
+    EXPECT_EQ(a.seg.seq, iss + 1);
+    EXPECT_EQ(a.seg.ack, P + 1);
+}
+
+TEST(TcpRules, challenge_acks_are_rate_limited_per_second) {
+    Script s;
+    s.establish();
+    for (int i = 0; i < 15; ++i) s.inject(s.spec(flag::rst, P + 1 + 100 + i));
+    EXPECT_EQ(s.out().size(), 10u);
+    EXPECT_EQ(s.node.conn.counters().challenge_acks_suppressed.get(), 5u);
+    s.advance(1 * kSec);
+    s.inject(s.spec(flag::rst, P + 1 + 50));
+    EXPECT_EQ(s.out().size(), 1u);
+}
+
+TEST(TcpRules, ack_of_unsent_data_is_answered_and_the_segment_dropped) {
+    Script s;
+    const Seq iss = s.establish();
+    s.data(iss + 1 + 1000, pattern(10));
+    const Parsed a = s.one();
+    EXPECT_EQ(a.seg.ack, P + 1);  // the 10 bytes were not taken
+    EXPECT_EQ(s.node.conn.received(), 0u);
+    EXPECT_EQ(s.node.conn.counters().bad_ack.get(), 1u);
+}
+
+TEST(TcpRules, unacceptable_segment_is_answered_with_ack) {
+    Script s;
+    const Seq iss = s.establish();
+    s.inject(s.spec(flag::ack | flag::psh, P - 500, iss + 1), pattern(100));  // all old
+    const Parsed a = s.one();
+    EXPECT_EQ(a.seg.ack, P + 1);
+    EXPECT_EQ(s.node.conn.counters().bad_seq.get(), 1u);
+}
+
+// --- timestamps (RFC 7323) ---------------------------------------------------------------------
+
+TEST(TcpRules, paws_drops_old_timestamp) {
+    Script s;
+    const Seq iss = s.establish(all_options(1000));
+    Seg d = s.spec(flag::ack | flag::psh, P + 1, iss + 1, 65535);
+    d.opts.has_timestamps = true;
+    d.opts.ts_val = 900;  // older than TS.Recent (1000)
+    s.inject(d, pattern(100));
+    EXPECT_EQ(s.node.conn.received(), 0u);
+    EXPECT_EQ(s.node.conn.counters().paws_drops.get(), 1u);
+    const Parsed a = s.one();  // R1: an ACK, then drop
+    EXPECT_EQ(a.seg.ack, P + 1);
+    EXPECT_EQ(a.seg.opts.ts_ecr, 1000u);
+    d.opts.ts_val = 1001;
+    s.inject(d, pattern(100));
+    EXPECT_EQ(s.node.conn.received(), 100u);
+}
+
+TEST(TcpRules, timestamps_echo_ts_recent_and_are_required_once_agreed) {
+    Script s;
+    const Seq iss = s.establish(all_options(1000));
+    Seg d = s.spec(flag::ack | flag::psh, P + 1, iss + 1, 65535);
+    s.inject(d, pattern(10));  // no TSopt: dropped (RFC 7323 §3.2)
+    EXPECT_EQ(s.node.conn.received(), 0u);
+    d.opts.has_timestamps = true;
+    d.opts.ts_val = 2000;
+    s.inject(d, pattern(10));
+    s.advance(100 * kMs);  // the delayed ACK
+    const Parsed a = s.one();
+    EXPECT_EQ(a.seg.ack, P + 11);
+    EXPECT_EQ(a.seg.opts.ts_ecr, 2000u);
+    EXPECT_TRUE(a.seg.opts.has_timestamps);
+}
+
+TEST(TcpRules, window_scale_applies_to_the_peers_window_but_not_in_its_syn) {
+    Script s;
+    const Seq iss = s.establish(all_options());
+    EXPECT_EQ(s.node.conn.info().snd_wnd, 65535u);  // from the SYN-ACK: unscaled
+    Seg a = s.spec(flag::ack, P + 1, iss + 1, 1000);
+    a.opts.has_timestamps = true;
+    a.opts.ts_val = 1001;
+    s.inject(a);
+    EXPECT_EQ(s.node.conn.info().snd_wnd, 4000u);  // 1000 << 2
+    // And ours is scaled by our shift: 256 KiB posted >> 3.
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(10)));
+    s.poll();
+    EXPECT_EQ(s.one().seg.window, 262144 >> 3);
+}
+
+// --- retransmission (RFC 6298) -----------------------------------------------------------------
+
+TEST(TcpRules, rto_doubles_on_each_timeout) {
+    Script s;
+    s.establish();
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.poll();
+    const Parsed first = s.one();
+    const TcpTime rto = s.node.conn.info().rto;
+    EXPECT_EQ(rto, 200 * kMs);  // the handshake's sample was 0: RTO is the minimum
+    s.advance(rto - 1);
+    EXPECT_TRUE(s.out().empty());
+    s.advance(1);
+    EXPECT_EQ(s.one().seg.seq, first.seg.seq);
+    s.advance(2 * rto - 1);
+    EXPECT_TRUE(s.out().empty());
+    s.advance(1);
+    EXPECT_EQ(s.out().size(), 1u);
+    s.advance(4 * rto);
+    EXPECT_EQ(s.out().size(), 1u);
+    EXPECT_EQ(s.node.conn.counters().timeouts.get(), 3u);
+    EXPECT_EQ(s.node.conn.info().cwnd, 1460u);  // RFC 5681: LW = 1 SMSS
+}
+
+TEST(TcpRules, karn_no_rtt_sample_from_retransmitted_segment) {
+    Script s;
+    const Seq iss = s.establish();
+    const TcpTime srtt0 = s.node.conn.info().srtt;
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.poll();
+    s.out();
+    s.advance(200 * kMs);
+    EXPECT_EQ(s.out().size(), 1u);  // retransmitted
+    s.advance(50 * kMs);
+    s.data(iss + 101, {});  // acknowledges it: which transmission? unknown
+    EXPECT_EQ(s.node.conn.info().srtt, srtt0);
+    EXPECT_EQ(s.node.conn.info().rto, 400 * kMs);  // still backed off (RFC 6298 §5.7)
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.poll();
+    s.out();
+    s.advance(30 * kMs);
+    s.data(iss + 201, {});  // a clean sample
+    EXPECT_NE(s.node.conn.info().srtt, srtt0);
+    EXPECT_EQ(s.node.conn.info().rto, 200 * kMs);
+}
+
+TEST(TcpRules, retransmissions_run_out_then_rst_and_timed_out) {
+    TcpConfig c = Script::default_config();
+    c.max_retries = 3;
+    Script s(c);
+    s.establish();
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.poll();
+    s.out();
+    s.advance(10 * kSec);
+    const auto v = s.out();
+    ASSERT_EQ(v.size(), 4u);  // three retransmissions and the RST
+    EXPECT_EQ(v[3].seg.flags, flag::rst);
+    EXPECT_EQ(s.node.conn.state(), TcpState::closed);
+    EXPECT_TRUE(s.node.saw(EventKind::timed_out));
+}
+
+// --- fast retransmit and recovery --------------------------------------------------------------
+
+// Queues n records of `size` bytes and sends what the initial window allows.
+std::vector<Parsed> send_records(Script& s, int n, std::size_t size) {
+    for (int i = 0; i < n; ++i)
+        EXPECT_TRUE(send_bytes(s.node.conn, pattern(size, static_cast<std::uint8_t>(i))));
+    s.poll();
+    return s.out();
+}
+
+TEST(TcpRules, fast_retransmit_on_third_dup_ack) {
+    Script s;
+    const Seq iss = s.establish();
+    const auto first = send_records(s, 4, 1000);
+    ASSERT_EQ(first.size(), 4u);  // IW = 4380: four 1000-byte records
+    s.data(iss + 1, {});
+    s.data(iss + 1, {});
+    EXPECT_TRUE(s.out().empty());
+    s.data(iss + 1, {});
+    const Parsed r = s.one();
+    EXPECT_EQ(r.seg.seq, iss + 1);
+    EXPECT_EQ(r.seg.payload.size(), 1000u);
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 1u);
+    EXPECT_EQ(s.node.conn.info().ssthresh, 2920u);  // max(4000 / 2, 2 SMSS)
+    EXPECT_EQ(s.node.conn.info().cwnd, 2920u + 3 * 1460u);
+    EXPECT_TRUE(s.node.conn.info().in_recovery);
+}
+
+TEST(TcpRules, newreno_partial_ack_retransmits_the_next_hole) {
+    Script s;
+    const Seq iss = s.establish();
+    send_records(s, 4, 1000);
+    for (int i = 0; i < 3; ++i) s.data(iss + 1, {});
+    s.out();
+    s.data(iss + 1 + 2000, {});  // partial: segments 1 and 2 arrived, 3 is missing
+    const Parsed r = s.one();
+    EXPECT_EQ(r.seg.seq, iss + 1 + 2000);
+    EXPECT_EQ(r.seg.payload.size(), 1000u);
+    EXPECT_TRUE(s.node.conn.info().in_recovery);
+    s.data(iss + 1 + 4000, {});  // full ACK: recovery ends
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    EXPECT_EQ(s.node.conn.info().cwnd, 2920u);  // min(ssthresh, max(0, SMSS) + SMSS)
+}
+
+TEST(TcpRules, sack_recovery_retransmits_only_the_holes) {
+    Script s;
+    const Seq iss = s.establish(sack_only());
+    const Seq d = iss + 1;
+    auto v = send_records(s, 6, 1000);
+    ASSERT_EQ(v.size(), 4u);
+    s.data(d + 1000, {});  // segment 1 acknowledged: cwnd 5380 lets 5 and 6 go
+    ASSERT_EQ(s.out().size(), 2u);
+    auto sack = [&](std::initializer_list<SackBlock> blocks) {
+        Seg a = s.spec(flag::ack, s.peer_nxt, d + 1000);
+        for (const SackBlock& b : blocks) a.opts.sack[a.opts.nsack++] = b;
+        s.inject(a);
+    };
+    sack({{d + 2000, d + 3000}});
+    sack({{d + 2000, d + 4000}});
+    EXPECT_TRUE(s.out().empty());
+    sack({{d + 5000, d + 6000}, {d + 2000, d + 4000}});  // third duplicate
+    v = s.out();
+    ASSERT_EQ(v.size(), 1u);  // only segment 2: 3 and 4 are SACKed, 5 is not yet lost
+    EXPECT_EQ(v[0].seg.seq, d + 1000);
+    EXPECT_EQ(s.node.conn.info().cwnd, 2920u);  // RFC 6675: cwnd = ssthresh
+    // Segment 2 arrives: the ACK covers 3 and 4; 5 is a hole but not lost (one SACKed
+    // block, 1000 bytes above it): NextSeg's rule 3 sends it, pipe permitting.
+    Seg a = s.spec(flag::ack, s.peer_nxt, d + 4000);
+    a.opts.nsack = 1;
+    a.opts.sack[0] = {d + 5000, d + 6000};
+    s.inject(a);
+    v = s.out();
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_EQ(v[0].seg.seq, d + 4000);
+    EXPECT_EQ(s.node.conn.counters().retransmits.get(), 2u);
+}
+
+// --- the receiver ------------------------------------------------------------------------------
+
+TEST(TcpRules, receiver_reports_sack_blocks_newest_first) {
+    Script s;
+    const Seq iss = s.establish(sack_only());
+    s.inject(s.spec(flag::ack, P + 1 + 1000, iss + 1), pattern(100));
+    Parsed a = s.one();  // out of order: acknowledged at once
+    EXPECT_EQ(a.seg.ack, P + 1);
+    ASSERT_EQ(a.seg.opts.nsack, 1);
+    EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 1001, P + 1101}));
+    s.inject(s.spec(flag::ack, P + 1 + 2000, iss + 1), pattern(100));
+    a = s.one();
+    ASSERT_EQ(a.seg.opts.nsack, 2);
+    EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 2001, P + 2101}));
+    EXPECT_EQ(a.seg.opts.sack[1], (SackBlock{P + 1001, P + 1101}));
+    s.inject(s.spec(flag::ack, P + 1, iss + 1), pattern(1000));  // fills the first hole
+    a = s.one();
+    EXPECT_EQ(a.seg.ack, P + 1101);
+    ASSERT_EQ(a.seg.opts.nsack, 1);
+    EXPECT_EQ(s.node.conn.received(), 1100u);
+}
+
+TEST(TcpRules, delayed_ack_every_second_segment_or_after_the_timer) {
+    Script s;
+    const Seq iss = s.establish();
+    s.data(iss + 1, pattern(100));
+    EXPECT_TRUE(s.out().empty());
+    s.peer_nxt += 100;
+    s.data(iss + 1, pattern(100));
+    EXPECT_EQ(s.one().seg.ack, P + 201);  // every second segment
+    s.peer_nxt += 100;
+    s.data(iss + 1, pattern(100));
+    s.advance(40 * kMs - 1);
+    EXPECT_TRUE(s.out().empty());
+    s.advance(1);
+    EXPECT_EQ(s.one().seg.ack, P + 301);
+    EXPECT_EQ(s.node.conn.counters().delayed_acks.get(), 1u);
+}
+
+TEST(TcpRules, bytes_land_in_posted_buffers_in_stream_order) {
+    Script s(Script::default_config(), 100, 3);
+    s.node.auto_post = false;
+    const Seq iss = s.establish();
+    const Bytes b = pattern(250);
+    s.data(iss + 1, b);
+    ASSERT_EQ(s.node.count(EventKind::recv_done), 2u);  // buffers 0 and 1 are full
+    EXPECT_EQ(s.node.stream, Bytes(b.begin(), b.begin() + 200));
+    EXPECT_EQ(s.node.conn.received(), 250u);
+    EXPECT_EQ(s.node.events.back().kind, EventKind::readable);
+    EXPECT_EQ(s.node.events.back().bytes, 250u);
+    const auto* third = reinterpret_cast<const std::uint8_t*>(s.node.bufs[2].get());
+    EXPECT_EQ(Bytes(third, third + 50), Bytes(b.begin() + 200, b.end()));  // in place, no copy out
+    s.peer_nxt += 250;
+    s.inject(s.spec(flag::ack | flag::fin, s.peer_nxt, iss + 1));  // the FIN completes the rest
+    EXPECT_TRUE(s.node.saw(EventKind::peer_closed));
+    EXPECT_EQ(s.node.events.back().kind, EventKind::recv_done);
+    EXPECT_EQ(s.node.events.back().bytes, 50u);
+    EXPECT_EQ(s.node.conn.state(), TcpState::close_wait);
+}
+
+TEST(TcpRules, out_of_order_bytes_are_placed_and_delivered_when_the_hole_fills) {
+    Script s(Script::default_config(), 1000, 4);
+    const Seq iss = s.establish();
+    const Bytes b = pattern(3000);
+    s.inject(s.spec(flag::ack, P + 1 + 1500, iss + 1), Bytes(b.begin() + 1500, b.end()));
+    EXPECT_EQ(s.node.conn.received(), 0u);
+    EXPECT_EQ(s.node.conn.info().ooo_bytes, 1500u);
+    s.inject(s.spec(flag::ack, P + 1, iss + 1), Bytes(b.begin(), b.begin() + 1500));
+    EXPECT_EQ(s.node.conn.received(), 3000u);
+    EXPECT_EQ(s.node.stream, b);  // three full buffers
+}
+
+TEST(TcpRules, data_beyond_the_posted_buffers_is_not_taken) {
+    Script s(Script::default_config(), 1000, 1);
+    s.node.auto_post = false;
+    const Seq iss = s.establish();
+    s.data(iss + 1, pattern(1500));
+    EXPECT_EQ(s.node.conn.received(), 1000u);
+    const Parsed a = s.one();
+    EXPECT_EQ(a.seg.ack, P + 1001);
+    EXPECT_EQ(a.seg.window, 0);
+    EXPECT_EQ(s.node.conn.counters().beyond_window.get(), 500u);
+}
+
+TEST(TcpRules, posting_buffers_into_a_closed_window_sends_a_window_update) {
+    Script s(Script::default_config(), 1000, 1);
+    s.node.auto_post = false;
+    const Seq iss = s.establish();
+    s.data(iss + 1, pattern(1000));
+    s.advance(40 * kMs);
+    EXPECT_EQ(s.one().seg.window, 0);
+    static std::byte more[4000];
+    ASSERT_TRUE(s.node.conn.post_receive(more, 99));
+    s.poll();
+    const Parsed u = s.one();
+    EXPECT_EQ(u.seg.window, 4000);
+    EXPECT_EQ(u.seg.ack, P + 1001);
+}
+
+// --- the sender: records and windows -----------------------------------------------------------
+
+TEST(TcpRules, record_never_split_when_it_fits_mss) {
+    Script s;
+    s.establish();
+    for (std::size_t n : {1000, 1000, 400, 1460, 300, 300, 300})
+        ASSERT_TRUE(send_bytes(s.node.conn, pattern(n)));
+    s.poll();
+    std::vector<std::size_t> sizes;
+    for (const Parsed& p : s.out()) {
+        sizes.push_back(p.seg.payload.size());
+        EXPECT_TRUE(p.seg.has(flag::psh));
+    }
+    // 1000 alone (with the next 1000 it would not fit); 1000 + 400 whole; 1460; then
+    // 300 * 3 waits for the congestion window.
+    EXPECT_EQ(sizes, (std::vector<std::size_t>{1000, 1400, 1460}));
+    s.data(s.node.conn.iss() + 1 + 3860, {});
+    auto v = s.out();
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_EQ(v[0].seg.payload.size(), 900u);
+}
+
+TEST(TcpRules, record_larger_than_mss_is_split_at_mss_and_ends_on_its_boundary) {
+    Script s;
+    s.establish();
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(3000)));
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(500)));
+    s.poll();
+    std::vector<std::size_t> sizes;
+    std::vector<bool> push;
+    for (const Parsed& p : s.out()) {
+        sizes.push_back(p.seg.payload.size());
+        push.push_back(p.seg.has(flag::psh));
+    }
+    EXPECT_EQ(sizes, (std::vector<std::size_t>{1460, 1460, 80, 500}));
+    EXPECT_EQ(push, (std::vector<bool>{false, false, true, true}));
+}
+
+TEST(TcpRules, send_takes_a_whole_record_or_none) {
+    TcpConfig c = Script::default_config();
+    c.send_buffer = 4000;
+    Script s(c);
+    const Seq iss = s.establish();
+    EXPECT_TRUE(send_bytes(s.node.conn, pattern(3000)));
+    EXPECT_FALSE(send_bytes(s.node.conn, pattern(1500)));  // refused whole
+    EXPECT_TRUE(send_bytes(s.node.conn, pattern(1000)));
+    EXPECT_EQ(s.node.conn.send_space(), 0u);
+    EXPECT_FALSE(send_bytes(s.node.conn, pattern(5000)));  // larger than the buffer: never
+    s.poll();
+    s.out();
+    s.data(iss + 1 + 1460, {});
+    EXPECT_TRUE(s.node.saw(EventKind::send_space));
+    EXPECT_EQ(s.node.conn.send_space(), 1460u);
+}
+
+TEST(TcpRules, retransmission_keeps_record_boundaries) {
+    Script s;
+    s.establish();
+    for (std::size_t n : {700, 700, 2000}) ASSERT_TRUE(send_bytes(s.node.conn, pattern(n)));
+    s.poll();
+    const auto first = s.out();
+    s.advance(200 * kMs);  // timeout: go back to SND.UNA with cwnd 1 SMSS
+    const auto again = s.out();
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].seg.seq, first[0].seg.seq);
+    EXPECT_EQ(again[0].seg.payload.size(), first[0].seg.payload.size());
+    EXPECT_EQ(again[0].seg.payload.size(), 1400u);
+}
+
+TEST(TcpRules, zero_window_probe_backs_off) {
+    Script s;
+    const Seq iss = s.establish();
+    s.data(iss + 1, {}, 0);  // the peer closes its window
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.poll();
+    EXPECT_TRUE(s.out().empty());
+    std::vector<TcpTime> at;
+    for (int i = 0; i < 4; ++i) {
+        const TcpTime start = s.now;
+        for (TcpTime t = 0; t < 10 * kSec; t += 10 * kMs) {
+            s.advance(10 * kMs);
+            auto v = s.out();
+            if (!v.empty()) {
+                ASSERT_EQ(v.size(), 1u);
+                EXPECT_EQ(v[0].seg.seq, iss);  // SND.UNA - 1, no payload
+                EXPECT_TRUE(v[0].seg.payload.empty());
+                at.push_back(s.now - start);
+                break;
+            }
+        }
+    }
+    ASSERT_EQ(at.size(), 4u);
+    EXPECT_EQ(at[0], 200 * kMs);
+    EXPECT_EQ(at[1], 400 * kMs);
+    EXPECT_EQ(at[2], 800 * kMs);
+    EXPECT_EQ(at[3], 1600 * kMs);
+    s.data(iss + 1, {}, 65535);  // the answer opens the window: the record goes
+    EXPECT_EQ(s.one().seg.payload.size(), 100u);
+    EXPECT_EQ(s.node.conn.counters().window_probes.get(), 4u);
+}
+
+TEST(TcpRules, peer_window_smaller_than_the_record_forces_a_split_when_idle) {
+    Script s;
+    const Seq iss = s.establish();
+    s.data(iss + 1, {}, 600);
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(1000)));
+    s.poll();
+    EXPECT_EQ(s.one().seg.payload.size(), 600u);
+}
+
+// --- closing -----------------------------------------------------------------------------------
+
+TEST(TcpRules, fin_follows_queued_data) {
+    Script s;
+    s.establish();
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.node.conn.close();
+    s.poll();
+    const Parsed f = s.one();  // the FIN rides on the last data segment
+    EXPECT_EQ(f.seg.payload.size(), 100u);
+    EXPECT_TRUE(f.seg.has(flag::fin));
+    EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_1);
+    EXPECT_FALSE(send_bytes(s.node.conn, pattern(1)));
+}
+
+TEST(TcpRules, time_wait_lasts_2msl) {
+    Script s;
+    const Seq iss = s.establish();
+    s.node.conn.close();
+    s.poll();
+    s.out();
+    s.data(iss + 2, {});  // our FIN acknowledged
+    EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    s.inject(s.spec(flag::ack | flag::fin, P + 1, iss + 2));
+    EXPECT_EQ(s.node.conn.state(), TcpState::time_wait);
+    EXPECT_EQ(s.one().seg.ack, P + 2);
+    s.advance(60 * kSec - 1);  // 2 MSL with MSL = 30 s
+    EXPECT_EQ(s.node.conn.state(), TcpState::time_wait);
+    s.inject(s.spec(flag::ack | flag::fin, P + 1, iss + 2));  // a retransmitted FIN
+    EXPECT_EQ(s.one().seg.ack, P + 2);                        // is acknowledged again
+    s.advance(60 * kSec - 1);                                 // and restarts the timer
+    EXPECT_EQ(s.node.conn.state(), TcpState::time_wait);
+    s.advance(1);
+    EXPECT_EQ(s.node.conn.state(), TcpState::closed);
+    EXPECT_TRUE(s.node.saw(EventKind::closed));
+}
+
+TEST(TcpRules, abort_sends_rst_and_closes) {
+    Script s;
+    const Seq iss = s.establish();
+    s.node.conn.abort();
+    s.poll();
+    const Parsed r = s.one();
+    EXPECT_EQ(r.seg.flags, flag::rst);
+    EXPECT_EQ(r.seg.seq, iss + 1);
+    EXPECT_EQ(s.node.conn.state(), TcpState::closed);
+    EXPECT_TRUE(s.node.saw(EventKind::closed));
+}
+
+TEST(TcpRules, keepalive_probes_then_times_out) {
+    TcpConfig c = Script::default_config();
+    c.keepalive = true;
+    c.keepalive_idle = 10 * kSec;
+    c.keepalive_interval = 1 * kSec;
+    c.keepalive_probes = 3;
+    Script s(c);
+    const Seq iss = s.establish();
+    s.advance(10 * kSec - 1);
+    EXPECT_TRUE(s.out().empty());
+    s.advance(1);
+    Parsed p = s.one();
+    EXPECT_EQ(p.seg.seq, iss);  // SND.UNA - 1
+    s.data(iss + 1, {});        // answered: idle again
+    s.advance(10 * kSec);
+    EXPECT_EQ(s.out().size(), 1u);
+    s.advance(1 * kSec);
+    EXPECT_EQ(s.out().size(), 1u);
+    s.advance(1 * kSec);
+    EXPECT_EQ(s.out().size(), 1u);
+    s.advance(1 * kSec);
+    const auto v = s.out();
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_EQ(v[0].seg.flags, flag::rst);
+    EXPECT_TRUE(s.node.saw(EventKind::timed_out));
+    EXPECT_EQ(s.node.conn.counters().keepalive_probes.get(), 4u);
+}
+
+TEST(TcpRules, counter_table_names_every_counter) {
+    EXPECT_EQ(kTcpCounterFields.size() * sizeof(TcpCounter), sizeof(TcpCounters));
+    for (std::size_t i = 0; i < kTcpCounterFields.size(); ++i)
+        for (std::size_t j = i + 1; j < kTcpCounterFields.size(); ++j)
+            EXPECT_NE(kTcpCounterFields[i].field, kTcpCounterFields[j].field);
+}
+
+TEST(TcpRules, config_errors_are_named) {
+    TcpConfig c = Script::default_config();
+    EXPECT_EQ(tcp_config_error(c), nullptr);
+    c.window_scale = false;
+    EXPECT_NE(tcp_config_error(c), nullptr);  // 256 KiB needs scaling
+    c = Script::default_config();
+    c.mtu = 60;
+    EXPECT_NE(tcp_config_error(c), nullptr);
+}
+
+}  // namespace
+}  // namespace snic::tcp
