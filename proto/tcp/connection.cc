@@ -164,7 +164,10 @@ void TcpConnection::push_event(EventKind kind, std::uint64_t cookie, std::uint64
         ev_[(ev_tail_ - 1) % ev_cap_].bytes = bytes;  // coalesced: the total is what counts
         return;
     }
-    if (ev_tail_ - ev_head_ >= ev_cap_) return;  // cannot happen: sized for every buffer
+    if (ev_tail_ - ev_head_ >= ev_cap_) {
+        counters_.events_lost.add();  // sized for every posted buffer twice over
+        return;
+    }
     ev_[ev_tail_ % ev_cap_] = TcpEvent{kind, cookie, bytes};
     ++ev_tail_;
 }

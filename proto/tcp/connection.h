@@ -101,7 +101,8 @@ class TcpConnection {
     // RST now (when synchronized); CLOSED at once with a `closed` event.
     void abort();
 
-    // The next event, oldest first; false when none.
+    // The next event, oldest first; false when none. The queue holds 2 * max_recv_buffers
+    // + 16: an owner that drains it before posting buffers again never loses one.
     bool next_event(TcpEvent& out);
 
     // --- views ----------------------------------------------------------------------------

@@ -138,6 +138,7 @@ struct TcpCounters {
     TcpCounter delayed_acks;   // ACKs sent by the delayed-ACK timer
     TcpCounter tx_full;        // tx_alloc refused
     TcpCounter beyond_window;  // payload bytes trimmed: beyond the receive window
+    TcpCounter events_lost;    // the event queue was full (the owner did not drain it)
 };
 
 struct TcpCounterField {
@@ -145,7 +146,7 @@ struct TcpCounterField {
     TcpCounter TcpCounters::*field;
 };
 
-inline constexpr std::array<TcpCounterField, 26> kTcpCounterFields = {{
+inline constexpr std::array<TcpCounterField, 27> kTcpCounterFields = {{
     {"segments_in", &TcpCounters::segments_in},
     {"segments_out", &TcpCounters::segments_out},
     {"bytes_sent", &TcpCounters::bytes_sent},
@@ -172,6 +173,7 @@ inline constexpr std::array<TcpCounterField, 26> kTcpCounterFields = {{
     {"delayed_acks", &TcpCounters::delayed_acks},
     {"tx_full", &TcpCounters::tx_full},
     {"beyond_window", &TcpCounters::beyond_window},
+    {"events_lost", &TcpCounters::events_lost},
 }};
 
 // What `ss -ti` shows of a connection, as a snapshot.

@@ -153,6 +153,18 @@ TEST(TcpLink, clean_transfer_is_byte_exact_and_never_retransmits) {
     EXPECT_EQ(p.b.conn.counters().bytes_received.get(), 2'000'000u);
 }
 
+TEST(TcpLink, ipv6_connection_carries_data_with_the_ipv6_pseudo_header) {
+    IpAddr a6, b6;
+    a6.bytes = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+    b6.bytes = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1};
+    TcpConfig a = test::base_config(Endpoint{a6, 40000}, Endpoint{b6, 9999});
+    TcpConfig b = test::base_config(Endpoint{b6, 9999}, Endpoint{a6, 40000});
+    TcpPair p(a, b, LinkFaults{0.02, 0, 0, 0.02}, 3);
+    Transfer t(p, 5, 200'000, 3000);
+    t.run();
+    EXPECT_EQ(p.a.conn.mss(), 1500u - 40 - 20 - 12);  // IPv6 header, TCP header, timestamps
+}
+
 struct LossyCase {
     bool sack, timestamps;
     LinkFaults faults;
@@ -180,15 +192,15 @@ void lossy_transfers(const LossyCase& c, std::uint32_t seeds, std::uint64_t byte
 }
 
 TEST(TcpLink, lossy_link_delivers_every_byte_once_with_sack_and_timestamps) {
-    lossy_transfers({true, true, {0.03, 0.02, 0.05, 0.01}}, 20, 300'000);
+    lossy_transfers({true, true, {0.03, 0.02, 0.05, 0.01}}, 40, 300'000);
 }
 
 TEST(TcpLink, lossy_link_delivers_every_byte_once_newreno_without_options) {
-    lossy_transfers({false, false, {0.03, 0.02, 0.05, 0.01}}, 20, 300'000);
+    lossy_transfers({false, false, {0.03, 0.02, 0.05, 0.01}}, 40, 300'000);
 }
 
 TEST(TcpLink, heavy_loss_and_reordering_still_deliver) {
-    lossy_transfers({true, true, {0.15, 0.05, 0.2, 0.03}}, 8, 100'000);
+    lossy_transfers({true, true, {0.15, 0.05, 0.2, 0.03}}, 20, 100'000);
 }
 
 }  // namespace

@@ -702,6 +702,20 @@ TEST(TcpRules, keepalive_probes_then_times_out) {
     EXPECT_EQ(s.node.conn.counters().keepalive_probes.get(), 4u);
 }
 
+TEST(TcpRules, a_full_wire_loses_nothing_and_is_retried_on_the_next_poll) {
+    Script s;
+    s.establish();
+    s.node.wire.full = true;
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.poll();
+    EXPECT_TRUE(s.out().empty());
+    EXPECT_GT(s.node.conn.counters().tx_full.get(), 0u);
+    EXPECT_EQ(s.node.conn.next_deadline(), 0u);  // it still has output
+    s.node.wire.full = false;
+    s.poll();
+    EXPECT_EQ(s.one().seg.payload.size(), 100u);
+}
+
 TEST(TcpRules, counter_table_names_every_counter) {
     EXPECT_EQ(kTcpCounterFields.size() * sizeof(TcpCounter), sizeof(TcpCounters));
     for (std::size_t i = 0; i < kTcpCounterFields.size(); ++i)
