@@ -59,6 +59,7 @@ bool TcpConnection::open_passive(const Segment& syn, TcpTime now) {
         return false;
     }
     counters_.segments_in.add();
+    last_rx_ = now;
     iss_ = initial_sequence(cfg_.isn_key, cfg_.local, cfg_.remote, now);
     irs_ = syn.seq;
     rcv_nxt_ = 1;
@@ -71,7 +72,6 @@ bool TcpConnection::open_passive(const Segment& syn, TcpTime now) {
     state_ = TcpState::syn_received;
     passive_ = true;
     syn_pending_ = true;
-    last_rx_ = now;
     return true;
 }
 
