@@ -64,7 +64,9 @@ inline constexpr Limits kLimits{
         {8192, 16384},  // qp: a client may hold half the daemon's QP numbers
     }},
     .max_qp_wr = 16384,
-    .max_cqe = 65535,
+    // mlx5's: libfabric's RDM endpoints ask (rx + tx) x universe size entries of one CQ
+    // (65,536 by default), more than soft-RoCE's 32,767 allows. The ring is the client's memory.
+    .max_cqe = 4194303,
     .max_srq_wr = 16384,
     .max_sge = shm::kMaxSge,
     .max_sge_rd = shm::kMaxSge,
@@ -85,7 +87,7 @@ inline constexpr Limits kLimits{
     .vendor_part_id = 0,
     .hw_ver = 0,
     .max_msg_sz = 1u << 31,
-    .max_cq_capacity = 65536,
+    .max_cq_capacity = 4194304,
     .max_wq_capacity = 16384,
     // A 47-bit address space is 128 TiB: no client, and no user, can fill it.
     .max_mapped_per_client = std::uint64_t{16} << 40,

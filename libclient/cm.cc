@@ -182,6 +182,19 @@ Device* device_for(std::uint32_t ip, bool exact) {
     return nullptr;
 }
 
+// 127.0.0.0/8. As a destination it stands for the first snic port, as the kernel's rdma_cm
+// puts a loopback destination on the first RDMA device with an active port (the connection
+// loops back through it).
+bool is_loopback(std::uint32_t ip) {
+    return (ip >> 24) == 127;
+}
+
+Device* loopback_device() {
+    for (Device* d : current_devices())
+        if (d->ipv4 != 0) return d;
+    return nullptr;
+}
+
 ibv_context* context_of(Device* d) {
     std::lock_guard lock(g_mu);
     auto it = g_contexts.find(d);
@@ -262,7 +275,22 @@ int daemon_id(CmId* i, CmConn* conn, shm::Handle* out) {
     return 0;
 }
 
-// Puts the id on `dev` (its daemon id and its verbs context); 0 or an errno.
+// The protection domain librdmacm gives every id on a device (rdma_cm_id.pd): one per verbs
+// context, made the first time an id lands on the device and kept while the process runs.
+// Consumers create QPs on id->pd without allocating one (UCX's rdmacm transport does).
+ibv_pd* default_pd(ibv_context* ctx) {
+    static std::mutex mu;
+    static std::map<ibv_context*, ibv_pd*> pds;
+    std::lock_guard lock(mu);
+    auto it = pds.find(ctx);
+    if (it != pds.end()) return it->second;
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    if (pd != nullptr) pds[ctx] = pd;
+    return pd;
+}
+
+// Puts the id on `dev` (its daemon id, its verbs context and the device's PD); 0 or an
+// errno.
 int attach(CmId* i, Device* dev) {
     if (i->dev == dev && i->handle != shm::kNoHandle) return 0;
     if (i->dev != nullptr && i->dev != dev) return EINVAL;  // bound elsewhere
@@ -277,6 +305,7 @@ int attach(CmId* i, Device* dev) {
     i->handle = h;
     i->id.verbs = ctx;
     i->id.port_num = 1;
+    if (i->id.pd == nullptr) i->id.pd = default_pd(ctx);
     return 0;
 }
 
@@ -551,6 +580,7 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
         child->dev = device_at(conn->path, d.port_index);
         child->id.verbs = child->dev != nullptr ? context_of(child->dev) : nullptr;
         child->id.port_num = 1;
+        if (child->id.verbs != nullptr) child->id.pd = default_pd(child->id.verbs);
         child->tos = l->tos;
         child->ack_timeout = l->ack_timeout;
         child->peer = d.param;
@@ -755,12 +785,14 @@ SNIC_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
         if (addr->sa_family != AF_INET) return fail(EAFNOSUPPORT);
         const std::uint32_t ip = ip_of(addr);
         std::uint16_t port = port_of(addr);
-        if (ip != 0) {
+        // A loopback address binds no device yet (a listen on it listens everywhere, as on
+        // the wildcard; a connect from it goes out of the first port).
+        if (ip != 0 && !is_loopback(ip)) {
             Device* d = device_for(ip, true);
             if (d == nullptr) return fail(EADDRNOTAVAIL);
             if (const int err = attach(i, d); err != 0) return fail(err);
             shm::CmBindReply rep{};
-            if (const int err = bind_daemon(i, i->conn, i->handle, ip, port, &rep); err != 0)
+            if (const int err = bind_daemon(i, i->conn, i->handle, d->ipv4, port, &rep); err != 0)
                 return fail(err);
             port = rep.port;
         }
@@ -778,10 +810,11 @@ SNIC_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src, sockaddr* dst, 
         if (dst->sa_family != AF_INET || (src != nullptr && src->sa_family != AF_INET))
             return fail(EAFNOSUPPORT);
         if (src != nullptr && !i->bound && rdma_bind_addr(id, src) != 0) return -1;
-        const std::uint32_t dip = ip_of(dst);
-        set_sin(dst_of(i), dip, port_of(dst));
+        std::uint32_t dip = ip_of(dst);
         Device* d = i->dev;
-        if (d == nullptr) d = device_for(dip, false);
+        if (d == nullptr) d = is_loopback(dip) ? loopback_device() : device_for(dip, false);
+        if (d != nullptr && is_loopback(dip)) dip = d->ipv4;
+        set_sin(dst_of(i), dip, port_of(dst));
         if (d == nullptr) {
             post_local(i, RDMA_CM_EVENT_ADDR_ERROR, -ENETUNREACH);
             return i->sync ? wait_for(i, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
@@ -1048,17 +1081,6 @@ SNIC_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
 // ---- QPs ------------------------------------------------------------------------------
 
 namespace {
-
-ibv_pd* default_pd(ibv_context* ctx) {
-    static std::mutex mu;
-    static std::map<ibv_context*, ibv_pd*> pds;
-    std::lock_guard lock(mu);
-    auto it = pds.find(ctx);
-    if (it != pds.end()) return it->second;
-    ibv_pd* pd = ibv_alloc_pd(ctx);
-    if (pd != nullptr) pds[ctx] = pd;
-    return pd;
-}
 
 // INIT, as rdma_create_qp leaves a QP; UD QPs of the UDP port space go on to RTS.
 int init_qp(CmId* i, ibv_qp* qp) {
@@ -1343,54 +1365,70 @@ SNIC_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {
 
 // ---- rdma_getaddrinfo and the endpoint calls -------------------------------------------
 
+namespace {
+
+// A copy of an IPv4 address from rdma_getaddrinfo's hints; nullptr for another family.
+sockaddr* copy_ipv4(const sockaddr* from) {
+    if (from == nullptr || from->sa_family != AF_INET) return nullptr;
+    auto* sa = static_cast<sockaddr_in*>(std::calloc(1, sizeof(sockaddr_in)));
+    if (sa != nullptr) std::memcpy(sa, from, sizeof *sa);
+    return reinterpret_cast<sockaddr*>(sa);
+}
+
+}  // namespace
+
+// As librdmacm's: node and service (either may be absent) name the destination, or the source
+// with RAI_PASSIVE; addresses the hints carry fill what they leave out (libfabric passes only
+// hints, with the source and destination already known).
 SNIC_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                  rdma_addrinfo** res) {
     return guarded<int>(-1, [&]() -> int {
-        if (res == nullptr || (node == nullptr && service == nullptr)) return fail(EINVAL);
+        const bool hinted_addr =
+            hints != nullptr && (hints->ai_src_addr != nullptr || hints->ai_dst_addr != nullptr);
+        if (res == nullptr || (node == nullptr && service == nullptr && !hinted_addr))
+            return fail(EINVAL);
         if (hints != nullptr && hints->ai_family != 0 && hints->ai_family != AF_INET)
             return fail(EAFNOSUPPORT);
         const bool passive = hints != nullptr && (hints->ai_flags & RAI_PASSIVE) != 0;
-        addrinfo h{};
-        h.ai_family = AF_INET;
-        h.ai_socktype = SOCK_STREAM;
-        if (passive) h.ai_flags |= AI_PASSIVE;
-        if (hints != nullptr && (hints->ai_flags & RAI_NUMERICHOST) != 0)
-            h.ai_flags |= AI_NUMERICHOST;
-        addrinfo* ai = nullptr;
-        if (const int rc = ::getaddrinfo(node, service, &h, &ai); rc != 0 || ai == nullptr) {
-            errno = rc == EAI_SYSTEM ? errno : ENOENT;
-            return rc == 0 ? -1 : rc;
-        }
         auto* r = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
-        auto* sa = static_cast<sockaddr_in*>(std::calloc(1, sizeof(sockaddr_in)));
-        if (r == nullptr || sa == nullptr) {
-            std::free(r), std::free(sa), ::freeaddrinfo(ai);
-            return fail(ENOMEM);
+        if (r == nullptr) return fail(ENOMEM);
+        if (node != nullptr || service != nullptr) {
+            addrinfo h{};
+            h.ai_family = AF_INET;
+            h.ai_socktype = SOCK_STREAM;
+            if (passive) h.ai_flags |= AI_PASSIVE;
+            if (hints != nullptr && (hints->ai_flags & RAI_NUMERICHOST) != 0)
+                h.ai_flags |= AI_NUMERICHOST;
+            addrinfo* ai = nullptr;
+            if (const int rc = ::getaddrinfo(node, service, &h, &ai); rc != 0 || ai == nullptr) {
+                std::free(r);
+                errno = rc == EAI_SYSTEM ? errno : ENOENT;
+                return rc == 0 ? -1 : rc;
+            }
+            sockaddr* sa = copy_ipv4(ai->ai_addr);
+            ::freeaddrinfo(ai);
+            if (sa == nullptr) {
+                std::free(r);
+                return fail(ENOMEM);
+            }
+            (passive ? r->ai_src_addr : r->ai_dst_addr) = sa;
         }
-        std::memcpy(sa, ai->ai_addr, sizeof *sa);
-        ::freeaddrinfo(ai);
+        if (hints != nullptr && r->ai_src_addr == nullptr)
+            r->ai_src_addr = copy_ipv4(hints->ai_src_addr);
+        if (hints != nullptr && r->ai_dst_addr == nullptr && !passive)
+            r->ai_dst_addr = copy_ipv4(hints->ai_dst_addr);
+        if (r->ai_src_addr != nullptr) r->ai_src_len = sizeof(sockaddr_in);
+        if (r->ai_dst_addr != nullptr) r->ai_dst_len = sizeof(sockaddr_in);
+        if (r->ai_src_addr == nullptr && r->ai_dst_addr == nullptr) {
+            std::free(r);
+            return fail(hinted_addr ? EAFNOSUPPORT : ENOMEM);
+        }
         r->ai_flags = hints != nullptr ? hints->ai_flags : 0;
         r->ai_family = AF_INET;
         r->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
         r->ai_port_space = hints != nullptr && hints->ai_port_space != 0
                                ? hints->ai_port_space
                                : (r->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
-        if (passive) {
-            r->ai_src_addr = reinterpret_cast<sockaddr*>(sa);
-            r->ai_src_len = sizeof *sa;
-        } else {
-            r->ai_dst_addr = reinterpret_cast<sockaddr*>(sa);
-            r->ai_dst_len = sizeof *sa;
-            if (hints != nullptr && hints->ai_src_addr != nullptr &&
-                hints->ai_src_addr->sa_family == AF_INET) {
-                auto* src = static_cast<sockaddr_in*>(std::calloc(1, sizeof(sockaddr_in)));
-                if (src != nullptr) {
-                    std::memcpy(src, hints->ai_src_addr, sizeof *src);
-                    r->ai_src_addr = reinterpret_cast<sockaddr*>(src);
-                    r->ai_src_len = sizeof *src;
-                }
-            }
-        }
         *res = r;
         return 0;
     });
@@ -1432,7 +1470,7 @@ SNIC_EXPORT int rdma_create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd* pd,
                 i->has_ep_attr = true;
                 i->ep_attr = *qp_init_attr;
             }
-            i->id.pd = pd;
+            if (pd != nullptr) i->id.pd = pd;
             *out = id;
             return 0;
         }

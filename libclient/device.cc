@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libclient/internal.h"
@@ -40,6 +41,23 @@ struct Found {
     std::uint8_t prefix_length;
 };
 
+// SNIC_DEVICES: the devices this process may see, by name, comma-separated (as UCX_NET_DEVICES
+// or NCCL_IB_HCA pick NICs); unset or empty, every device. With both ends of a test on one
+// host, it keeps rdma_cm from resolving a peer's address to the peer's own device.
+bool visible(const std::string& name) {
+    const char* v = std::getenv("SNIC_DEVICES");
+    if (v == nullptr || *v == '\0') return true;
+    const std::string_view list = v;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+        std::size_t end = list.find(',', start);
+        if (end == std::string_view::npos) end = list.size();
+        if (list.substr(start, end - start) == name) return true;
+        start = end + 1;
+    }
+    return false;
+}
+
 // Asks every socket in the socket directories for its status.
 std::vector<Found> discover() {
     std::vector<Found> found;
@@ -69,7 +87,7 @@ std::vector<Found> discover() {
                 shm::PortInfo& p = status->ports[i];
                 if (p.ndevices == 0) continue;
                 p.devices[0][shm::kNameLen - 1] = '\0';
-                if (p.devices[0][0] == '\0') continue;
+                if (p.devices[0][0] == '\0' || !visible(p.devices[0])) continue;
                 Found f{p.devices[0], path, i, {}, p.ipv4, p.prefix_length};
                 std::memcpy(f.mac, p.mac, 6);
                 found.push_back(std::move(f));

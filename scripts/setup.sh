@@ -21,6 +21,7 @@ SNIC_PACKAGES=(
     iproute2 iputils-ping tshark perftest gnuplot-nox valgrind clang-format
     clang libclang-rt-14-dev
     dapl2-utils libdapl2 libdapl-dev
+    ucx-utils openmpi-bin libopenmpi-dev libfabric-bin
     python3 python3-pytest python3-scapy
 )
 HUGEPAGES_TARGET=512

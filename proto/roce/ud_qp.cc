@@ -232,6 +232,7 @@ void UdQp::on_packet(const Packet& pkt, std::span<const std::uint8_t, 20> ipv4_h
     c.src_qp = deth.src_qp.host();
     c.solicited = pkt.bth().solicited();
     c.with_grh = true;
+    c.sl = verbs::kWcSlRoceV2Ipv4;
     c.pkey_index = 0;
     if (c.status == WcStatus::success) {
         c.byte_len = static_cast<std::uint32_t>(kGrhLen + pkt.payload.size());

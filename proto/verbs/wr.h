@@ -78,6 +78,10 @@ inline constexpr std::uint32_t kWcGrh = 1u << 0;  // a 40-byte GRH area starts t
 inline constexpr std::uint32_t kWcWithImm = 1u << 1;
 inline constexpr std::uint32_t kWcWithInv = 1u << 3;
 
+// wc.sl of a UD receive over RoCEv2 (see Completion::sl).
+inline constexpr std::uint8_t kWcSlRoceV2Ipv4 = 0x8 | 0x2;
+inline constexpr std::uint8_t kWcSlRoceV2Ipv6 = 0x8 | 0x1;
+
 // ibv_access_flags bits: of a QP (what the peer may do through it) and of a region.
 namespace access {
 inline constexpr std::uint32_t local_write = 1u << 0;
@@ -158,6 +162,10 @@ struct Completion {
     bool solicited = false;  // the message asked for a solicited event (CQ arming)
     bool with_grh = false;   // UD receive: the buffer starts with the 40-byte GRH area
     std::uint16_t pkey_index = 0;
+    // UD receive over RoCEv2: the packet's type, as mlx5 RNICs report it in wc.sl (bit 3: a
+    // UDP header was present; bits 2:0: 1 IPv6, 2 IPv4). Consumers (UCX) read it to find the
+    // destination address in the GRH area, where an IPv4 header fills only the last 20 bytes.
+    std::uint8_t sl = 0;
     std::uint32_t qp_num = 0;
     std::uint32_t src_qp = 0;
 

@@ -487,7 +487,7 @@ def test_open_device_and_query_port(snicd):
          max_pd, *_rest) = v[3:]
         assert (max_mr_size, page_size_cap) == (1 << 40, 4096)
         assert (max_qp, max_qp_wr, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd) == \
-            (8192, 16384, 16, 16, 1024, 65535, 4096, 1024)
+            (8192, 16384, 16, 16, 1024, 4194303, 4096, 1024)
         port = QUERY_PORT_REPLY.unpack(c.call("query_port"))
         state, max_mtu, active_mtu, eth_mtu, gid_len, pkey_len = port[:6]
         assert (state, active_mtu, eth_mtu, gid_len, pkey_len) == (4, MTU_1024, 1500, 1, 1), port

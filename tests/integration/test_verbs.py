@@ -22,6 +22,7 @@ import snictest as st
 LIBCLIENT = st.BUILD / "libclient"
 SNIC_RUN = LIBCLIENT / "snic-run"
 VERBS_TESTS = st.BUILD / "tests" / "verbs" / "snic-verbs-tests"
+CONSUMER_TESTS = st.BUILD / "tests" / "verbs" / "snic-consumer-tests"
 LIBSNIC_UNIT_TESTS = st.BUILD / "tests" / "verbs" / "snic-libsnic-unit-tests"
 PKGCONFIG_DIR = st.BUILD / "meson-uninstalled"
 
@@ -100,6 +101,18 @@ def test_verbs_program(verbs_daemon):
     leftover = {k: v for k, v in counts.items() if v != 0}
     assert not leftover, f"snicd still holds {leftover} after the program exited"
     assert d.running()
+
+
+def test_what_consumers_rely_on(verbs_daemon):
+    """snic-consumer-tests: getifaddrs with the ports, rdma_getaddrinfo from hints, loopback
+    binds and destinations, id->pd, SNIC_DEVICES (what UCX, Open MPI and libfabric need)."""
+    d, sock_dir, _ = verbs_daemon
+    env = env_for(sock_dir)
+    env.update(SNIC_TEST_PORT0_IP=PORT0_IP, SNIC_TEST_PORT1_IP=PORT1_IP,
+               SNIC_TEST_DEVICE_PREFIX=d.name)
+    res = st.run([CONSUMER_TESTS], timeout=120, env=env)
+    assert res.returncode == 0, f"{res.stdout[-6000:]}\n{res.stderr[-3000:]}"
+    assert "[  PASSED  ]" in res.stdout and "SKIPPED" not in res.stdout, res.stdout[-3000:]
 
 
 def test_ibv_devices_lists_snic_devices(verbs_daemon):

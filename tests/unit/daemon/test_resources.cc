@@ -357,7 +357,7 @@ TEST(Resources, device_limits_are_the_contract) {
     EXPECT_EQ(d.max_srq, 256u);
     EXPECT_EQ(d.max_qp, 8192u);
     EXPECT_EQ(d.max_qp_wr, 16384u);
-    EXPECT_EQ(d.max_cqe, 65535u);
+    EXPECT_EQ(d.max_cqe, 4194303u);
     EXPECT_EQ(d.max_srq_wr, 16384u);
     EXPECT_EQ(d.max_sge, 16u);
     EXPECT_EQ(d.max_sge_rd, 16u);
@@ -729,7 +729,7 @@ TEST_F(SessionTest, create_cq_checks_depth_and_capacity) {
     shm::CreateCqReply out{};
     for (shm::CreateCqReq req :
          {shm::CreateCqReq{16, 16, kNoHandle, 0},  // capacity not above cqe
-          shm::CreateCqReq{0, 16, kNoHandle, 0}, shm::CreateCqReq{65536, 131072, kNoHandle, 0},
+          shm::CreateCqReq{0, 16, kNoHandle, 0}, shm::CreateCqReq{4194304, 8388608, kNoHandle, 0},
           shm::CreateCqReq{15, 24, kNoHandle, 0},
           shm::CreateCqReq{15, 16, 0x10000, 0},     // no such channel
           shm::CreateCqReq{7, 8, kNoHandle, 0}}) {  // ring of 16, not 8

@@ -233,6 +233,7 @@ TEST_F(UdFixture, receive_places_grh_area_then_payload_and_completes_with_grh) {
     EXPECT_EQ(c.src_qp, 0x5678u);
     EXPECT_EQ(c.qp_num, kQpn);
     EXPECT_EQ(c.pkey_index, 0);
+    EXPECT_EQ(c.sl, 0xa) << "the packet type as mlx5 reports it: RoCEv2 (UDP) over IPv4";
     for (std::size_t i = 0; i < 20; ++i) EXPECT_EQ(mem.host(k)[i], 0) << i;
     EXPECT_EQ(std::memcmp(mem.host(k, 20), h.data(), 20), 0);
     EXPECT_EQ(std::memcmp(mem.host(k, 40), payload.data(), 100), 0);

@@ -1,0 +1,235 @@
+// snic-consumer-tests: what UCX, Open MPI and libfabric rely on in libsnic beyond the verbs
+// calls themselves, against a running snicd with two ports (tests/integration/test_verbs.py
+// starts it and passes SNIC_TEST_PORT0_IP, SNIC_TEST_PORT1_IP and SNIC_TEST_DEVICE_PREFIX):
+// getifaddrs() listing the ports as interfaces, rdma_getaddrinfo() from hints alone, loopback
+// binds and destinations, rdma_cm ids carrying the device's PD, and SNIC_DEVICES.
+// Linked with libsnic only.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <infiniband/verbs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+namespace {
+
+std::string env(const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+}
+
+std::string port_ip(int i) {
+    return env(i == 0 ? "SNIC_TEST_PORT0_IP" : "SNIC_TEST_PORT1_IP");
+}
+
+std::string device(int i) {
+    return env("SNIC_TEST_DEVICE_PREFIX") + "_" + std::to_string(i);
+}
+
+sockaddr_in sin_of(const std::string& ip, std::uint16_t port = 0) {
+    sockaddr_in s{};
+    s.sin_family = AF_INET;
+    s.sin_port = htons(port);
+    EXPECT_EQ(inet_pton(AF_INET, ip.c_str(), &s.sin_addr), 1) << ip;
+    return s;
+}
+
+std::string ip_of(const sockaddr* sa) {
+    char buf[INET_ADDRSTRLEN] = {};
+    if (sa == nullptr || sa->sa_family != AF_INET) return "";
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+    return buf;
+}
+
+struct Iface {
+    std::string addr, netmask, broadcast;
+    unsigned flags = 0;
+    int count = 0;
+};
+
+std::map<std::string, Iface> interfaces() {
+    std::map<std::string, Iface> out;
+    ifaddrs* list = nullptr;
+    EXPECT_EQ(getifaddrs(&list), 0);
+    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+        Iface& f = out[i->ifa_name];
+        ++f.count;
+        f.flags = i->ifa_flags;
+        if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET) {
+            f.addr = ip_of(i->ifa_addr);
+            f.netmask = ip_of(i->ifa_netmask);
+            f.broadcast = ip_of(i->ifa_broadaddr);
+        }
+    }
+    freeifaddrs(list);
+    return out;
+}
+
+class Consumers : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (port_ip(0).empty() || port_ip(1).empty() || env("SNIC_TEST_DEVICE_PREFIX").empty())
+            GTEST_SKIP() << "run by tests/integration/test_verbs.py (no SNIC_TEST_* set)";
+        unsetenv("SNIC_DEVICES");
+        unsetenv("SNIC_IFADDRS");
+    }
+    void TearDown() override {
+        unsetenv("SNIC_DEVICES");
+        unsetenv("SNIC_IFADDRS");
+    }
+};
+
+TEST_F(Consumers, getifaddrs_lists_each_port_as_an_interface_after_the_kernels) {
+    const auto ifs = interfaces();
+    ASSERT_TRUE(ifs.count("lo")) << "the kernel's interfaces come first and stay";
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(ifs.count(device(i))) << device(i);
+        const Iface& f = ifs.at(device(i));
+        EXPECT_EQ(f.count, 1);
+        EXPECT_EQ(f.addr, port_ip(i));
+        EXPECT_EQ(f.netmask, "255.255.255.0");
+        EXPECT_EQ(f.broadcast, port_ip(i).substr(0, port_ip(i).rfind('.')) + ".255");
+        EXPECT_EQ(f.flags & (IFF_UP | IFF_RUNNING), unsigned{IFF_UP | IFF_RUNNING});
+        EXPECT_EQ(f.flags & IFF_LOOPBACK, 0u);
+    }
+}
+
+TEST_F(Consumers, getifaddrs_leaves_the_ports_out_with_snic_ifaddrs_0) {
+    setenv("SNIC_IFADDRS", "0", 1);
+    const auto ifs = interfaces();
+    EXPECT_TRUE(ifs.count("lo"));
+    EXPECT_FALSE(ifs.count(device(0)));
+    EXPECT_FALSE(ifs.count(device(1)));
+}
+
+TEST_F(Consumers, freeifaddrs_takes_lists_many_times_over) {
+    // Each call's block is released by its own freeifaddrs, in any order.
+    ifaddrs* a = nullptr;
+    ifaddrs* b = nullptr;
+    ASSERT_EQ(getifaddrs(&a), 0);
+    ASSERT_EQ(getifaddrs(&b), 0);
+    freeifaddrs(a);
+    int n = 0;
+    for (ifaddrs* i = b; i != nullptr; i = i->ifa_next) n += device(0) == i->ifa_name;
+    EXPECT_EQ(n, 1);
+    freeifaddrs(b);
+    freeifaddrs(nullptr);
+}
+
+TEST_F(Consumers, snic_devices_limits_what_the_process_sees) {
+    setenv("SNIC_DEVICES", device(1).c_str(), 1);
+    int n = -1;
+    ibv_device** list = ibv_get_device_list(&n);
+    ASSERT_NE(list, nullptr);
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(std::string(ibv_get_device_name(list[0])), device(1));
+    ibv_free_device_list(list);
+    const auto ifs = interfaces();
+    EXPECT_FALSE(ifs.count(device(0)));
+    EXPECT_TRUE(ifs.count(device(1)));
+    // With only port 1 visible, port 0's address is reached from port 1 (its subnet), not
+    // resolved to port 0 itself.
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in dst = sin_of(port_ip(0), 7471);
+    ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0);
+    ASSERT_NE(id->verbs, nullptr);
+    EXPECT_EQ(std::string(ibv_get_device_name(id->verbs->device)), device(1));
+    EXPECT_EQ(ip_of(rdma_get_local_addr(id)), port_ip(1));
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+}
+
+TEST_F(Consumers, getaddrinfo_from_hints_alone) {
+    // libfabric passes no node and no service, only the addresses it already has.
+    sockaddr_in src = sin_of(port_ip(1));
+    sockaddr_in dst = sin_of(port_ip(0), 4791);
+    rdma_addrinfo hints{};
+    hints.ai_port_space = RDMA_PS_TCP;
+    hints.ai_src_addr = reinterpret_cast<sockaddr*>(&src);
+    hints.ai_src_len = sizeof src;
+    hints.ai_dst_addr = reinterpret_cast<sockaddr*>(&dst);
+    hints.ai_dst_len = sizeof dst;
+    rdma_addrinfo* res = nullptr;
+    ASSERT_EQ(rdma_getaddrinfo(nullptr, nullptr, &hints, &res), 0);
+    ASSERT_NE(res, nullptr);
+    EXPECT_EQ(ip_of(res->ai_src_addr), port_ip(1));
+    EXPECT_EQ(ip_of(res->ai_dst_addr), port_ip(0));
+    EXPECT_EQ(ntohs(reinterpret_cast<sockaddr_in*>(res->ai_dst_addr)->sin_port), 4791);
+    EXPECT_EQ(res->ai_port_space, RDMA_PS_TCP);
+    rdma_freeaddrinfo(res);
+    // A node names the destination; the hints' source is kept.
+    hints.ai_dst_addr = nullptr;
+    hints.ai_dst_len = 0;
+    ASSERT_EQ(rdma_getaddrinfo(port_ip(0).c_str(), "7000", &hints, &res), 0);
+    EXPECT_EQ(ip_of(res->ai_src_addr), port_ip(1));
+    EXPECT_EQ(ip_of(res->ai_dst_addr), port_ip(0));
+    rdma_freeaddrinfo(res);
+    // Nothing at all is still an error.
+    rdma_addrinfo empty{};
+    errno = 0;
+    EXPECT_NE(rdma_getaddrinfo(nullptr, nullptr, &empty, &res), 0);
+    EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(Consumers, loopback_bind_takes_no_device_and_listens_everywhere) {
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in lo = sin_of("127.0.0.1");
+    ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&lo)), 0) << std::strerror(errno);
+    EXPECT_EQ(id->verbs, nullptr);
+    EXPECT_EQ(ip_of(rdma_get_local_addr(id)), "127.0.0.1");
+    EXPECT_EQ(rdma_listen(id, 4), 0) << std::strerror(errno);
+    EXPECT_NE(rdma_get_src_port(id), 0);
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+}
+
+TEST_F(Consumers, loopback_destination_resolves_to_the_first_port) {
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in dst = sin_of("127.0.0.1", 7472);
+    ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0);
+    ASSERT_NE(id->verbs, nullptr);
+    EXPECT_EQ(std::string(ibv_get_device_name(id->verbs->device)), device(0));
+    EXPECT_EQ(ip_of(rdma_get_peer_addr(id)), port_ip(0));
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+}
+
+TEST_F(Consumers, an_id_on_a_device_carries_its_pd_for_qps) {
+    // UCX's rdmacm transport creates a QP on id->pd right after address resolution.
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in src = sin_of(port_ip(1));
+    sockaddr_in dst = sin_of(port_ip(0), 7473);
+    ASSERT_EQ(rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src),
+                                reinterpret_cast<sockaddr*>(&dst), 1000),
+              0);
+    ASSERT_NE(id->pd, nullptr);
+    EXPECT_EQ(id->pd->context, id->verbs);
+    ibv_cq* cq = ibv_create_cq(id->verbs, 4, nullptr, nullptr, 0);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = cq;
+    a.qp_type = IBV_QPT_UD;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 1;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    ibv_qp* qp = ibv_create_qp(id->pd, &a);
+    ASSERT_NE(qp, nullptr) << std::strerror(errno);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    // Every id on the device shares the one PD, as librdmacm's do.
+    rdma_cm_id* other = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &other, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in bind1 = sin_of(port_ip(1));
+    ASSERT_EQ(rdma_bind_addr(other, reinterpret_cast<sockaddr*>(&bind1)), 0);
+    EXPECT_EQ(other->pd, id->pd);
+    EXPECT_EQ(rdma_destroy_id(other), 0);
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+}
+
+}  // namespace
