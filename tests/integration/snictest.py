@@ -177,6 +177,13 @@ def telemetry_query(prefix: str, *cmds: str) -> list[dict]:
         return out
 
 
+def roce_packets(d: "Daemon", ports: tuple[int, ...] = (0, 1)) -> int:
+    """RoCEv2 packets the daemon's ports have received (telemetry's roce_dispatched): what
+    a test compares before and after a tool ran, to show its traffic crossed snic."""
+    replies = telemetry_query(d.prefix, *(f"/snic/port_stats,{p}" for p in ports))
+    return sum(r["/snic/port_stats"]["roce_dispatched"] for r in replies)
+
+
 def telemetry_script(prefix: str, *cmds: str) -> list[dict]:
     """Same through dpdk-telemetry.py -f PREFIX, commands fed on stdin."""
     res = run([TELEMETRY_PY, "-f", prefix], input="".join(c + "\n" for c in cmds), timeout=30)

@@ -1,13 +1,23 @@
-"""Devices UCX can see. UCX lists a verbs device only if /dev/infiniband/<dev_name> is a
+"""UCX over snic, with Debian's ucx-utils unmodified under snic-run.
+
+Devices UCX can see. UCX lists a verbs device only if /dev/infiniband/<dev_name> is a
 character device the user can read and write (it never opens it); libsnic's dev_name is
 snic-<device>, and snicd makes that node (with /dev/null's numbers and the control socket's
 mode) for each of its devices while it runs, and removes it when it stops. --dev-dir puts the
 nodes elsewhere, --no-dev-nodes makes none, and a file of another kind already at a node's
-path is left alone. With ucx-utils installed, `snic-run ucx_info -d` lists rc_verbs and
-ud_verbs on every snic device (skipped, with the reason, when ucx_info is missing)."""
+path is left alone. `snic-run ucx_info -d` lists rc_verbs and ud_verbs on every snic device.
+
+Traffic: ucx_perftest (tag matching with eager and rendezvous sizes, put, get) over ud_verbs
+alone and over rc_verbs with ud_verbs, each process on its own port of one daemon's wire
+(UCX_NET_DEVICES), and io_demo, which connects through UCX's rdmacm transport and checks every
+byte (-q). ucx_perftest exchanges its setup over kernel TCP on 127.0.0.1; its figures are
+printed, never judged. The ucx-utils package comes with scripts/setup.sh; without it the
+tests fail and say so."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -17,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+import dapltools as dt
 import snictest as st
 
 SNIC_RUN = st.BUILD / "libclient" / "snic-run"
@@ -81,10 +92,15 @@ def test_a_file_of_another_kind_is_left_alone(tmp_path_factory, mem_args, tmp_pa
     assert not (dev_dir / f"snic-{name}_1").exists()
 
 
+def ucx_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is missing: scripts/setup.sh installs Debian's ucx-utils")
+    return path
+
+
 def test_ucx_info_lists_rc_and_ud_verbs_on_snic_devices(tmp_path_factory, mem_args):
-    ucx_info = shutil.which("ucx_info")
-    if ucx_info is None:
-        pytest.skip("ucx_info not found: install Debian's ucx-utils to run this test")
+    ucx_info = ucx_tool("ucx_info")
     with st.wire_daemon(tmp_path_factory, mem_args, "ucxi", "198.18.66") as (d, sock_dir):
         env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir))
         env.pop("LD_PRELOAD", None)
@@ -96,3 +112,78 @@ def test_ucx_info_lists_rc_and_ud_verbs_on_snic_devices(tmp_path_factory, mem_ar
             for tl in ("rc_verbs", "ud_verbs"):
                 assert (tl, f"{d.name}_{i}:1") in found, \
                     f"no {tl} on {d.name}_{i}:1 in ucx_info -d:\n{res.stdout[-4000:]}"
+
+
+# ------------------------------------------------------------------ traffic
+
+SUBNET = "198.18.67"
+_ports = itertools.count(17300)  # ucx_perftest's and io_demo's TCP ports in this module
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory, mem_args):
+    with st.wire_daemon(tmp_path_factory, mem_args, "ucxw", SUBNET) as (d, sock_dir):
+        yield d, sock_dir
+
+
+def ucx_env(sock_dir: Path, tls: str, port: int, d: st.Daemon) -> dict:
+    env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir), UCX_TLS=tls,
+               UCX_NET_DEVICES=f"{d.name}_{port}:1")
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
+@contextlib.contextmanager
+def ucx_server(tmp_path: Path, cmd: list, env: dict, ready):
+    srv = dt.Proc(tmp_path / "server.out", [SNIC_RUN, *cmd], env)
+    try:
+        st.poll(lambda: not srv.alive() or ready(srv), f"{cmd[0]} server ready")
+        assert srv.alive(), f"the server exited before it was ready:\n{srv.describe()}"
+        yield srv
+    finally:
+        srv.kill()
+
+
+PERFTESTS = [("tag_lat", 8), ("tag_lat", 6000), ("tag_bw", 65536), ("ucp_put_bw", 65536),
+             ("ucp_get", 65536)]
+
+
+@pytest.mark.parametrize("tls", ["ud_verbs", "rc_verbs,ud_verbs"])
+@pytest.mark.parametrize("test,size", PERFTESTS, ids=[f"{t}-{s}" for t, s in PERFTESTS])
+def test_ucx_perftest_between_two_ports(wire, tmp_path, tls, test, size):
+    d, sock_dir = wire
+    perftest = ucx_tool("ucx_perftest")
+    port = next(_ports)
+    before = st.roce_packets(d)
+    iters = 200 if size > 8 else 1000
+    with ucx_server(tmp_path, [perftest, "-p", port], ucx_env(sock_dir, tls, 0, d),
+                    lambda srv: dt.tcp_listening(port)) as srv:
+        res = dt.run([SNIC_RUN, perftest, "127.0.0.1", "-p", port, "-t", test, "-s", size,
+                      "-n", iters], ucx_env(sock_dir, tls, 1, d))
+        context = f"client:\n{dt.shown(res)}\nserver:\n{srv.describe()}\n{d.describe()}"
+        assert res.returncode == 0, context
+        srv.wait(timeout=60)
+    final = re.search(r"^Final:.*$", res.stdout, re.M)
+    assert final, context
+    print(f"{tls} {test} {size} B: {final[0]}")
+    # Every message crossed the wire: at least one RoCE packet per iteration each way.
+    assert st.roce_packets(d) - before >= 2 * iters, context
+
+
+@pytest.mark.parametrize("tls", ["ud_verbs", "rc_verbs,ud_verbs"])
+def test_io_demo_connects_through_rdmacm_and_checks_every_byte(wire, tmp_path, tls):
+    d, sock_dir = wire
+    io_demo = ucx_tool("io_demo")
+    port = next(_ports)
+    sizes = ["-d", "1:262144"]  # both sides: the server sizes its buffers by it
+    with ucx_server(tmp_path, [io_demo, "-q", "-p", port, *sizes], ucx_env(sock_dir, tls, 0, d),
+                    lambda srv: "started listener" in srv.output()) as srv:
+        res = dt.run([SNIC_RUN, io_demo, "-q", "-p", port, *sizes, "-i", 2000, "-o",
+                      "read,write", "-I", f"{SUBNET}.2", f"{SUBNET}.1"],
+                     ucx_env(sock_dir, tls, 1, d))
+        context = f"client:\n{dt.shown(res)}\nserver:\n{srv.describe()}\n{d.describe()}"
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, context
+    assert "Client exit with status 'OK'" in out, context
+    assert "Connected to server [0]" in out and "after 1 attempts" in out, context
+    assert not re.search(r"data corruption|validation failed|ERROR", out), context
