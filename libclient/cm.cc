@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -96,15 +97,22 @@ struct CmId {
     ibv_qp_init_attr ep_attr{};
     bool own_cqs = false;
     bool closing = false;
+    // Events rdma_get_cm_event handed out for this id (a connect request counts for its
+    // listener) and those acknowledged; rdma_destroy_id waits until they are equal, as
+    // librdmacm's does, so no event an application still holds names freed memory. Under g_mu.
+    unsigned events_reported = 0;
+    unsigned events_completed = 0;
 };
 
 struct EventBox {
-    rdma_cm_event ev;  // first
+    rdma_cm_event ev;       // first
+    CmId* owner = nullptr;  // whose events_reported counted it
     std::uint8_t data[shm::kCmMaxPrivate];
 };
 
-std::mutex g_mu;        // the ids and the contexts
-std::set<CmId*> g_ids;  // live ids (a connect request's token is checked here)
+std::mutex g_mu;                  // the ids and the contexts
+std::condition_variable g_acked;  // an event was acknowledged (rdma_destroy_id waits on it)
+std::set<CmId*> g_ids;            // live ids (a connect request's token is checked here)
 std::map<Device*, ibv_context*> g_contexts;
 
 int fail(int err) {
@@ -657,12 +665,9 @@ int wait_for(CmId* i, rdma_cm_event_type want) {
     if (rdma_get_cm_event(i->id.channel, &e) != 0) return -1;
     const int status = e->status;
     const rdma_cm_event_type got = e->event;
-    if (got == want && status == 0) {
-        i->id.event = nullptr;
-        rdma_ack_cm_event(e);
-        return 0;
-    }
+    if (to_id(e->id)->sync) to_id(e->id)->id.event = nullptr;  // acknowledged here, not later
     rdma_ack_cm_event(e);
+    if (got == want && status == 0) return 0;
     if (got == RDMA_CM_EVENT_REJECTED) return fail(ECONNREFUSED);
     if (got == RDMA_CM_EVENT_UNREACHABLE) return fail(ETIMEDOUT);
     return fail(status < 0 ? -status : (status != 0 ? status : EINVAL));
@@ -772,6 +777,15 @@ SNIC_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
         }
         destroy_daemon_ids(i);
         if (i->sync && i->id.event != nullptr) rdma_ack_cm_event(i->id.event);
+        {
+            // Events made here and not yet taken go with the id.
+            std::lock_guard lock(i->ch->mu);
+            std::erase_if(i->ch->local, [&](const rdma_cm_event& e) { return e.id == &i->id; });
+        }
+        {
+            std::unique_lock lock(g_mu);
+            g_acked.wait(lock, [&] { return i->events_completed >= i->events_reported; });
+        }
         std::free(i->id.route.path_rec);
         delete i;
         return 0;
@@ -1026,7 +1040,21 @@ SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** e
             if (const int err = take_event(ch, &box->ev, &d, &from); err != 0) return fail(err);
             if (from != nullptr && !translate(ch, from, d, *box)) continue;
             CmId* i = to_id(box->ev.id);
-            if (i != nullptr && i->sync) i->id.event = &box->ev;
+            CmId* owner = box->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && box->ev.listen_id
+                              ? to_id(box->ev.listen_id)
+                              : i;
+            if (owner != nullptr) {
+                std::lock_guard lock(g_mu);
+                if (g_ids.count(owner) == 0) continue;  // destroyed meanwhile: the event goes
+                ++owner->events_reported;
+                box->owner = owner;
+            }
+            if (i != nullptr && i->sync) {
+                // A synchronous id holds its latest event for the application to read; the one
+                // before is acknowledged now (librdmacm does it at the next call).
+                if (i->id.event != nullptr) rdma_ack_cm_event(i->id.event);
+                i->id.event = &box->ev;
+            }
             *event = &box.release()->ev;
             return 0;
         }
@@ -1035,7 +1063,13 @@ SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** e
 
 SNIC_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
     if (event == nullptr) return fail(EINVAL);
-    delete reinterpret_cast<EventBox*>(event);
+    auto* box = reinterpret_cast<EventBox*>(event);
+    if (box->owner != nullptr) {
+        std::lock_guard lock(g_mu);
+        ++box->owner->events_completed;
+        g_acked.notify_all();
+    }
+    delete box;
     return 0;
 }
 
@@ -1497,6 +1531,7 @@ SNIC_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
             rdma_cm_event* e = nullptr;
             if (rdma_get_cm_event(listen->channel, &e) != 0) return -1;
             if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+                if (to_id(e->id)->sync) to_id(e->id)->id.event = nullptr;
                 rdma_ack_cm_event(e);
                 continue;
             }
