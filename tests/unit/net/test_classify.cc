@@ -408,8 +408,8 @@ std::vector<DropRule> drop_rules() {
         fix_icmp_checksum(f);
         return f;
     });
-    add("drops_icmp_destination_unreachable", Drop::icmp_unsupported_type, [] {
-        Frame f = echo_request();
+    add("drops_icmp_destination_unreachable_without_a_quote", Drop::icmp_truncated, [] {
+        Frame f = echo_request(8);  // 16 bytes: less than a header and an IPv4 header + 8
         f[kL4] = 3;
         fix_icmp_checksum(f);
         return f;
@@ -536,6 +536,13 @@ TEST(Classify, frames_the_drop_rules_start_from_are_accepted) {
     EXPECT_EQ(run(udp(64, false)).kind, RxKind::udp);
     EXPECT_EQ(run(udp(2, false)).kind, RxKind::udp);
     EXPECT_EQ(run(tcp()).kind, RxKind::tcp);
+    {
+        Frame f = echo_request(28);  // an IPv4 header and 8 bytes quoted
+        f[kL4] = 3;
+        f[kL4 + 1] = 3;
+        fix_icmp_checksum(f);
+        EXPECT_EQ(run(f).kind, RxKind::icmp_unreachable);
+    }
     EXPECT_EQ(run(arp(ArpOp::request, kLocalIp)).kind, RxKind::arp_request);
     EXPECT_EQ(run(arp(ArpOp::reply, kLocalIp, kLocalMac)).kind, RxKind::arp_reply);
     EXPECT_EQ(run(with_ip_options(udp())).kind, RxKind::udp);
