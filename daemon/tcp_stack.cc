@@ -234,12 +234,13 @@ TcpStack::Listener* TcpStack::listener_on(std::uint16_t port) const {
 }
 
 TcpStack::Conn* TcpStack::make_conn(net::Ipv4Addr remote, std::uint16_t rport,
-                                    std::uint16_t lport) {
+                                    std::uint16_t lport, bool passive) {
     if (free_slots_.empty()) return nullptr;
     const std::uint32_t slot = free_slots_.back();
     tcp::TcpConfig cfg = cfg_.conn;
     cfg.local = endpoint(cfg_.local_ip, lport);
     cfg.remote = endpoint(remote, rport);
+    if (passive) cfg.syn_retries = cfg_.passive_syn_retries;
     auto c = std::make_unique<Conn>(*this, cfg, slot, conn_gen_[slot], remote, rport, lport);
     if (!by_tuple_.insert(conn_key(remote, rport, lport), slot)) return nullptr;
     if (std::uint32_t* n = by_peer_.find(remote.value)) {
@@ -317,7 +318,7 @@ void TcpStack::accept_syn(Listener& l, net::Ipv4Addr src, const tcp::Segment& se
         return counters_.syn_backlog_full.add();
     if (const std::uint32_t* n = by_peer_.find(src.value); n != nullptr && *n >= cfg_.max_per_peer)
         return counters_.syn_peer_limit.add();
-    Conn* c = make_conn(src, seg.src_port, seg.dst_port);
+    Conn* c = make_conn(src, seg.src_port, seg.dst_port, true);
     if (c == nullptr) return counters_.syn_table_full.add();
     if (!c->engine.open_passive(seg, now_)) {  // not reached: the flags were checked
         c->dead = true;
@@ -509,7 +510,7 @@ int TcpStack::connect(net::Ipv4Addr ip, std::uint16_t port, TcpStreamOwner& owne
     if (local_port == 0) local_port = pick_ephemeral(ip, port);
     if (local_port == 0 || by_tuple_.find(conn_key(ip, port, local_port)) != nullptr)
         return refuse_connect(EADDRINUSE);
-    Conn* c = make_conn(ip, port, local_port);
+    Conn* c = make_conn(ip, port, local_port, false);
     if (c == nullptr) return refuse_connect(ENOBUFS);
     c->owner = &owner;
     c->engine.open_active(now_);

@@ -230,7 +230,7 @@ class TcpStack final : public TcpStreams {
     Listener* listener(TcpHandle h) const;
     Listener* listener_on(std::uint16_t port) const;
     // A new connection in a free slot (nullptr: none); counted per peer and indexed.
-    Conn* make_conn(net::Ipv4Addr remote, std::uint16_t rport, std::uint16_t lport);
+    Conn* make_conn(net::Ipv4Addr remote, std::uint16_t rport, std::uint16_t lport, bool passive);
     int refuse_connect(int err);
     void accept_syn(Listener& l, net::Ipv4Addr src, const tcp::Segment& seg);
     void send_reset(net::Ipv4Addr to, const tcp::Segment& seg);

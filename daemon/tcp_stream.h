@@ -19,6 +19,9 @@
 // unreachable), after which its handle is stale: calls with it fail (EBADF) and never touch
 // another connection. Buffers posted to a connection stay the caller's to keep valid until
 // their `recv_done` (every posted buffer gets one, before the terminal event) or abort().
+// The window offered is the room posted: a connection with no buffer posted (one not yet
+// accepted, or whose owner fell behind) offers none, and the peer's data and even its FIN
+// wait (RFC 9293 §3.10.7.4) until a buffer is posted.
 // An owner is called from inside the stack (a segment's arrival, a timer): it may call any
 // of the functions above from its callback.
 #pragma once
