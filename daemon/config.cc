@@ -310,8 +310,6 @@ Result<Config> parse_config(std::span<const std::string> args) {
     if (cfg.help || cfg.version) return cfg;
     if (cfg.ports.empty())
         return make_error(EINVAL, "no port configured: give --port <port>,ip=<a.b.c.d/len>");
-    if (cfg.selftest && cfg.selftest->one_port() && cfg.ports.empty())
-        return make_error(EINVAL, "--selftest " + cfg.selftest->name + " needs a port (--port)");
     if (cfg.selftest && !cfg.selftest->one_port() && cfg.ports.size() < 2)
         return make_error(EINVAL,
                           "--selftest " + cfg.selftest->name + " needs two ports (--port twice)");
