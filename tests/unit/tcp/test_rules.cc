@@ -438,6 +438,27 @@ TEST(TcpRules, receiver_reports_sack_blocks_newest_first) {
     EXPECT_EQ(s.node.conn.received(), 1100u);
 }
 
+// RFC 2018 §3: 40 bytes of options hold at most three SACK blocks beside the timestamps. A
+// fourth block used to be written too: a 68-byte header whose data offset (17) does not fit
+// its 4 bits, which Linux dropped as malformed, so a receiver with four holes stalled it.
+TEST(TcpRules, sack_blocks_beside_timestamps_fit_forty_bytes_of_options) {
+    Script s;
+    const Seq iss = s.establish(all_options());
+    for (int k = 1; k <= 5; ++k) {
+        Seg seg = s.spec(flag::ack, P + 1 + 1000 * static_cast<Seq>(k), iss + 1);
+        seg.opts.has_timestamps = true;
+        seg.opts.ts_val = 1000 + static_cast<std::uint32_t>(k);
+        s.inject(seg, pattern(100));
+        const Parsed a = s.one();
+        ASSERT_EQ(a.err, ParseError::none);
+        EXPECT_TRUE(a.seg.opts.has_timestamps);
+        EXPECT_EQ(a.seg.opts.nsack, std::min(k, 3));
+        EXPECT_LE(a.seg.header_length, kTcpMaxHdrLen);
+        EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 1 + 1000 * static_cast<Seq>(k),
+                                                 P + 101 + 1000 * static_cast<Seq>(k)}));
+    }
+}
+
 TEST(TcpRules, delayed_ack_every_second_segment_or_after_the_timer) {
     Script s;
     const Seq iss = s.establish();
