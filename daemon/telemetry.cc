@@ -253,7 +253,7 @@ int cmd_tcp_stats(const char*, const char* params, rte_tel_data* d) {
     return 0;
 }
 
-// /snic/tcp_conns,<port id>: {"<local>-<remote>": {state, cwnd, srtt_us, ...}, ...}, what
+// /snic/tcp_conns,<port id>: {"conn_N": {state, local, remote, cwnd, srtt_us, ...}, ...}, what
 // `snicctl tcp` shows (at most 64 rows: DPDK's reply is 16 KiB).
 int cmd_tcp_conns(const char*, const char* params, rte_tel_data* d) {
     const TelemetryInfo* info = g_info.load();
@@ -289,10 +289,16 @@ int cmd_tcp_conns(const char*, const char* params, rte_tel_data* d) {
         add_u64(row, "retransmits", c.retransmits);
         add_u64(row, "fast_retransmits", c.fast_retransmits);
         add_u64(row, "timeouts", c.timeouts);
-        const std::string key =
-            net::Ipv4Addr{c.local_ip}.to_string() + ":" + std::to_string(c.local_port) + "-" +
-            (listen ? std::string("*")
-                    : net::Ipv4Addr{c.remote_ip}.to_string() + ":" + std::to_string(c.remote_port));
+        rte_tel_data_add_dict_string(
+            row, "local",
+            (net::Ipv4Addr{c.local_ip}.to_string() + ":" + std::to_string(c.local_port)).c_str());
+        if (!listen)
+            rte_tel_data_add_dict_string(row, "remote",
+                                         (net::Ipv4Addr{c.remote_ip}.to_string() + ":" +
+                                          std::to_string(c.remote_port))
+                                             .c_str());
+        // Keys may hold letters, digits, '_' and '/' only.
+        const std::string key = (listen ? "listener_" : "conn_") + std::to_string(n - 1);
         if (rte_tel_data_add_dict_container(d, Key(key).s, row, 0) != 0) rte_tel_data_free(row);
     }
     return 0;
