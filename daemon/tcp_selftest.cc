@@ -123,7 +123,8 @@ bool TcpSendTest::poll(std::uint64_t now) {
 bool TcpSendTest::push() {
     bool did = false;
     while (sent_ < spec_.bytes) {
-        const auto len = static_cast<std::uint32_t>(std::min<std::uint64_t>(record_, spec_.bytes - sent_));
+        const auto len =
+            static_cast<std::uint32_t>(std::min<std::uint64_t>(record_, spec_.bytes - sent_));
         const std::size_t off = sent_ % kTcpPatternPeriod;
         const std::span<const std::uint8_t> rec(pattern_.data() + off, len);
         if (!stack_.send(conn_, std::as_bytes(rec))) break;
@@ -230,7 +231,8 @@ bool TcpSinkTest::poll(std::uint64_t) {
     if (listening_ || !failure_.empty()) return false;
     const int err = stack_.listen(spec_.listen_port, 2 * kSlots, *this, listener_);
     if (err != 0) {
-        failure_ = "listen on port " + std::to_string(spec_.listen_port) + ": " + std::strerror(err);
+        failure_ =
+            "listen on port " + std::to_string(spec_.listen_port) + ": " + std::strerror(err);
         finish();
         return true;
     }
@@ -324,10 +326,12 @@ void TcpSinkTest::finish() {
 std::string TcpSinkTest::report() const {
     if (!failure_.empty()) return failure_;
     std::string out;
-    if (spec_.json) out = "{\"test\":\"tcp-sink\",\"port\":" + std::to_string(spec_.listen_port) +
-                          ",\"refused\":" + std::to_string(refused_) + ",\"connections\":[";
-    else out = std::to_string(ended_) + " connection" + (ended_ == 1 ? "" : "s") + " on port " +
-               std::to_string(spec_.listen_port);
+    if (spec_.json)
+        out = "{\"test\":\"tcp-sink\",\"port\":" + std::to_string(spec_.listen_port) +
+              ",\"refused\":" + std::to_string(refused_) + ",\"connections\":[";
+    else
+        out = std::to_string(ended_) + " connection" + (ended_ == 1 ? "" : "s") + " on port " +
+              std::to_string(spec_.listen_port);
     bool first = true;
     for (const Ended& r : ended_list_) {
         const double mbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e6 : 0;

@@ -26,12 +26,12 @@
 namespace snic::daemon {
 
 struct TcpServiceCounters {
-    Counter tx_segments;    // segments framed and queued on the port
-    Counter tx_no_mbuf;     // the pool was empty: the engine tries again
-    Counter tx_arp_wait;    // frames held while the peer's MAC was resolved
-    Counter tx_unresolved;  // frames dropped: no MAC within a second, or the hold was full
-    Counter rx_segments;    // TCP frames from the port
-    Counter icmp_in;        // ICMP destination unreachable frames from the port
+    Counter tx_segments;     // segments framed and queued on the port
+    Counter tx_no_mbuf;      // the pool was empty: the engine tries again
+    Counter tx_arp_wait;     // frames held while the peer's MAC was resolved
+    Counter tx_unresolved;   // frames dropped: no MAC within a second, or the hold was full
+    Counter rx_segments;     // TCP frames from the port
+    Counter icmp_in;         // ICMP destination unreachable frames from the port
     Counter icmp_malformed;  // quoting no IPv4/TCP header we can read
 };
 
@@ -52,7 +52,8 @@ class TcpService final : public LcorePoller, public TcpLink {
     bool poll(std::uint64_t now_tsc) override;
 
     // The port's hooks.
-    static void on_tcp(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& f, std::uint64_t now);
+    static void on_tcp(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& f,
+                       std::uint64_t now);
     static void on_icmp(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& f,
                         std::uint64_t now);
 
@@ -92,7 +93,7 @@ class TcpService final : public LcorePoller, public TcpLink {
     // The frame between tx_alloc and tx_send.
     rte_mbuf* tx_m_ = nullptr;
     net::Ipv4Addr tx_remote_;
-    bool tx_hold_ = false;                 // no MAC yet: into held_
+    bool tx_hold_ = false;  // no MAC yet: into held_
     std::uint16_t ip_id_ = 0;
     std::array<Held, kHeld> held_{};
     std::size_t nheld_ = 0;

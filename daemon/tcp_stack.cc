@@ -156,9 +156,9 @@ struct TcpStack::Conn final : public tcp::TcpWire, public Schedulable {
     const net::Ipv4Addr remote_ip;
     const std::uint16_t remote_port, local_port;
     TcpStreamOwner* owner = nullptr;
-    Listener* from = nullptr;  // passive, until accepted (or its listener goes)
-    bool embryonic = false;    // passive in SYN-RECEIVED: counted in the SYN backlog
-    bool queued = false;       // ESTABLISHED, waiting for accept()
+    Listener* from = nullptr;          // passive, until accepted (or its listener goes)
+    bool embryonic = false;            // passive in SYN-RECEIVED: counted in the SYN backlog
+    bool queued = false;               // ESTABLISHED, waiting for accept()
     bool pending_peer_closed = false;  // the peer's FIN came before accept()
     bool unreachable = false;          // ended by an ICMP error
     bool dead = false;                 // its terminal event came: freed by reap()
@@ -198,8 +198,8 @@ TcpStack::TcpStack(const TcpStackConfig& config, TcpLink& link)
     dead_.reserve(cfg_.max_connections);
     // Start the ephemeral search somewhere unpredictable (RFC 6056 §3.3.1's spirit).
     const std::uint32_t range = cfg_.ephemeral_last - cfg_.ephemeral_first + 1u;
-    next_ephemeral_ =
-        static_cast<std::uint16_t>(cfg_.ephemeral_first + (seed_of(cfg_.conn.isn_key) >> 7) % range);
+    next_ephemeral_ = static_cast<std::uint16_t>(cfg_.ephemeral_first +
+                                                 (seed_of(cfg_.conn.isn_key) >> 7) % range);
     counters_.memory_bound.set(per_conn_bytes_ * cfg_.max_connections);
 }
 
@@ -233,8 +233,8 @@ TcpStack::Listener* TcpStack::listener_on(std::uint16_t port) const {
     return nullptr;
 }
 
-TcpStack::Conn* TcpStack::make_conn(net::Ipv4Addr remote, std::uint16_t rport,
-                                    std::uint16_t lport, bool passive) {
+TcpStack::Conn* TcpStack::make_conn(net::Ipv4Addr remote, std::uint16_t rport, std::uint16_t lport,
+                                    bool passive) {
     if (free_slots_.empty()) return nullptr;
     const std::uint32_t slot = free_slots_.back();
     tcp::TcpConfig cfg = cfg_.conn;
@@ -283,9 +283,11 @@ void TcpStack::on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes
     now_ = now_ns;
     counters_.segments_in.add();
     tcp::Segment seg;
-    const std::uint32_t pseudo = tcp::pseudo_sum(tcp::IpAddr::v4(src), tcp::IpAddr::v4(cfg_.local_ip),
-                                                 static_cast<std::uint32_t>(bytes.size()));
-    if (const tcp::ParseError e = tcp::parse_segment(bytes, pseudo, seg); e != tcp::ParseError::none) {
+    const std::uint32_t pseudo =
+        tcp::pseudo_sum(tcp::IpAddr::v4(src), tcp::IpAddr::v4(cfg_.local_ip),
+                        static_cast<std::uint32_t>(bytes.size()));
+    if (const tcp::ParseError e = tcp::parse_segment(bytes, pseudo, seg);
+        e != tcp::ParseError::none) {
         counters_.bad_segment.add();
         counters_.parse_errors[static_cast<std::size_t>(e)].add();
         return;
@@ -351,9 +353,9 @@ void TcpStack::send_reset(net::Ipv4Addr to, const tcp::Segment& seg) {
 void TcpStack::on_icmp_unreachable(const IcmpUnreachable& icmp, std::uint64_t now_ns) {
     now_ = now_ns;
     counters_.icmp_errors.add();
-    std::uint32_t* slot =
-        icmp.src == cfg_.local_ip ? by_tuple_.find(conn_key(icmp.dst, icmp.dst_port, icmp.src_port))
-                                  : nullptr;
+    std::uint32_t* slot = icmp.src == cfg_.local_ip
+                              ? by_tuple_.find(conn_key(icmp.dst, icmp.dst_port, icmp.src_port))
+                              : nullptr;
     if (slot == nullptr || conns_[*slot]->dead) return counters_.icmp_no_connection.add();
     Conn& c = *conns_[*slot];
     if (icmp.code == 4) return counters_.icmp_frag_needed.add();
@@ -488,8 +490,8 @@ std::uint16_t TcpStack::pick_ephemeral(net::Ipv4Addr remote, std::uint16_t rport
     const std::uint32_t range = cfg_.ephemeral_last - cfg_.ephemeral_first + 1u;
     for (std::uint32_t tries = 0; tries < range; ++tries) {
         const std::uint16_t p = next_ephemeral_;
-        next_ephemeral_ = p == cfg_.ephemeral_last ? cfg_.ephemeral_first
-                                                   : static_cast<std::uint16_t>(p + 1);
+        next_ephemeral_ =
+            p == cfg_.ephemeral_last ? cfg_.ephemeral_first : static_cast<std::uint16_t>(p + 1);
         if (listener_on(p) == nullptr && by_tuple_.find(conn_key(remote, rport, p)) == nullptr)
             return p;
     }

@@ -79,21 +79,21 @@ struct TcpStackCounters {
     Counter syn_off_link;      // SYNs dropped: from an address we cannot answer (no gateway)
     Counter connect_refused;   // connect() calls refused (bounds, addresses, ports)
     Counter active_opens, passive_opens;  // connections made
-    Counter established;       // connections that reached ESTABLISHED
-    Counter accepted;          // incoming connections accept()ed
-    Counter listen_aborted;    // incoming connections aborted: their listener closed
+    Counter established;                  // connections that reached ESTABLISHED
+    Counter accepted;                     // incoming connections accept()ed
+    Counter listen_aborted;               // incoming connections aborted: their listener closed
     Counter ended_closed, ended_reset, ended_timed_out, ended_unreachable;  // terminal events
-    Counter icmp_errors;       // ICMP destination unreachable quoting a segment of ours
+    Counter icmp_errors;         // ICMP destination unreachable quoting a segment of ours
     Counter icmp_no_connection;  // quoting no connection (or not our address)
     Counter icmp_hard;           // port/protocol/host unreachable to a SYN: the open failed
     Counter icmp_soft;           // to a synchronized connection: counted, not acted on (RFC 5461)
     Counter icmp_frag_needed;    // fragmentation needed: counted; the MSS is not lowered yet
     Counter events_delivered;
-    Counter connections;       // gauge: live connections (any state)
-    Counter syn_received;      // gauge: connections in SYN-RECEIVED
-    Counter listeners;         // gauge
-    Counter memory_bytes;      // gauge: what the live connections hold
-    Counter memory_bound;      // max_connections * memory_per_connection()
+    Counter connections;                  // gauge: live connections (any state)
+    Counter syn_received;                 // gauge: connections in SYN-RECEIVED
+    Counter listeners;                    // gauge
+    Counter memory_bytes;                 // gauge: what the live connections hold
+    Counter memory_bound;                 // max_connections * memory_per_connection()
     std::array<Counter, 5> parse_errors;  // by tcp::ParseError (none unused)
 };
 
@@ -138,9 +138,9 @@ inline constexpr std::array<TcpStackCounterField, 31> kTcpStackCounterFields = {
 // What an ICMP destination unreachable quotes of the segment that caused it (RFC 792: the
 // IP header and the first 8 bytes of the TCP header), and its code.
 struct IcmpUnreachable {
-    std::uint8_t code = 0;          // 2 protocol, 3 port, 4 fragmentation needed, ...
-    std::uint16_t next_mtu = 0;     // code 4 (RFC 1191)
-    net::Ipv4Addr src, dst;         // the quoted segment's (src: ours)
+    std::uint8_t code = 0;       // 2 protocol, 3 port, 4 fragmentation needed, ...
+    std::uint16_t next_mtu = 0;  // code 4 (RFC 1191)
+    net::Ipv4Addr src, dst;      // the quoted segment's (src: ours)
     std::uint16_t src_port = 0, dst_port = 0;
     tcp::Seq seq = 0;
 };
@@ -264,8 +264,7 @@ class TcpStack final : public TcpStreams {
 
 template <typename F>
 void TcpStack::for_each_counter(F&& f) const {
-    for (const auto& field : kTcpStackCounterFields)
-        f(field.name, (counters_.*field.field).get());
+    for (const auto& field : kTcpStackCounterFields) f(field.name, (counters_.*field.field).get());
     f(std::string_view("bad_checksum"),
       counters_.parse_errors[static_cast<std::size_t>(tcp::ParseError::bad_checksum)].get());
     f(std::string_view("bad_offset"),

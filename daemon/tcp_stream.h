@@ -58,8 +58,8 @@ enum class TcpStreamEventKind : std::uint8_t {
     unreachable,  // terminal: ICMP destination unreachable (port, protocol, host) to our SYN
 };
 inline constexpr std::array<std::string_view, 10> kTcpStreamEventNames = {
-    "incoming",    "connected", "readable",  "recv_done", "send_space",
-    "peer_closed", "closed",    "reset",     "timed_out", "unreachable",
+    "incoming",    "connected", "readable", "recv_done", "send_space",
+    "peer_closed", "closed",    "reset",    "timed_out", "unreachable",
 };
 constexpr bool is_terminal(TcpStreamEventKind k) {
     return k == TcpStreamEventKind::closed || k == TcpStreamEventKind::reset ||
@@ -68,10 +68,10 @@ constexpr bool is_terminal(TcpStreamEventKind k) {
 
 struct TcpStreamEvent {
     TcpStreamEventKind kind = TcpStreamEventKind::connected;
-    TcpHandle conn;             // the connection it is about
-    TcpHandle listener;         // incoming: the listener that took it
-    std::uint64_t cookie = 0;   // recv_done
-    std::uint64_t bytes = 0;    // recv_done, readable
+    TcpHandle conn;            // the connection it is about
+    TcpHandle listener;        // incoming: the listener that took it
+    std::uint64_t cookie = 0;  // recv_done
+    std::uint64_t bytes = 0;   // recv_done, readable
 };
 
 // Who gets a connection's or a listener's events.
@@ -98,8 +98,8 @@ class TcpStreams {
     virtual int listen(std::uint16_t port, std::uint32_t backlog, TcpStreamOwner& owner,
                        TcpHandle& out) = 0;
     // local_port 0: an ephemeral port.
-    virtual int connect(net::Ipv4Addr ip, std::uint16_t port, TcpStreamOwner& owner,
-                        TcpHandle& out, std::uint16_t local_port = 0) = 0;
+    virtual int connect(net::Ipv4Addr ip, std::uint16_t port, TcpStreamOwner& owner, TcpHandle& out,
+                        std::uint16_t local_port = 0) = 0;
     virtual int accept(TcpHandle conn, TcpStreamOwner& owner) = 0;
     virtual bool send(TcpHandle conn, std::span<const std::byte> record) = 0;
     virtual bool post_receive(TcpHandle conn, std::span<std::byte> buffer,

@@ -271,12 +271,12 @@ int cmd_tcp_conns(const char*, const char* params, rte_tel_data* d) {
         if (row == nullptr) return -ENOMEM;
         rte_tel_data_start_dict(row);
         const bool listen = c.state == shm::kTcpListenState;
-        rte_tel_data_add_dict_string(
-            row, "state",
-            listen ? "LISTEN"
-                   : std::string(tcp::state_name(static_cast<tcp::TcpState>(
-                                     std::min<std::uint8_t>(c.state, 9))))
-                         .c_str());
+        rte_tel_data_add_dict_string(row, "state",
+                                     listen
+                                         ? "LISTEN"
+                                         : std::string(tcp::state_name(static_cast<tcp::TcpState>(
+                                                           std::min<std::uint8_t>(c.state, 9))))
+                                               .c_str());
         add_u64(row, "cwnd", c.cwnd);
         add_u64(row, "ssthresh", c.ssthresh);
         add_u64(row, "srtt_us", c.srtt_ns / 1000);
@@ -293,10 +293,10 @@ int cmd_tcp_conns(const char*, const char* params, rte_tel_data* d) {
             row, "local",
             (net::Ipv4Addr{c.local_ip}.to_string() + ":" + std::to_string(c.local_port)).c_str());
         if (!listen)
-            rte_tel_data_add_dict_string(row, "remote",
-                                         (net::Ipv4Addr{c.remote_ip}.to_string() + ":" +
-                                          std::to_string(c.remote_port))
-                                             .c_str());
+            rte_tel_data_add_dict_string(
+                row, "remote",
+                (net::Ipv4Addr{c.remote_ip}.to_string() + ":" + std::to_string(c.remote_port))
+                    .c_str());
         // Keys may hold letters, digits, '_' and '/' only.
         const std::string key = (listen ? "listener_" : "conn_") + std::to_string(n - 1);
         if (rte_tel_data_add_dict_container(d, Key(key).s, row, 0) != 0) rte_tel_data_free(row);

@@ -44,8 +44,7 @@ struct TelemetryInfo {
     std::vector<const TcpService*> tcp;
     // The rows of the port at an index of `ports` (asked of its lcore through the control
     // thread, bounded); nullopt when no answer came. Unset: /snic/tcp_conns answers nothing.
-    std::function<std::optional<std::vector<shm::TcpConnInfo>>(std::uint32_t port_index)>
-        tcp_rows;
+    std::function<std::optional<std::vector<shm::TcpConnInfo>>(std::uint32_t port_index)> tcp_rows;
 };
 
 // Registers the commands; `info` stays the source of their answers.

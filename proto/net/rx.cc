@@ -44,7 +44,8 @@ RxFrame classify_icmp(std::span<const std::uint8_t> l4, RxFrame f) {
     const auto& icmp = *reinterpret_cast<const IcmpEchoHdr*>(l4.data());
     if (icmp.type == static_cast<std::uint8_t>(IcmpType::dest_unreachable)) {
         // The quoted IPv4 header and the first 8 bytes of what it carried (RFC 792).
-        if (l4.size() < sizeof(IcmpEchoHdr) + kIpv4MinHdrLen + 8) return dropped(Drop::icmp_truncated);
+        if (l4.size() < sizeof(IcmpEchoHdr) + kIpv4MinHdrLen + 8)
+            return dropped(Drop::icmp_truncated);
         f.kind = RxKind::icmp_unreachable;
         return f;
     }

@@ -201,9 +201,9 @@ std::string tcp_line(std::uint32_t port_id, const shm::TcpConnInfo& c) {
         return std::string(b);
     };
     std::string line = head + state + " local " + ep(c.local_ip, c.local_port) + " remote " +
-                       ep(c.remote_ip, c.remote_port) + " mss " + n(c.mss) + " cwnd " +
-                       n(c.cwnd) + " ssthresh " + n(c.ssthresh) + " srtt " + us(c.srtt_ns) +
-                       " rttvar " + us(c.rttvar_ns) + " rto " + us(c.rto_ns) + " retransmits " +
+                       ep(c.remote_ip, c.remote_port) + " mss " + n(c.mss) + " cwnd " + n(c.cwnd) +
+                       " ssthresh " + n(c.ssthresh) + " srtt " + us(c.srtt_ns) + " rttvar " +
+                       us(c.rttvar_ns) + " rto " + us(c.rto_ns) + " retransmits " +
                        n(c.retransmits) + " fast " + n(c.fast_retransmits) + " timeouts " +
                        n(c.timeouts) + " bytes_sent " + n(c.bytes_sent) + " bytes_acked " +
                        n(c.bytes_acked) + " bytes_received " + n(c.bytes_received) + " segs_out " +

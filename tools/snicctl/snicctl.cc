@@ -230,7 +230,8 @@ int tcp(const std::string& path) {
                             (rc == EINVAL ? " (is snicd older than snicctl?)" : ""));
             if (rc < 0) return 1;
             const auto& r = reply.body;
-            if (r.listed > snic::shm::kMaxTcpConnsListed) return fail("malformed answer from " + path);
+            if (r.listed > snic::shm::kMaxTcpConnsListed)
+                return fail("malformed answer from " + path);
             for (std::uint32_t i = 0; i < r.listed; ++i)
                 std::fputs(snic::snicctl::tcp_line(st.ports[port].port_id, r.conns[i]).c_str(),
                            stdout);

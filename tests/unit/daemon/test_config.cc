@@ -434,11 +434,14 @@ TEST(Config, selftest_unknown_parameter_is_named) {
 
 TEST(Config, selftest_unknown_name_is_named) {
     EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "ping"}),
-              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, tcp-sink) 'ping'");
+              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, "
+              "tcp-sink) 'ping'");
     EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "ping,count=3"}),
-              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, tcp-sink) 'ping,count=3'");
-    EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest="}),
-              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, tcp-sink) ''");
+              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, "
+              "tcp-sink) 'ping,count=3'");
+    EXPECT_EQ(
+        error_of({"--port", kPort0, "--port", kPort1, "--selftest="}),
+        "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, tcp-sink) ''");
 }
 
 TEST(Config, tcp_selftests_take_their_peer_and_need_one_port) {

@@ -19,10 +19,10 @@ namespace {
 using tcp::kMs;
 using tcp::kSec;
 
-const net::Ipv4Addr kA{0x0a000001};      // 10.0.0.1
-const net::Ipv4Addr kB{0x0a000002};      // 10.0.0.2
-const net::Ipv4Addr kRaw{0x0a000009};    // 10.0.0.9: segments written by the test
-const net::Ipv4Addr kFar{0x0b000001};    // 11.0.0.1: off the subnet
+const net::Ipv4Addr kA{0x0a000001};    // 10.0.0.1
+const net::Ipv4Addr kB{0x0a000002};    // 10.0.0.2
+const net::Ipv4Addr kRaw{0x0a000009};  // 10.0.0.9: segments written by the test
+const net::Ipv4Addr kFar{0x0b000001};  // 11.0.0.1: off the subnet
 const net::Ipv4Prefix kNet{{0x0a000000}, 24};
 
 struct Frame {
@@ -255,8 +255,8 @@ TEST(TcpStack, the_syn_backlog_bounds_half_open_connections_and_says_what_they_c
     Net n(config(kA), cb);
     Server srv(n, 64);
     for (std::uint16_t p = 0; p < 10; ++p)
-        n.b.on_segment(kRaw, segment(kRaw, static_cast<std::uint16_t>(2000 + p), 80, tcp::flag::syn),
-                       n.now);
+        n.b.on_segment(
+            kRaw, segment(kRaw, static_cast<std::uint16_t>(2000 + p), 80, tcp::flag::syn), n.now);
     n.pump();
     EXPECT_EQ(n.b.counters().syn_accepted.get(), 4u);
     EXPECT_EQ(n.b.counters().syn_backlog_full.get(), 6u);
@@ -323,8 +323,8 @@ TEST(TcpStack, one_peer_holds_at_most_max_per_peer_connections) {
     Net n(config(kA), cb);
     Server srv(n);
     for (std::uint16_t p = 0; p < 5; ++p)
-        n.b.on_segment(kRaw, segment(kRaw, static_cast<std::uint16_t>(3000 + p), 80, tcp::flag::syn),
-                       n.now);
+        n.b.on_segment(
+            kRaw, segment(kRaw, static_cast<std::uint16_t>(3000 + p), 80, tcp::flag::syn), n.now);
     EXPECT_EQ(n.b.counters().syn_accepted.get(), 3u);
     EXPECT_EQ(n.b.counters().syn_peer_limit.get(), 2u);
     // Another peer is not affected.
