@@ -8,7 +8,8 @@
 #   kernel -> snic     tcp_peer.py client against snicd --selftest tcp-sink
 #
 # Prints one row per run: MB/s, seconds, and each side's retransmitted segments (snic's from
-# its self-test, the kernel's from TCP_INFO's tcpi_total_retrans and nstat's TcpRetransSegs).
+# its self-test, the kernel's from TCP_INFO's tcpi_total_retrans and, in parentheses, nstat's
+# TcpRetransSegs of the namespace: the root namespace's counters are the whole host's).
 # With --faults, snicd's port also drops, reorders and duplicates (1%, 1%, 0.1%) both ways.
 # Uses the build in $SNIC_BUILD (default build/). Run as root.
 #
@@ -70,9 +71,9 @@ ip -n "$ns" link set "$nsif" up
 # af_packet hands snicd the kernel's segments as it left them: no checksum offload there.
 ip netns exec "$ns" ethtool -K "$nsif" tx off >/dev/null
 
-retrans() { # nstat's TcpRetransSegs in namespace $1 ("" for the root one) since the last call
+retrans() { # nstat's TcpRetransSegs in namespace $1 since the last call
     local n
-    if [[ -n $1 ]]; then n=$(ip netns exec "$1" nstat -z TcpRetransSegs); else n=$(nstat -z TcpRetransSegs); fi
+    n=$(ip netns exec "$1" nstat -z TcpRetransSegs)
     awk '$1 == "TcpRetransSegs" { print $2; found = 1 } END { if (!found) print 0 }' <<<"$n"
 }
 json() { # json FIELD: from the last JSON line on stdin
@@ -86,7 +87,7 @@ row "run" "MB/s" "seconds" "retrans (sender)" "retrans (receiver)"
 
 # --- kernel to kernel over the same veth -------------------------------------------------
 ip addr add "$hip/24" dev "$host"
-retrans "" >/dev/null; retrans "$ns" >/dev/null
+retrans "$ns" >/dev/null
 "$py" "$peer" server 5001 >/tmp/$name.srv &
 srv_pid=$!
 for _ in $(seq 100); do grep -q listening /tmp/$name.srv 2>/dev/null && break; sleep 0.1; done
@@ -94,7 +95,7 @@ out=$(ip netns exec "$ns" "$py" "$peer" client "$hip" 5001 "$bytes")
 wait "$srv_pid"; srv_pid=""
 [[ $(json answer <<<"$out") == "$bytes $(json crc32 <<<"$out")" ]] || snic_die "kernel -> kernel: wrong answer"
 row "kernel -> kernel" "$(printf '%.1f' "$(json MBps </tmp/$name.srv)")" "$(printf '%.2f' "$(json seconds </tmp/$name.srv)")" \
-    "$(json total_retrans <<<"$out") ($(retrans "$ns"))" "- ($(retrans ""))"
+    "$(json total_retrans <<<"$out") ($(retrans "$ns"))" "-"
 
 ip netns exec "$ns" "$py" "$peer" server 5001 >/tmp/$name.srv &
 srv_pid=$!
@@ -102,7 +103,7 @@ for _ in $(seq 100); do grep -q listening /tmp/$name.srv 2>/dev/null && break; s
 out=$("$py" "$peer" client "$kip" 5001 "$bytes")
 wait "$srv_pid"; srv_pid=""
 row "kernel <- kernel" "$(printf '%.1f' "$(json MBps </tmp/$name.srv)")" "$(printf '%.2f' "$(json seconds </tmp/$name.srv)")" \
-    "$(json total_retrans <<<"$out") ($(retrans ""))" "- ($(retrans "$ns"))"
+    "$(json total_retrans <<<"$out")" "- ($(retrans "$ns"))"
 ip addr del "$hip/24" dev "$host"
 
 # --- snic -------------------------------------------------------------------------------
