@@ -12,6 +12,8 @@ class Counter {
     void add(std::uint64_t n = 1) noexcept {
         v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     }
+    // A gauge's new value (same single writer).
+    void set(std::uint64_t v) noexcept { v_.store(v, std::memory_order_relaxed); }
     std::uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
 
   private:

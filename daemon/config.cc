@@ -48,10 +48,14 @@ Result<SelftestSpec> parse_selftest(std::string_view text) {
     SelftestSpec spec;
     spec.name = std::string(fields[0]);
     const bool ping = spec.name == "arp-ping" || spec.name == "raw-ping";
-    if (!ping && spec.name != "raw-bw")
-        return bad("--selftest", "self-test (known: arp-ping, raw-ping, raw-bw)", text);
+    const bool tcp = spec.name == "tcp-send" || spec.name == "tcp-sink";
+    if (!ping && !tcp && spec.name != "raw-bw")
+        return bad("--selftest",
+                   "self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, tcp-sink)", text);
     if (spec.name == "raw-bw") spec.count = 10000;
     if (spec.name == "raw-ping") spec.count = 1000;
+    if (tcp) spec.count = 1;
+    if (spec.name == "tcp-send") spec.bytes = std::uint64_t{64} << 20;
     for (std::size_t i = 1; i < fields.size(); ++i) {
         const auto f = fields[i];
         const auto eq = f.find('=');
@@ -66,12 +70,41 @@ Result<SelftestSpec> parse_selftest(std::string_view text) {
             spec.samples = std::string(value);
             continue;
         }
+        if (key == "dst" && spec.name == "tcp-send") {
+            // IP:PORT
+            const auto colon = value.rfind(':');
+            const auto ip = net::Ipv4Addr::parse(value.substr(0, colon));
+            const auto port = colon == std::string_view::npos
+                                  ? std::nullopt
+                                  : parse_number<std::uint16_t>(value.substr(colon + 1));
+            if (!ip || !port || *port == 0) return bad("--selftest", "dst (IP:PORT)", f);
+            spec.dst_ip = *ip;
+            spec.dst_port = *port;
+            continue;
+        }
+        if (key == "bytes" && spec.name == "tcp-send") {
+            const auto b = parse_number<std::uint64_t>(value);
+            if (!b || *b == 0 || *b > kMaxSelftestBytes)
+                return bad("--selftest", "bytes (1..2^40)", f);
+            spec.bytes = *b;
+            continue;
+        }
         const auto n = parse_number<std::uint32_t>(value);
-        if (key == "count") {
+        if (key == "port" && spec.name == "tcp-sink") {
+            if (!n || *n == 0 || *n > 65535) return bad("--selftest", "port (1..65535)", f);
+            spec.listen_port = static_cast<std::uint16_t>(*n);
+        } else if (key == "record" && spec.name == "tcp-send") {
+            if (!n || *n == 0 || *n > (256u << 10))
+                return bad("--selftest", "record (1..262144 bytes)", f);
+            spec.record = *n;
+        } else if (key == "count" && tcp) {
+            if (!n || *n == 0 || *n > 1000) return bad("--selftest", "count (1..1000)", f);
+            spec.count = *n;
+        } else if (key == "count") {
             if (!n || *n == 0 || *n > 10'000'000)
                 return bad("--selftest", "count (1..10000000)", f);
             spec.count = *n;
-        } else if (key == "size" && spec.name != "arp-ping") {
+        } else if (key == "size" && !tcp && spec.name != "arp-ping") {
             if (!n || *n == 0 || *n > kMaxSelftestSize)
                 return bad("--selftest", "size (1..8388608 bytes)", f);
             spec.size = *n;
@@ -82,6 +115,10 @@ Result<SelftestSpec> parse_selftest(std::string_view text) {
             return bad("--selftest", "parameter", f);
         }
     }
+    if (spec.name == "tcp-send" && spec.dst_port == 0)
+        return make_error(EINVAL, "--selftest tcp-send needs dst=IP:PORT");
+    if (spec.name == "tcp-sink" && spec.listen_port == 0)
+        return make_error(EINVAL, "--selftest tcp-sink needs port=P");
     return spec;
 }
 
@@ -273,7 +310,7 @@ Result<Config> parse_config(std::span<const std::string> args) {
     if (cfg.help || cfg.version) return cfg;
     if (cfg.ports.empty())
         return make_error(EINVAL, "no port configured: give --port <port>,ip=<a.b.c.d/len>");
-    if (cfg.selftest && cfg.ports.size() < 2)
+    if (cfg.selftest && !cfg.selftest->one_port() && cfg.ports.size() < 2)
         return make_error(EINVAL,
                           "--selftest " + cfg.selftest->name + " needs two ports (--port twice)");
     if (!ctrl_given) cfg.ctrl_path = "/run/snic/" + cfg.name + ".sock";
@@ -312,6 +349,11 @@ snicd options:
                            floor under RDMA latency; samples= writes each round trip (us) to FILE
                          raw-bw[,size=B][,count=N][,json]: stream N messages (10000) of B bytes
                            (65536) as UDP frames and report what arrived: the floor under bandwidth
+                         tcp-send,dst=IP:PORT[,bytes=N][,record=B][,json]: snic's TCP on the first
+                           port connects to IP:PORT, sends N bytes (64 MiB) in B-byte records,
+                           half-closes and checks the peer's answer "<bytes> <crc32 hex>\n"
+                         tcp-sink,port=P[,count=N][,json]: listens on P, takes N connections (1):
+                           reads each to its FIN, answers "<bytes> <crc32 hex>\n" and closes
   -h, --help             this text
   -V, --version          the version
 )";

@@ -27,13 +27,23 @@ struct PortSpec {
 
 // A built-in self-test between the first two ports (daemon/selftest.h).
 struct SelftestSpec {
-    std::string name;          // "arp-ping", "raw-ping" or "raw-bw"
+    std::string name;          // "arp-ping", "raw-ping", "raw-bw", "tcp-send" or "tcp-sink"
     std::uint32_t count = 10;  // round trips (pings) or messages (raw-bw)
     std::uint32_t size = 0;    // message bytes; 0: the test's default
     std::uint32_t warmup = 0;  // raw-ping: round trips before the measured ones
     bool json = false;         // the result as one JSON object
     std::string samples;       // raw-ping: write each round trip (us) to this file
+    // tcp-send: the kernel (or any) TCP server to connect to, the bytes to send and the size
+    // of the records they are sent in. tcp-sink: the port to listen on; `count` connections.
+    net::Ipv4Addr dst_ip{};
+    std::uint16_t dst_port = 0;
+    std::uint16_t listen_port = 0;
+    std::uint64_t bytes = 0;
+    std::uint32_t record = 0;
+    // Whether it runs between the first two ports (the others) or on the first alone (tcp-*).
+    bool one_port() const { return name.starts_with("tcp-"); }
 };
+inline constexpr std::uint64_t kMaxSelftestBytes = std::uint64_t{1} << 40;
 inline constexpr std::uint32_t kMaxSelftestSize = 8u << 20;
 
 struct Config {

@@ -380,6 +380,16 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
         std::memcpy(out_body, &r, sizeof r);
         return finish(0, sizeof r);
     }
+    if (op == CtrlOp::tcp_conns) {
+        if (!body_fits(sizeof(shm::TcpConnsReq), body_len)) return 0;
+        if (fds_truncated || fds.size() != 0) return finish(EINVAL, 0);
+        if (!tcp_rows_) return finish(ENOSYS, 0);
+        shm::TcpConnsReq q{};
+        std::memcpy(&q, in_body, sizeof q);
+        auto* r = reinterpret_cast<shm::TcpConnsReply*>(out_body);
+        std::memset(r, 0, sizeof *r);
+        return finish(tcp_rows_(q, *r), sizeof *r);
+    }
     if (req.op >= static_cast<std::uint16_t>(CtrlOp::cm_open) &&
         req.op <= static_cast<std::uint16_t>(CtrlOp::cm_migrate)) {
         if (fds_truncated) return finish(EINVAL, 0);

@@ -42,6 +42,16 @@ class ControlServer {
     Resources& resources() { return resources_; }
     // rdma_cm's service (cm_* ops); none: those ops fail with ENOSYS. Set before serve().
     void set_cm(CmService* cm) { cm_ = cm; }
+    // snicctl tcp: fills a page of port `port_index`'s TCP rows; 0 or an errno. None: the op
+    // fails with ENOSYS. Set before serve(); called on the control thread.
+    using TcpRowsFn = std::function<int(const shm::TcpConnsReq&, shm::TcpConnsReply&)>;
+    void set_tcp(TcpRowsFn fn) { tcp_rows_ = std::move(fn); }
+    // Any thread but the control thread: runs `fn` there while it serves (nullopt: no answer
+    // within `timeout`).
+    template <class T>
+    std::optional<T> ask(std::function<T()> fn, std::chrono::milliseconds timeout) {
+        return questions_.ask<T>(std::move(fn), timeout);
+    }
     // Closes every client connection, releasing their sessions (after serve() returned).
     void disconnect_all() { clients_.clear(); }
 
@@ -104,6 +114,7 @@ class ControlServer {
     std::vector<std::unique_ptr<Client>> clients_;
     ControlQueue questions_;  // from other threads, answered in serve()
     CmService* cm_ = nullptr;
+    TcpRowsFn tcp_rows_;
 };
 
 }  // namespace snic::daemon

@@ -55,6 +55,9 @@ class Lcore {
         pollers_.insert(pollers_.end(), pollers.begin(), pollers.end());
     }
 
+    // One more poller (before run()).
+    void add_poller(LcorePoller* p) { pollers_.push_back(p); }
+
     // Runs until `stop` is set.
     void run();
 

@@ -37,6 +37,8 @@
 #include "daemon/port.h"
 #include "daemon/roce_transport.h"
 #include "daemon/selftest.h"
+#include "daemon/tcp_selftest.h"
+#include "daemon/tcp_service.h"
 #include "daemon/telemetry.h"
 #include "daemon/wire.h"
 
@@ -154,7 +156,8 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
 
 // Each port's non-zero counters, then its transport's on a line of their own.
 void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
-                    const std::vector<std::unique_ptr<RoceTransport>>& transports) {
+                    const std::vector<std::unique_ptr<RoceTransport>>& transports,
+                    const std::vector<std::unique_ptr<TcpService>>& tcp) {
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
         std::string line = "snicd: port " + std::to_string(p.id()) + " (" + p.name() + "):";
@@ -174,6 +177,12 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
                         " " + std::string(c.name) + "=" + std::to_string(c.value);
             },
             &line);
+        std::printf("%s\n", line.c_str());
+        if (i >= tcp.size() || !tcp[i]) continue;
+        line = "snicd: port " + std::to_string(p.id()) + " tcp:";
+        tcp[i]->for_each_counter([&](std::string_view name, std::uint64_t v) {
+            if (v != 0) line += " " + std::string(name) + "=" + std::to_string(v);
+        });
         std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);
@@ -195,7 +204,9 @@ struct Running {
     std::vector<std::unique_ptr<LcoreTasks>> tasks;          // per lcore
     std::vector<std::unique_ptr<RoceTransport>> transports;  // per port
     std::vector<std::unique_ptr<GsiPort>> gsi;               // per port: its QP1
+    std::vector<std::unique_ptr<TcpService>> tcp;            // per port: snic's TCP
     ~Running() {
+        tcp.clear();
         transports.clear();
         gsi.clear();
         tasks.clear();
@@ -241,7 +252,8 @@ int open_ports(const Config& cfg, Running& r) {
 // Ports go round-robin to the enabled lcores, main lcore first; each port's RoCEv2 transport
 // runs on the port's lcore, which also takes the control thread's work for it (starting QPs,
 // grace periods). The self-test, if any, runs on the main lcore.
-void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources) {
+void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources,
+                   const tcp::IsnKey& isn_key) {
     r.lcore_ids = {rte_get_main_lcore()};
     unsigned worker;
     RTE_LCORE_FOREACH_WORKER(worker) r.lcore_ids.push_back(worker);
@@ -250,6 +262,7 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
     for (std::size_t i = 0; i < r.ports.size(); ++i) r.owned[i % n].push_back(r.ports[i].get());
     r.transports.resize(r.ports.size());
     r.gsi.resize(r.ports.size());
+    r.tcp.resize(r.ports.size());
     for (std::size_t i = 0; i < n; ++i) {
         std::vector<LcorePoller*> pollers;
         if (selftest != nullptr && i == 0) pollers.push_back(selftest);
@@ -276,6 +289,13 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
                 },
                 r.gsi[p].get());
             mine.push_back(r.gsi[p].get());
+            // snic's TCP: its segments and ICMP errors, its connections' timers.
+            r.tcp[p] = std::make_unique<TcpService>(*r.ports[p], *r.tasks[i],
+                                                    daemon_tcp_config(*r.ports[p], isn_key),
+                                                    rte_get_tsc_hz());
+            r.ports[p]->set_tcp_hook({&TcpService::on_tcp, r.tcp[p].get()});
+            r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});
+            mine.push_back(r.tcp[p].get());
         }
         r.lcores[i]->serve(r.tasks[i].get(), mine);
     }
@@ -330,18 +350,52 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         Running r;
         if (const int err = open_ports(cfg, r); err != 0) return err;
         std::unique_ptr<Selftest> selftest;
-        if (cfg.selftest)
+        if (cfg.selftest && !cfg.selftest->one_port())
             selftest =
                 make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
         Resources& resources = (*control)->resources();
-        assign_lcores(cfg, r, selftest.get(), resources);
+        // The TCP's RFC 6528 secret: random for each start of the daemon.
+        tcp::IsnKey isn_key;
+        {
+            std::random_device rd;
+            for (std::size_t i = 0; i < isn_key.size(); i += 4) {
+                const std::uint32_t v = rd();
+                std::memcpy(isn_key.data() + i, &v, 4);
+            }
+        }
+        assign_lcores(cfg, r, selftest.get(), resources, isn_key);
+        if (cfg.selftest && cfg.selftest->one_port()) {
+            // On the first port's lcore (the main one), beside that port's TCP.
+            selftest = make_tcp_selftest(*cfg.selftest, *r.tcp[0], rte_get_tsc_hz(), g_stop);
+            r.lcores[0]->add_poller(selftest.get());
+        }
 
-        TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}};
+        constexpr std::chrono::milliseconds kTelemetryWait{1000};
+        TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
+        for (const auto& t : r.tcp) tel.tcp.push_back(t.get());
+        std::vector<TcpService*> tcp_services;
+        for (const auto& t : r.tcp) tcp_services.push_back(t.get());
+        // A port's TCP rows: the control thread asks the port's lcore.
+        tel.tcp_rows = [&ctl = **control, &tcp_services](std::uint32_t port_index) {
+            return ctl.ask<std::vector<shm::TcpConnInfo>>(
+                [&tcp_services, port_index] {
+                    std::vector<shm::TcpConnInfo> out;
+                    shm::TcpConnsReq q{port_index, 0};
+                    shm::TcpConnsReply page;
+                    do {
+                        if (fill_tcp_conns(tcp_services, q, page) != 0) break;
+                        for (std::uint32_t k = 0; k < page.listed; ++k)
+                            out.push_back(page.conns[k]);
+                        q.first += page.listed;
+                    } while (page.more != 0 && page.listed != 0);
+                    return out;
+                },
+                kTelemetryWait);
+        };
         for (const auto& t : r.transports) tel.transports.push_back(t.get());
         for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
         // The QPs through the control thread, which owns the sessions (daemon/control_queue.h).
-        constexpr std::chrono::milliseconds kTelemetryWait{1000};
         tel.qps = [&ctl = **control] { return ctl.ask_qps(kTelemetryWait); };
         tel.qp = [&ctl = **control](std::uint32_t qpn) { return ctl.ask_qp(qpn, kTelemetryWait); };
         register_telemetry(tel);
@@ -360,6 +414,9 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         CmService cm((*control)->devices(), std::move(gsi),
                      std::random_device{}() * 0x100000001ull ^ std::random_device{}());
         (*control)->set_cm(&cm);
+        (*control)->set_tcp([&tcp_services](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep) {
+            return fill_tcp_conns(tcp_services, q, rep);
+        });
         if (auto st = (*control)->listen(); !st) {
             g_stop.store(true);
             rte_eal_mp_wait_lcore();
@@ -397,7 +454,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         resources.set_quiesce({});
         unregister_telemetry();
         spdlog::info("snicd {} stopping", cfg.name);
-        print_counters(r.ports, r.transports);
+        print_counters(r.ports, r.transports, r.tcp);
         if (selftest) rc = report_selftest(cfg, *selftest);
     }
     rte_eal_cleanup();

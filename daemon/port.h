@@ -66,6 +66,9 @@ class Port {
 
     void set_roce_hook(RxHook h) { roce_hook_ = h; }
     void set_tcp_hook(RxHook h) { tcp_hook_ = h; }
+    // ICMP destination unreachable (the TCP stack's errors); dropped as
+    // icmp_unsupported_type without one.
+    void set_icmp_error_hook(RxHook h) { icmp_error_hook_ = h; }
     // Other UDP traffic (the raw-bw self-test's sink); dropped as udp_no_listener without one.
     void set_udp_hook(RxHook h) { udp_hook_ = h; }
     void set_echo_listener(EchoListener* l) { echo_listener_ = l; }
@@ -120,6 +123,7 @@ class Port {
     RxHook roce_hook_;
     RxHook tcp_hook_;
     RxHook udp_hook_;
+    RxHook icmp_error_hook_;
     EchoListener* echo_listener_ = nullptr;
 
     FaultPath rx_fault_;

@@ -79,6 +79,9 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
             rte_pktmbuf_free(m);
             return;
         }
+        case net::RxKind::icmp_unreachable:
+            if (icmp_error_hook_.fn == nullptr) return drop(m, net::Drop::icmp_unsupported_type);
+            return icmp_error_hook_.fn(icmp_error_hook_.ctx, *this, m, f, now);
         case net::RxKind::udp:
             if (f.dst_port == net::kRoceV2Port && roce_hook_.fn != nullptr) {
                 counters_.roce_dispatched.add();

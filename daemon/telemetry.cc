@@ -13,6 +13,7 @@
 
 #include "daemon/gsi.h"
 #include "daemon/port.h"
+#include "daemon/tcp_service.h"
 #include "daemon/transport.h"
 #include "proto/net/addr.h"
 #include "proto/verbs/qp_state.h"
@@ -240,6 +241,69 @@ int cmd_qp(const char*, const char* params, rte_tel_data* d) {
     return 0;
 }
 
+// /snic/tcp_stats,<port id>: the counters of snic's TCP on that port.
+int cmd_tcp_stats(const char*, const char* params, rte_tel_data* d) {
+    const TelemetryInfo* info = g_info.load();
+    if (info == nullptr) return -EAGAIN;
+    const auto i = find_port(*info, params);
+    if (!i || *i >= info->tcp.size() || info->tcp[*i] == nullptr) return -EINVAL;
+    rte_tel_data_start_dict(d);
+    info->tcp[*i]->for_each_counter(
+        [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
+    return 0;
+}
+
+// /snic/tcp_conns,<port id>: {"conn_N": {state, local, remote, cwnd, srtt_us, ...}, ...}, what
+// `snicctl tcp` shows (at most 64 rows: DPDK's reply is 16 KiB).
+int cmd_tcp_conns(const char*, const char* params, rte_tel_data* d) {
+    const TelemetryInfo* info = g_info.load();
+    if (info == nullptr) return -EAGAIN;
+    if (!info->tcp_rows) return -ENOTSUP;
+    const auto i = find_port(*info, params);
+    if (!i) return -EINVAL;
+    const auto rows = info->tcp_rows(static_cast<std::uint32_t>(*i));
+    if (!rows) return -ETIMEDOUT;
+    rte_tel_data_start_dict(d);
+    std::size_t n = 0;
+    for (const shm::TcpConnInfo& c : *rows) {
+        if (n++ == 64) break;
+        rte_tel_data* row = rte_tel_data_alloc();
+        if (row == nullptr) return -ENOMEM;
+        rte_tel_data_start_dict(row);
+        const bool listen = c.state == shm::kTcpListenState;
+        rte_tel_data_add_dict_string(row, "state",
+                                     listen
+                                         ? "LISTEN"
+                                         : std::string(tcp::state_name(static_cast<tcp::TcpState>(
+                                                           std::min<std::uint8_t>(c.state, 9))))
+                                               .c_str());
+        add_u64(row, "cwnd", c.cwnd);
+        add_u64(row, "ssthresh", c.ssthresh);
+        add_u64(row, "srtt_us", c.srtt_ns / 1000);
+        add_u64(row, "rttvar_us", c.rttvar_ns / 1000);
+        add_u64(row, "rto_us", c.rto_ns / 1000);
+        add_u64(row, "mss", c.mss);
+        add_u64(row, "bytes_sent", c.bytes_sent);
+        add_u64(row, "bytes_acked", c.bytes_acked);
+        add_u64(row, "bytes_received", c.bytes_received);
+        add_u64(row, "retransmits", c.retransmits);
+        add_u64(row, "fast_retransmits", c.fast_retransmits);
+        add_u64(row, "timeouts", c.timeouts);
+        rte_tel_data_add_dict_string(
+            row, "local",
+            (net::Ipv4Addr{c.local_ip}.to_string() + ":" + std::to_string(c.local_port)).c_str());
+        if (!listen)
+            rte_tel_data_add_dict_string(
+                row, "remote",
+                (net::Ipv4Addr{c.remote_ip}.to_string() + ":" + std::to_string(c.remote_port))
+                    .c_str());
+        // Keys may hold letters, digits, '_' and '/' only.
+        const std::string key = (listen ? "listener_" : "conn_") + std::to_string(n - 1);
+        if (rte_tel_data_add_dict_container(d, Key(key).s, row, 0) != 0) rte_tel_data_free(row);
+    }
+    return 0;
+}
+
 }  // namespace
 
 void register_telemetry(const TelemetryInfo& info) {
@@ -261,6 +325,11 @@ void register_telemetry(const TelemetryInfo& info) {
     }
     rte_telemetry_register_cmd("/snic/gsi_stats", cmd_gsi_stats,
                                "snicd QP1 (CM MADs) counters. Parameters: int port_id");
+    rte_telemetry_register_cmd("/snic/tcp_stats", cmd_tcp_stats,
+                               "snicd TCP counters of a port. Parameters: int port_id");
+    rte_telemetry_register_cmd("/snic/tcp_conns", cmd_tcp_conns,
+                               "snicd TCP listeners and connections of a port (state, cwnd, srtt, "
+                               "retransmits). Parameters: int port_id");
     rte_telemetry_register_cmd("/snic/qps", cmd_qps,
                                "snicd QP numbers by port id, and how many were not listed");
     rte_telemetry_register_cmd("/snic/qp", cmd_qp,

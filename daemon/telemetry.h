@@ -2,6 +2,8 @@
 //   /snic/info, /snic/ports, /snic/port_stats,<port id>   the daemon and its ports
 //   /snic/<transport>_stats,<port id>                     a port's transport (/snic/roce_stats)
 //   /snic/qps, /snic/qp,<qpn>                             the sessions' QPs
+//   /snic/tcp_stats,<port id>                             snic's TCP on a port: its counters
+//   /snic/tcp_conns,<port id>                             its listeners and connections
 //
 // The callbacks run on DPDK's telemetry threads. Counters they read directly (relaxed atomics
 // each lcore writes). The QPs live in the client sessions, whose tables only the control
@@ -11,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,7 @@ namespace snic::daemon {
 class GsiPort;
 
 class Port;
+class TcpService;
 class Transport;
 
 struct TelemetryInfo {
@@ -36,6 +40,11 @@ struct TelemetryInfo {
     // QP commands answer nothing.
     std::function<Result<std::vector<shm::QpSummary>>()> qps;
     std::function<Result<shm::QpReply>(std::uint32_t qpn)> qp;
+    // Each port's TCP, in the order of `ports` (nullptr: none); must outlive it too.
+    std::vector<const TcpService*> tcp;
+    // The rows of the port at an index of `ports` (asked of its lcore through the control
+    // thread, bounded); nullopt when no answer came. Unset: /snic/tcp_conns answers nothing.
+    std::function<std::optional<std::vector<shm::TcpConnInfo>>(std::uint32_t port_index)> tcp_rows;
 };
 
 // Registers the commands; `info` stays the source of their answers.

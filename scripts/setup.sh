@@ -18,7 +18,7 @@ SNIC_PACKAGES=(
     dpdk dpdk-dev libdpdk-dev libnuma-dev libpcap-dev
     libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
     libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils rdma-core
-    iproute2 iputils-ping tshark perftest gnuplot-nox valgrind clang-format
+    iproute2 iputils-ping tshark ethtool perftest gnuplot-nox valgrind clang-format
     clang libclang-rt-14-dev
     dapl2-utils libdapl2 libdapl-dev
     ucx-utils openmpi-bin libopenmpi-dev libfabric-bin

@@ -76,6 +76,7 @@ enum class CtrlOp : std::uint16_t {
     cm_disconnect,  // HandleReq
     cm_migrate,     // CmMigrateReq -> CmIdReply
     cm_status,      // -> CmStatusReply (snicctl cm), on any connection
+    tcp_conns,      // TcpConnsReq -> TcpConnsReply (snicctl tcp), on any connection
 };
 
 struct CtrlHeader {
@@ -498,11 +499,47 @@ static_assert(sizeof(QpReply) == sizeof(QpSummary) + sizeof(QpAttr) + 8 + sizeof
                                      kMaxQpCounters * sizeof(NamedValue),
               "no padding");
 
+// ---- snicctl tcp: the listeners and connections of snic's TCP on a port, as `ss -tin` shows --
+//
+// Needs no session (it shows no client's objects: the TCP is the daemon's own). A port's rows
+// are paged: from row `first`, at most kMaxTcpConnsListed.
+inline constexpr std::size_t kMaxTcpConnsListed = 32;
+inline constexpr std::uint8_t kTcpListenState = 0xff;  // state of a listener's row
+struct TcpConnsReq {
+    std::uint32_t port_index;  // into StatusReply::ports
+    std::uint32_t first;
+};
+struct TcpConnInfo {
+    std::uint32_t local_ip, remote_ip;  // host order
+    std::uint16_t local_port, remote_port;
+    std::uint8_t state;  // tcp::TcpState, or kTcpListenState
+    std::uint8_t flags;  // 1 SACK, 2 timestamps, 4 in recovery
+    std::uint8_t snd_wscale, rcv_wscale;
+    std::uint32_t mss;
+    std::uint32_t backlog, queued;  // listeners
+    std::uint32_t reserved;
+    std::uint64_t cwnd, ssthresh;  // bytes
+    std::uint64_t srtt_ns, rttvar_ns, rto_ns;
+    std::uint64_t snd_wnd, rcv_wnd, unacked;
+    std::uint64_t bytes_sent, bytes_acked, bytes_received;
+    std::uint64_t segments_out, segments_in;
+    std::uint64_t retransmits, fast_retransmits, timeouts;
+};
+static_assert(sizeof(TcpConnInfo) == 32 + 16 * 8 && std::is_trivially_copyable_v<TcpConnInfo>);
+struct TcpConnsReply {
+    std::uint32_t total;   // rows of that port
+    std::uint32_t listed;  // in conns[]
+    std::uint32_t more;    // 1: ask again from `first` + listed
+    std::uint32_t reserved;
+    TcpConnInfo conns[kMaxTcpConnsListed];
+};
+
 // The largest message either side sends or accepts.
 inline constexpr std::size_t kCtrlMaxMessage = sizeof(Msg<ClientsReply>) > sizeof(StatusReply)
                                                    ? sizeof(Msg<ClientsReply>)
                                                    : sizeof(StatusReply);
 static_assert(sizeof(Msg<QpsReply>) <= kCtrlMaxMessage && sizeof(Msg<QpReply>) <= kCtrlMaxMessage,
               "the QP replies fit the message size clients already use");
+static_assert(sizeof(Msg<TcpConnsReply>) <= kCtrlMaxMessage, "snicctl tcp's reply fits too");
 
 }  // namespace snic::shm

@@ -11,7 +11,7 @@
 
 namespace snic::net {
 
-enum class IcmpType : std::uint8_t { echo_reply = 0, echo_request = 8 };
+enum class IcmpType : std::uint8_t { echo_reply = 0, dest_unreachable = 3, echo_request = 8 };
 
 struct IcmpEchoHdr {
     std::uint8_t type;

@@ -42,6 +42,13 @@ RxFrame classify_icmp(std::span<const std::uint8_t> l4, RxFrame f) {
     if (l4.size() < sizeof(IcmpEchoHdr)) return dropped(Drop::icmp_truncated);
     if (!csum_ok(l4)) return dropped(Drop::icmp_bad_checksum);
     const auto& icmp = *reinterpret_cast<const IcmpEchoHdr*>(l4.data());
+    if (icmp.type == static_cast<std::uint8_t>(IcmpType::dest_unreachable)) {
+        // The quoted IPv4 header and the first 8 bytes of what it carried (RFC 792).
+        if (l4.size() < sizeof(IcmpEchoHdr) + kIpv4MinHdrLen + 8)
+            return dropped(Drop::icmp_truncated);
+        f.kind = RxKind::icmp_unreachable;
+        return f;
+    }
     if (icmp.code != 0) return dropped(Drop::icmp_unsupported_type);
     switch (static_cast<IcmpType>(icmp.type)) {
         case IcmpType::echo_request:
@@ -50,6 +57,8 @@ RxFrame classify_icmp(std::span<const std::uint8_t> l4, RxFrame f) {
         case IcmpType::echo_reply:
             f.kind = RxKind::icmp_echo_reply;
             return f;
+        case IcmpType::dest_unreachable:  // handled above
+            break;
     }
     return dropped(Drop::icmp_unsupported_type);
 }

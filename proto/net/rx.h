@@ -63,6 +63,7 @@ enum class RxKind : std::uint8_t {
     arp_other,    // valid ARP not about us: may refresh a cache entry (RFC 826 merge)
     icmp_echo_request,
     icmp_echo_reply,
+    icmp_unreachable,  // destination unreachable quoting an IPv4 header and 8 bytes (RFC 792)
     udp,
     tcp,
 };

@@ -225,13 +225,16 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
         challenge_ack(now);
         return false;
     }
+    const std::uint64_t sacked_before = sb_.total();
     take_sack(seg);
+    const bool new_sack = sb_.total() > sacked_before;
     const std::uint64_t wnd = std::uint64_t{seg.window} << snd_wscale_;
     if (da > 0) {
         new_ack(snd_una_ + static_cast<std::uint64_t>(da), now);
     } else if (da == 0 && seg.payload.empty() && !seg.has(flag::syn) && !seg.has(flag::fin) &&
-               wnd == snd_wnd_ && snd_max_ > snd_una_) {
-        // A duplicate ACK (RFC 5681 §2).
+               (wnd == snd_wnd_ || new_sack) && snd_max_ > snd_una_) {
+        // A duplicate ACK (RFC 5681 §2; with SACK, RFC 6675 §2: any ACK that SACKs new data,
+        // whatever window it advertises).
         counters_.dup_acks.add();
         ++dupacks_;
         if (cc_.in_recovery()) {

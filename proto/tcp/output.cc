@@ -47,7 +47,12 @@ bool TcpConnection::transmit(Seq seq, std::uint8_t flags, std::uint64_t data_off
             // RFC 2018 §4: newest first; as many as fit beside the payload.
             const std::size_t limit = std::min(peer_mss_, mss_announce_) + kTcpMinHdrLen;
             o.nsack = static_cast<std::uint8_t>(std::min(ooo_.size(), kMaxSackBlocks));
-            while (o.nsack > 0 && kTcpMinHdrLen + options_length(o) + len > limit) --o.nsack;
+            // ... and within the 40 bytes a header has for options (RFC 2018 §3: three
+            // blocks beside the timestamps).
+            while (o.nsack > 0 && (kTcpMinHdrLen + options_length(o) + len > limit ||
+                                   kTcpMinHdrLen + options_length(o) > kTcpMaxHdrLen)) {
+                --o.nsack;
+            }
             for (std::size_t i = 0; i < o.nsack; ++i) {
                 o.sack[i] = SackBlock{seq_of(irs_, ooo_[i].start), seq_of(irs_, ooo_[i].end)};
             }

@@ -31,11 +31,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     SNIC_FUZZ_REQUIRE(f.drop == Drop::count_);
     SNIC_FUZZ_REQUIRE(f.l3_offset >= 14 && f.l3_offset <= frame.size());
     if (f.kind == RxKind::udp || f.kind == RxKind::tcp || f.kind == RxKind::icmp_echo_request ||
-        f.kind == RxKind::icmp_echo_reply) {
+        f.kind == RxKind::icmp_echo_reply || f.kind == RxKind::icmp_unreachable) {
         SNIC_FUZZ_REQUIRE(f.l4_offset >= f.l3_offset + 20);
         SNIC_FUZZ_REQUIRE(std::size_t{f.l4_offset} + f.l4_length <= frame.size());
     }
     if (f.kind == RxKind::udp) SNIC_FUZZ_REQUIRE(f.l4_length >= 8);
     if (f.kind == RxKind::tcp) SNIC_FUZZ_REQUIRE(f.l4_length >= 20);
+    if (f.kind == RxKind::icmp_unreachable) SNIC_FUZZ_REQUIRE(f.l4_length >= 36);
     return 0;
 }

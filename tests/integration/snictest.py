@@ -345,7 +345,7 @@ def disable_ipv6(iface: str, netns: Optional[str] = None) -> None:
 # ------------------------------------------------ leftovers of crashed runs
 
 # Names made by unique() for namespaces, veths and daemons in these tests.
-_UNIQUE_NAME = re.compile(r"^(?:snic-t|sh|sp|ping|self|bad|mem|use|inuse|stale)(\d+)x\d+$")
+_UNIQUE_NAME = re.compile(r"^(?:snic-t|sh|sp|ping|self|bad|mem|use|inuse|stale|tcp)(\d+)x\d+$")
 
 
 def _from_dead_run(name: str) -> bool:

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "proto/net/addr.h"
+#include "proto/tcp/tcp.h"
 #include "proto/verbs/qp_state.h"
 
 namespace snic::snicctl {
@@ -180,6 +181,37 @@ std::optional<std::vector<shm::QpSummary>> fetch_qps(const QpsPager& page) {
         if (r->listed == 0 || r->next_qpn <= rows.back().qpn) return std::nullopt;
         first = r->next_qpn;
     }
+}
+
+std::string tcp_line(std::uint32_t port_id, const shm::TcpConnInfo& c) {
+    auto ep = [](std::uint32_t ip, std::uint16_t port) {
+        return net::Ipv4Addr{ip}.to_string() + ":" + std::to_string(port);
+    };
+    const std::string head = "port " + std::to_string(port_id) + " ";
+    if (c.state == shm::kTcpListenState)
+        return head + "LISTEN local " + ep(c.local_ip, c.local_port) + " backlog " +
+               std::to_string(c.backlog) + " queued " + std::to_string(c.queued) + "\n";
+    const auto state = c.state < tcp::kTcpStateNames.size()
+                           ? std::string(tcp::kTcpStateNames[c.state])
+                           : "?" + std::to_string(c.state);
+    auto n = [](std::uint64_t v) { return std::to_string(v); };
+    auto us = [](std::uint64_t ns) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.1f", static_cast<double>(ns) / 1e3);
+        return std::string(b);
+    };
+    std::string line = head + state + " local " + ep(c.local_ip, c.local_port) + " remote " +
+                       ep(c.remote_ip, c.remote_port) + " mss " + n(c.mss) + " cwnd " + n(c.cwnd) +
+                       " ssthresh " + n(c.ssthresh) + " srtt " + us(c.srtt_ns) + " rttvar " +
+                       us(c.rttvar_ns) + " rto " + us(c.rto_ns) + " retransmits " +
+                       n(c.retransmits) + " fast " + n(c.fast_retransmits) + " timeouts " +
+                       n(c.timeouts) + " bytes_sent " + n(c.bytes_sent) + " bytes_acked " +
+                       n(c.bytes_acked) + " bytes_received " + n(c.bytes_received) + " segs_out " +
+                       n(c.segments_out) + " segs_in " + n(c.segments_in);
+    if ((c.flags & 1) != 0) line += " sack";
+    if ((c.flags & 2) != 0) line += " ts";
+    if ((c.flags & 4) != 0) line += " recovery";
+    return line + "\n";
 }
 
 }  // namespace snic::snicctl

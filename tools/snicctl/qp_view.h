@@ -31,4 +31,12 @@ std::string qp_dump(const shm::QpReply& q, bool all);
 using QpsPager = std::function<std::optional<shm::QpsReply>(std::uint32_t first_qpn)>;
 std::optional<std::vector<shm::QpSummary>> fetch_qps(const QpsPager& page);
 
+// One line of `snicctl tcp` for a row of port `port_id`: a listener
+//   port N LISTEN local IP:PORT backlog N queued N
+// or a connection
+//   port N STATE local IP:PORT remote IP:PORT mss N cwnd N ssthresh N srtt US rttvar US rto US
+//   retransmits N fast N timeouts N bytes_sent N bytes_acked N bytes_received N segs_out N
+//   segs_in N [sack] [ts] [recovery]
+std::string tcp_line(std::uint32_t port_id, const shm::TcpConnInfo& c);
+
 }  // namespace snic::snicctl

@@ -25,7 +25,7 @@ constexpr int kTimeoutMs = 2000;
 
 int usage(FILE* out, int code) {
     std::fputs(
-        "usage: snicctl [-s SOCKET | -n NAME] status|clients|resources|cm|qp [-a] [QPN]\n"
+        "usage: snicctl [-s SOCKET | -n NAME] status|clients|resources|cm|tcp|qp [-a] [QPN]\n"
         "  -s, --socket PATH   the daemon's control socket\n"
         "  -n, --name NAME     the daemon's name: socket /run/snic/NAME.sock (default snic)\n"
         "commands:\n"
@@ -37,6 +37,11 @@ int usage(FILE* out, int code) {
         "             then sessions N, mappings N, mapped_bytes N, fds N\n"
         "  cm         rdma_cm: ids N, then state NAME N per id state, the CM service's\n"
         "             counters, and per port its MADs, retransmits and connections\n"
+        "  tcp        snic's own TCP (iWARP's byte stream), as ss -tin shows it: one line per\n"
+        "             listener (port N LISTEN local IP:PORT backlog N queued N) and per\n"
+        "             connection: port N STATE local IP:PORT remote IP:PORT mss N cwnd N\n"
+        "             ssthresh N srtt US rttvar US rto US retransmits N fast N timeouts N\n"
+        "             bytes_sent N bytes_acked N bytes_received N segs_out N segs_in N\n"
         "  qp         one line per QP: qpn N device NAME session N pid N uid N type T state S\n"
         "             dest_qpn N peer IP (root sees every session's QPs, others their own)\n"
         "  qp QPN     one QP (decimal or 0x hex): state, attributes, the engine's PSNs and\n"
@@ -209,6 +214,34 @@ int cm(const std::string& path) {
     return 0;
 }
 
+// snicctl tcp: every port's rows, page by page.
+int tcp(const std::string& path) {
+    static snic::shm::StatusReply st;
+    if (int rc = request(path, snic::shm::CtrlOp::status, &st, sizeof st); rc != 0) return rc;
+    if (st.nports > snic::shm::kMaxPorts) return fail("malformed answer from " + path);
+    for (std::uint32_t port = 0; port < st.nports; ++port) {
+        snic::shm::TcpConnsReq req{port, 0};
+        for (;;) {
+            static snic::shm::Msg<snic::shm::TcpConnsReply> reply;
+            const int rc = exchange(path, snic::shm::CtrlOp::tcp_conns,
+                                    std::as_bytes(std::span(&req, 1)), &reply, sizeof reply);
+            if (rc > 0)
+                return fail(std::string("snicd refused: ") + std::strerror(rc) +
+                            (rc == EINVAL ? " (is snicd older than snicctl?)" : ""));
+            if (rc < 0) return 1;
+            const auto& r = reply.body;
+            if (r.listed > snic::shm::kMaxTcpConnsListed)
+                return fail("malformed answer from " + path);
+            for (std::uint32_t i = 0; i < r.listed; ++i)
+                std::fputs(snic::snicctl::tcp_line(st.ports[port].port_id, r.conns[i]).c_str(),
+                           stdout);
+            if (r.more == 0 || r.listed == 0) break;
+            req.first += r.listed;
+        }
+    }
+    return 0;
+}
+
 // Why snicd refused a qp request, in one line.
 int qp_refused(int err, const std::string& what) {
     if (err == ENOENT) return fail(what + (::getuid() == 0 ? "" : " (or it is not one of yours)"));
@@ -302,6 +335,7 @@ int main(int argc, char** argv) {
     if (command == "clients") return clients(path);
     if (command == "resources") return resources(path);
     if (command == "cm") return cm(path);
+    if (command == "tcp") return tcp(path);
     if (command == "qp") return qp(path, args);
     if (command.empty()) return usage(stderr, 2);
     std::fprintf(stderr, "snicctl: unknown command '%s'\n", command.c_str());

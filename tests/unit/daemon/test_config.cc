@@ -434,11 +434,35 @@ TEST(Config, selftest_unknown_parameter_is_named) {
 
 TEST(Config, selftest_unknown_name_is_named) {
     EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "ping"}),
-              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw) 'ping'");
+              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, "
+              "tcp-sink) 'ping'");
     EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest", "ping,count=3"}),
-              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw) 'ping,count=3'");
-    EXPECT_EQ(error_of({"--port", kPort0, "--port", kPort1, "--selftest="}),
-              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw) ''");
+              "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, "
+              "tcp-sink) 'ping,count=3'");
+    EXPECT_EQ(
+        error_of({"--port", kPort0, "--port", kPort1, "--selftest="}),
+        "--selftest: invalid self-test (known: arp-ping, raw-ping, raw-bw, tcp-send, tcp-sink) ''");
+}
+
+TEST(Config, tcp_selftests_take_their_peer_and_need_one_port) {
+    const auto send = parse({"--port", kPort0, "--selftest",
+                             "tcp-send,dst=198.18.2.1:5001,bytes=1048576,record=4096,json"});
+    ASSERT_TRUE(send) << send.error().message;
+    EXPECT_EQ(send->selftest->dst_ip.to_string(), "198.18.2.1");
+    EXPECT_EQ(send->selftest->dst_port, 5001);
+    EXPECT_EQ(send->selftest->bytes, 1048576u);
+    EXPECT_EQ(send->selftest->record, 4096u);
+    EXPECT_TRUE(send->selftest->json);
+    const auto sink = parse({"--port", kPort0, "--selftest", "tcp-sink,port=5002,count=3"});
+    ASSERT_TRUE(sink) << sink.error().message;
+    EXPECT_EQ(sink->selftest->listen_port, 5002);
+    EXPECT_EQ(sink->selftest->count, 3u);
+    EXPECT_EQ(error_of({"--port", kPort0, "--selftest", "tcp-send"}),
+              "--selftest tcp-send needs dst=IP:PORT");
+    EXPECT_EQ(error_of({"--port", kPort0, "--selftest", "tcp-send,dst=1.2.3.4"}),
+              "--selftest: invalid dst (IP:PORT) 'dst=1.2.3.4'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--selftest", "tcp-sink"}),
+              "--selftest tcp-sink needs port=P");
 }
 
 TEST(Config, selftest_needs_two_ports) {

@@ -84,6 +84,15 @@ Frame echo_request(std::uint16_t payload = 56) {
     return f;
 }
 
+// ICMP destination unreachable (port) quoting an IPv4 header and 8 bytes of a segment.
+Frame unreachable() {
+    Frame f = echo_request(28);
+    f[kL4] = 3;
+    f[kL4 + 1] = 3;
+    fix_icmp_checksum(f);
+    return f;
+}
+
 Frame echo_reply() {
     Frame f = echo_request();
     f[kL4] = static_cast<std::uint8_t>(IcmpType::echo_reply);
@@ -408,8 +417,8 @@ std::vector<DropRule> drop_rules() {
         fix_icmp_checksum(f);
         return f;
     });
-    add("drops_icmp_destination_unreachable", Drop::icmp_unsupported_type, [] {
-        Frame f = echo_request();
+    add("drops_icmp_destination_unreachable_without_a_quote", Drop::icmp_truncated, [] {
+        Frame f = echo_request(8);  // 16 bytes: less than a header and an IPv4 header + 8
         f[kL4] = 3;
         fix_icmp_checksum(f);
         return f;
@@ -536,6 +545,7 @@ TEST(Classify, frames_the_drop_rules_start_from_are_accepted) {
     EXPECT_EQ(run(udp(64, false)).kind, RxKind::udp);
     EXPECT_EQ(run(udp(2, false)).kind, RxKind::udp);
     EXPECT_EQ(run(tcp()).kind, RxKind::tcp);
+    EXPECT_EQ(run(unreachable()).kind, RxKind::icmp_unreachable);
     EXPECT_EQ(run(arp(ArpOp::request, kLocalIp)).kind, RxKind::arp_request);
     EXPECT_EQ(run(arp(ArpOp::reply, kLocalIp, kLocalMac)).kind, RxKind::arp_reply);
     EXPECT_EQ(run(with_ip_options(udp())).kind, RxKind::udp);
@@ -833,6 +843,12 @@ void check_invariants(std::span<const std::uint8_t> f, const RxFrame& r) {
             ASSERT_GE(r.l4_length, 8);
             ASSERT_TRUE(csum_ok(l4));
             break;
+        case RxKind::icmp_unreachable:
+            ASSERT_EQ(h.proto, 1);
+            ASSERT_EQ(l4[0], 3);
+            ASSERT_GE(r.l4_length, 8 + 20 + 8);
+            ASSERT_TRUE(csum_ok(l4));
+            break;
         case RxKind::udp:
             ASSERT_EQ(h.proto, 17);
             ASSERT_GE(r.l4_length, 8);
@@ -866,9 +882,10 @@ TEST(Classify, fuzzed_frames_stay_in_bounds) {
         arp(ArpOp::request, kOtherIp),
         with_ip_options(udp(30)),
         with_ip_options(echo_request(9)),
+        unreachable(),
     };
     std::mt19937 rng(0x5eed);
-    std::array<std::size_t, 8> kinds{};
+    std::array<std::size_t, 9> kinds{};
     constexpr int kIterations = 100'000;
     for (int it = 0; it < kIterations; ++it) {
         Frame f = seeds[rng() % seeds.size()];

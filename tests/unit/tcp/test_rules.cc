@@ -383,6 +383,35 @@ TEST(TcpRules, newreno_partial_ack_retransmits_the_next_hole) {
     EXPECT_EQ(s.node.conn.info().cwnd, 2920u);  // min(ssthresh, max(0, SMSS) + SMSS)
 }
 
+// RFC 6675 §2: an ACK that SACKs new data is a duplicate even when the window it advertises
+// changed. Linux grows its window (receive-buffer autotuning) on nearly every ACK early in a
+// connection; counted as RFC 5681 counts, those ACKs were never duplicates, and a single lost
+// segment waited for the RTO while fifty SACKs arrived.
+TEST(TcpRules, sack_acks_count_as_duplicates_though_the_window_grows) {
+    Script s;
+    const Seq iss = s.establish(sack_only());
+    const Seq d = iss + 1;
+    auto v = send_records(s, 6, 1000);
+    ASSERT_EQ(v.size(), 4u);
+    s.data(d + 1000, {});  // segment 1 acknowledged: 5 and 6 go
+    ASSERT_EQ(s.out().size(), 2u);
+    std::uint16_t window = 65535;
+    auto sack = [&](Seq right) {
+        Seg a = s.spec(flag::ack, s.peer_nxt, d + 1000, --window);  // a new window each time
+        a.opts.sack[a.opts.nsack++] = SackBlock{d + 2000, right};
+        s.inject(a);
+    };
+    sack(d + 3000);
+    sack(d + 4000);
+    EXPECT_TRUE(s.out().empty());
+    sack(d + 5000);  // third: segment 2 is lost (RFC 6675 IsLost)
+    v = s.out();
+    ASSERT_GE(v.size(), 1u);
+    EXPECT_EQ(v[0].seg.seq, d + 1000);
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 1u);
+    EXPECT_EQ(s.node.conn.counters().dup_acks.get(), 3u);
+}
+
 TEST(TcpRules, sack_recovery_retransmits_only_the_holes) {
     Script s;
     const Seq iss = s.establish(sack_only());
@@ -436,6 +465,27 @@ TEST(TcpRules, receiver_reports_sack_blocks_newest_first) {
     EXPECT_EQ(a.seg.ack, P + 1101);
     ASSERT_EQ(a.seg.opts.nsack, 1);
     EXPECT_EQ(s.node.conn.received(), 1100u);
+}
+
+// RFC 2018 §3: 40 bytes of options hold at most three SACK blocks beside the timestamps. A
+// fourth block used to be written too: a 68-byte header whose data offset (17) does not fit
+// its 4 bits, which Linux dropped as malformed, so a receiver with four holes stalled it.
+TEST(TcpRules, sack_blocks_beside_timestamps_fit_forty_bytes_of_options) {
+    Script s;
+    const Seq iss = s.establish(all_options());
+    for (int k = 1; k <= 5; ++k) {
+        Seg seg = s.spec(flag::ack, P + 1 + 1000 * static_cast<Seq>(k), iss + 1);
+        seg.opts.has_timestamps = true;
+        seg.opts.ts_val = 1000 + static_cast<std::uint32_t>(k);
+        s.inject(seg, pattern(100));
+        const Parsed a = s.one();
+        ASSERT_EQ(a.err, ParseError::none);
+        EXPECT_TRUE(a.seg.opts.has_timestamps);
+        EXPECT_EQ(a.seg.opts.nsack, std::min(k, 3));
+        EXPECT_LE(a.seg.header_length, kTcpMaxHdrLen);
+        EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 1 + 1000 * static_cast<Seq>(k),
+                                                 P + 101 + 1000 * static_cast<Seq>(k)}));
+    }
 }
 
 TEST(TcpRules, delayed_ack_every_second_segment_or_after_the_timer) {
