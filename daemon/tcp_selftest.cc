@@ -186,35 +186,24 @@ std::string TcpSendTest::report() const {
     if (!failure_.empty()) return failure_;
     const double s = seconds(t_connected_, t_acked_, tsc_hz_);
     const double mbps = s > 0 ? static_cast<double>(spec_.bytes) / s / 1e6 : 0;
+    // The same figures as JSON or as one line of text, in the same order.
+    const char* format =
+        spec_.json ? "{\"test\":\"tcp-send\",\"peer\":\"%s\",\"bytes\":%llu,\"crc32\":\"%s\","
+                     "\"seconds\":%.6f,\"MBps\":%.2f,\"segments_out\":%llu,\"segments_in\":%llu,"
+                     "\"retransmits\":%llu,\"fast_retransmits\":%llu,\"timeouts\":%llu,"
+                     "\"mss\":%u,\"cwnd\":%llu,\"srtt_us\":%.1f}"
+                   : "%s bytes %llu crc32 %s (peer agrees) in %.3f s = %.1f MB/s ; segments out "
+                     "%llu in %llu ; retransmits %llu (fast %llu, timeouts %llu) ; mss %u cwnd "
+                     "%llu srtt %.1f us";
     char buf[768];
-    if (spec_.json) {
-        std::snprintf(buf, sizeof buf,
-                      "{\"test\":\"tcp-send\",\"peer\":\"%s\",\"bytes\":%llu,\"crc32\":\"%s\","
-                      "\"seconds\":%.6f,\"MBps\":%.2f,\"segments_out\":%llu,\"segments_in\":%llu,"
-                      "\"retransmits\":%llu,\"fast_retransmits\":%llu,\"timeouts\":%llu,"
-                      "\"mss\":%u,\"cwnd\":%llu,\"srtt_us\":%.1f}",
-                      endpoint_text(spec_.dst_ip, spec_.dst_port).c_str(),
-                      static_cast<unsigned long long>(spec_.bytes), crc_text(~crc_).c_str(), s,
-                      mbps, static_cast<unsigned long long>(segments_out_),
-                      static_cast<unsigned long long>(segments_in_),
-                      static_cast<unsigned long long>(retransmits_),
-                      static_cast<unsigned long long>(fast_retransmits_),
-                      static_cast<unsigned long long>(timeouts_), info_.mss,
-                      static_cast<unsigned long long>(info_.cwnd), info_.srtt / 1e3);
-    } else {
-        std::snprintf(buf, sizeof buf,
-                      "%s bytes %llu crc32 %s (peer agrees) in %.3f s = %.1f MB/s ; segments out "
-                      "%llu in %llu ; retransmits %llu (fast %llu, timeouts %llu) ; mss %u cwnd "
-                      "%llu srtt %.1f us",
-                      endpoint_text(spec_.dst_ip, spec_.dst_port).c_str(),
-                      static_cast<unsigned long long>(spec_.bytes), crc_text(~crc_).c_str(), s,
-                      mbps, static_cast<unsigned long long>(segments_out_),
-                      static_cast<unsigned long long>(segments_in_),
-                      static_cast<unsigned long long>(retransmits_),
-                      static_cast<unsigned long long>(fast_retransmits_),
-                      static_cast<unsigned long long>(timeouts_), info_.mss,
-                      static_cast<unsigned long long>(info_.cwnd), info_.srtt / 1e3);
-    }
+    std::snprintf(buf, sizeof buf, format, endpoint_text(spec_.dst_ip, spec_.dst_port).c_str(),
+                  static_cast<unsigned long long>(spec_.bytes), crc_text(~crc_).c_str(), s, mbps,
+                  static_cast<unsigned long long>(segments_out_),
+                  static_cast<unsigned long long>(segments_in_),
+                  static_cast<unsigned long long>(retransmits_),
+                  static_cast<unsigned long long>(fast_retransmits_),
+                  static_cast<unsigned long long>(timeouts_), info_.mss,
+                  static_cast<unsigned long long>(info_.cwnd), info_.srtt / 1e3);
     return buf;
 }
 

@@ -144,7 +144,7 @@ def ucx_server(tmp_path: Path, cmd: list, env: dict, ready):
         srv.kill()
 
 
-PERFTESTS = [("tag_lat", 8), ("tag_lat", 6000), ("tag_bw", 65536), ("ucp_put_bw", 65536),
+PERFTESTS = [("tag_lat", 8), ("tag_lat", 6000), ("tag_bw", 65536), ("ucp_put_lat", 8), ("ucp_put_bw", 65536),
              ("ucp_get", 65536)]
 
 
