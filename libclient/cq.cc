@@ -269,7 +269,7 @@ SNIC_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* c) {
 }
 
 SNIC_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Context* ctx = to_ctx(channel->context);
         Channel* ch = to_channel(channel);
         {
@@ -302,7 +302,7 @@ SNIC_EXPORT int ibv_resize_cq(ibv_cq*, int) {
 }
 
 SNIC_EXPORT int ibv_destroy_cq(ibv_cq* c) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Cq* cq = to_cq(c);
         Context* ctx = cq->ctx;
         if (const int err = ctx->conn.call_handle(shm::CtrlOp::destroy_cq, c->handle); err != 0)

@@ -159,7 +159,7 @@ int query_port_internal(Context* ctx, std::uint8_t port, ibv_port_attr* out,
 namespace ops {
 
 int query_port(ibv_context* c, std::uint8_t port, ibv_port_attr* attr, std::size_t len) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         ibv_port_attr full;
         const int err = query_port_internal(to_ctx(c), port, &full, nullptr);
         if (err != 0) return err;
@@ -207,8 +207,10 @@ int query_device(ibv_context* c, ibv_device_attr* a) {
 
 int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, std::size_t len) {
-    if (input != nullptr && input->comp_mask != 0) return EINVAL;
-    if (len < sizeof attr->orig_attr) return EINVAL;
+    if ((input != nullptr && input->comp_mask != 0) || len < sizeof attr->orig_attr) {
+        errno = EINVAL;
+        return EINVAL;
+    }
     ibv_device_attr_ex full{};
     query_device(c, &full.orig_attr);
     full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
@@ -456,7 +458,7 @@ SNIC_EXPORT int ibv_query_gid(ibv_context* c, std::uint8_t port, int index, ibv_
 SNIC_EXPORT int _ibv_query_gid_ex(ibv_context* c, std::uint32_t port, std::uint32_t index,
                                   ibv_gid_entry* entry, std::uint32_t flags,
                                   std::size_t entry_size) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
         return gid_entry(c, port, index, entry);
     });

@@ -100,7 +100,7 @@ SNIC_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 }
 
 SNIC_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Context* ctx = to_ctx(ah->context);
         {
             std::lock_guard lock(ctx->objs_mu);

@@ -90,7 +90,7 @@ ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
 }
 
 int dealloc_mw(ibv_mw* mw) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Context* ctx = to_ctx(mw->context);
         if (const int err = ctx->conn.call_handle(shm::CtrlOp::dealloc_mw, mw->handle); err != 0)
             return err;
@@ -126,7 +126,7 @@ SNIC_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* c) {
 }
 
 SNIC_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Context* ctx = to_ctx(pd->context);
         if (const int err = ctx->conn.call_handle(shm::CtrlOp::dealloc_pd, pd->handle); err != 0)
             return err;
@@ -165,7 +165,7 @@ SNIC_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, std::size_t, int) {
 }
 
 SNIC_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Context* ctx = to_ctx(mr->context);
         if (const int err = ctx->conn.call_handle(shm::CtrlOp::dereg_mr, mr->handle); err != 0)
             return err;

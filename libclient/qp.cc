@@ -736,6 +736,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* q = to_qp(qp);
     if (daemon_dead(to_ctx(qp->context))) {
         *bad_wr = wr;
+        errno = EIO;
         return EIO;
     }
     int err = 0;
@@ -756,7 +757,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     q->sq_lock.unlock();
     if (pushed) send_posted(q);
-    if (err != 0) *bad_wr = wr;
+    if (err != 0) *bad_wr = wr, errno = err;
     return err;
 }
 
@@ -764,11 +765,13 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Qp* q = to_qp(qp);
     if (daemon_dead(to_ctx(qp->context))) {
         *bad_wr = wr;
+        errno = EIO;
         return EIO;
     }
     int err = 0;
     if (!q->rq || !recv_state_ok(q)) {
         *bad_wr = wr;
+        errno = EINVAL;
         return EINVAL;  // a QP with an SRQ has no receive queue of its own
     }
     q->rq_lock.lock();
@@ -781,7 +784,7 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         }
     }
     q->rq_lock.unlock();
-    if (err != 0) *bad_wr = wr;
+    if (err != 0) *bad_wr = wr, errno = err;
     return err;
 }
 
@@ -842,7 +845,7 @@ SNIC_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 }
 
 SNIC_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Qp* q = to_qp(qp);
         shm::ModifyQpReq req{};
         req.qp = qp->handle;
@@ -858,7 +861,7 @@ SNIC_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
 }
 
 SNIC_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         (void)mask;  // every attribute is returned
         Qp* q = to_qp(qp);
         shm::QueryQpReply rep{};
@@ -884,7 +887,7 @@ SNIC_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_ini
 }
 
 SNIC_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Qp* q = to_qp(qp);
         Context* ctx = to_ctx(qp->context);
         if (const int err = ctx->conn.call_handle(shm::CtrlOp::destroy_qp, qp->handle); err != 0)

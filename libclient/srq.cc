@@ -105,7 +105,7 @@ int post_srq_recv(ibv_srq* s, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         }
     }
     srq->lock.unlock();
-    if (err != 0) *bad_wr = wr;
+    if (err != 0) *bad_wr = wr, errno = err;
     return err;
 }
 
@@ -163,7 +163,7 @@ int resize_srq(Srq* srq, const ibv_srq_attr* attr, int mask) {
 }  // namespace snic::client
 
 SNIC_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         if ((mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) != 0) return EINVAL;
         Srq* s = to_srq(srq);
         if ((mask & IBV_SRQ_MAX_WR) != 0) {
@@ -182,7 +182,7 @@ SNIC_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
 }
 
 SNIC_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         shm::QuerySrqReply rep{};
         if (const int err =
                 to_ctx(srq->context)
@@ -197,7 +197,7 @@ SNIC_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
 }
 
 SNIC_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
-    return guarded(EIO, [&] {
+    return errno_verb([&] {
         Srq* s = to_srq(srq);
         Context* ctx = to_ctx(srq->context);
         if (const int err = ctx->conn.call_handle(shm::CtrlOp::destroy_srq, srq->handle); err != 0)

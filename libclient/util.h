@@ -115,6 +115,15 @@ R guarded(R fail, F&& f) noexcept {
     return fail;
 }
 
+// A verb that returns an errno value (0 or the error): errno is set to the error too, since
+// callers read either.
+template <class F>
+int errno_verb(F&& f) noexcept {
+    const int err = guarded(EIO, std::forward<F>(f));
+    if (err != 0) errno = err;
+    return err;
+}
+
 // Sets errno and returns the null pointer (for the verbs that return objects).
 template <class T = void>
 T* fail_null(int err) {

@@ -2,7 +2,8 @@
 // calls themselves, against a running snicd with two ports (tests/integration/test_verbs.py
 // starts it and passes SNIC_TEST_PORT0_IP, SNIC_TEST_PORT1_IP and SNIC_TEST_DEVICE_PREFIX):
 // getifaddrs() listing the ports as interfaces, rdma_getaddrinfo() from hints alone, loopback
-// binds and destinations, rdma_cm ids carrying the device's PD, and SNIC_DEVICES.
+// binds and destinations, rdma_cm ids carrying the device's PD, SNIC_DEVICES, and errno
+// set by every failing verb to the error it returns.
 // Linked with libsnic only.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -230,6 +231,71 @@ TEST_F(Consumers, an_id_on_a_device_carries_its_pd_for_qps) {
     EXPECT_EQ(other->pd, id->pd);
     EXPECT_EQ(rdma_destroy_id(other), 0);
     EXPECT_EQ(rdma_destroy_id(id), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// rdma-core's callers read a failing verb's error from its return value or from errno; both
+// say the same.
+TEST_F(Consumers, failing_verbs_set_errno_to_what_they_return) {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    ASSERT_NE(list, nullptr);
+    ASSERT_GE(n, 1);
+    ibv_context* ctx = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+    ASSERT_NE(ctx, nullptr);
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
+    ASSERT_NE(pd, nullptr);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = cq;
+    a.qp_type = IBV_QPT_RC;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    ibv_qp* qp = ibv_create_qp(pd, &a);
+    ASSERT_NE(qp, nullptr);
+
+    // RESET -> RTS is no transition.
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTS;
+    errno = 0;
+    int rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+    EXPECT_NE(rc, 0);
+    EXPECT_EQ(errno, rc);
+    // A receive posted to a QP in RESET.
+    ibv_recv_wr rwr{};
+    ibv_recv_wr* bad_r = nullptr;
+    errno = 0;
+    rc = ibv_post_recv(qp, &rwr, &bad_r);
+    EXPECT_EQ(rc, EINVAL);
+    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(bad_r, &rwr);
+    // A send with an opcode out of range.
+    ibv_send_wr swr{};
+    swr.opcode = static_cast<ibv_wr_opcode>(200);
+    ibv_send_wr* bad_s = nullptr;
+    errno = 0;
+    rc = ibv_post_send(qp, &swr, &bad_s);
+    EXPECT_NE(rc, 0);
+    EXPECT_EQ(errno, rc);
+    // Objects still in use.
+    errno = 0;
+    rc = ibv_dealloc_pd(pd);
+    EXPECT_EQ(rc, EBUSY);
+    EXPECT_EQ(errno, EBUSY);
+    errno = 0;
+    rc = ibv_destroy_cq(cq);
+    EXPECT_EQ(rc, EBUSY);
+    EXPECT_EQ(errno, EBUSY);
+
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
 }  // namespace
