@@ -182,11 +182,8 @@ Device* device_for(std::uint32_t ip, bool exact) {
     for (Device* d : all)
         if (d->ipv4 == ip) return d;
     if (exact) return nullptr;
-    for (Device* d : all) {
-        const std::uint32_t mask =
-            d->prefix_length == 0 ? 0 : ~std::uint32_t{0} << (32 - d->prefix_length);
-        if (d->ipv4 != 0 && ((d->ipv4 ^ ip) & mask) == 0) return d;
-    }
+    for (Device* d : all)
+        if (d->ipv4 != 0 && ((d->ipv4 ^ ip) & d->netmask()) == 0) return d;
     return nullptr;
 }
 
@@ -660,13 +657,20 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
 }
 
 // A sync id's call: the next event of its channel must be `want` (status 0).
+// Acknowledges an event a call of this library took for itself (not for the application): a
+// synchronous id no longer holds it.
+void ack_taken(rdma_cm_event* e) {
+    CmId* i = to_id(e->id);
+    if (i->sync && i->id.event == e) i->id.event = nullptr;
+    rdma_ack_cm_event(e);
+}
+
 int wait_for(CmId* i, rdma_cm_event_type want) {
     rdma_cm_event* e = nullptr;
     if (rdma_get_cm_event(i->id.channel, &e) != 0) return -1;
     const int status = e->status;
     const rdma_cm_event_type got = e->event;
-    if (to_id(e->id)->sync) to_id(e->id)->id.event = nullptr;  // acknowledged here, not later
-    rdma_ack_cm_event(e);
+    ack_taken(e);
     if (got == want && status == 0) return 0;
     if (got == RDMA_CM_EVENT_REJECTED) return fail(ECONNREFUSED);
     if (got == RDMA_CM_EVENT_UNREACHABLE) return fail(ETIMEDOUT);
@@ -1531,8 +1535,7 @@ SNIC_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
             rdma_cm_event* e = nullptr;
             if (rdma_get_cm_event(listen->channel, &e) != 0) return -1;
             if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-                if (to_id(e->id)->sync) to_id(e->id)->id.event = nullptr;
-                rdma_ack_cm_event(e);
+                ack_taken(e);
                 continue;
             }
             rdma_cm_id* id = e->id;

@@ -47,31 +47,17 @@ struct Found {
 bool visible(const std::string& name) {
     const char* v = std::getenv("SNIC_DEVICES");
     if (v == nullptr || *v == '\0') return true;
-    const std::string_view list = v;
-    std::size_t start = 0;
-    while (start <= list.size()) {
-        std::size_t end = list.find(',', start);
-        if (end == std::string_view::npos) end = list.size();
-        if (list.substr(start, end - start) == name) return true;
-        start = end + 1;
-    }
-    return false;
+    return any_item(v, ',', [&](std::string_view item) { return item == name; });
 }
 
 // Asks every socket in the socket directories for its status.
 std::vector<Found> discover() {
     std::vector<Found> found;
-    const std::string dirs = socket_dirs();
     auto status = std::make_unique<shm::StatusReply>();
-    std::size_t start = 0;
-    while (start <= dirs.size()) {
-        std::size_t end = dirs.find(':', start);
-        if (end == std::string::npos) end = dirs.size();
-        const std::string dir = dirs.substr(start, end - start);
-        start = end + 1;
-        if (dir.empty()) continue;
+    any_item(socket_dirs(), ':', [&](std::string_view item) {
+        const std::string dir(item);
         DIR* d = ::opendir(dir.c_str());
-        if (d == nullptr) continue;
+        if (d == nullptr) return false;
         std::vector<std::string> socks;
         while (dirent* e = ::readdir(d)) {
             const std::string n = e->d_name;
@@ -93,7 +79,8 @@ std::vector<Found> discover() {
                 found.push_back(std::move(f));
             }
         }
-    }
+        return false;
+    });
     return found;
 }
 

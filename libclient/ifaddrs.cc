@@ -76,8 +76,7 @@ Entry* snic_entries() {
     for (std::size_t i = 0; i < devs.size(); ++i) {
         const Device& d = *devs[i];
         Entry& e = block[i];
-        const std::uint32_t mask =
-            d.prefix_length == 0 ? 0 : ~std::uint32_t{0} << (32 - d.prefix_length);
+        const std::uint32_t mask = d.netmask();
         std::memcpy(e.name, d.dev.name, std::strlen(d.dev.name) + 1);  // fits: checked above
         e.addr = ipv4(d.ipv4);
         e.netmask = ipv4(mask);

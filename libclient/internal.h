@@ -38,6 +38,11 @@ struct Device {
     int index;           // ibv_get_device_index
     std::uint32_t ipv4;  // the port's address, host order (rdma_cm's routing)
     std::uint8_t prefix_length;
+
+    // The port's subnet mask, host order.
+    std::uint32_t netmask() const {
+        return prefix_length == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix_length);
+    }
 };
 
 // Every snic device now (the device list refreshed), for rdma_cm.

@@ -5,11 +5,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <string_view>
 #include <utility>
 
 // Everything libsnic exports: unversioned, so that under LD_PRELOAD each one
@@ -113,6 +115,18 @@ R guarded(R fail, F&& f) noexcept {
         errno = EIO;
     }
     return fail;
+}
+
+// Calls f(item) for each non-empty item of a `sep`-separated list (SNIC_SOCKET_DIR's ':',
+// SNIC_DEVICES' ','), in order, until f returns true; returns whether one did.
+template <class F>
+bool any_item(std::string_view list, char sep, F&& f) {
+    while (!list.empty()) {
+        const std::size_t end = std::min(list.find(sep), list.size());
+        if (end != 0 && f(list.substr(0, end))) return true;
+        list.remove_prefix(std::min(end + 1, list.size()));
+    }
+    return false;
 }
 
 // A verb that returns an errno value (0 or the error): errno is set to the error too, since

@@ -146,12 +146,7 @@ void TcpConnection::close() {
 void TcpConnection::abort() {
     if (state_ == TcpState::closed) return;
     if (state_ != TcpState::syn_sent && state_ != TcpState::time_wait) {
-        rst_pending_ = true;
-        rst_ = SegmentSpec{};
-        rst_.src_port = cfg_.local.port;
-        rst_.dst_port = cfg_.remote.port;
-        rst_.seq = seq_of(iss_, snd_max_);
-        rst_.flags = flag::rst;
+        queue_rst(seq_of(iss_, snd_max_));
     }
     to_closed(EventKind::closed);
 }
@@ -202,14 +197,18 @@ void TcpConnection::to_closed(EventKind why) {
     push_event(why);
 }
 
+void TcpConnection::queue_rst(Seq seq) {
+    rst_ = SegmentSpec{};
+    rst_.src_port = cfg_.local.port;
+    rst_.dst_port = cfg_.remote.port;
+    rst_.seq = seq;
+    rst_.flags = flag::rst;
+    rst_pending_ = true;
+}
+
 void TcpConnection::give_up(EventKind why) {
     if (synchronized() || state_ == TcpState::syn_received) {
-        rst_pending_ = true;
-        rst_ = SegmentSpec{};
-        rst_.src_port = cfg_.local.port;
-        rst_.dst_port = cfg_.remote.port;
-        rst_.seq = seq_of(iss_, snd_max_);
-        rst_.flags = flag::rst;
+        queue_rst(seq_of(iss_, snd_max_));
     }
     to_closed(why);
 }

@@ -158,6 +158,8 @@ class TcpConnection {
     void run_timers(TcpTime now);
     void on_rto(TcpTime now);
     void give_up(EventKind why);
+    // Queues a RST with sequence number `seq` for the next poll().
+    void queue_rst(Seq seq);
     void to_closed(EventKind why);
     void push_event(EventKind kind, std::uint64_t cookie = 0, std::uint64_t bytes = 0);
     void complete_receives(bool all);

@@ -108,12 +108,7 @@ void TcpConnection::input_syn_sent(const Segment& seg, TcpTime now) {
     if (ack && seg.ack != seq_of(iss_, 1)) {
         // An ACK of something we never sent: RST unless it is one (§3.10.7.3).
         if (!seg.has(flag::rst)) {
-            rst_ = SegmentSpec{};
-            rst_.src_port = cfg_.local.port;
-            rst_.dst_port = cfg_.remote.port;
-            rst_.seq = seg.ack;
-            rst_.flags = flag::rst;
-            rst_pending_ = true;
+            queue_rst(seg.ack);
         }
         return;
     }
@@ -193,12 +188,7 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
     const std::int64_t ahead = seq_diff(seg.ack, seq_of(iss_, snd_max_));
     if (state_ == TcpState::syn_received) {
         if (da <= 0 || ahead > 0) {
-            rst_ = SegmentSpec{};
-            rst_.src_port = cfg_.local.port;
-            rst_.dst_port = cfg_.remote.port;
-            rst_.seq = seg.ack;
-            rst_.flags = flag::rst;
-            rst_pending_ = true;
+            queue_rst(seg.ack);
             return false;
         }
         snd_una_ = 1;

@@ -10,6 +10,7 @@ dat.conf lines (DAT_OVERRIDE names a private file; libdat2 reads nothing else th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from dataclasses import dataclass
@@ -106,10 +107,12 @@ def provider(kind: str, devices: list[str], sock_dir, dat_conf: Path,
 
 class Proc:
     """A tool left running (a server): its output goes to a file, so a chatty tool never
-    blocks on a full pipe. kill() is idempotent."""
+    blocks on a full pipe. kill() is idempotent. `netns` names the namespace it runs in (for
+    readiness checks on its kernel sockets), if any."""
 
-    def __init__(self, log: Path, cmd: list[str], env: dict):
+    def __init__(self, log: Path, cmd: list[str], env: dict, netns: Optional[str] = None):
         self.log = log
+        self.netns = netns
         self.cmd = [str(c) for c in cmd]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(self.cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -147,6 +150,19 @@ def run(cmd: list[str], env: dict, timeout: float = RUN_TIMEOUT) -> subprocess.C
 def shown(res: subprocess.CompletedProcess) -> str:
     cmd = " ".join(str(c) for c in res.args)
     return f"{cmd}\nexit code: {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+
+
+@contextlib.contextmanager
+def serving(log: Path, cmd: list, env: dict, ready, what: str, netns: Optional[str] = None):
+    """Starts a server (`what`, for messages), returns once ready(server) holds (polled),
+    kills it on the way out; fails at once if it exits before it is ready."""
+    srv = Proc(log, cmd, env, netns)
+    try:
+        st.poll(lambda: not srv.alive() or ready(srv), f"{what} server ready")
+        assert srv.alive(), f"the server exited before it was ready:\n{srv.describe()}"
+        yield srv
+    finally:
+        srv.kill()
 
 
 def tcp_listening(port: int, netns: Optional[str] = None) -> bool:

@@ -177,6 +177,17 @@ def telemetry_query(prefix: str, *cmds: str) -> list[dict]:
         return out
 
 
+def require_tool(name: str, package: str) -> str:
+    """The path of a tool the tests need; fails the test (never skips it) when it is missing,
+    naming the Debian package scripts/setup.sh installs it from."""
+    import pytest  # only the tests call this; scripts import the module without pytest
+
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is missing: scripts/setup.sh installs the {package} package")
+    return path
+
+
 def roce_packets(d: "Daemon", ports: tuple[int, ...] = (0, 1)) -> int:
     """RoCEv2 packets the daemon's ports have received (telemetry's roce_dispatched): what
     a test compares before and after a tool ran, to show its traffic crossed snic."""

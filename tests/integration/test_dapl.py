@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -58,8 +57,7 @@ def netns():
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory, mem_args, binaries, netns):
     for tool in TOOLS:
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: scripts/setup.sh installs the dapl2-utils package")
+        st.require_tool(tool, "dapl2-utils")
     with st.wire_daemon(tmp_path_factory, mem_args, "dapl", SUBNET) as (d, sock_dir):
         devices = [p.devices.split(",")[0] for p in st.ctl_status_ok(d.ctrl).ports]
         confs = tmp_path_factory.mktemp("dat")
@@ -95,16 +93,10 @@ def cmd(p: dt.Provider, *args) -> list[str]:
 
 @contextlib.contextmanager
 def server(p: dt.Provider, log: Path, args: list, ready):
-    """Starts a server, returns once ready(server) holds (polled), kills it on the way out;
-    fails at once if it exits before it is ready."""
-    srv = dt.Proc(log, cmd(p, *args), p.env)
-    srv.netns = p.netns[-1] if p.netns else None
-    try:
-        st.poll(lambda: not srv.alive() or ready(srv), f"{args[0]} server ready")
-        assert srv.alive(), f"server exited before it was ready:\n{srv.describe()}"
+    """dapltools.serving for this provider's command line, in its namespace."""
+    with dt.serving(log, cmd(p, *args), p.env, ready, args[0],
+                    p.netns[-1] if p.netns else None) as srv:
         yield srv
-    finally:
-        srv.kill()
 
 
 def sideband_ready(srv) -> bool:

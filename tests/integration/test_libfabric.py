@@ -15,11 +15,9 @@ the tests fail and say so."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import re
-import shutil
 
 import pytest
 
@@ -33,10 +31,7 @@ _ports = itertools.count(47600)  # fi_pingpong control ports in this module
 
 
 def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is missing: scripts/setup.sh installs Debian's libfabric-bin")
-    return path
+    return st.require_tool(name, "libfabric-bin")
 
 
 @pytest.fixture(scope="module")
@@ -102,19 +97,15 @@ def test_fi_pingpong_checks_every_byte(wire, tmp_path, ep, size):
     ns_exec = ["ip", "netns", "exec", ns]
     common = ["-p", "verbs", "-e", ep, "-c", "-I", "100", "-S", size]
     before = st.roce_packets(d)
-    srv = dt.Proc(tmp_path / "server.out", [*ns_exec, SNIC_RUN, pingpong, *common, "-B", port],
-                  env_for(sock_dir, f"{d.name}_0"))
-    try:
-        st.poll(lambda: not srv.alive() or dt.tcp_listening(port, ns), "fi_pingpong server ready")
-        assert srv.alive(), srv.describe()
+    with dt.serving(tmp_path / "server.out", [*ns_exec, SNIC_RUN, pingpong, *common, "-B", port],
+                    env_for(sock_dir, f"{d.name}_0"), lambda srv: dt.tcp_listening(port, ns),
+                    "fi_pingpong", ns) as srv:
         res = dt.run([*ns_exec, SNIC_RUN, pingpong, *common, "-P", port, SERVER_IP],
                      env_for(sock_dir, f"{d.name}_1"))
         context = f"client:\n{dt.shown(res)}\nserver:\n{srv.describe()}\ndaemon:\n{d.describe()}"
         assert res.returncode == 0, context
         srv.wait(timeout=60)
         assert srv.proc.returncode == 0, context
-    finally:
-        srv.kill()
     rows = re.findall(r"^(\S+)\s+100\s+=100\s+.*$", res.stdout, re.M)
     assert rows, context
     print(f"{ep}:\n" + "\n".join(l for l in res.stdout.splitlines() if "=100" in l))

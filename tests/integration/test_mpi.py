@@ -12,7 +12,6 @@ so."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -29,10 +28,8 @@ TIMEOUT = 300  # s; only ever cuts a hang short on a loaded 2-core machine
 
 @pytest.fixture(scope="module")
 def mpi_check(tmp_path_factory) -> Path:
-    for tool in ("mpicc", "mpirun"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: scripts/setup.sh installs openmpi-bin and "
-                        "libopenmpi-dev")
+    st.require_tool("mpicc", "libopenmpi-dev")
+    st.require_tool("mpirun", "openmpi-bin")
     out = tmp_path_factory.mktemp("mpi") / "mpi_check"
     res = st.run(["mpicc", "-O2", "-Wall", "-o", str(out), str(SOURCE)], timeout=120)
     assert res.returncode == 0, f"mpicc failed:\n{res.stdout}\n{res.stderr}"

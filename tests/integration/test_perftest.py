@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -27,8 +26,7 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)", re.M)
 @pytest.fixture(scope="module")
 def wire_daemon(tmp_path_factory, mem_args):
     for tool in ("ib_send_lat", "ib_write_bw"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: scripts/setup.sh installs the perftest package")
+        st.require_tool(tool, "perftest")
     with st.wire_daemon(tmp_path_factory, mem_args, "pt", "198.18.43") as wire:
         yield wire
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -51,8 +50,7 @@ def next_port() -> int:
 def wire(tmp_path_factory, mem_args):
     for package, tools in TOOLS.items():
         for tool in tools:
-            if shutil.which(tool) is None:
-                pytest.fail(f"{tool} is missing: scripts/setup.sh installs the {package} package")
+            st.require_tool(tool, package)
     with st.wire_daemon(tmp_path_factory, mem_args, "rcm", SUBNET) as w:
         yield w
 

@@ -16,11 +16,9 @@ tests fail and say so."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import re
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -93,10 +91,7 @@ def test_a_file_of_another_kind_is_left_alone(tmp_path_factory, mem_args, tmp_pa
 
 
 def ucx_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is missing: scripts/setup.sh installs Debian's ucx-utils")
-    return path
+    return st.require_tool(name, "ucx-utils")
 
 
 def test_ucx_info_lists_rc_and_ud_verbs_on_snic_devices(tmp_path_factory, mem_args):
@@ -133,15 +128,8 @@ def ucx_env(sock_dir: Path, tls: str, port: int, d: st.Daemon) -> dict:
     return env
 
 
-@contextlib.contextmanager
 def ucx_server(tmp_path: Path, cmd: list, env: dict, ready):
-    srv = dt.Proc(tmp_path / "server.out", [SNIC_RUN, *cmd], env)
-    try:
-        st.poll(lambda: not srv.alive() or ready(srv), f"{cmd[0]} server ready")
-        assert srv.alive(), f"the server exited before it was ready:\n{srv.describe()}"
-        yield srv
-    finally:
-        srv.kill()
+    return dt.serving(tmp_path / "server.out", [SNIC_RUN, *cmd], env, ready, Path(cmd[0]).name)
 
 
 PERFTESTS = [("tag_lat", 8), ("tag_lat", 6000), ("tag_bw", 65536), ("ucp_put_lat", 8), ("ucp_put_bw", 65536),
