@@ -2,7 +2,7 @@
 // MPA request and reply siw sent, revision 2 with CRCs (siw_real_crc.pcap) and revision 1
 // (siw_real_crc_mpav1.pcap), decoded by snic and produced again by snic's negotiator; then
 // every FPDU after them through snic's deframer, whole, at siw's segment boundaries and cut
-// at random points, and once with a byte flipped.
+// at random points, and once with a byte flipped; and every ULPDU through ddp.h's parser.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "proto/iwarp/ddp.h"
 #include "proto/iwarp/mpa.h"
 #include "tests/unit/pcap.h"
 #include "tests/unit/tcp_streams.h"
@@ -304,6 +305,59 @@ TEST(MpaVectors, a_flipped_byte_in_siw_traffic_is_a_crc_error) {
         FpduDeframer off(kMaxUlpdu, false);  // with CRCs off the same FPDU passes
         EXPECT_EQ(off.next(bad).status, FpduDeframer::Status::fpdu);
     }
+}
+
+// --- DDP/RDMAP inside them (ddp.h) -------------------------------------------------------
+
+// Every ULPDU the deframer yields parses as a DDP segment; the opcodes seen, by capture.
+std::map<RdmapOp, std::size_t> ddp_census(const char* name, std::size_t expect_fpdus) {
+    Capture cap;
+    load(name, cap);
+    std::map<RdmapOp, std::size_t> ops;
+    std::size_t total = 0;
+    for (const Connection& c : cap.connections) {
+        for (bool forward : {true, false}) {
+            SCOPED_TRACE(name_of(c) + (forward ? " request side" : " reply side"));
+            const Bytes& stream = forward ? c.request_stream : c.reply_stream;
+            const std::size_t frame_len =
+                decode_frame(stream, forward ? FrameKind::request : FrameKind::reply).frame.length;
+            FpduDeframer d(kMaxUlpdu, true);
+            const auto status = d.feed(std::span(stream).subspan(frame_len),
+                                       [&](std::span<const std::uint8_t> ulpdu) {
+                                           const iwarp::Segment seg = parse(ulpdu);
+                                           EXPECT_TRUE(seg.ok())
+                                               << parse_error_name(seg.error) << " at FPDU "
+                                               << d.fpdus();
+                                           if (seg.ok()) ++ops[seg.op];
+                                           ++total;
+                                       });
+            EXPECT_EQ(status, FpduDeframer::Status::need_more);
+        }
+    }
+    EXPECT_EQ(total, expect_fpdus);
+    for (RdmapOp op : {RdmapOp::send, RdmapOp::write, RdmapOp::read_request,
+                       RdmapOp::read_response}) {
+        EXPECT_GT(ops[op], 0u) << op_info(op).name;
+    }
+    return ops;
+}
+
+// rping and perftest's send_bw, write_bw and read_bw: Sends, RDMA Writes, Read Requests and
+// their Read Responses, nothing else (no Terminate: every connection closed cleanly).
+TEST(MpaVectors, every_ulpdu_of_siw_revision_2_is_a_ddp_segment) {
+    const std::map<RdmapOp, std::size_t> expect = {{RdmapOp::write, 67},
+                                                   {RdmapOp::read_request, 23},
+                                                   {RdmapOp::read_response, 63},
+                                                   {RdmapOp::send, 158}};
+    EXPECT_EQ(ddp_census("siw_real_crc.pcap", 311), expect);
+}
+
+TEST(MpaVectors, every_ulpdu_of_siw_revision_1_is_a_ddp_segment) {
+    const std::map<RdmapOp, std::size_t> expect = {{RdmapOp::write, 64},
+                                                   {RdmapOp::read_request, 20},
+                                                   {RdmapOp::read_response, 60},
+                                                   {RdmapOp::send, 147}};
+    EXPECT_EQ(ddp_census("siw_real_crc_mpav1.pcap", 291), expect);
 }
 
 }  // namespace
