@@ -33,7 +33,9 @@ std::string_view key_of(FrameKind kind) {
     return kind == FrameKind::request ? kMpaRequestKey : kMpaReplyKey;
 }
 
-bool valid_revision(std::uint8_t rev) { return rev == 1 || rev == 2; }
+bool valid_revision(std::uint8_t rev) {
+    return rev == 1 || rev == 2;
+}
 
 // The RTR kind a set holds, by siw's preference: Write, then Read, then Send.
 Rtr first_rtr(std::uint8_t set) {
@@ -45,10 +47,14 @@ Rtr first_rtr(std::uint8_t set) {
 
 std::uint8_t rtr_bit(Rtr r) {
     switch (r) {
-        case Rtr::send: return kRtrSend;
-        case Rtr::write: return kRtrWrite;
-        case Rtr::read: return kRtrRead;
-        case Rtr::none: break;
+        case Rtr::send:
+            return kRtrSend;
+        case Rtr::write:
+            return kRtrWrite;
+        case Rtr::read:
+            return kRtrRead;
+        case Rtr::none:
+            break;
     }
     return 0;
 }
@@ -115,10 +121,9 @@ std::size_t encode_frame(std::span<std::uint8_t> out, const MpaFrame& f) noexcep
     const std::size_t pd_len = f.pd_length();
     if (pd_len > kMpaMaxPrivateData || out.size() < kMpaFrameHeaderLen + pd_len) return 0;
     std::memcpy(out.data(), key_of(f.kind).data(), kMpaKeyLen);
-    out[16] = static_cast<std::uint8_t>((f.markers ? mpa_flag::kMarkers : 0) |
-                                        (f.crc ? mpa_flag::kCrc : 0) |
-                                        (f.reject ? mpa_flag::kReject : 0) |
-                                        (f.enhanced ? mpa_flag::kEnhanced : 0));
+    out[16] = static_cast<std::uint8_t>(
+        (f.markers ? mpa_flag::kMarkers : 0) | (f.crc ? mpa_flag::kCrc : 0) |
+        (f.reject ? mpa_flag::kReject : 0) | (f.enhanced ? mpa_flag::kEnhanced : 0));
     out[17] = f.revision;
     store_be16(&out[18], static_cast<std::uint16_t>(pd_len));
     std::size_t at = kMpaFrameHeaderLen;
@@ -178,8 +183,8 @@ MpaInitiator::MpaInitiator(const MpaConfig& config, std::span<const std::uint8_t
         fail(MpaError::bad_argument);
         return;
     }
-    sent_.private_data = std::span<const std::uint8_t>(out_).subspan(
-        out_len_ - private_data.size(), private_data.size());
+    sent_.private_data = std::span<const std::uint8_t>(out_).subspan(out_len_ - private_data.size(),
+                                                                     private_data.size());
     sent_.length = out_len_;
 }
 

@@ -61,9 +61,9 @@ inline constexpr std::uint8_t kRtrAll = kRtrSend | kRtrWrite | kRtrRead;
 //   |P|L|   IRD (14 bits)   |A|B|   ORD (14 bits)   |
 // P peer-to-peer, L zero-length Send, A zero-length RDMA Write, B zero-length RDMA Read.
 struct IrdOrdBit {
-    std::uint8_t rtr;     // kRtr* bit, 0 for P
-    bool in_ord_word;     // the second 16-bit word (else the first, IRD's)
-    std::uint16_t mask;   // within that word, host order
+    std::uint8_t rtr;    // kRtr* bit, 0 for P
+    bool in_ord_word;    // the second 16-bit word (else the first, IRD's)
+    std::uint16_t mask;  // within that word, host order
 };
 inline constexpr IrdOrdBit kIrdOrdP2p = {0, false, 0x8000};
 inline constexpr std::array<IrdOrdBit, 3> kIrdOrdRtrBits = {{
@@ -107,9 +107,18 @@ enum class MpaError : std::uint8_t {
 
 inline constexpr std::array<std::string_view, static_cast<std::size_t>(MpaError::count_)>
     kMpaErrorNames = {
-        "mpa_ok",           "mpa_truncated",         "mpa_bad_key",         "mpa_bad_revision",
-        "mpa_pd_too_long",  "mpa_missing_ird_ord",     "mpa_markers_requested", "mpa_crc_refused",
-        "mpa_insufficient_ird", "mpa_no_matching_rtr", "mpa_bad_argument",    "mpa_wrong_state",
+        "mpa_ok",
+        "mpa_truncated",
+        "mpa_bad_key",
+        "mpa_bad_revision",
+        "mpa_pd_too_long",
+        "mpa_missing_ird_ord",
+        "mpa_markers_requested",
+        "mpa_crc_refused",
+        "mpa_insufficient_ird",
+        "mpa_no_matching_rtr",
+        "mpa_bad_argument",
+        "mpa_wrong_state",
 };
 
 constexpr std::string_view mpa_error_name(MpaError e) {
@@ -320,10 +329,10 @@ std::size_t write_fpdu(std::span<std::uint8_t> out, std::span<const std::uint8_t
 class FpduDeframer {
   public:
     enum class Status : std::uint8_t {
-        fpdu,          // `ulpdu` holds one, valid until the next call
-        need_more,     // all of the input is taken; feed more
-        crc_error,     // fatal
-        too_long,      // fatal: ULPDU_Length above max_ulpdu
+        fpdu,       // `ulpdu` holds one, valid until the next call
+        need_more,  // all of the input is taken; feed more
+        crc_error,  // fatal
+        too_long,   // fatal: ULPDU_Length above max_ulpdu
     };
     struct Step {
         Status status = Status::need_more;

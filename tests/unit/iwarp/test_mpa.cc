@@ -22,9 +22,13 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-Bytes bytes_of(std::span<const std::uint8_t> s) { return {s.begin(), s.end()}; }
+Bytes bytes_of(std::span<const std::uint8_t> s) {
+    return {s.begin(), s.end()};
+}
 
-Bytes bytes_of(std::string_view s) { return {s.begin(), s.end()}; }
+Bytes bytes_of(std::string_view s) {
+    return {s.begin(), s.end()};
+}
 
 Bytes encode(const MpaFrame& f) {
     Bytes out(kMpaMaxFrameLen + 16);
@@ -326,7 +330,8 @@ TEST(MpaNegotiation, our_frames_never_ask_for_markers) {
 
 TEST(MpaNegotiation, reject_carries_the_responders_private_data_to_the_initiator) {
     for (std::uint8_t rev : {1, 2}) {
-        Exchange x(config(rev, CrcPolicy::require), bytes_of("please"), config(2, CrcPolicy::accept));
+        Exchange x(config(rev, CrcPolicy::require), bytes_of("please"),
+                   config(2, CrcPolicy::accept));
         x.request();
         ASSERT_EQ(x.responder.state(), MpaState::request_received);
         ASSERT_EQ(x.responder.reject(bytes_of("no thanks")), MpaError::none);
@@ -424,12 +429,15 @@ TEST(MpaNegotiation, peer_to_peer_picks_one_rtr_both_take_write_first) {
         Rtr rtr;
     };
     const Case cases[] = {
-        {kRtrAll, kRtrAll, Rtr::write},         {kRtrWrite | kRtrRead, kRtrRead, Rtr::read},
-        {kRtrSend | kRtrRead, kRtrAll, Rtr::read}, {kRtrSend, kRtrSend | kRtrWrite, Rtr::send},
+        {kRtrAll, kRtrAll, Rtr::write},
+        {kRtrWrite | kRtrRead, kRtrRead, Rtr::read},
+        {kRtrSend | kRtrRead, kRtrAll, Rtr::read},
+        {kRtrSend, kRtrSend | kRtrWrite, Rtr::send},
         {0, kRtrWrite | kRtrRead, Rtr::write},  // siw: none offered, propose Write
     };
     for (const Case& c : cases) {
-        SCOPED_TRACE(testing::Message() << "offered " << int{c.offered} << " taken " << int{c.taken});
+        SCOPED_TRACE(testing::Message()
+                     << "offered " << int{c.offered} << " taken " << int{c.taken});
         Exchange x(p2p(c.offered), {}, p2p(c.taken));
         x.request();
         EXPECT_TRUE(x.responder.request().ird_ord.peer_to_peer);

@@ -25,7 +25,9 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-Bytes bytes_of(std::span<const std::uint8_t> s) { return {s.begin(), s.end()}; }
+Bytes bytes_of(std::span<const std::uint8_t> s) {
+    return {s.begin(), s.end()};
+}
 
 // One iWARP connection of a capture: the initiator's stream (MPA request, FPDUs) and the
 // responder's (MPA reply, FPDUs), with the TCP segments of each.
@@ -145,8 +147,8 @@ void negotiate_as_siw(const char* name) {
         ic.ird = siw_req.ird_ord.ird;
         ic.ord = siw_req.ird_ord.ord;
         MpaInitiator i(ic, {});
-        EXPECT_EQ(bytes_of(i.request()), Bytes(c.request_stream.begin(),
-                                               c.request_stream.begin() + siw_req.length));
+        EXPECT_EQ(bytes_of(i.request()),
+                  Bytes(c.request_stream.begin(), c.request_stream.begin() + siw_req.length));
         // siw's whole reply stream: MPA takes the reply and leaves the FPDUs.
         EXPECT_EQ(i.on_bytes(c.reply_stream), siw_rep.length);
         ASSERT_EQ(i.state(), MpaState::established);
@@ -169,7 +171,9 @@ void negotiate_as_siw(const char* name) {
     }
 }
 
-TEST(MpaVectors, snic_sends_the_frames_siw_sent_revision_2) { negotiate_as_siw("siw_real_crc.pcap"); }
+TEST(MpaVectors, snic_sends_the_frames_siw_sent_revision_2) {
+    negotiate_as_siw("siw_real_crc.pcap");
+}
 
 TEST(MpaVectors, snic_sends_the_frames_siw_sent_revision_1) {
     negotiate_as_siw("siw_real_crc_mpav1.pcap");
@@ -258,8 +262,8 @@ void deframe_capture(const char* name, std::size_t expect_fpdus) {
             for (int round = 0; round < 5; ++round) {
                 std::vector<std::span<const std::uint8_t>> chunks;
                 for (std::size_t at = 0; at < fpdus.size();) {
-                    const std::size_t n =
-                        std::min<std::size_t>(fpdus.size() - at, 1 + rng() % (round < 2 ? 64 : 4000));
+                    const std::size_t n = std::min<std::size_t>(
+                        fpdus.size() - at, 1 + rng() % (round < 2 ? 64 : 4000));
                     chunks.push_back(fpdus.subspan(at, n));
                     at += n;
                 }
@@ -292,7 +296,8 @@ TEST(MpaVectors, a_flipped_byte_in_siw_traffic_is_a_crc_error) {
     std::mt19937 rng(7);
     for (const Connection& c : cap.connections) {
         SCOPED_TRACE(name_of(c));
-        const std::size_t frame_len = decode_frame(c.request_stream, FrameKind::request).frame.length;
+        const std::size_t frame_len =
+            decode_frame(c.request_stream, FrameKind::request).frame.length;
         Bytes bad(c.request_stream.begin() + static_cast<std::ptrdiff_t>(frame_len),
                   c.request_stream.end());
         ASSERT_GT(bad.size(), 8u);
@@ -322,21 +327,20 @@ std::map<RdmapOp, std::size_t> ddp_census(const char* name, std::size_t expect_f
             const std::size_t frame_len =
                 decode_frame(stream, forward ? FrameKind::request : FrameKind::reply).frame.length;
             FpduDeframer d(kMaxUlpdu, true);
-            const auto status = d.feed(std::span(stream).subspan(frame_len),
-                                       [&](std::span<const std::uint8_t> ulpdu) {
-                                           const iwarp::Segment seg = parse(ulpdu);
-                                           EXPECT_TRUE(seg.ok())
-                                               << parse_error_name(seg.error) << " at FPDU "
-                                               << d.fpdus();
-                                           if (seg.ok()) ++ops[seg.op];
-                                           ++total;
-                                       });
+            const auto status = d.feed(
+                std::span(stream).subspan(frame_len), [&](std::span<const std::uint8_t> ulpdu) {
+                    const iwarp::Segment seg = parse(ulpdu);
+                    EXPECT_TRUE(seg.ok())
+                        << parse_error_name(seg.error) << " at FPDU " << d.fpdus();
+                    if (seg.ok()) ++ops[seg.op];
+                    ++total;
+                });
             EXPECT_EQ(status, FpduDeframer::Status::need_more);
         }
     }
     EXPECT_EQ(total, expect_fpdus);
-    for (RdmapOp op : {RdmapOp::send, RdmapOp::write, RdmapOp::read_request,
-                       RdmapOp::read_response}) {
+    for (RdmapOp op :
+         {RdmapOp::send, RdmapOp::write, RdmapOp::read_request, RdmapOp::read_response}) {
         EXPECT_GT(ops[op], 0u) << op_info(op).name;
     }
     return ops;
