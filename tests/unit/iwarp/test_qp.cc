@@ -158,6 +158,26 @@ TEST(IwQp, ord_limits_reads_outstanding) {
     for (int i = 0; i < 6; ++i) EXPECT_EQ(p.a.q.scq[i].status, WcStatus::success) << i;
 }
 
+TEST(IwQp, more_reads_than_ird_terminate) {
+    IwConfig ca = iw_config(1), cb = iw_config(2);
+    ca.ord = 4;
+    cb.ird = 2;  // the peer promised 4: a broken negotiation
+    IwPair p(ca, cb);
+    const std::uint32_t la = p.a.mem.add(4096);
+    const std::uint32_t rb = p.b.mem.add(4096);
+    for (int i = 0; i < 3; ++i) {
+        SendWr r = iw_send_wr(i, WrOp::rdma_read, la, p.a.mem.va(la), 100);
+        r.rkey = rb;
+        r.remote_addr = p.b.mem.va(rb);
+        p.a.q.sq.push_back(r);
+    }
+    p.a.qp->poll(p.now);  // all three requests before the peer answers any
+    p.settle();
+    EXPECT_EQ(p.b.qp->terminate_sent(), term_cause(DdpUntaggedCode::no_buffer));
+    EXPECT_EQ(p.a.qp->state(), IwState::error);
+    ASSERT_EQ(p.a.q.scq.size(), 3u);
+}
+
 TEST(IwQp, fence_waits_for_prior_reads) {
     auto p = IwPair::standard();
     const std::uint32_t la = p->a.mem.add(4096);
