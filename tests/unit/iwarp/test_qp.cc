@@ -1,0 +1,542 @@
+// The iWARP QP engine end to end: two engines over a byte link that cuts the stream at
+// random points; every byte placed is checked, every completion seen once and in order.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "tests/unit/iwarp/qp_harness.h"
+
+namespace snic::iwarp::test {
+namespace {
+
+constexpr std::uint32_t kMiB = 1u << 20;
+
+bool same(std::span<const std::uint8_t> x, std::span<const std::uint8_t> y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size()) == 0;
+}
+
+TEST(IwQp, send_random_sizes_every_byte_in_order) {
+    auto p = IwPair::standard(1448, 7);
+    std::mt19937 rng(3);
+    constexpr int kMsgs = 24;
+    const std::uint32_t src = p->a.mem.add(kMiB + 64);
+    const std::uint32_t dst = p->b.mem.add(kMsgs * std::uint64_t{kMiB});
+    std::vector<std::uint32_t> sizes;
+    for (int i = 0; i < kMsgs; ++i) {
+        std::uint32_t n = i == 0 ? 0 : (i % 6 == 0 ? kMiB : rng() % 70000);
+        sizes.push_back(n);
+        p->b.q.rq.push_back(
+            iw_recv_wr(100 + i, dst, p->b.mem.va(dst, static_cast<std::uint64_t>(i) * kMiB), kMiB));
+    }
+    std::vector<std::vector<std::uint8_t>> sent;
+    for (int i = 0; i < kMsgs; ++i) {
+        // Each message from its own pattern, split over two SGEs.
+        fill_pattern(p->a.mem.bytes(src, 0, kMiB + 64), 1000 + i);
+        sent.emplace_back(p->a.mem.host(src), p->a.mem.host(src) + sizes[i]);
+        SendWr wr =
+            iw_send_wr(i, i % 3 == 0 ? WrOp::send : WrOp::send, src, p->a.mem.va(src), sizes[i]);
+        if (sizes[i] > 10) {
+            wr.num_sge = 2;
+            wr.sge[0].length = sizes[i] / 3;
+            wr.sge[1] = {p->a.mem.va(src, sizes[i] / 3), sizes[i] - sizes[i] / 3, src};
+        }
+        wr.solicited = i % 5 == 0;
+        p->a.q.sq.push_back(wr);
+        // Post and run one at a time so the source buffer can be refilled.
+        ASSERT_TRUE(
+            p->run_until([&] { return p->b.q.rcq.size() == static_cast<std::size_t>(i + 1); }));
+    }
+    ASSERT_TRUE(p->run_until([&] { return p->a.q.scq.size() == kMsgs; }));
+    for (int i = 0; i < kMsgs; ++i) {
+        const Completion& c = p->b.q.rcq[i];
+        EXPECT_EQ(c.wr_id, 100u + i);
+        EXPECT_EQ(c.status, WcStatus::success);
+        EXPECT_EQ(c.byte_len, sizes[i]);
+        EXPECT_EQ(c.solicited, i % 5 == 0);
+        EXPECT_TRUE(
+            same(p->b.mem.bytes(dst, static_cast<std::uint64_t>(i) * kMiB, sizes[i]), sent[i]))
+            << i;
+        EXPECT_EQ(p->a.q.scq[i].wr_id, static_cast<std::uint64_t>(i));
+        EXPECT_EQ(p->a.q.scq[i].status, WcStatus::success);
+    }
+    EXPECT_EQ(p->a.stream.oversize, 0u);
+    EXPECT_EQ(p->b.qp->expected_send_msn(), kMsgs + 1u);
+    EXPECT_EQ(p->b.qp->counters().crc_errors.get(), 0u);
+}
+
+TEST(IwQp, write_read_random_sizes_every_byte) {
+    auto p = IwPair::standard(1460, 11);
+    std::mt19937 rng(5);
+    const std::uint32_t la = p->a.mem.add(2 * kMiB);
+    const std::uint32_t rb = p->b.mem.add(2 * kMiB);
+    fill_pattern(p->a.mem.bytes(la, 0, kMiB), 1);
+    fill_pattern(p->b.mem.bytes(rb, kMiB, kMiB), 2);
+    std::uint64_t id = 0;
+    for (int i = 0; i < 12; ++i) {
+        const std::uint32_t n = i == 0 ? kMiB : rng() % 200000;
+        const std::uint32_t off = rng() % (kMiB - n + 1);
+        // WRITE a's [off, off+n) to b's [off, off+n).
+        SendWr w = iw_send_wr(id++, WrOp::rdma_write, la, p->a.mem.va(la, off), n);
+        w.remote_addr = p->b.mem.va(rb, off);
+        w.rkey = rb;
+        p->a.q.sq.push_back(w);
+        // READ b's [kMiB+off, +n) into a's [kMiB+off, +n) over three SGEs.
+        SendWr r = iw_send_wr(id++, WrOp::rdma_read, la, p->a.mem.va(la, kMiB + off), n);
+        if (n >= 3) {
+            r.num_sge = 3;
+            r.sge[0].length = n / 3;
+            r.sge[1] = {p->a.mem.va(la, kMiB + off + n / 3), n / 3, la};
+            r.sge[2] = {p->a.mem.va(la, kMiB + off + 2 * (n / 3)), n - 2 * (n / 3), la};
+        }
+        r.remote_addr = p->b.mem.va(rb, kMiB + off);
+        r.rkey = rb;
+        p->a.q.sq.push_back(r);
+        ASSERT_TRUE(p->run_until([&] { return p->a.q.scq.size() == id; })) << i;
+        EXPECT_TRUE(same(p->b.mem.bytes(rb, off, n), p->a.mem.bytes(la, off, n))) << i;
+        EXPECT_TRUE(same(p->a.mem.bytes(la, kMiB + off, n), p->b.mem.bytes(rb, kMiB + off, n)))
+            << i;
+    }
+    for (std::uint64_t i = 0; i < id; ++i) {
+        EXPECT_EQ(p->a.q.scq[i].wr_id, i);
+        EXPECT_EQ(p->a.q.scq[i].status, WcStatus::success);
+        EXPECT_EQ(p->a.q.scq[i].opcode,
+                  i % 2 == 0 ? verbs::WcOpcode::rdma_write : verbs::WcOpcode::rdma_read);
+    }
+    EXPECT_TRUE(p->b.q.rcq.empty());
+    EXPECT_EQ(p->a.stream.oversize + p->b.stream.oversize, 0u);
+}
+
+TEST(IwQp, completions_in_queue_order_write_waits_for_read) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rb = p->b.mem.add(4096);
+    SendWr r = iw_send_wr(1, WrOp::rdma_read, la, p->a.mem.va(la), 2000);
+    r.rkey = rb;
+    r.remote_addr = p->b.mem.va(rb);
+    SendWr w = iw_send_wr(2, WrOp::rdma_write, la, p->a.mem.va(la, 2048), 100);
+    w.rkey = rb;
+    w.remote_addr = p->b.mem.va(rb, 2048);
+    p->a.q.sq.push_back(r);
+    p->a.q.sq.push_back(w);
+    p->a.qp->poll(p->now);  // both go out; the WRITE is done on the wire
+    EXPECT_EQ(p->a.qp->counters().tx_write_fpdus.get(), 1u);
+    EXPECT_TRUE(p->a.q.scq.empty());  // but waits behind the READ
+    ASSERT_TRUE(p->run_until([&] { return p->a.q.scq.size() == 2; }));
+    EXPECT_EQ(p->a.q.scq[0].wr_id, 1u);
+    EXPECT_EQ(p->a.q.scq[1].wr_id, 2u);
+}
+
+TEST(IwQp, ord_limits_reads_outstanding) {
+    IwConfig ca = iw_config(1), cb = iw_config(2);
+    ca.ord = 2;
+    cb.ird = 2;
+    IwPair p(ca, cb);
+    const std::uint32_t la = p.a.mem.add(8192);
+    const std::uint32_t rb = p.b.mem.add(8192);
+    fill_pattern(p.b.mem.bytes(rb, 0, 8192), 9);
+    for (int i = 0; i < 6; ++i) {
+        SendWr r = iw_send_wr(i, i % 2 ? WrOp::rdma_read : WrOp::atomic_fetch_add, la,
+                              p.a.mem.va(la, i * 1024), i % 2 ? 1000 : 8);
+        r.rkey = rb;
+        r.remote_addr = p.b.mem.va(rb, i * 1024);
+        r.compare_add = 1;
+        p.a.q.sq.push_back(r);
+    }
+    std::uint32_t max_out = 0;
+    p.a.qp->poll(p.now);
+    EXPECT_EQ(
+        p.a.qp->counters().tx_read_requests.get() + p.a.qp->counters().tx_atomic_requests.get(),
+        2u);
+    ASSERT_TRUE(p.run_until([&] {
+        max_out = std::max(max_out, p.a.qp->reads_outstanding());
+        return p.a.q.scq.size() == 6;
+    }));
+    EXPECT_LE(max_out, 2u);
+    EXPECT_EQ(p.a.qp->state(), IwState::ok);
+    EXPECT_EQ(p.b.qp->state(), IwState::ok);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(p.a.q.scq[i].status, WcStatus::success) << i;
+}
+
+TEST(IwQp, more_reads_than_ird_terminate) {
+    IwConfig ca = iw_config(1), cb = iw_config(2);
+    ca.ord = 4;
+    cb.ird = 2;  // the peer promised 4: a broken negotiation
+    IwPair p(ca, cb);
+    const std::uint32_t la = p.a.mem.add(4096);
+    const std::uint32_t rb = p.b.mem.add(4096);
+    for (int i = 0; i < 3; ++i) {
+        SendWr r = iw_send_wr(i, WrOp::rdma_read, la, p.a.mem.va(la), 100);
+        r.rkey = rb;
+        r.remote_addr = p.b.mem.va(rb);
+        p.a.q.sq.push_back(r);
+    }
+    p.a.qp->poll(p.now);  // all three requests before the peer answers any
+    p.settle();
+    EXPECT_EQ(p.b.qp->terminate_sent(), term_cause(DdpUntaggedCode::no_buffer));
+    EXPECT_EQ(p.a.qp->state(), IwState::error);
+    ASSERT_EQ(p.a.q.scq.size(), 3u);
+}
+
+TEST(IwQp, fence_waits_for_prior_reads) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rb = p->b.mem.add(4096);
+    const std::uint32_t rbuf = p->b.mem.add(4096);
+    p->b.q.rq.push_back(iw_recv_wr(9, rbuf, p->b.mem.va(rbuf), 4096));
+    SendWr r = iw_send_wr(1, WrOp::rdma_read, la, p->a.mem.va(la), 1000);
+    r.rkey = rb;
+    r.remote_addr = p->b.mem.va(rb);
+    SendWr s = iw_send_wr(2, WrOp::send, la, p->a.mem.va(la), 10);
+    s.fence = true;
+    p->a.q.sq.push_back(r);
+    p->a.q.sq.push_back(s);
+    p->a.qp->poll(p->now);
+    EXPECT_EQ(p->a.qp->counters().tx_read_requests.get(), 1u);
+    EXPECT_EQ(p->a.qp->counters().tx_send_fpdus.get(), 0u);  // fenced behind the READ
+    ASSERT_TRUE(p->run_until([&] { return p->a.q.scq.size() == 2 && p->b.q.rcq.size() == 1; }));
+    EXPECT_EQ(p->a.qp->counters().tx_send_fpdus.get(), 1u);
+}
+
+TEST(IwQp, unsignaled_complete_silently) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rb = p->b.mem.add(4096);
+    for (int i = 0; i < 4; ++i) {
+        SendWr w = iw_send_wr(i, WrOp::rdma_write, la, p->a.mem.va(la), 100, i == 3);
+        w.rkey = rb;
+        w.remote_addr = p->b.mem.va(rb);
+        p->a.q.sq.push_back(w);
+    }
+    p->settle();
+    ASSERT_EQ(p->a.q.scq.size(), 1u);
+    EXPECT_EQ(p->a.q.scq[0].wr_id, 3u);
+    EXPECT_EQ(p->a.qp->send_wrs_held(), 0u);
+}
+
+TEST(IwQp, send_with_invalidate_invalidates_before_the_receive_completes) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rbuf = p->b.mem.add(4096);
+    const std::uint32_t win = p->b.mem.add(4096);
+    p->b.q.rq.push_back(iw_recv_wr(5, rbuf, p->b.mem.va(rbuf), 4096));
+    SendWr s = iw_send_wr(1, WrOp::send_inv, la, p->a.mem.va(la), 64);
+    s.imm_or_rkey = win;
+    s.solicited = true;
+    p->a.q.sq.push_back(s);
+    ASSERT_TRUE(p->run_until([&] { return p->b.q.rcq.size() == 1; }));
+    const Completion& c = p->b.q.rcq[0];
+    EXPECT_EQ(c.status, WcStatus::success);
+    EXPECT_TRUE(c.with_inv);
+    EXPECT_EQ(c.imm_or_rkey, win);
+    EXPECT_TRUE(c.solicited);
+    EXPECT_FALSE(p->b.mem.region(win).valid);
+    ASSERT_EQ(p->b.mem.invalidated.size(), 1u);
+    // Use of the invalidated key is fatal: a WRITE to it is answered with a Terminate.
+    SendWr w = iw_send_wr(2, WrOp::rdma_write, la, p->a.mem.va(la), 8);
+    w.rkey = win;
+    w.remote_addr = p->b.mem.va(win);
+    p->a.q.sq.push_back(w);
+    p->settle();
+    EXPECT_EQ(p->b.qp->state(), IwState::error);
+    EXPECT_EQ(p->b.qp->terminate_sent(), term_cause(DdpTaggedCode::invalid_stag));
+    EXPECT_EQ(p->a.qp->terminate_received(), term_cause(DdpTaggedCode::invalid_stag));
+}
+
+TEST(IwQp, no_posted_receive_terminates_both_sides) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p->a.mem.va(la), 10));
+    p->settle();
+    EXPECT_EQ(p->b.qp->state(), IwState::error);
+    EXPECT_EQ(p->b.qp->error(), IwError::remote_error);
+    EXPECT_EQ(p->b.qp->terminate_sent(), term_cause(DdpUntaggedCode::no_buffer));
+    EXPECT_EQ(p->a.qp->state(), IwState::error);
+    EXPECT_EQ(p->a.qp->error(), IwError::remote_terminate);
+    EXPECT_EQ(p->a.qp->terminate_received(), term_cause(DdpUntaggedCode::no_buffer));
+    EXPECT_TRUE(p->a.qp->wants_close());
+    EXPECT_TRUE(p->b.qp->wants_close());
+    EXPECT_FALSE(p->b.qp->terminate_pending());
+}
+
+TEST(IwQp, message_too_long_for_the_receive) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rbuf = p->b.mem.add(4096);
+    p->b.q.rq.push_back(iw_recv_wr(5, rbuf, p->b.mem.va(rbuf), 100));
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p->a.mem.va(la), 101));
+    p->settle();
+    ASSERT_EQ(p->b.q.rcq.size(), 1u);
+    EXPECT_EQ(p->b.q.rcq[0].status, WcStatus::loc_len_err);
+    EXPECT_EQ(p->b.qp->terminate_sent(), term_cause(DdpUntaggedCode::too_long));
+    EXPECT_EQ(p->a.qp->state(), IwState::error);
+}
+
+TEST(IwQp, read_access_errors_terminate_with_the_right_code_and_status) {
+    struct Case {
+        const char* name;
+        int kind;  // 0 bad key, 1 out of bounds, 2 no access, 3 QP without remote read
+        TermCause cause;
+    };
+    const Case cases[] = {
+        {"bad_key", 0, term_cause(RdmapEtype::remote_protection, RdmapCode::invalid_stag)},
+        {"bounds", 1, term_cause(RdmapEtype::remote_protection, RdmapCode::base_or_bounds)},
+        {"access", 2, term_cause(RdmapEtype::remote_protection, RdmapCode::access_rights)},
+        {"qp_access", 3, term_cause(RdmapEtype::remote_protection, RdmapCode::access_rights)},
+    };
+    for (const Case& k : cases) {
+        IwConfig cb = iw_config(2);
+        if (k.kind == 3) cb.remote_access = verbs::access::remote_write;
+        IwPair p(iw_config(1), cb);
+        const std::uint32_t la = p.a.mem.add(4096);
+        const std::uint32_t rb =
+            p.b.mem.add(4096, k.kind == 2 ? verbs::access::local_write | verbs::access::remote_write
+                                          : kAllAccess);
+        SendWr r = iw_send_wr(1, WrOp::rdma_read, la, p.a.mem.va(la), 100);
+        r.rkey = k.kind == 0 ? rb + 1 : rb;
+        r.remote_addr = p.b.mem.va(rb, k.kind == 1 ? 4000 : 0);
+        p.a.q.sq.push_back(r);
+        p.a.q.sq.push_back(iw_send_wr(2, WrOp::rdma_write, la, p.a.mem.va(la), 0));
+        p.settle();
+        EXPECT_EQ(p.b.qp->terminate_sent(), k.cause) << k.name;
+        EXPECT_EQ(p.a.qp->terminate_received(), k.cause) << k.name;
+        ASSERT_EQ(p.a.q.scq.size(), 2u) << k.name;
+        EXPECT_EQ(p.a.q.scq[0].status, WcStatus::rem_access_err) << k.name;
+        EXPECT_EQ(p.a.q.scq[1].status, WcStatus::wr_flush_err) << k.name;
+    }
+}
+
+TEST(IwQp, write_out_of_bounds_writes_nothing) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rb = p->b.mem.add(4096);
+    fill_pattern(p->a.mem.bytes(la, 0, 4096), 4);
+    SendWr w = iw_send_wr(1, WrOp::rdma_write, la, p->a.mem.va(la), 200);
+    w.rkey = rb;
+    w.remote_addr = p->b.mem.va(rb, 4000);
+    p->a.q.sq.push_back(w);
+    p->settle();
+    EXPECT_EQ(p->b.qp->terminate_sent(), term_cause(DdpTaggedCode::base_or_bounds));
+    for (std::uint8_t x : p->b.mem.bytes(rb, 0, 4096)) ASSERT_EQ(x, 0);
+    EXPECT_EQ(p->a.qp->state(), IwState::error);
+}
+
+TEST(IwQp, write_with_immediate) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(8192);
+    const std::uint32_t rb = p->b.mem.add(8192);
+    const std::uint32_t rbuf = p->b.mem.add(64);
+    fill_pattern(p->a.mem.bytes(la, 0, 8192), 8);
+    p->b.q.rq.push_back(iw_recv_wr(7, rbuf, p->b.mem.va(rbuf), 64));
+    SendWr w = iw_send_wr(1, WrOp::rdma_write_imm, la, p->a.mem.va(la), 5000);
+    w.rkey = rb;
+    w.remote_addr = p->b.mem.va(rb);
+    w.imm_or_rkey = 0x12345678;
+    p->a.q.sq.push_back(w);
+    ASSERT_TRUE(p->run_until([&] { return p->b.q.rcq.size() == 1 && p->a.q.scq.size() == 1; }));
+    const Completion& c = p->b.q.rcq[0];
+    EXPECT_EQ(c.opcode, verbs::WcOpcode::recv_rdma_with_imm);
+    EXPECT_TRUE(c.with_imm);
+    EXPECT_EQ(c.imm_or_rkey, 0x12345678u);
+    EXPECT_EQ(c.byte_len, 0u);
+    EXPECT_TRUE(same(p->b.mem.bytes(rb, 0, 5000), p->a.mem.bytes(la, 0, 5000)));
+    EXPECT_EQ(p->b.qp->counters().rx_immediates.get(), 1u);
+}
+
+TEST(IwQp, send_with_immediate_is_refused_as_by_rnics) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(64);
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send_imm, la, p->a.mem.va(la), 8));
+    p->settle();
+    ASSERT_EQ(p->a.q.scq.size(), 1u);
+    EXPECT_EQ(p->a.q.scq[0].status, WcStatus::loc_qp_op_err);
+}
+
+TEST(IwQp, atomics_return_the_original_value) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(64);
+    const std::uint32_t rb = p->b.mem.add(64);
+    std::uint64_t v = 40;
+    std::memcpy(p->b.mem.host(rb), &v, 8);
+    SendWr fa = iw_send_wr(1, WrOp::atomic_fetch_add, la, p->a.mem.va(la), 8);
+    fa.rkey = rb;
+    fa.remote_addr = p->b.mem.va(rb);
+    fa.compare_add = 2;
+    SendWr cs = iw_send_wr(2, WrOp::atomic_cmp_swp, la, p->a.mem.va(la, 8), 8);
+    cs.rkey = rb;
+    cs.remote_addr = p->b.mem.va(rb);
+    cs.compare_add = 42;
+    cs.swap = 7;
+    SendWr cs2 = iw_send_wr(3, WrOp::atomic_cmp_swp, la, p->a.mem.va(la, 16), 8);
+    cs2.rkey = rb;
+    cs2.remote_addr = p->b.mem.va(rb);
+    cs2.compare_add = 42;  // no longer matches
+    cs2.swap = 99;
+    p->a.q.sq.push_back(fa);
+    p->a.q.sq.push_back(cs);
+    p->a.q.sq.push_back(cs2);
+    ASSERT_TRUE(p->run_until([&] { return p->a.q.scq.size() == 3; }));
+    std::uint64_t got[3];
+    std::memcpy(got, p->a.mem.host(la), sizeof got);
+    EXPECT_EQ(got[0], 40u);
+    EXPECT_EQ(got[1], 42u);
+    EXPECT_EQ(got[2], 7u);
+    std::memcpy(&v, p->b.mem.host(rb), 8);
+    EXPECT_EQ(v, 7u);
+    for (const Completion& c : p->a.q.scq) EXPECT_EQ(c.status, WcStatus::success);
+    EXPECT_EQ(p->a.q.scq[0].opcode, verbs::WcOpcode::fetch_add);
+    EXPECT_EQ(p->a.q.scq[1].opcode, verbs::WcOpcode::comp_swap);
+}
+
+TEST(IwQp, misaligned_atomic_terminates) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(64);
+    const std::uint32_t rb = p->b.mem.add(64);
+    SendWr fa = iw_send_wr(1, WrOp::atomic_fetch_add, la, p->a.mem.va(la), 8);
+    fa.rkey = rb;
+    fa.remote_addr = p->b.mem.va(rb, 4);
+    p->a.q.sq.push_back(fa);
+    p->settle();
+    ASSERT_EQ(p->a.q.scq.size(), 1u);
+    EXPECT_EQ(p->a.q.scq[0].status, WcStatus::rem_access_err);
+}
+
+TEST(IwQp, to_error_flushes_in_order) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rb = p->b.mem.add(4096);
+    for (int i = 0; i < 3; ++i) p->a.q.rq.push_back(iw_recv_wr(50 + i, la, p->a.mem.va(la), 64));
+    SendWr r = iw_send_wr(1, WrOp::rdma_read, la, p->a.mem.va(la), 100);
+    r.rkey = rb;
+    r.remote_addr = p->b.mem.va(rb);
+    p->a.q.sq.push_back(r);
+    p->a.q.sq.push_back(iw_send_wr(2, WrOp::rdma_write, la, p->a.mem.va(la), 0, false));
+    p->a.qp->poll(p->now);  // the READ is out, the WRITE done behind it
+    p->a.q.sq.push_back(iw_send_wr(3, WrOp::send, la, p->a.mem.va(la), 5));
+    p->a.qp->to_error();
+    EXPECT_FALSE(p->a.qp->wants_close());
+    ASSERT_EQ(p->a.q.scq.size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(p->a.q.scq[i].wr_id, i + 1u);
+        EXPECT_EQ(p->a.q.scq[i].status, WcStatus::wr_flush_err);
+    }
+    ASSERT_EQ(p->a.q.rcq.size(), 3u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(p->a.q.rcq[i].wr_id, 50u + i);
+    // Posted later: flushed by poll().
+    p->a.q.sq.push_back(iw_send_wr(4, WrOp::send, la, p->a.mem.va(la), 5));
+    p->a.q.rq.push_back(iw_recv_wr(60, la, p->a.mem.va(la), 64));
+    EXPECT_TRUE(p->a.qp->poll(p->now));
+    EXPECT_EQ(p->a.q.scq.back().wr_id, 4u);
+    EXPECT_EQ(p->a.q.rcq.back().wr_id, 60u);
+}
+
+TEST(IwQp, stream_end_flushes_and_asks_to_close) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    p->a.q.rq.push_back(iw_recv_wr(50, la, p->a.mem.va(la), 64));
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p->a.mem.va(la), 5));
+    p->a.qp->on_stream_end(false);
+    EXPECT_EQ(p->a.qp->error(), IwError::stream_lost);
+    EXPECT_TRUE(p->a.qp->wants_close());
+    EXPECT_FALSE(p->a.qp->terminate_pending());
+    ASSERT_EQ(p->a.q.scq.size(), 1u);
+    EXPECT_EQ(p->a.q.scq[0].status, WcStatus::wr_flush_err);
+    ASSERT_EQ(p->a.q.rcq.size(), 1u);
+    EXPECT_FALSE(p->a.qp->poll(p->now));
+    EXPECT_EQ(p->a.stream.fpdus, 0u);
+}
+
+TEST(IwQp, corrupted_byte_caught_by_crc) {
+    auto p = IwPair::standard(1448, 21);
+    const std::uint32_t la = p->a.mem.add(100000);
+    const std::uint32_t rbuf = p->b.mem.add(100000);
+    p->b.q.rq.push_back(iw_recv_wr(5, rbuf, p->b.mem.va(rbuf), 100000));
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p->a.mem.va(la), 100000));
+    p->corrupt_at = 30000;
+    p->settle();
+    EXPECT_EQ(p->b.qp->counters().crc_errors.get(), 1u);
+    EXPECT_EQ(p->b.qp->error(), IwError::crc_error);
+    EXPECT_EQ(p->b.qp->terminate_sent(), term_cause(LlpCode::crc_error));
+    EXPECT_EQ(p->a.qp->terminate_received(), term_cause(LlpCode::crc_error));
+    ASSERT_EQ(p->b.q.rcq.size(), 1u);
+    EXPECT_EQ(p->b.q.rcq[0].status, WcStatus::wr_flush_err);
+}
+
+TEST(IwQp, mss_change_mid_stream) {
+    auto p = IwPair::standard(1448, 13);
+    const std::uint32_t la = p->a.mem.add(kMiB);
+    const std::uint32_t rbuf = p->b.mem.add(kMiB);
+    fill_pattern(p->a.mem.bytes(la, 0, kMiB), 77);
+    p->b.q.rq.push_back(iw_recv_wr(5, rbuf, p->b.mem.va(rbuf), kMiB));
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p->a.mem.va(la), kMiB));
+    // 200 FPDUs go out at 1448 bytes, then the path MTU drops: the rest are at most 536.
+    p->a.stream.accept_limit = 200;
+    p->a.qp->poll(p->now);
+    ASSERT_EQ(p->a.stream.fpdus, 200u);
+    EXPECT_EQ(p->a.stream.oversize, 0u);
+    p->a.qp->set_mss(536);
+    p->a.stream.mss = 536;
+    p->a.stream.accept_limit = ~std::uint64_t{0};
+    const std::uint64_t before = p->a.stream.fpdus;
+    ASSERT_TRUE(p->run_until([&] { return p->b.q.rcq.size() == 1; }));
+    EXPECT_GT(p->a.stream.fpdus, before);
+    EXPECT_EQ(p->a.stream.oversize, 0u);
+    EXPECT_EQ(p->b.q.rcq[0].byte_len, kMiB);
+    EXPECT_TRUE(same(p->b.mem.bytes(rbuf, 0, kMiB), p->a.mem.bytes(la, 0, kMiB)));
+}
+
+TEST(IwQp, stream_refusals_lose_nothing) {
+    auto p = IwPair::standard(1448, 17);
+    const std::uint32_t la = p->a.mem.add(300000);
+    const std::uint32_t rbuf = p->b.mem.add(300000);
+    fill_pattern(p->a.mem.bytes(la, 0, 300000), 5);
+    p->b.q.rq.push_back(iw_recv_wr(5, rbuf, p->b.mem.va(rbuf), 300000));
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p->a.mem.va(la), 300000));
+    for (int i = 0; i < 100000 && p->b.q.rcq.empty(); ++i) {
+        p->a.stream.refuse = i % 3 == 0 ? 1 : 0;
+        p->step();
+    }
+    ASSERT_EQ(p->b.q.rcq.size(), 1u);
+    EXPECT_GT(p->a.qp->counters().tx_refused.get(), 0u);
+    EXPECT_TRUE(same(p->b.mem.bytes(rbuf, 0, 300000), p->a.mem.bytes(la, 0, 300000)));
+}
+
+TEST(IwQp, rtr_write_and_read_are_swallowed) {
+    for (Rtr kind : {Rtr::write, Rtr::read, Rtr::send}) {
+        IwConfig ca = iw_config(1), cb = iw_config(2);
+        ca.rtr_send = kind;
+        cb.rtr_expect = kind;
+        IwPair p(ca, cb);
+        const std::uint32_t la = p.a.mem.add(64);
+        const std::uint32_t rbuf = p.b.mem.add(64);
+        p.b.q.rq.push_back(iw_recv_wr(5, rbuf, p.b.mem.va(rbuf), 64));
+        p.a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p.a.mem.va(la), 10));
+        ASSERT_TRUE(p.run_until([&] { return p.b.q.rcq.size() == 1 && p.a.q.scq.size() == 1; }));
+        EXPECT_EQ(p.b.q.rcq[0].wr_id, 5u);
+        EXPECT_EQ(p.b.qp->counters().rx_rtr.get(), 1u);
+        p.settle();
+        EXPECT_EQ(p.a.qp->state(), IwState::ok);
+        EXPECT_EQ(p.b.qp->state(), IwState::ok);
+    }
+}
+
+TEST(IwQp, local_invalidate_and_bind_complete_in_order) {
+    auto p = IwPair::standard();
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rb = p->b.mem.add(4096);
+    SendWr w = iw_send_wr(1, WrOp::rdma_write, la, p->a.mem.va(la), 100);
+    w.rkey = rb;
+    w.remote_addr = p->b.mem.va(rb);
+    SendWr inv = iw_send_wr(2, WrOp::local_inv, 0, 0, 0);
+    const std::uint32_t victim = p->a.mem.add(64);
+    inv.imm_or_rkey = victim;
+    p->a.q.sq.push_back(w);
+    p->a.q.sq.push_back(inv);
+    p->settle();
+    ASSERT_EQ(p->a.q.scq.size(), 2u);
+    EXPECT_EQ(p->a.q.scq[1].opcode, verbs::WcOpcode::local_inv);
+    EXPECT_FALSE(p->a.mem.region(victim).valid);
+}
+
+}  // namespace
+}  // namespace snic::iwarp::test
