@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/gsi.h"
+#include "daemon/iwarp_transport.h"
 #include "proto/cm/cma.h"
 
 namespace snic::daemon {
@@ -117,6 +118,11 @@ struct CmService::Id {
     cm::ConnId conn = 0;                  // on ports_[port_index]
     std::uint32_t remote_ip = 0;
     std::uint16_t remote_port = 0;
+    // iWARP: the connection of ports_[port_index]'s transport (instead of `conn`), and the
+    // ports a listener listens on for MPA (a bit each).
+    bool iw = false;
+    IwConnId iw_conn = 0;
+    std::uint64_t iw_listening = 0;
 };
 
 // One port's agent and the way out to its QP1. Events are queued while the agent runs and
@@ -152,10 +158,12 @@ struct CmService::PortCm final : cm::Sink {
     cm::Agent agent;
     std::map<cm::ConnId, shm::Handle> conns;
     std::vector<Queued> queued;
+    IwarpTransport* iw = nullptr;                // the port's iWARP transport, if any
+    std::map<IwConnId, shm::Handle> iw_conns;  // its connections the ids hold
 };
 
 CmService::CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort*> gsi,
-                     std::uint64_t seed)
+                     std::uint64_t seed, std::vector<IwarpTransport*> iwarp)
     : devices_(devices), next_cookie_(seed | 1), rng_(seed ^ 0x9e3779b97f4a7c15ull) {
     for (std::size_t i = 0; i < devices.size(); ++i) {
         cm::AgentConfig c;
@@ -165,6 +173,7 @@ CmService::CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort
         c.max_half_open = kMaxIdsPerSession;
         c.seed = static_cast<std::uint32_t>(seed >> (i % 32)) ^ static_cast<std::uint32_t>(i);
         ports_.push_back(std::make_unique<PortCm>(i < gsi.size() ? gsi[i] : nullptr, c));
+        ports_.back()->iw = i < iwarp.size() ? iwarp[i] : nullptr;
     }
 }
 
@@ -210,7 +219,8 @@ bool CmService::bindable(const Id& id, std::uint32_t ip, std::uint16_t port, boo
     ids_.for_each([&](const Id& other) {
         if (&other == &id || !other.bound || other.parent != shm::kNoHandle) return;
         if (other.ps != id.ps || other.port != port) return;
-        if (other.conn != 0 && other.state != Id::State::listening) return;  // connected ids
+        const bool connected = other.conn != 0 || other.iw_conn != 0;
+        if (connected && other.state != Id::State::listening) return;  // connected ids
         const bool overlap = other.ip == 0 || ip == 0 || other.ip == ip;
         if (!overlap) return;
         // REUSEADDR lets ids share an address unless one of them listens on it.
@@ -263,6 +273,12 @@ void CmService::count_id(CmSession& owner, int delta) {
 void CmService::unlink(Id& id) {
     if (id.conn != 0 && id.port_index < ports_.size()) ports_[id.port_index]->conns.erase(id.conn);
     id.conn = 0;
+    if (id.iw_conn != 0 && id.port_index < ports_.size()) {
+        PortCm& p = *ports_[id.port_index];
+        p.iw_conns.erase(id.iw_conn);
+        if (p.iw != nullptr) p.iw->release(id.iw_conn);  // aborted unless a QP runs on it
+    }
+    id.iw_conn = 0;
     if (id.parent != shm::kNoHandle) {
         if (Id* p = ids_.find(id.parent); p != nullptr && p->pending > 0) --p->pending;
         id.parent = shm::kNoHandle;
@@ -278,6 +294,7 @@ void CmService::destroy(Id& id) {
         p.agent.release(conn, now_ns());
     }
     unlink(id);
+    iw_unlisten(id);
     if (id.owner != nullptr) count_id(*id.owner, -1);
 
     ids_.take(id.handle);
@@ -295,6 +312,8 @@ bool CmService::deliver(Id& id, std::uint32_t type, std::int32_t status, const c
     ev.dst_ip = id.remote_ip;
     ev.dst_port = id.remote_port;
     ev.port_index = id.port_index;
+    ev.transport = static_cast<std::uint16_t>(id.iw ? shm::kTransportIwarp : shm::kTransportRoce);
+    ev.iw_conn = id.iw_conn;
     if (e != nullptr) fill_param(ev.param, e->peer);
     if (id.sidr) ev.param.qp_type = kQptUd;
     const std::size_t n = std::min(private_data.size(), sizeof ev.param.private_data);
@@ -456,8 +475,10 @@ void CmService::drain_events() {
 }
 
 void CmService::poll_fds(std::vector<int>& out) const {
-    for (const auto& p : ports_)
+    for (const auto& p : ports_) {
         if (p->gsi != nullptr) out.push_back(p->gsi->fd());
+        if (p->iw != nullptr) out.push_back(p->iw->fd());
+    }
 }
 
 void CmService::run(std::uint64_t now) {
@@ -473,6 +494,13 @@ void CmService::run(std::uint64_t now) {
         }
         p->agent.poll(now);
         drain_events();
+    }
+    for (std::size_t i = 0; i < ports_.size(); ++i) {
+        IwarpTransport* iw = ports_[i]->iw;
+        if (iw == nullptr) continue;
+        iw->clear_wakeup();
+        IwCmEvent e;
+        while (iw->take(e)) on_iw_event(i, e);
     }
 }
 
@@ -506,6 +534,199 @@ void CmService::fill_status(shm::CmStatusReply& r) const {
         r.ports[i] = {c.mads_rx,    c.mads_tx, c.mads_bad,          c.retransmits,
                       c.duplicates, c.stale,   c.half_open_refused, conns};
     }
+}
+
+// ---- iWARP: MPA over the ports' TCP ----------------------------------------------------------
+
+void CmService::iw_listen(Id& id) {
+    // rdma_cm's connected port spaces take MPA requests too, as Linux listens on every
+    // device of an address; a port whose TCP cannot listen there serves RoCE alone.
+    if (id.qp_type == kQptUd) return;
+    for (std::size_t i = 0; i < ports_.size() && i < 64; ++i) {
+        IwarpTransport* iw = ports_[i]->iw;
+        if (iw == nullptr || (id.ip != 0 && devices_[i].ip.addr.value != id.ip)) continue;
+        if (const int err = iw->listen(id.port, id.backlog); err != 0) {
+            spdlog::debug("cm: no iWARP listener on port {} TCP {}: {}", i, id.port,
+                          std::strerror(err));
+            continue;
+        }
+        id.iw_listening |= std::uint64_t{1} << i;
+    }
+}
+
+void CmService::iw_unlisten(Id& id) {
+    for (std::size_t i = 0; i < ports_.size() && id.iw_listening != 0; ++i) {
+        if ((id.iw_listening & std::uint64_t{1} << i) == 0) continue;
+        id.iw_listening &= ~(std::uint64_t{1} << i);
+        if (ports_[i]->iw != nullptr) ports_[i]->iw->unlisten(id.port);
+    }
+}
+
+bool CmService::deliver_iw(Id& id, std::uint32_t type, std::int32_t status, std::uint8_t rr,
+                           std::uint8_t depth, std::span<const std::uint8_t> pd) {
+    cm::Event e{};
+    e.peer.qp_type = kQptRc;
+    e.peer.responder_resources = rr;
+    e.peer.initiator_depth = depth;
+    return deliver(id, type, status, &e, pd);
+}
+
+void CmService::on_iw_request(std::size_t port, const IwCmEvent& e) {
+    PortCm& p = *ports_[port];
+    Id* l = listener_for(shm::kCmPsTcp, e.local_port, e.local_ip);
+    if (l == nullptr) l = listener_for(shm::kCmPsIb, e.local_port, e.local_ip);
+    if (l != nullptr && l->qp_type == kQptUd) l = nullptr;
+    auto refuse_req = [&](std::uint64_t& counter) {
+        ++counter;
+        (void)p.iw->reject(e.conn, {});
+        p.iw->release(e.conn);
+    };
+    if (l == nullptr) return refuse_req(counters_.no_listener);
+    if (l->pending >= l->backlog) return refuse_req(counters_.backlog_full);
+    if (!has_room(*l->owner)) return refuse_req(counters_.no_room);
+    auto child = std::make_unique<Id>();
+    child->owner = l->owner;
+    child->token = l->token;
+    child->ps = l->ps;
+    child->qp_type = l->qp_type;
+    child->bound = true;
+    child->ip = e.local_ip;
+    child->port = e.local_port;
+    child->port_index = static_cast<std::uint16_t>(port);
+    child->remote_ip = e.remote_ip;
+    child->remote_port = e.remote_port;
+    child->state = Id::State::req_received;
+    child->iw = true;
+    child->iw_conn = e.conn;
+    child->parent = l->handle;
+    const shm::Handle h = ids_.insert(std::move(child));
+    if (h == shm::kNoHandle) return refuse_req(counters_.no_room);
+    Id& c = *ids_.find(h);
+    count_id(*c.owner, +1);
+    ++l->pending;
+    p.iw_conns[e.conn] = h;
+    ++counters_.connect_requests;
+    p.iw->set_owner(e.conn, c.owner->peer());
+    // The peer's resources as the connect request shows them: its ORD is the READs it will
+    // send (its initiator depth), its IRD those it answers.
+    const auto pd = std::span<const std::uint8_t>(e.pd.data(), e.pd_len);
+    if (deliver_iw(c, shm::kCmConnectRequest, 0, static_cast<std::uint8_t>(std::min<int>(e.ird, 255)),
+                   static_cast<std::uint8_t>(std::min<int>(e.ord, 255)),
+                   pd.first(std::min(pd.size(), shm::kCmMaxPrivate))))
+        return;
+    (void)p.iw->reject(e.conn, {});
+    unlink(c);
+    count_id(*c.owner, -1);
+    ids_.take(h);
+}
+
+void CmService::on_iw_event(std::size_t port, const IwCmEvent& e) {
+    PortCm& p = *ports_[port];
+    using K = IwCmEvent::Kind;
+    if (e.kind == K::request) return on_iw_request(port, e);
+    const auto it = p.iw_conns.find(e.conn);
+    if (it == p.iw_conns.end()) return;  // released by its id
+    Id* id = ids_.find(it->second);
+    if (id == nullptr) {
+        p.iw_conns.erase(it);
+        return;
+    }
+    const auto pd = std::span<const std::uint8_t>(e.pd.data(), e.pd_len);
+    const auto rr = static_cast<std::uint8_t>(std::min<int>(e.ird, 255));
+    const auto depth = static_cast<std::uint8_t>(std::min<int>(e.ord, 255));
+    switch (e.kind) {
+        case K::reply:
+            id->state = Id::State::rep_received;
+            deliver_iw(*id, shm::kCmConnectResponse, 0, rr, depth,
+                       pd.first(std::min(pd.size(), shm::kCmRepPrivate)));
+            break;
+        case K::rejected:
+            id->state = Id::State::idle;
+            unlink(*id);
+            deliver_iw(*id, shm::kCmRejected, e.status, 0, 0,
+                       pd.first(std::min(pd.size(), shm::kCmRejPrivate)));
+            break;
+        case K::refused: {
+            // As Linux's rdma_cm reads an iWARP connect's failure: reset or refused is a
+            // rejection, a timeout unreachable, anything else a connect error.
+            id->state = Id::State::idle;
+            unlink(*id);
+            const std::uint32_t type = e.status == -ECONNREFUSED || e.status == -ECONNRESET
+                                           ? shm::kCmRejected
+                                           : e.status == -ETIMEDOUT ? shm::kCmUnreachable
+                                                                    : shm::kCmConnectError;
+            deliver_iw(*id, type, e.status, 0, 0, {});
+            break;
+        }
+        case K::disconnected:
+            id->state = Id::State::disconnecting;
+            if (!id->disconnect_delivered) {
+                id->disconnect_delivered = true;
+                deliver_iw(*id, shm::kCmDisconnected, 0, 0, 0, {});
+            }
+            break;
+        case K::gone:
+            if (id->state == Id::State::req_received && !id->disconnect_delivered) {
+                // The peer went before the request was answered.
+                id->disconnect_delivered = true;
+                deliver_iw(*id, shm::kCmDisconnected, 0, 0, 0, {});
+            }
+            unlink(*id);
+            break;
+        default:
+            break;
+    }
+}
+
+int CmService::iw_accept(Id& id, const shm::CmConnParam& param) {
+    constexpr const char* op = "cm_accept";
+    PortCm& port = *ports_[id.port_index];
+    if (id.state == Id::State::rep_received) {
+        // The active side's QP runs: nothing more goes on the wire (no RTR asked for).
+        id.state = Id::State::established;
+        return 0;
+    }
+    if (id.state != Id::State::req_received || id.iw_conn == 0 || port.iw == nullptr)
+        return refuse(EINVAL, op, "no connect request or response to answer");
+    if (param.private_data_len + iwarp::kMpaIrdOrdLen > iwarp::kMpaMaxPrivateData)
+        return refuse(EINVAL, op, "private data longer than MPA carries");
+    if (const int err = port.iw->accept(id.iw_conn, {param.private_data, param.private_data_len},
+                                        param.responder_resources, param.initiator_depth);
+        err != 0)
+        return refuse(err, op, "the MPA reply could not be sent");
+    if (Id* l = ids_.find(id.parent); l != nullptr && l->pending > 0) --l->pending;
+    id.parent = shm::kNoHandle;
+    // The reply is out: the connection is made (an iWARP responder has no RTU to wait for).
+    id.state = Id::State::established;
+    deliver_iw(id, shm::kCmEstablished, 0, param.responder_resources, param.initiator_depth, {});
+    return 0;
+}
+
+int CmService::iw_reject(Id& id, std::span<const std::uint8_t> pd) {
+    constexpr const char* op = "cm_reject";
+    PortCm& port = *ports_[id.port_index];
+    if (id.iw_conn == 0 || port.iw == nullptr ||
+        (id.state != Id::State::req_received && id.state != Id::State::rep_received))
+        return refuse(EINVAL, op, "no connect request or response to reject");
+    int err = 0;
+    if (id.state == Id::State::req_received) err = port.iw->reject(id.iw_conn, pd);
+    id.state = Id::State::idle;
+    unlink(id);  // the active side's reply is answered by closing the connection
+    if (err != 0) return refuse(err, op, "the MPA reject could not be sent");
+    return 0;
+}
+
+int CmService::iw_disconnect(Id& id) {
+    constexpr const char* op = "cm_disconnect";
+    using S = Id::State;
+    if (id.state == S::disconnecting) return 0;
+    if (id.iw_conn == 0 ||
+        (id.state != S::established && id.state != S::accepted && id.state != S::rep_received))
+        return refuse(EINVAL, op, "the id is not connected");
+    PortCm& port = *ports_[id.port_index];
+    if (port.iw != nullptr) port.iw->disconnect(id.iw_conn);
+    id.state = S::disconnecting;
+    return 0;
 }
 
 // ---- the ops of one CM connection ------------------------------------------------------------
@@ -630,6 +851,7 @@ int CmSession::listen(const shm::CmListenReq& req) {
         return refuse(EADDRINUSE, op, fmt::format("port {} is in use", id->port));
     id->backlog = req.backlog > 0 && req.backlog < kMaxBacklog ? req.backlog : kMaxBacklog;
     id->state = CmService::Id::State::listening;
+    service_.iw_listen(*id);
     return 0;
 }
 
@@ -654,6 +876,10 @@ int CmSession::connect(const shm::CmConnectReq& req) {
                           net::Ipv4Addr{req.dst_ip}.to_string() + " is on no port's subnet");
         index = *p;
     }
+    const bool iw = req.transport == shm::kTransportIwarp;
+    if (iw && (sidr || service_.ports_[index]->iw == nullptr))
+        return refuse(EINVAL, op, sidr ? "iWARP has no datagram service (SIDR)"
+                                       : "the port has no iWARP device");
     const std::uint32_t local = service_.devices_[index].ip.addr.value;
     if (!id->bound) {
         const std::uint16_t port = service_.ephemeral_port(*id, local);
@@ -662,6 +888,24 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     }
     id->ip = local;
     id->port_index = index;
+    if (iw) {
+        // MPA carries the consumer's private data alone (no rdma_cm header: the TCP
+        // connection has the addresses), IRD and ORD in RFC 6581's header.
+        CmService::PortCm& port = *service_.ports_[index];
+        auto conn = port.iw->connect(req.dst_ip, req.dst_port, id->port,
+                                     {req.param.private_data, req.param.private_data_len},
+                                     req.param.responder_resources, req.param.initiator_depth,
+                                     peer_);
+        if (!conn) return refuse(conn.error().code, op, conn.error().message);
+        id->iw = true;
+        id->iw_conn = *conn;
+        id->remote_ip = req.dst_ip;
+        id->remote_port = req.dst_port;
+        id->disconnect_delivered = false;
+        id->state = CmService::Id::State::connecting;
+        port.iw_conns[*conn] = id->handle;
+        return 0;
+    }
 
     std::array<std::uint8_t, cm::kCmaHeaderSize + shm::kCmSidrReqPrivate> pd{};
     cm::CmaHeader hdr;
@@ -703,6 +947,7 @@ int CmSession::accept(const shm::CmAcceptReq& req) {
     constexpr const char* op = "cm_accept";
     CmService::Id* id = service_.find(*this, req.id, op);
     if (id == nullptr) return EINVAL;
+    if (id->iw) return service_.iw_accept(*id, req.param);
     if (id->conn == 0) return refuse(EINVAL, op, "the id has no connection");
     CmService::PortCm& port = *service_.ports_[id->port_index];
     const std::uint64_t now = CmService::now_ns();
@@ -749,6 +994,7 @@ int CmSession::reject(const shm::CmRejectReq& req) {
     constexpr const char* op = "cm_reject";
     CmService::Id* id = service_.find(*this, req.id, op);
     if (id == nullptr) return EINVAL;
+    if (id->iw) return service_.iw_reject(*id, {req.private_data, req.private_data_len});
     if (id->conn == 0 || (id->state != CmService::Id::State::req_received &&
                           id->state != CmService::Id::State::rep_received))
         return refuse(EINVAL, op, "no connect request or response to reject");
@@ -775,6 +1021,7 @@ int CmSession::disconnect(const shm::HandleReq& req) {
     constexpr const char* op = "cm_disconnect";
     CmService::Id* id = service_.find(*this, req.handle, op);
     if (id == nullptr) return EINVAL;
+    if (id->iw) return service_.iw_disconnect(*id);
     if (id->conn == 0) return refuse(EINVAL, op, "the id is not connected");
     using S = CmService::Id::State;
     if (id->state == S::disconnecting) return 0;

@@ -9,8 +9,13 @@
 // back here and become CmEvents in the owning connection's ring, followed by one notification
 // byte on its socket (one byte per event: libsnic reads one byte for each event it takes).
 //
+// On a port's iWARP device the wire is MPA over snic's TCP instead (daemon/iwarp_transport.h):
+// the same ids and events, a connection of the port's IwarpTransport in place of an agent's,
+// the consumer's private data in the MPA frames, listeners listening on both.
+//
 // What the daemon does not do is touch the client's QP: libsnic moves its QP through
-// RTR/RTS itself when a connect response or request comes, and to ERR on a disconnect.
+// RTR/RTS itself when a connect response or request comes, and to ERR on a disconnect (on
+// iWARP, its RTR names the connection the QP runs on).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +38,8 @@ namespace snic::daemon {
 
 class GsiPort;
 class CmService;
+class IwarpTransport;
+struct IwCmEvent;
 
 // Counters of the CM service, daemon-wide (snicctl cm).
 struct CmServiceCounters {
@@ -95,10 +102,11 @@ class CmService {
     static constexpr std::uint32_t kMaxIdsPerSession = 4096;
     static constexpr std::uint32_t kMaxIdsPerUid = 16384;
 
-    // `devices` and `gsi` are per port, in port order (gsi entries may be null in tests that
-    // give a port no wire); `seed` makes ephemeral ports and CM identifiers unpredictable.
+    // `devices`, `gsi` and `iwarp` are per port, in port order (gsi entries may be null in
+    // tests that give a port no wire, iwarp entries for ports without an iWARP device); `seed`
+    // makes ephemeral ports and CM identifiers unpredictable.
     CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort*> gsi,
-              std::uint64_t seed);
+              std::uint64_t seed, std::vector<IwarpTransport*> iwarp = {});
     ~CmService();
 
     std::unique_ptr<CmSession> new_session(const Peer& peer);
@@ -131,6 +139,19 @@ class CmService {
     Id* listener_for(std::uint16_t ps, std::uint16_t port, std::uint32_t ip) const;
 
     void on_event(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd);
+    // iWARP: one connection event of a port's transport.
+    void on_iw_event(std::size_t port, const IwCmEvent& e);
+    void on_iw_request(std::size_t port, const IwCmEvent& e);
+    // iWARP: the ports an id listens on for MPA (all of them for the wildcard).
+    void iw_listen(Id& id);
+    void iw_unlisten(Id& id);
+    // The ops on an iWARP id.
+    int iw_accept(Id& id, const shm::CmConnParam& param);
+    int iw_reject(Id& id, std::span<const std::uint8_t> pd);
+    int iw_disconnect(Id& id);
+    // Delivers an iWARP event: the resources in `rr`/`depth`, the peer's private data.
+    bool deliver_iw(Id& id, std::uint32_t type, std::int32_t status, std::uint8_t rr,
+                    std::uint8_t depth, std::span<const std::uint8_t> pd);
     void on_request(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd);
     // Handles what the agents queued while they ran.
     void drain_events();

@@ -1,8 +1,5 @@
 #include "daemon/gsi.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <cstring>
 
 namespace snic::daemon {
@@ -10,12 +7,9 @@ namespace snic::daemon {
 GsiPort::GsiPort(SendFn send, void* ctx, std::uint64_t tsc_hz)
     : send_(send),
       ctx_(ctx),
-      hold_tsc_(static_cast<std::uint64_t>(static_cast<double>(tsc_hz) * kHoldSeconds)),
-      event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+      hold_tsc_(static_cast<std::uint64_t>(static_cast<double>(tsc_hz) * kHoldSeconds)) {}
 
-GsiPort::~GsiPort() {
-    if (event_fd_ >= 0) ::close(event_fd_);
-}
+GsiPort::~GsiPort() = default;
 
 void GsiPort::receive(std::uint32_t ip, std::uint32_t qpn, std::uint32_t qkey,
                       std::span<const std::uint8_t> payload) {
@@ -34,10 +28,7 @@ void GsiPort::receive(std::uint32_t ip, std::uint32_t qpn, std::uint32_t qkey,
         return;
     }
     counters_.rx_mads.add();
-    // Every MAD signals: CM traffic is a handful of packets per connection, and a signal per
-    // push can never be lost between the control thread's last look and its sleep.
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);
+    wakeup_.signal();
 }
 
 bool GsiPort::poll(std::uint64_t now) {
@@ -75,9 +66,5 @@ bool GsiPort::send(const GsiMad& m) {
     return false;
 }
 
-void GsiPort::clear_wakeup() {
-    std::uint64_t v;
-    [[maybe_unused]] const ssize_t n = ::read(event_fd_, &v, sizeof v);
-}
 
 }  // namespace snic::daemon

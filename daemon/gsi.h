@@ -14,6 +14,7 @@
 
 #include "common/counter.h"
 #include "daemon/lcore.h"
+#include "daemon/spsc_queue.h"
 #include "shm/wqe.h"
 
 namespace snic::daemon {
@@ -28,34 +29,8 @@ struct GsiMad {
     std::array<std::uint8_t, 256> data;
 };
 
-// A fixed single-producer, single-consumer queue of GsiMads, in this process only.
-class MadQueue {
-  public:
-    static constexpr std::uint32_t kCapacity = 256;
-
-    bool push(const GsiMad& m) {
-        const std::uint32_t tail = tail_.load(std::memory_order_relaxed);
-        if (tail - head_.load(std::memory_order_acquire) == kCapacity) return false;
-        slots_[tail % kCapacity] = m;
-        tail_.store(tail + 1, std::memory_order_release);
-        return true;
-    }
-    bool pop(GsiMad& out) {
-        const std::uint32_t head = head_.load(std::memory_order_relaxed);
-        if (head == tail_.load(std::memory_order_acquire)) return false;
-        out = slots_[head % kCapacity];
-        head_.store(head + 1, std::memory_order_release);
-        return true;
-    }
-    bool empty() const {
-        return head_.load(std::memory_order_acquire) == tail_.load(std::memory_order_acquire);
-    }
-
-  private:
-    alignas(64) std::atomic<std::uint32_t> head_{0};
-    alignas(64) std::atomic<std::uint32_t> tail_{0};
-    alignas(64) std::array<GsiMad, kCapacity> slots_{};
-};
+// QP1's MADs each way.
+using MadQueue = SpscQueue<GsiMad, 256>;
 
 struct GsiCounters {
     Counter rx_mads;     // handed to the control thread
@@ -87,8 +62,8 @@ class GsiPort : public LcorePoller {
     bool send(const GsiMad& m);
     bool take(GsiMad& out) { return in_.pop(out); }
     // Readable when MADs wait in the inbound queue; read() it empty before taking them.
-    int fd() const { return event_fd_; }
-    void clear_wakeup();
+    int fd() const { return wakeup_.fd(); }
+    void clear_wakeup() { wakeup_.clear(); }
 
     const GsiCounters& counters() const { return counters_; }
     template <typename F>
@@ -111,7 +86,7 @@ class GsiPort : public LcorePoller {
     bool held_ = false;
     std::uint64_t held_until_ = 0;
     GsiMad held_mad_{};
-    int event_fd_ = -1;
+    Wakeup wakeup_;
     MadQueue in_;
     MadQueue out_;
     GsiCounters counters_;

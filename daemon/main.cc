@@ -35,6 +35,7 @@
 #include "daemon/lcore.h"
 #include "daemon/lcore_tasks.h"
 #include "daemon/port.h"
+#include "daemon/iwarp_transport.h"
 #include "daemon/roce_transport.h"
 #include "daemon/selftest.h"
 #include "daemon/tcp_selftest.h"
@@ -111,10 +112,16 @@ std::string device_name(const Config& cfg, std::size_t index) {
     return cfg.name + "_" + std::to_string(index);
 }
 
+// Its iWARP device.
+std::string iw_device_name(const Config& cfg, std::size_t index) {
+    return cfg.name + "_iw" + std::to_string(index);
+}
+
 // The ports as RDMA devices, for the control server's sessions.
 std::vector<DevicePort> device_ports(
     const Config& cfg, const std::vector<std::unique_ptr<Port>>& ports,
-    const std::vector<std::unique_ptr<RoceTransport>>& transports) {
+    const std::vector<std::unique_ptr<RoceTransport>>& transports,
+    const std::vector<std::unique_ptr<IwarpTransport>>& iwarp) {
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
@@ -124,8 +131,9 @@ std::vector<DevicePort> device_ports(
             const bool known = l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN;
             return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
         };
-        devices.push_back(
-            DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link, transports[i].get()});
+        devices.push_back(DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link,
+                                     transports[i].get(), iw_device_name(cfg, i),
+                                     iwarp[i].get()});
     }
     return devices;
 }
@@ -148,15 +156,16 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
         info.prefix_length = p.ip().length;
         info.link_up = p.link_up() ? 1 : 0;
         info.ipv4 = p.ip().addr.value;
-        info.ndevices = 1;  // RoCEv2; iWARP comes with its transport
+        info.ndevices = 2;
         copy(info.devices[0], sizeof info.devices[0], device_name(cfg, i));
+        copy(info.devices[1], sizeof info.devices[1], iw_device_name(cfg, i));
         copy(info.name, sizeof info.name, p.name());
     }
 }
 
 // Each port's non-zero counters, then its transport's on a line of their own.
 void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
-                    const std::vector<std::unique_ptr<RoceTransport>>& transports,
+                    const std::vector<const Transport*>& transports,
                     const std::vector<std::unique_ptr<TcpService>>& tcp) {
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
@@ -166,18 +175,20 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
                 line += " " + std::string(name) + "=" + std::to_string(v);
         });
         std::printf("%s\n", line.c_str());
-        if (i >= transports.size() || !transports[i]) continue;
-        // The port's transport: its own counters and its QP scheduler's.
-        line = "snicd: port " + std::to_string(p.id()) + " " + std::string(transports[i]->name()) +
-               ":";
-        transports[i]->for_each_counter(
-            [](void* ctx, NamedCounter c) {
-                if (c.value != 0)
-                    *static_cast<std::string*>(ctx) +=
-                        " " + std::string(c.name) + "=" + std::to_string(c.value);
-            },
-            &line);
-        std::printf("%s\n", line.c_str());
+        // The port's transports (RoCEv2, iWARP): their own counters and their QP schedulers'.
+        for (std::size_t t = 2 * i; t < 2 * i + 2 && t < transports.size(); ++t) {
+            if (transports[t] == nullptr) continue;
+            line = "snicd: port " + std::to_string(p.id()) + " " +
+                   std::string(transports[t]->name()) + ":";
+            transports[t]->for_each_counter(
+                [](void* ctx, NamedCounter c) {
+                    if (c.value != 0)
+                        *static_cast<std::string*>(ctx) +=
+                            " " + std::string(c.name) + "=" + std::to_string(c.value);
+                },
+                &line);
+            std::printf("%s\n", line.c_str());
+        }
         if (i >= tcp.size() || !tcp[i]) continue;
         line = "snicd: port " + std::to_string(p.id()) + " tcp:";
         tcp[i]->for_each_counter([&](std::string_view name, std::uint64_t v) {
@@ -205,7 +216,9 @@ struct Running {
     std::vector<std::unique_ptr<RoceTransport>> transports;  // per port
     std::vector<std::unique_ptr<GsiPort>> gsi;               // per port: its QP1
     std::vector<std::unique_ptr<TcpService>> tcp;            // per port: snic's TCP
+    std::vector<std::unique_ptr<IwarpTransport>> iwarp;      // per port: on its TCP
     ~Running() {
+        iwarp.clear();
         tcp.clear();
         transports.clear();
         gsi.clear();
@@ -263,6 +276,7 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
     r.transports.resize(r.ports.size());
     r.gsi.resize(r.ports.size());
     r.tcp.resize(r.ports.size());
+    r.iwarp.resize(r.ports.size());
     for (std::size_t i = 0; i < n; ++i) {
         std::vector<LcorePoller*> pollers;
         if (selftest != nullptr && i == 0) pollers.push_back(selftest);
@@ -296,6 +310,11 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             r.ports[p]->set_tcp_hook({&TcpService::on_tcp, r.tcp[p].get()});
             r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});
             mine.push_back(r.tcp[p].get());
+            // The port's iWARP device: MPA, DDP and RDMAP over that TCP.
+            r.iwarp[p] = std::make_unique<IwarpTransport>(*r.ports[p], *r.tasks[i],
+                                                          resources.keys(), *r.tcp[p],
+                                                          rte_get_tsc_hz());
+            mine.push_back(r.iwarp[p].get());
         }
         r.lcores[i]->serve(r.tasks[i].get(), mine);
     }
@@ -371,7 +390,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         }
 
         constexpr std::chrono::milliseconds kTelemetryWait{1000};
-        TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}};
+        TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
         for (const auto& t : r.tcp) tel.tcp.push_back(t.get());
         std::vector<TcpService*> tcp_services;
@@ -394,6 +413,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
                 kTelemetryWait);
         };
         for (const auto& t : r.transports) tel.transports.push_back(t.get());
+        for (const auto& t : r.iwarp) tel.iwarp.push_back(t.get());
         for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
         // The QPs through the control thread, which owns the sessions (daemon/control_queue.h).
         tel.qps = [&ctl = **control] { return ctl.ask_qps(kTelemetryWait); };
@@ -404,15 +424,21 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             if (!r.owned[i].empty())
                 rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
 
-        (*control)->set_devices(device_ports(cfg, r.ports, r.transports));
+        (*control)->set_devices(device_ports(cfg, r.ports, r.transports, r.iwarp));
         std::vector<std::string> names;
-        for (std::size_t i = 0; i < r.ports.size(); ++i) names.push_back(device_name(cfg, i));
+        for (std::size_t i = 0; i < r.ports.size(); ++i) {
+            names.push_back(device_name(cfg, i));
+            names.push_back(iw_device_name(cfg, i));
+        }
         std::optional<DeviceNodes> nodes;
         if (!cfg.dev_dir.empty()) nodes.emplace(cfg.dev_dir, names, cfg.ctrl_mode);
         std::vector<GsiPort*> gsi;
         for (const auto& g : r.gsi) gsi.push_back(g.get());
+        std::vector<IwarpTransport*> iwarp;
+        for (const auto& t : r.iwarp) iwarp.push_back(t.get());
         CmService cm((*control)->devices(), std::move(gsi),
-                     std::random_device{}() * 0x100000001ull ^ std::random_device{}());
+                     std::random_device{}() * 0x100000001ull ^ std::random_device{}(),
+                     std::move(iwarp));
         (*control)->set_cm(&cm);
         (*control)->set_tcp([&tcp_services](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep) {
             return fill_tcp_conns(tcp_services, q, rep);
@@ -454,7 +480,12 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         resources.set_quiesce({});
         unregister_telemetry();
         spdlog::info("snicd {} stopping", cfg.name);
-        print_counters(r.ports, r.transports, r.tcp);
+        std::vector<const Transport*> all;
+        for (std::size_t i = 0; i < r.ports.size(); ++i) {
+            all.push_back(r.transports[i].get());
+            all.push_back(r.iwarp[i].get());
+        }
+        print_counters(r.ports, all, r.tcp);
         if (selftest) rc = report_selftest(cfg, *selftest);
     }
     rte_eal_cleanup();

@@ -2,7 +2,6 @@
 // it to (and taking it back from) the port's lcore. Control thread only.
 #include "daemon/roce_transport.h"
 
-#include <malloc.h>
 #include <rte_cycles.h>
 
 #include <algorithm>
@@ -59,7 +58,7 @@ roce::UdConfig ud_config_of(const Qp& qp, std::uint32_t ip_mtu) {
 }
 
 RoceQpBase::RoceQpBase(RoceTransport& transport, Qp& qp, const NameTable& keys, std::uint32_t qpn)
-    : transport_(transport), glue_(qp, keys), qpn_(qpn), doorbells_(qp.doorbells) {}
+    : RunningQp(qp, keys, qpn), transport_(transport) {}
 
 RoceQpBase::~RoceQpBase() = default;
 
@@ -128,20 +127,13 @@ void RoceQp::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) 
         fn(ctx, {f.name, (engine_.counters().*f.field).get()});
 }
 
-// A QP's doorbell is the slot of its number: unique among live QPs, and the index of by_slot_.
-static_assert(shm::kDoorbellBits == 1u << kQpnFormat.gen_shift && kQpnFormat.index_shift == 0);
-
 RoceTransport::RoceTransport(Port& port, LcoreTasks& tasks, const NameTable& keys,
                              std::uint64_t tsc_hz)
     : port_(port),
       tasks_(tasks),
       keys_(keys),
-      ns_per_tsc_(1e9 / static_cast<double>(tsc_hz)),
-      by_slot_(std::make_unique<std::array<RoceQpBase*, kQpnSlots>>()),
-      slots_(kSlotChunks),
-      sched_(kQpnSlots, kGraceNs) {
-    by_slot_->fill(nullptr);
-}
+      runner_(tasks, tsc_hz, kGraceNs),
+      slots_(kSlotChunks) {}
 
 RoceTransport::~RoceTransport() {
     for (; loop_count_ > 0; --loop_count_, loop_head_ = (loop_head_ + 1) % kLoopSlots)
@@ -173,26 +165,9 @@ Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
     } else {
         return make_error(EOPNOTSUPP, "UC QPs do not run on RoCEv2 yet");
     }
-    RoceQpBase* p = rt.get();
-    // The client's doorbells are watched while one of its QPs runs here.
-    DoorbellWatch* fresh = nullptr;
-    if (qp.doorbells != nullptr) {
-        auto& w = watches_[qp.doorbells];
-        if (!w) {
-            w = std::make_unique<DoorbellWatch>();
-            w->area = qp.doorbells;
-            fresh = w.get();
-        }
-        ++w->qps;
-    }
-    tasks_.run([&] {
-        if (fresh != nullptr) link(fresh);
-        (*by_slot_)[p->qpn() & (kQpnSlots - 1)] = p;
-        const std::uint64_t now = rte_rdtsc();
-        sched_.add(*p, ns(now));
+    runner_.add(*rt, qp, [&](std::uint64_t now) {
         if (peer && *peer != port_.ip().addr) port_.resolve(*peer, now);  // ARP ahead of time
     });
-    peak_ = std::max(peak_, ++running_);
     return std::unique_ptr<QpEngine>(std::move(rt));
 }
 
@@ -202,7 +177,7 @@ void RoceTransport::start_sending(Qp& qp) {
     tasks_.run([&] {
         rt.start_sending(a);
         rt.glue_.set_sending();
-        sched_.wake(rt);
+        runner_.wake(rt);
     });
 }
 
@@ -219,7 +194,7 @@ void RoceTransport::resume(Qp& qp) {
     RoceQpBase& rt = of(qp);
     tasks_.run([&] {
         rt.glue_.set_sending();
-        sched_.wake(rt);  // WQEs posted in SQD rang no doorbell if the QP was awake
+        runner_.wake(rt);  // WQEs posted in SQD rang no doorbell if the QP was awake
     });
 }
 
@@ -228,7 +203,7 @@ void RoceTransport::to_error(Qp& qp) {
     tasks_.run([&] {
         rt.glue_.note_failed(true);
         rt.to_error();
-        sched_.wake(rt);  // a fatal NAK may be left to send; WRs posted later are flushed
+        runner_.wake(rt);  // a fatal NAK may be left to send; WRs posted later are flushed
     });
 }
 
@@ -239,39 +214,10 @@ void RoceTransport::modified(Qp& qp, std::uint32_t mask) {
 }
 
 void RoceTransport::stop(Qp& qp) {
-    RoceQpBase* rt = &of(qp);
-    DoorbellWatch* gone = nullptr;
-    if (auto it = watches_.find(rt->doorbells_); it != watches_.end() && --it->second->qps == 0)
-        gone = it->second.get();
-    tasks_.run([&] {
-        auto& slot = (*by_slot_)[rt->qpn() & (kQpnSlots - 1)];
-        if (slot == rt) slot = nullptr;
-        sched_.remove(*rt);
-        if (gone != nullptr) unlink(gone);
-        if (rt->tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(rt->tx_m_, nullptr));
+    RoceQpBase& rt = of(qp);
+    runner_.remove(rt, [&] {
+        if (rt.tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(rt.tx_m_, nullptr));
     });
-    if (gone != nullptr) watches_.erase(gone->area);
-    // When many QPs went, the heap's free pages go back to the system (a QP is small, but tens
-    // of thousands come and go with their clients): each time the QPs running here halved
-    // from a peak of at least kTrimPeak. The engines stopped before this call are freed by now.
-    constexpr std::uint32_t kTrimPeak = 256;
-    if (--running_ <= peak_ / 2 && peak_ >= kTrimPeak) {
-        malloc_trim(0);
-        peak_ = running_;
-    }
-}
-
-void RoceTransport::link(DoorbellWatch* w) {
-    w->prev = nullptr;
-    w->next = watching_;
-    if (watching_ != nullptr) watching_->prev = w;
-    watching_ = w;
-}
-
-void RoceTransport::unlink(DoorbellWatch* w) {
-    (w->prev != nullptr ? w->prev->next : watching_) = w->next;
-    if (w->next != nullptr) w->next->prev = w->prev;
-    w->prev = w->next = nullptr;
 }
 
 void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const {
@@ -286,18 +232,11 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"loopback_packets", c.loopback_packets.get()});
     fn(ctx, {"loopback_full", c.loopback_full.get()});
     fn(ctx, {"turns", c.turns.get()});
-    fn(ctx, {"doorbells", c.doorbells.get()});
-    fn(ctx, {"doorbells_stray", c.doorbells_stray.get()});
     fn(ctx, {"rx_gsi", c.rx_gsi.get()});
     fn(ctx, {"rx_gsi_no_hook", c.rx_gsi_no_hook.get()});
     fn(ctx, {"rx_gsi_bad_opcode", c.rx_gsi_bad_opcode.get()});
     fn(ctx, {"tx_gsi", c.tx_gsi.get()});
-    const SchedCounters& s = sched_.counters();
-    fn(ctx, {"engine_polls", s.engine_polls.get()});
-    fn(ctx, {"timer_wakes", s.timer_wakes.get()});
-    fn(ctx, {"sleeps", s.sleeps.get()});
-    fn(ctx, {"stayed_awake", s.stayed_awake.get()});
-    fn(ctx, {"timers_full", s.timers_full.get()});
+    runner_.for_each_counter(fn, ctx);
     for (std::size_t i = 0; i < roce::kRoceDropReasons; ++i)
         fn(ctx, {roce::kRoceDropNames[i], c.drops[i].get()});
 }

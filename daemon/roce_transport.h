@@ -23,7 +23,7 @@
 
 #include "daemon/lcore_tasks.h"
 #include "daemon/qp_glue.h"
-#include "daemon/qp_sched.h"
+#include "daemon/qp_runner.h"
 #include "daemon/stats.h"
 #include "daemon/transport.h"
 #include "proto/net/addr.h"
@@ -48,8 +48,6 @@ struct RoceCounters {
     Counter loopback_packets;   // sent to a QP of this very port, without the wire
     Counter loopback_full;      // the loopback queue was full: dropped, the engine retransmits
     Counter turns;              // polls of the transport: turns of its lcore's loop
-    Counter doorbells;          // doorbells rung by clients for QPs that slept
-    Counter doorbells_stray;    // doorbell bits naming no QP of that client: ignored
     Counter rx_gsi;             // to QP1, handed to the GSI hook
     Counter rx_gsi_no_hook;     // to QP1 while no GSI hook is set: dropped
     Counter rx_gsi_bad_opcode;  // to QP1 but not UD SEND ONLY: dropped
@@ -73,20 +71,10 @@ std::uint16_t roce_source_port(std::uint32_t qpn, std::uint32_t dest_qpn);
 // What the transport's table holds of a running QP, RC or UD: the glue, the QP's number and
 // doorbells, and the frame it is filling. Built by the control thread when the QP enters RTR,
 // attached to the lcore, detached before it goes.
-class RoceQpBase : public QpEngine, public Schedulable {
+class RoceQpBase : public RunningQp {
   public:
     RoceQpBase(RoceTransport& transport, Qp& qp, const NameTable& keys, std::uint32_t qpn);
     ~RoceQpBase() override;
-
-    QpGlue& glue() { return glue_; }
-    std::uint32_t qpn() const { return qpn_; }
-
-    // QpEngine
-    bool failed() const override { return glue_.failed(); }
-
-    // Schedulable
-    bool sched_sleep() override { return glue_.try_sleep(); }
-    void sched_awake() override { glue_.awake(); }
 
     // --- the lcore ---
     // A packet for this QP number (parsed, ICRC verified; `frame` is the whole frame).
@@ -106,9 +94,6 @@ class RoceQpBase : public QpEngine, public Schedulable {
     std::span<std::uint8_t> alloc_packet(std::size_t len);
 
     RoceTransport& transport_;
-    QpGlue glue_;
-    const std::uint32_t qpn_;
-    shm::Doorbells* const doorbells_;  // its client's, where its bit rings
     rte_mbuf* tx_m_ = nullptr;         // the frame being filled between tx_alloc and tx_send
 };
 
@@ -191,7 +176,7 @@ class RoceTransport final : public Transport {
 
     Port& port() { return port_; }
     const RoceCounters& counters() const { return counters_; }
-    const SchedCounters& sched_counters() const { return sched_.counters(); }
+    const SchedCounters& sched_counters() const { return runner_.sched_counters(); }
 
     // Transport
     std::string_view name() const override { return "roce"; }
@@ -208,7 +193,7 @@ class RoceTransport final : public Transport {
 
     // --- the lcore ---
     // Frames looped back last turn, the doorbells of its clients, then the QPs with work
-    // (QpScheduler::run); true when any of it did something.
+    // (QpRunner::poll); true when any of it did something.
     bool poll(std::uint64_t now_tsc) override;
     // QP1, the General Service Interface. Packets to QP1 go to the hook; without one they are
     // counted (rx_gsi_no_hook) and dropped. Set on the control thread before the port runs.
@@ -235,17 +220,8 @@ class RoceTransport final : public Transport {
     friend class RoceQpBase;
     friend class RoceQp;
     friend class RoceUdQp;
-    // The doorbells of one client with QPs running here: made and counted by the control
-    // thread, read by the lcore through its list.
-    struct DoorbellWatch {
-        shm::Doorbells* area = nullptr;
-        std::uint32_t qps = 0;  // control thread only
-        DoorbellWatch* prev = nullptr;
-        DoorbellWatch* next = nullptr;
-    };
-
     static RoceQpBase& of(Qp& qp);
-    std::uint64_t ns(std::uint64_t tsc) const;
+    std::uint64_t ns(std::uint64_t tsc) const { return runner_.ns(tsc); }
     void receive(rte_mbuf* m, const net::RxFrame& frame, std::uint64_t now_tsc);
     // A packet to QP1: to the GSI hook. Frees m.
     void receive_gsi(rte_mbuf* m, const roce::Packet& pkt, net::Ipv4Addr src);
@@ -253,26 +229,14 @@ class RoceTransport final : public Transport {
     // last) towards `dst` and sends it, or loops it back when `dst` is this port. False, with
     // `m` freed and counted, when the peer's MAC is not resolved yet. Takes `m` in every case.
     bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, std::uint16_t src_port);
-    // Takes the doorbells rung in `w`'s area and wakes their QPs.
-    void ring_doorbells(DoorbellWatch& w);
-    // The lcore: a watch enters or leaves the list.
-    void link(DoorbellWatch* w);
-    void unlink(DoorbellWatch* w);
 
-    static constexpr std::uint32_t kQpnSlots = 1u << 14;  // as many as QP number slots
     Port& port_;
     LcoreTasks& tasks_;
     const NameTable& keys_;
-    const double ns_per_tsc_;
     RoceCounters counters_;
-    std::unique_ptr<std::array<RoceQpBase*, kQpnSlots>> by_slot_;  // lcore only
-    roce::SendSlotPool slots_;                                     // lcore only
-    QpScheduler sched_;                                            // lcore only
-    std::uint64_t now_tsc_ = 0;          // lcore: this turn's time, for the engines' wire
-    DoorbellWatch* watching_ = nullptr;  // lcore: the watches' list
-    std::map<shm::Doorbells*, std::unique_ptr<DoorbellWatch>> watches_;  // control thread
-    // Control thread: QPs running here, and the most since memory was last given back.
-    std::uint32_t running_ = 0, peak_ = 0;
+    QpRunner runner_;
+    roce::SendSlotPool slots_;   // lcore only
+    std::uint64_t now_tsc_ = 0;  // lcore: this turn's time, for the engines' wire
     // Frames to a QP of this port, received on the next poll (not from inside an engine).
     static constexpr std::uint32_t kLoopSlots = 512;
     std::array<rte_mbuf*, kLoopSlots> loop_{};

@@ -85,7 +85,7 @@ void RoceQp::on_packet(const roce::Packet& pkt, const net::RxFrame& f, const std
     }
     engine_.on_packet(pkt, transport_.ns(now_tsc));
     note_state();
-    transport_.sched_.wake(*this);  // to answer, or to send what the packet allowed
+    transport_.runner_.wake(*this);  // to answer, or to send what the packet allowed
 }
 
 // A datagram QP hears anyone who knows its number and Q_Key (the engine checks the Q_Key).
@@ -95,10 +95,6 @@ void RoceUdQp::on_packet(const roce::Packet& pkt, const net::RxFrame& f, const s
 }
 
 // ---- the transport --------------------------------------------------------------------------
-
-std::uint64_t RoceTransport::ns(std::uint64_t tsc) const {
-    return static_cast<std::uint64_t>(static_cast<double>(tsc) * ns_per_tsc_);
-}
 
 void RoceTransport::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& frame,
                           std::uint64_t now_tsc) {
@@ -120,29 +116,14 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     if (!roce::icrc_verify({frame + f.l3_offset, l3_len})) return drop(roce::Drop::bad_icrc);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
     if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
-    RoceQpBase* rt = (*by_slot_)[qpn & (kQpnSlots - 1)];
-    if (rt == nullptr || rt->qpn() != qpn) {
+    auto* rt = static_cast<RoceQpBase*>(runner_.find(qpn));
+    if (rt == nullptr) {
         counters_.rx_unknown_qpn.add();
         rte_pktmbuf_free(m);
         return;
     }
     rt->on_packet(pkt, f, frame, now_tsc);
     rte_pktmbuf_free(m);
-}
-
-// Wakes the QPs whose clients rang their doorbells. A bit that names no QP of the client that
-// rang it (a stale one, or a hostile client's) is counted and ignored: a client can make the
-// lcore read its doorbell area, never run another client's QP.
-void RoceTransport::ring_doorbells(DoorbellWatch& w) {
-    shm::take_doorbells(*w.area, [&](std::uint32_t bit) {
-        RoceQpBase* rt = (*by_slot_)[bit];
-        if (rt == nullptr || rt->doorbells_ != w.area) {
-            counters_.doorbells_stray.add();
-            return;
-        }
-        counters_.doorbells.add();
-        sched_.wake(*rt);
-    });
 }
 
 bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
@@ -236,14 +217,7 @@ bool RoceTransport::poll(std::uint64_t now_tsc) {
         port_.receive_local(m, now_tsc);
         work = true;
     }
-    // The doorbells of its clients: one load each when none was rung.
-    for (DoorbellWatch* w = watching_; w != nullptr; w = w->next) {
-        if (std::atomic_ref<std::uint64_t>(w->area->summary).load(std::memory_order_relaxed) == 0)
-            continue;
-        ring_doorbells(*w);
-        work = true;
-    }
-    work |= sched_.run(ns(now_tsc));
+    work |= runner_.poll(now_tsc);
     return work;
 }
 

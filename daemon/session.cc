@@ -138,7 +138,7 @@ shm::ClientInfo Session::info() const {
     c.pid = peer_.pid;
     c.uid = peer_.uid;
     c.gid = peer_.gid;
-    if (port_ != nullptr) std::snprintf(c.device, sizeof c.device, "%s", port_->device.c_str());
+    if (port_ != nullptr) std::snprintf(c.device, sizeof c.device, "%s", device_name().c_str());
     std::copy(counts_.begin(), counts_.end(), c.counts);
     c.mapped_bytes = mapped_bytes_;
     return c;
@@ -152,7 +152,10 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     if (req.port_index >= ports_.size())
         return refuse(EINVAL, op,
                       fmt::format("no port {} ({} configured)", req.port_index, ports_.size()));
-    if (req.transport != 0) return refuse(EINVAL, op, "transport must be 0 (RoCEv2)");
+    if (req.transport != shm::kTransportRoce && req.transport != shm::kTransportIwarp)
+        return refuse(EINVAL, op, fmt::format("transport {} (0 RoCEv2, 1 iWARP)", req.transport));
+    if (req.transport == shm::kTransportIwarp && ports_[req.port_index].iw_device.empty())
+        return refuse(ENODEV, op, fmt::format("port {} has no iWARP device", req.port_index));
     if (fds.size() != 2)
         return refuse(EINVAL, op, "takes 2 fds: async notification socket, async memfd");
     if (!is_notify_socket(fds.get(0)))
@@ -173,11 +176,13 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     events_.notify = ClientFd(fds.take(0));
     doorbells_ = doorbells;
     port_ = &port;
+    iwarp_ = req.transport == shm::kTransportIwarp;
+    transport_ = iwarp_ ? port.iwarp : port.transport;
 
     out = {};
     out.limits = device_limits(r_.limits(), node_guid_from_mac(port.mac));
-    std::snprintf(out.device, sizeof out.device, "%s", port.device.c_str());
-    spdlog::debug("control: session {} (pid {}) opened {}", id_, peer_.pid, port.device);
+    std::snprintf(out.device, sizeof out.device, "%s", device_name().c_str());
+    spdlog::debug("control: session {} (pid {}) opened {}", id_, peer_.pid, device_name());
     return 0;
 }
 
@@ -682,6 +687,10 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     const auto type = verbs::qp_type_from(req.qp_type);
     if (!type)
         return refuse(EINVAL, op, fmt::format("QP type {} (RC 2, UC 3, UD 4 only)", req.qp_type));
+    if (iwarp_ && *type != verbs::QpType::rc)
+        return refuse(EOPNOTSUPP, op,
+                      fmt::format("{} QPs on an iWARP device (RC only: iWARP is connected)",
+                                  verbs::qp_type_name(req.qp_type)));
     Pd* pd = pds_.find(req.pd);
     if (pd == nullptr) return refuse(EINVAL, op, "no such PD " + hex(req.pd));
     Cq* send_cq = cqs_.find(req.send_cq);
@@ -728,6 +737,7 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     qp->sq = *sq;
     qp->type = *type;
     qp->events = &events_;
+    qp->owner = peer_;
     qp->doorbells = doorbells_;
     qp->sq_sig_all = req.sq_sig_all != 0 ? 1 : 0;
     qp->cap = c;
@@ -799,11 +809,27 @@ int Session::check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const
             return refuse(EINVAL, op, fmt::format("ah_attr.port_num {} (port 1)", ah.port_num));
         // A flow label has 20 bits; wider values are masked when stored, as Linux does.
     }
-    if (port_->transport != nullptr) {
-        if (const char* why = port_->transport->check_attr(mask, a)) return refuse(EINVAL, op, why);
+    if (transport_ != nullptr) {
+        if (const char* why = transport_->check_attr(mask, a)) return refuse(EINVAL, op, why);
     }
     return 0;
 }
+
+namespace {
+
+// The mask an iWARP QP's Modify QP is checked with. iWARP has no path, PSNs or timers for
+// the consumer to give (RFC 5040 runs over TCP; the connection is rdma_cm's): what the IBA
+// table requires of INIT -> RTR and RTR -> RTS counts as given, and the binding bit is not
+// an IBA attribute.
+std::uint32_t iwarp_mask(QpState cur, QpState next, verbs::QpType type, std::uint32_t mask) {
+    mask &= ~shm::kQpAttrIwConn;
+    if ((cur == QpState::init && next == QpState::rtr) ||
+        (cur == QpState::rtr && next == QpState::rts))
+        mask |= verbs::qp_transition(cur, next, type).required;
+    return mask;
+}
+
+}  // namespace
 
 int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply& out) {
     constexpr const char* op = "modify_qp";
@@ -823,13 +849,22 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
         if (!s) return refuse(EINVAL, op, fmt::format("qp_state {}", a.qp_state));
         next = *s;
     }
-    if (!verbs::qp_modify_ok(cur, next, qp->type, mask))
+    const bool binds = iwarp_ && cur == QpState::init && next == QpState::rtr;
+    if ((mask & shm::kQpAttrIwConn) != 0 && !binds)
+        return refuse(EINVAL, op, "an iWARP connection binds an iWARP QP going INIT -> RTR only");
+    if (binds && (mask & shm::kQpAttrIwConn) == 0)
+        return refuse(EINVAL, op,
+                      "an iWARP QP is connected by rdma_cm (rdma_connect, rdma_accept), not "
+                      "moved to RTR by ibv_modify_qp alone");
+    if (!verbs::qp_modify_ok(cur, next, qp->type,
+                            iwarp_ ? iwarp_mask(cur, next, qp->type, mask) : mask))
         return refuse(EINVAL, op,
                       fmt::format("{} -> {} with attribute mask {:#x} is not a valid transition",
                                   verbs::qp_state_name(cur), verbs::qp_state_name(next), mask));
     if (const int err = check_modify_values(mask, a); err != 0) return err;
 
     shm::QpAttr& s = qp->attr;
+    const shm::QpAttr before = s;
     if (next == QpState::reset) s = shm::QpAttr{};  // Reset forgets every attribute
     if ((mask & qa::en_sqd_async_notify) != 0) s.en_sqd_async_notify = a.en_sqd_async_notify;
     if ((mask & qa::access_flags) != 0) s.qp_access_flags = a.qp_access_flags;
@@ -851,18 +886,31 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
     if ((mask & qa::max_dest_rd_atomic) != 0) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
     if ((mask & qa::path_mig_state) != 0) s.path_mig_state = a.path_mig_state;
     if ((mask & qa::dest_qpn) != 0) s.dest_qp_num = a.dest_qp_num;
+    if (binds) {
+        // The QP runs from here on, on the connection rdma_cm made: refused (and nothing
+        // changed) when that connection is not this client's or not waiting for a QP.
+        s.iw_conn = a.iw_conn;
+        if (transport_ != nullptr) {
+            auto engine = transport_->start(*qp);
+            if (!engine) {
+                s = before;
+                return refuse(engine.error().code, op, engine.error().message);
+            }
+            qp->engine = std::move(*engine);
+        }
+    }
     qp->state = next;
     store_qp_state(qp->control, next);
     // A running engine takes the attributes it uses while running (UD: the Q_Key).
     if (qp->engine && (mask & qa::qkey) != 0 && next != QpState::reset && next != QpState::err)
-        port_->transport->modified(*qp, mask);
+        transport_->modified(*qp, mask);
     if (next != cur) enter_state(*qp, cur, next);
     out = {static_cast<std::uint32_t>(next), 0};
     return 0;
 }
 
 void Session::enter_state(Qp& qp, QpState cur, QpState next) {
-    Transport* transport = port_->transport;
+    Transport* transport = transport_;
     switch (next) {
         case QpState::rtr:
             // The QP starts running on its port's lcore: its receive side takes packets now.
@@ -952,8 +1000,8 @@ int Session::destroy_qp(const shm::HandleReq& req, FdList&, shm::Empty&) {
 }
 
 void Session::on_lcore(const std::function<void()>& fn) {
-    if (port_ != nullptr && port_->transport != nullptr) {
-        port_->transport->run(fn);
+    if (transport_ != nullptr) {
+        transport_->run(fn);
     } else {
         fn();
     }
@@ -965,7 +1013,7 @@ void Session::sync_state(Qp& qp) {
 
 void Session::stop_engine(Qp& qp) {
     if (!qp.engine) return;
-    port_->transport->stop(qp);
+    transport_->stop(qp);
     qp.engine.reset();
 }
 

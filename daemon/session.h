@@ -42,6 +42,10 @@ struct DevicePort {
     std::function<LinkInfo()> link;  // the link now
     // Runs the port's QPs on the port's lcore; none in unit tests that need no datapath.
     Transport* transport = nullptr;
+    // The port's iWARP device ("<daemon name>_iw<port index>"; empty: the port has none) and
+    // its transport (none in unit tests that need no datapath).
+    std::string iw_device = {};
+    Transport* iwarp = nullptr;
 };
 
 // The largest IB MTU (ibv_mtu) whose RoCEv2 packets fit an Ethernet MTU: IB MTU plus the
@@ -209,6 +213,7 @@ struct Qp {
     verbs::QpState state = verbs::QpState::reset;
     shm::QpAttr attr{};  // every attribute as last set (qp_state/cur_qp_state/cap unused)
     NameLease qpn;
+    Peer owner;                           // its session's client (iWARP binds check it)
     AsyncEvents* events = nullptr;        // its session's
     shm::Doorbells* doorbells = nullptr;  // its session's; the QP's bit is qpn % kDoorbellBits
     // The engine its port's transport runs, from RTR on; stopped before the QP goes.
@@ -237,8 +242,11 @@ class Session {
     // limits.h (this client, its uid, the daemon): 0, or ENOMEM with the reason logged.
     int check_address_space(std::uint64_t bytes, std::uint32_t mappings, const char* op) const;
     shm::ClientInfo info() const;
-    // The device it opened (nullptr before open_device).
+    // The port of the device it opened (nullptr before open_device), and which of the port's
+    // devices that is.
     const DevicePort* device() const { return port_; }
+    bool iwarp() const { return iwarp_; }
+    const std::string& device_name() const { return iwarp_ ? port_->iw_device : port_->device; }
     // Observability (snicctl qp, telemetry): calls `fn` with each of the session's QPs. Control
     // thread only, like every op.
     void for_each_qp(const std::function<void(const Qp&)>& fn) const;
@@ -302,6 +310,8 @@ class Session {
     std::uint64_t mapped_bytes_ = 0;
 
     const DevicePort* port_ = nullptr;  // set by open_device
+    bool iwarp_ = false;                // the port's iWARP device, not its RoCEv2 one
+    Transport* transport_ = nullptr;    // the device's (port_->transport or port_->iwarp)
     AsyncEvents events_;
     shm::Doorbells* doorbells_ = nullptr;  // in events_.map, set by open_device
 

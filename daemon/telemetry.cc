@@ -115,8 +115,9 @@ int cmd_transport_stats(const char* cmd, const char* params, rte_tel_data* d) {
     if (!name.starts_with(kCmdPrefix) || !name.ends_with(kStatsSuffix)) return -EINVAL;
     name = name.substr(kCmdPrefix.size(), name.size() - kCmdPrefix.size() - kStatsSuffix.size());
     const auto i = find_port(*info, params);
-    if (!i || *i >= info->transports.size()) return -EINVAL;
-    const Transport* t = info->transports[*i];
+    const std::vector<const Transport*>& list = name == "iwarp" ? info->iwarp : info->transports;
+    if (!i || *i >= list.size()) return -EINVAL;
+    const Transport* t = list[*i];
     if (t == nullptr || t->name() != name) return -EINVAL;
     rte_tel_data_start_dict(d);
     t->for_each_counter(
@@ -313,7 +314,9 @@ void register_telemetry(const TelemetryInfo& info) {
     rte_telemetry_register_cmd("/snic/port_stats", cmd_port_stats,
                                "snicd port counters and drops by reason. Parameters: int port_id");
     std::vector<std::string_view> names;  // one command per transport, not per port
-    for (const Transport* t : info.transports) {
+    std::vector<const Transport*> all = info.transports;
+    all.insert(all.end(), info.iwarp.begin(), info.iwarp.end());
+    for (const Transport* t : all) {
         if (t == nullptr || std::find(names.begin(), names.end(), t->name()) != names.end())
             continue;
         names.push_back(t->name());

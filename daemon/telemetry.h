@@ -32,7 +32,8 @@ struct TelemetryInfo {
     std::string name;
     std::vector<const Port*> ports;  // must outlive the daemon's telemetry
     // Each port's transport, in the order of `ports` (nullptr: none); must outlive it too.
-    std::vector<const Transport*> transports;
+    std::vector<const Transport*> transports;  // per port: RoCEv2's
+    std::vector<const Transport*> iwarp;       // per port: iWARP's
     // Each port's QP1 bridge (the CM's MADs), in the order of `ports`; must outlive it too.
     std::vector<const GsiPort*> gsi;
     // The sessions' QPs as the control thread answers for them (ControlServer::ask_qps and

@@ -91,6 +91,7 @@ struct CmId {
     std::uint8_t retry_count = 7;
     std::uint8_t rnr_retry_count = 7;
     shm::CmConnParam peer{};  // the connect request's or response's QP
+    std::uint32_t iw_conn = 0;  // iWARP: the daemon's connection the QP binds to
     CmId* listener = nullptr;
     // rdma_create_ep's listener: what rdma_get_request gives each new id.
     bool has_ep_attr = false;
@@ -209,10 +210,15 @@ ibv_context* context_of(Device* d) {
     return c;
 }
 
-Device* device_at(const std::string& path, std::uint32_t port_index) {
+Device* device_at(const std::string& path, std::uint32_t port_index, std::uint32_t transport) {
     for (Device* d : current_devices())
-        if (path == d->socket_path && d->port_index == port_index) return d;
+        if (path == d->socket_path && d->port_index == port_index && d->transport == transport)
+            return d;
     return nullptr;
+}
+
+bool is_iwarp(const CmId* i) {
+    return i->dev != nullptr && i->dev->transport == shm::kTransportIwarp;
 }
 
 // Wakes the channel's reader for one more event.
@@ -483,10 +489,18 @@ int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
     }
 }
 
-// RTR then RTS from the peer's QP (REQ or REP).
+// RTR then RTS from the peer's QP (REQ or REP). On iWARP the QP has no peer QP to name: its
+// RTR binds it to the connection the daemon made (the MPA exchange is over), with the
+// resources agreed on.
 int connect_qp(CmId* i) {
     ibv_qp* qp = i->id.qp;
     if (qp == nullptr) return 0;
+    if (is_iwarp(i)) {
+        if (const int err = bind_iwarp_qp(qp, i->iw_conn); err != 0) return err;
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_RTS;
+        return ibv_modify_qp(qp, &a, IBV_QP_STATE);
+    }
     ibv_qp_attr a{};
     int mask = 0;
     a.qp_state = IBV_QPS_RTR;
@@ -582,7 +596,8 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
         child->conn = conn;
         child->handle = d.id;
         child->bound = true;
-        child->dev = device_at(conn->path, d.port_index);
+        child->dev = device_at(conn->path, d.port_index, d.transport);
+        child->iw_conn = d.iw_conn;
         child->id.verbs = child->dev != nullptr ? context_of(child->dev) : nullptr;
         child->id.port_num = 1;
         if (child->id.verbs != nullptr) child->id.pd = default_pd(child->id.verbs);
@@ -620,6 +635,7 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
     switch (d.event) {
         case shm::kCmConnectResponse:
             i->peer = d.param;
+            i->iw_conn = d.iw_conn;
             fill_conn_param(e.param.conn, d.param, box.data);
             if (i->id.qp != nullptr) {
                 // librdmacm's way: with a QP, the connection is established here.
@@ -945,6 +961,7 @@ SNIC_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* param) {
         req.dst_port = port_of(reinterpret_cast<sockaddr*>(&dst_of(i)));
         req.cm_response_timeout = cm_response_timeout();
         req.max_cm_retries = cm_retries();
+        req.transport = static_cast<std::uint8_t>(i->dev->transport);
         req.param = our_param(i, param);
         shm::Empty none;
         if (const int err = i->conn->conn.call(shm::CtrlOp::cm_connect, req, &none); err != 0)
@@ -982,6 +999,22 @@ SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
         if (param == nullptr || param->rnr_retry_count == 0)
             i->rnr_retry_count = i->peer.rnr_retry_count;
         i->retry_count = i->peer.retry_count;
+        if (is_iwarp(i)) {
+            // The MPA reply goes first: the QP binds to a connection whose exchange is over
+            // (what the initiator sends meanwhile waits in the daemon for the QP).
+            shm::CmAcceptReq req{i->handle, 0, our_param(i, param)};
+            shm::Empty none;
+            if (const int err = i->conn->conn.call(shm::CtrlOp::cm_accept, req, &none); err != 0)
+                return fail(err);
+            if (const int err = connect_qp(i); err != 0) {
+                modify_err(i);
+                shm::Empty gone;
+                i->conn->conn.call(shm::CtrlOp::cm_disconnect, shm::HandleReq{i->handle, 0},
+                                   &gone);
+                return fail(err);
+            }
+            return i->sync ? wait_for(i, RDMA_CM_EVENT_ESTABLISHED) : 0;
+        }
         if (const int err = connect_qp(i); err != 0) {
             modify_err(i);
             return fail(err);

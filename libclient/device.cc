@@ -39,6 +39,7 @@ struct Found {
     std::uint8_t mac[6];
     std::uint32_t ipv4;
     std::uint8_t prefix_length;
+    std::uint32_t transport;
 };
 
 // SNIC_DEVICES: the devices this process may see, by name, comma-separated (as UCX_NET_DEVICES
@@ -71,12 +72,15 @@ std::vector<Found> discover() {
             if (conn.status(status.get()) != 0) continue;
             for (std::uint32_t i = 0; i < status->nports; ++i) {
                 shm::PortInfo& p = status->ports[i];
-                if (p.ndevices == 0) continue;
-                p.devices[0][shm::kNameLen - 1] = '\0';
-                if (p.devices[0][0] == '\0' || !visible(p.devices[0])) continue;
-                Found f{p.devices[0], path, i, {}, p.ipv4, p.prefix_length};
-                std::memcpy(f.mac, p.mac, 6);
-                found.push_back(std::move(f));
+                // [0] the port's RoCEv2 device, [1] its iWARP device.
+                for (std::uint32_t d = 0; d < p.ndevices && d < 2; ++d) {
+                    p.devices[d][shm::kNameLen - 1] = '\0';
+                    if (p.devices[d][0] == '\0' || !visible(p.devices[d])) continue;
+                    Found f{p.devices[d], path, i, {}, p.ipv4, p.prefix_length,
+                            d == 0 ? shm::kTransportRoce : shm::kTransportIwarp};
+                    std::memcpy(f.mac, p.mac, 6);
+                    found.push_back(std::move(f));
+                }
             }
         }
         return false;
@@ -85,8 +89,10 @@ std::vector<Found> discover() {
 }
 
 void fill_device(Device* dev, const Found& f) {
-    dev->dev.node_type = IBV_NODE_CA;
-    dev->dev.transport_type = IBV_TRANSPORT_IB;
+    const bool iwarp = f.transport == shm::kTransportIwarp;
+    dev->dev.node_type = iwarp ? IBV_NODE_RNIC : IBV_NODE_CA;
+    dev->dev.transport_type = iwarp ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB;
+    dev->transport = f.transport;
     std::snprintf(dev->dev.name, sizeof dev->dev.name, "%s", f.name.c_str());
     std::snprintf(dev->dev.dev_name, sizeof dev->dev.dev_name, "%s%s", shm::kDeviceNodePrefix,
                   f.name.c_str());
@@ -315,7 +321,7 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
         ctx->async_ring = *ring;
         ctx->doorbells = ::new (ctx->async_map.data() + lay.doorbells) shm::Doorbells{};
 
-        const shm::OpenDeviceReq req{dev->port_index, 0};
+        const shm::OpenDeviceReq req{dev->port_index, dev->transport};
         shm::OpenDeviceReply rep{};
         const int fds[2] = {theirs.get(), memfd.get()};
         if (const int err = ctx->conn.call(shm::CtrlOp::open_device, req, &rep, fds); err != 0) {
@@ -411,14 +417,20 @@ int gid_entry(ibv_context* c, std::uint32_t port, std::uint32_t index, ibv_gid_e
     if (const int err = query_port_internal(to_ctx(c), 1, nullptr, &r); err != 0) return err;
     if (index >= r.gid_tbl_len || index != 0) return EINVAL;
     std::memset(e, 0, sizeof *e);
+    e->gid_index = index;
+    e->port_num = port;
+    if (to_ctx(c)->device->transport == shm::kTransportIwarp) {
+        // An iWARP device's GID is its MAC, as Linux's soft-iWARP reports it.
+        std::memcpy(e->gid.raw, r.mac, 6);
+        e->gid_type = IBV_GID_TYPE_IB;
+        return 0;
+    }
     e->gid.raw[10] = 0xff;
     e->gid.raw[11] = 0xff;
     e->gid.raw[12] = static_cast<std::uint8_t>(r.ipv4 >> 24);
     e->gid.raw[13] = static_cast<std::uint8_t>(r.ipv4 >> 16);
     e->gid.raw[14] = static_cast<std::uint8_t>(r.ipv4 >> 8);
     e->gid.raw[15] = static_cast<std::uint8_t>(r.ipv4);
-    e->gid_index = index;
-    e->port_num = port;
     e->gid_type = IBV_GID_TYPE_ROCE_V2;
     e->ndev_ifindex = 0;
     return 0;

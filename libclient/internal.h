@@ -38,6 +38,7 @@ struct Device {
     int index;           // ibv_get_device_index
     std::uint32_t ipv4;  // the port's address, host order (rdma_cm's routing)
     std::uint8_t prefix_length;
+    std::uint32_t transport = shm::kTransportRoce;  // which of the port's devices it is
 
     // The port's subnet mask, host order.
     std::uint32_t netmask() const {
@@ -47,6 +48,9 @@ struct Device {
 
 // Every snic device now (the device list refreshed), for rdma_cm.
 std::vector<Device*> current_devices();
+
+// rdma_cm on an iWARP device: INIT -> RTR bound to the daemon's connection `iw_conn`.
+int bind_iwarp_qp(ibv_qp* qp, std::uint32_t iw_conn);
 
 struct Context;
 

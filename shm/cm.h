@@ -92,7 +92,8 @@ struct CmConnectReq {
     std::uint16_t dst_port;
     std::uint8_t cm_response_timeout;  // 4.096 us * 2^t
     std::uint8_t max_cm_retries;
-    std::uint32_t reserved;
+    std::uint8_t transport;  // the device's: kTransportRoce (IB CM) or kTransportIwarp (MPA)
+    std::uint8_t reserved[3];
     CmConnParam param;
 };
 
@@ -156,8 +157,8 @@ struct CmEvent {
     std::uint16_t src_port;
     std::uint16_t dst_port;
     std::uint16_t port_index;  // the device port the new id is on
-    std::uint16_t reserved;
-    std::uint32_t reserved2;
+    std::uint16_t transport;   // kTransportRoce or kTransportIwarp: the new id's device
+    std::uint32_t iw_conn;     // iWARP: the connection an RTR binds the id's QP to
     CmConnParam param;  // the peer's QP and private data
 };
 static_assert(sizeof(CmEvent) % 8 == 0 && std::is_trivially_copyable_v<CmEvent>);

@@ -157,9 +157,13 @@ struct DeviceLimits {
     std::uint32_t reserved;
 };
 
+// The transports of a port's RDMA devices (OpenDeviceReq::transport, PortInfo::devices).
+inline constexpr std::uint32_t kTransportRoce = 0;
+inline constexpr std::uint32_t kTransportIwarp = 1;
+
 struct OpenDeviceReq {
     std::uint32_t port_index;  // index into StatusReply::ports
-    std::uint32_t transport;   // 0: RoCEv2
+    std::uint32_t transport;   // kTransportRoce or kTransportIwarp
 };
 struct OpenDeviceReply {
     DeviceLimits limits;
@@ -351,7 +355,7 @@ struct QpAttr {
     std::uint32_t qp_access_flags;
     std::uint32_t rate_limit;
     QpCap cap;
-    std::uint32_t reserved0;
+    std::uint32_t iw_conn;  // iWARP: the connection rdma_cm made for the QP (kQpAttrIwConn)
     AhAttr ah_attr;
     AhAttr alt_ah_attr;
     std::uint16_t pkey_index;
@@ -369,6 +373,11 @@ struct QpAttr {
     std::uint8_t alt_timeout;
     std::uint8_t reserved1;
 };
+
+// A Modify QP attribute of snic's own, beside ibv_qp_attr_mask's: on an iWARP device, the
+// connection (QpAttr::iw_conn) an INIT -> RTR binds the QP to. Only libsnic's rdma_cm gives it
+// (rdma_connect, rdma_accept): an iWARP QP is not moved to RTR by ibv_modify_qp alone.
+inline constexpr std::uint32_t kQpAttrIwConn = 1u << 31;
 
 struct ModifyQpReq {
     Handle qp;

@@ -1,0 +1,133 @@
+"""iWARP over snic: every port is also an iWARP RNIC (<name>_iw<N>, IBV_TRANSPORT_IWARP),
+speaking MPA, DDP and RDMAP over snic's own TCP. rdmacm-utils' and perftest's own tools run
+under snic-run between the two ports of one daemon's virtual wire, the server on SUBNET.1
+(<name>_iw0) and the client on SUBNET.2 (<name>_iw1); SNIC_DEVICES shows each process the
+iWARP devices only, so rdma_cm resolves the addresses to them. The tools check the data they
+move (rping -V); the daemon's counters (`snicctl cm`, the port's iwarp line) say that the
+connections were iWARP's and that nothing is left behind.
+
+Readiness is polled on `snicctl cm`, never slept for."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+
+import pytest
+
+import snictest as st
+import test_rdmacm as rcm
+
+SUBNET = "198.18.53"
+SERVER_IP, CLIENT_IP = f"{SUBNET}.1", f"{SUBNET}.2"
+TOOLS = {"rdmacm-utils": ("rping",),
+         "perftest": ("ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_send_lat", "ib_write_lat"),
+         "ibverbs-utils": ("ibv_devices", "ibv_devinfo")}
+
+_ports = iter(range(19400, 19700))
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory, mem_args):
+    for package, tools in TOOLS.items():
+        for tool in tools:
+            st.require_tool(tool, package)
+    with st.wire_daemon(tmp_path_factory, mem_args, "iw", SUBNET) as (d, sock_dir):
+        # Every tool of this module sees the daemon's iWARP devices alone.
+        saved = os.environ.get("SNIC_DEVICES")
+        os.environ["SNIC_DEVICES"] = f"{d.name}_iw0,{d.name}_iw1"
+        try:
+            yield d, sock_dir
+        finally:
+            if saved is None:
+                os.environ.pop("SNIC_DEVICES", None)
+            else:
+                os.environ["SNIC_DEVICES"] = saved
+
+
+@pytest.fixture(autouse=True)
+def no_ids_left(wire):
+    d, _ = wire
+    st.poll(lambda: rcm.cm_status(d)["ids"] == 0, "no rdma_cm ids left from earlier tests")
+
+
+def iwarp_counters(d: st.Daemon) -> dict[str, int]:
+    """The iWARP transports' counters, summed over the ports (telemetry's
+    /snic/iwarp_stats)."""
+    ids = [p.id for p in st.ctl_status_ok(d.ctrl).ports]
+    out: dict[str, int] = {}
+    for reply in st.telemetry_query(d.prefix, *(f"/snic/iwarp_stats,{i}" for i in ids)):
+        for name, value in reply["/snic/iwarp_stats"].items():
+            out[name] = out.get(name, 0) + int(value)
+    return out
+
+
+def test_each_port_shows_an_iwarp_device(wire):
+    d, sock_dir = wire
+    env = rcm.env_for(sock_dir)
+    res = subprocess.run([str(rcm.SNIC_RUN), "ibv_devinfo", "-d", f"{d.name}_iw0"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, rcm.shown(res)
+    assert "transport:\t\t\tiWARP" in res.stdout, res.stdout
+    assert "PORT_ACTIVE" in res.stdout, res.stdout
+    env = dict(env, SNIC_DEVICES="")
+    res = subprocess.run([str(rcm.SNIC_RUN), "ibv_devices"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    names = [line.split()[0] for line in res.stdout.splitlines()[2:] if line.strip()]
+    for want in (f"{d.name}_0", f"{d.name}_1", f"{d.name}_iw0", f"{d.name}_iw1"):
+        assert want in names, res.stdout
+
+
+def test_rping_verifies_its_data_over_iwarp(wire, tmp_path):
+    d, sock_dir = wire
+    before = iwarp_counters(d)
+    port = str(next(_ports))
+    rcm.client_server(d, sock_dir, tmp_path,
+                      ["rping", "-s", "-a", SERVER_IP, "-p", port, "-C", "1000", "-V"],
+                      ["rping", "-c", "-a", SERVER_IP, "-I", CLIENT_IP, "-p", port, "-C", "1000",
+                       "-V"])
+    after = iwarp_counters(d)
+    # The connection was iWARP's: one MPA exchange each way, a QP bound on each side.
+    assert after.get("iw_replies", 0) - before.get("iw_replies", 0) == 2, (before, after)
+    assert after.get("iw_bound", 0) - before.get("iw_bound", 0) == 2, (before, after)
+    assert after.get("iw_mpa_errors", 0) == before.get("iw_mpa_errors", 0), after
+
+
+def test_no_listener_is_a_rejection(wire, tmp_path):
+    """A TCP port nobody listens on answers the SYN with RST: rdma_cm says REJECTED."""
+    _, sock_dir = wire
+    res = rcm.run_client(sock_dir, "rping", "-c", "-a", SERVER_IP, "-I", CLIENT_IP, "-p",
+                         str(next(_ports)), "-C", "1", timeout=60)
+    assert res.returncode != 0, rcm.shown(res)
+    assert "REJECTED" in res.stdout + res.stderr or "connect error" in res.stdout + res.stderr, \
+        rcm.shown(res)
+
+
+@pytest.mark.parametrize("tool,size", [("ib_send_lat", "8"), ("ib_write_lat", "4096"),
+                                       ("ib_send_bw", "65536"), ("ib_write_bw", "65536"),
+                                       ("ib_read_bw", "65536")])
+def test_perftest_over_iwarp(wire, tmp_path, tool, size):
+    """perftest with -R on the iWARP devices (see test_rdmacm's perftest test for its retry
+    crash after a lost race, run again here the same way)."""
+    d, sock_dir = wire
+    for attempt in range(15):
+        common = [tool, "-R", "-p", str(next(_ports)), "-n", "200", "-s", size]
+        server = rcm.start_server(d, sock_dir, tmp_path / f"{tool}-server-{attempt}.out",
+                                  *common, "-d", f"{d.name}_iw0", core=0)
+        try:
+            client = rcm.run_client(sock_dir, *common, "-d", f"{d.name}_iw1", SERVER_IP, core=1)
+            if client.returncode == 0:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.wait()
+        finally:
+            server.kill()
+        if not rcm.lost_perftest_race(client):
+            break
+        print(f"{tool}: attempt {attempt + 1} hit perftest's retry crash after REJECTED")
+    assert client.returncode == 0, \
+        f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
+    assert server.proc.returncode == 0, f"{server.describe()}\nclient:\n{rcm.shown(client)}"
+    rows = rcm.PERFTEST_ROW.findall(client.stdout.split("#bytes", 1)[-1])
+    assert rows, f"no result row in {tool}'s output:\n{rcm.shown(client)}"
+    print(f"{tool} -R over iWARP, {size} B: {rows[0]}")
