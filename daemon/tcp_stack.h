@@ -30,6 +30,7 @@
 #include "daemon/qp_sched.h"
 #include "daemon/tcp_stream.h"
 #include "proto/net/addr.h"
+#include "proto/net/icmp.h"
 #include "proto/tcp/connection.h"
 
 namespace snic::daemon {
@@ -135,15 +136,8 @@ inline constexpr std::array<TcpStackCounterField, 31> kTcpStackCounterFields = {
     {"memory_bound", &TcpStackCounters::memory_bound},
 }};
 
-// What an ICMP destination unreachable quotes of the segment that caused it (RFC 792: the
-// IP header and the first 8 bytes of the TCP header), and its code.
-struct IcmpUnreachable {
-    std::uint8_t code = 0;       // 2 protocol, 3 port, 4 fragmentation needed, ...
-    std::uint16_t next_mtu = 0;  // code 4 (RFC 1191)
-    net::Ipv4Addr src, dst;      // the quoted segment's (src: ours)
-    std::uint16_t src_port = 0, dst_port = 0;
-    tcp::Seq seq = 0;
-};
+// What an ICMP destination unreachable says (proto/net/icmp.h reads it).
+using IcmpUnreachable = net::IcmpUnreachable;
 
 // One row of `snicctl tcp`: a listener or a connection.
 struct TcpConnRow {
