@@ -39,14 +39,14 @@
 // Path MTU (RFC 1191, RFC 8201): the owner hands on_path_mtu() the MTU an ICMP
 // fragmentation-needed (or ICMPv6 packet too big) reports, once it has checked that the
 // error quotes a sequence number sent_unacked() holds (RFC 5927 §4.1). A smaller MTU lowers
-// mss() for good (RFC 1191 §6.3's probing for a larger MTU is not done) and everything in flight and not
-// SACKed is sent again at once, cut to the new MSS: the engine keeps bytes and record
-// ends, not the boundaries of the segments it sent, so it cannot pick out only those too
-// large for the hop, as Linux does; the peer drops the copies it holds. This is no
-// congestion signal: cwnd and ssthresh keep their bytes, no loss is counted, and the
-// duplicate ACKs the copies draw cannot start a fast retransmit (Congestion::hold_recovery).
-// Records queued under the old MSS that exceed the new one are split (case (b) of the
-// record rule); the owner sizes records to mss() from then on.
+// mss() for good (RFC 1191 §6.3's probing for a larger MTU is not done) and everything in
+// flight and not SACKed is sent again at once, cut to the new MSS: the engine keeps bytes
+// and record ends, not the boundaries of the segments it sent, so it cannot pick out only
+// those too large for the hop, as Linux does; the peer drops the copies it holds. This is
+// no congestion signal: cwnd and ssthresh keep their bytes, no loss is counted, and the
+// duplicate ACKs the copies draw cannot start a fast retransmit
+// (Congestion::hold_recovery). Records queued under the old MSS that exceed the new one are
+// split (case (b) of the record rule); the owner sizes records to mss() from then on.
 //
 // Closing: close() sends FIN after the queued data (peer_closed when the peer's FIN
 // comes, closed when both are done and, on the active side, TIME-WAIT's 2 MSL passed);
@@ -97,7 +97,7 @@ class TcpConnection {
     TcpTime next_deadline() const;
     // The path carries IP packets of at most `mtu` bytes (see above). True when mss()
     // fell; false, changing nothing, when the MTU is not below what the connection uses,
-    // or before it is synchronized and after it stopped sending. Below the least MTU
+    // before it is synchronized, or in TIME-WAIT. Below the least MTU
     // of the IP version (68, RFC 791; 1280, RFC 8200) the MTU is taken as that least, and
     // the MSS (options included) never goes below kMinSendMss.
     bool on_path_mtu(std::uint32_t mtu, TcpTime now);

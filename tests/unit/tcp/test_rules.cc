@@ -802,7 +802,7 @@ TEST(TcpRules, duplicate_acks_for_copies_resent_after_a_path_mtu_drop_start_no_r
     ASSERT_TRUE(s.node.conn.on_path_mtu(1280, s.now));
     s.poll();
     ASSERT_EQ(s.out().size(), 5u);  // 300, 1240, 220, 1240, 220
-    s.data(d + 300, {});  // the 300 bytes got through the first time
+    s.data(d + 300, {});            // the 300 bytes got through the first time
     const TcpInfo before = s.node.conn.info();
     for (int i = 0; i < 3; ++i) s.data(d + 300, {});  // ... and again: duplicates
     EXPECT_TRUE(s.out().empty());
