@@ -97,9 +97,9 @@ class TcpConnection {
     TcpTime next_deadline() const;
     // The path carries IP packets of at most `mtu` bytes (see above). True when mss()
     // fell; false, changing nothing, when the MTU is not below what the connection uses,
-    // before it is synchronized, or in TIME-WAIT. Below the least MTU
-    // of the IP version (68, RFC 791; 1280, RFC 8200) the MTU is taken as that least, and
-    // the MSS (options included) never goes below kMinSendMss.
+    // before it is synchronized, or in TIME-WAIT. An MTU below the least of the IP version
+    // (68, RFC 791; 1280, RFC 8200) is taken as that least, and the MSS (options included)
+    // never goes below kMinSendMss.
     bool on_path_mtu(std::uint32_t mtu, TcpTime now);
     // Whether `seq` was sent and is not yet acknowledged: SND.UNA <= seq < SND.MAX.
     bool sent_unacked(Seq seq) const;
