@@ -147,6 +147,10 @@ void TcpSendTest::on_tcp_event(const TcpStreamEvent& e) {
             record_ = std::min<std::uint32_t>(record_, stack_.config().conn.send_buffer);
             phase_ = Phase::sending;
             return;
+        case TcpStreamEventKind::mss_changed:
+            if (spec_.record == 0) record_ = kRecordMss * static_cast<std::uint32_t>(e.bytes);
+            record_ = std::min<std::uint32_t>(record_, stack_.config().conn.send_buffer);
+            return;
         case TcpStreamEventKind::recv_done:
             reply_len_ = std::min<std::uint64_t>(e.bytes, reply_.size());
             if (fin_) reply_done_ = true;

@@ -121,32 +121,14 @@ void TcpService::on_icmp(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, s
     auto* self = static_cast<TcpService*>(ctx);
     self->now_tsc_ = now;
     self->counters_.icmp_in.add();
-    // RFC 792: type, code, checksum, 4 bytes (RFC 1191: the next-hop MTU in the last two),
-    // then the IP header and at least 8 bytes of the segment that caused it.
     const auto* icmp = rte_pktmbuf_mtod(m, const std::uint8_t*) + f.l4_offset;
-    const std::size_t len = f.l4_length;
-    const std::uint8_t* inner = icmp + 8;
-    const std::size_t ihl = len >= 8 + net::kIpv4MinHdrLen ? (inner[0] & 0x0fu) * 4u : 0;
-    if (ihl < net::kIpv4MinHdrLen || (inner[0] >> 4) != 4 || len < 8 + ihl + 8 ||
-        inner[9] != static_cast<std::uint8_t>(net::IpProto::tcp)) {
+    IcmpUnreachable u;
+    if (!net::parse_icmp_unreachable({icmp, f.l4_length}, u) ||
+        u.protocol != static_cast<std::uint8_t>(net::IpProto::tcp)) {
         self->counters_.icmp_malformed.add();
         rte_pktmbuf_free(m);
         return;
     }
-    auto be16 = [](const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] << 8 | p[1]); };
-    auto be32 = [](const std::uint8_t* p) {
-        return std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 |
-               p[3];
-    };
-    const std::uint8_t* tcp = inner + ihl;
-    IcmpUnreachable u;
-    u.code = icmp[1];
-    u.next_mtu = be16(icmp + 6);
-    u.src = net::Ipv4Addr{be32(inner + 12)};
-    u.dst = net::Ipv4Addr{be32(inner + 16)};
-    u.src_port = be16(tcp);
-    u.dst_port = be16(tcp + 2);
-    u.seq = be32(tcp + 4);
     rte_pktmbuf_free(m);
     self->stack_.on_icmp_unreachable(u, self->now_ns(now));
 }

@@ -358,7 +358,7 @@ void TcpStack::on_icmp_unreachable(const IcmpUnreachable& icmp, std::uint64_t no
                               : nullptr;
     if (slot == nullptr || conns_[*slot]->dead) return counters_.icmp_no_connection.add();
     Conn& c = *conns_[*slot];
-    if (icmp.code == 4) return counters_.icmp_frag_needed.add();
+    if (icmp.code == 4) return frag_needed(c, icmp);
     // RFC 5927 §4.1: only an error quoting the one sequence number we sent can end an open
     // (our SYN); errors to synchronized connections are soft (RFC 5461 §4).
     const bool hard_code = icmp.code == 2 || icmp.code == 3 || icmp.code == 1;
@@ -370,6 +370,20 @@ void TcpStack::on_icmp_unreachable(const IcmpUnreachable& icmp, std::uint64_t no
     sched_.wake(c);
     drain(c);
     reap();
+}
+
+// RFC 1191: a hop on the path needs smaller packets than the segment quoted. Believed only
+// when the quoted sequence number is in flight (RFC 5927 §4.1); the engine lowers its MSS
+// and sends what is in flight again, cut to it, on its next poll.
+void TcpStack::frag_needed(Conn& c, const IcmpUnreachable& icmp) {
+    counters_.icmp_frag_needed.add();
+    const std::uint16_t mtu = net::frag_needed_mtu(icmp);
+    if (mtu == 0 || !c.engine.sent_unacked(icmp.seq) || !c.engine.on_path_mtu(mtu, now_))
+        return counters_.pmtu_ignored.add();
+    counters_.pmtu_lowered.add();
+    sched_.wake(c);
+    deliver(c.owner,
+            TcpStreamEvent{TcpStreamEventKind::mss_changed, c.handle, {}, 0, c.engine.mss()});
 }
 
 // ---- events out -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The TCP of one port: the engines (proto/tcp) of its connections, on the port's lcore. It
 // takes every TCP segment and ICMP error addressed to the port, finds the connection by its
-// 4-tuple (or the listener by its port), creates passive connections within its bounds,
+// 4-tuple (or the listener by its port), lowers a connection's MSS when an ICMP says the path
+// needs it (RFC 1191), creates passive connections within its bounds,
 // answers segments for no connection with RST, runs each engine when a segment, a call or
 // its deadline says so (daemon/qp_sched.h, as the QPs), and delivers the engines' events to
 // their owners through the byte-stream API (daemon/tcp_stream.h).
@@ -30,6 +31,7 @@
 #include "daemon/qp_sched.h"
 #include "daemon/tcp_stream.h"
 #include "proto/net/addr.h"
+#include "proto/net/icmp.h"
 #include "proto/tcp/connection.h"
 
 namespace snic::daemon {
@@ -87,7 +89,11 @@ struct TcpStackCounters {
     Counter icmp_no_connection;  // quoting no connection (or not our address)
     Counter icmp_hard;           // port/protocol/host unreachable to a SYN: the open failed
     Counter icmp_soft;           // to a synchronized connection: counted, not acted on (RFC 5461)
-    Counter icmp_frag_needed;    // fragmentation needed: counted; the MSS is not lowered yet
+    Counter icmp_frag_needed;    // fragmentation needed (RFC 1191) to a connection
+    Counter pmtu_lowered;        // ... that lowered its MSS (the owner heard mss_changed)
+    Counter pmtu_ignored;        // ... not acted on: no MTU to take, the quoted sequence number
+                                 // not in flight (RFC 5927 §4.1), the connection not
+                                 // synchronized, or the MTU not below the one in use
     Counter events_delivered;
     Counter connections;                  // gauge: live connections (any state)
     Counter syn_received;                 // gauge: connections in SYN-RECEIVED
@@ -101,7 +107,7 @@ struct TcpStackCounterField {
     std::string_view name;
     Counter TcpStackCounters::*field;
 };
-inline constexpr std::array<TcpStackCounterField, 31> kTcpStackCounterFields = {{
+inline constexpr std::array<TcpStackCounterField, 33> kTcpStackCounterFields = {{
     {"segments_in", &TcpStackCounters::segments_in},
     {"bad_segment", &TcpStackCounters::bad_segment},
     {"to_connection", &TcpStackCounters::to_connection},
@@ -127,6 +133,8 @@ inline constexpr std::array<TcpStackCounterField, 31> kTcpStackCounterFields = {
     {"icmp_hard", &TcpStackCounters::icmp_hard},
     {"icmp_soft", &TcpStackCounters::icmp_soft},
     {"icmp_frag_needed", &TcpStackCounters::icmp_frag_needed},
+    {"pmtu_lowered", &TcpStackCounters::pmtu_lowered},
+    {"pmtu_ignored", &TcpStackCounters::pmtu_ignored},
     {"events_delivered", &TcpStackCounters::events_delivered},
     {"connections", &TcpStackCounters::connections},
     {"syn_received", &TcpStackCounters::syn_received},
@@ -135,15 +143,8 @@ inline constexpr std::array<TcpStackCounterField, 31> kTcpStackCounterFields = {
     {"memory_bound", &TcpStackCounters::memory_bound},
 }};
 
-// What an ICMP destination unreachable quotes of the segment that caused it (RFC 792: the
-// IP header and the first 8 bytes of the TCP header), and its code.
-struct IcmpUnreachable {
-    std::uint8_t code = 0;       // 2 protocol, 3 port, 4 fragmentation needed, ...
-    std::uint16_t next_mtu = 0;  // code 4 (RFC 1191)
-    net::Ipv4Addr src, dst;      // the quoted segment's (src: ours)
-    std::uint16_t src_port = 0, dst_port = 0;
-    tcp::Seq seq = 0;
-};
+// What an ICMP destination unreachable says (proto/net/icmp.h reads it).
+using IcmpUnreachable = net::IcmpUnreachable;
 
 // One row of `snicctl tcp`: a listener or a connection.
 struct TcpConnRow {
@@ -234,6 +235,7 @@ class TcpStack final : public TcpStreams {
     int refuse_connect(int err);
     void accept_syn(Listener& l, net::Ipv4Addr src, const tcp::Segment& seg);
     void send_reset(net::Ipv4Addr to, const tcp::Segment& seg);
+    void frag_needed(Conn& c, const IcmpUnreachable& icmp);
     // Delivers the engine's events to their owners; a terminal one marks the connection dead.
     void drain(Conn& c);
     void deliver(TcpStreamOwner* owner, const TcpStreamEvent& e);

@@ -15,6 +15,10 @@
 //                                 stops listening and aborts the connections not accepted
 //   abort(h)                      a connection: RST now; no event reaches its owner after
 //
+// mss() is read at `connected` (or accept) and again at every `mss_changed`: an ICMP
+// fragmentation needed (RFC 1191) can lower it while the connection lives. Records queued
+// before are still sent whole in order, split to the new MSS where they no longer fit one
+// segment; records sized to the new mss() travel alone and whole again.
 // Every connection ends with exactly one terminal event (closed, reset, timed_out,
 // unreachable), after which its handle is stale: calls with it fail (EBADF) and never touch
 // another connection. Buffers posted to a connection stay the caller's to keep valid until
@@ -56,10 +60,11 @@ enum class TcpStreamEventKind : std::uint8_t {
     reset,        // terminal: the peer reset it (an active open refused: RST to our SYN)
     timed_out,    // terminal: retransmissions or SYN retries ran out (RST sent)
     unreachable,  // terminal: ICMP destination unreachable (port, protocol, host) to our SYN
+    mss_changed,  // path MTU discovery lowered mss(): `bytes` is the new one (see below)
 };
-inline constexpr std::array<std::string_view, 10> kTcpStreamEventNames = {
-    "incoming",    "connected", "readable", "recv_done", "send_space",
-    "peer_closed", "closed",    "reset",    "timed_out", "unreachable",
+inline constexpr std::array<std::string_view, 11> kTcpStreamEventNames = {
+    "incoming", "connected", "readable",  "recv_done",   "send_space",  "peer_closed",
+    "closed",   "reset",     "timed_out", "unreachable", "mss_changed",
 };
 constexpr bool is_terminal(TcpStreamEventKind k) {
     return k == TcpStreamEventKind::closed || k == TcpStreamEventKind::reset ||

@@ -67,6 +67,12 @@ void Congestion::on_timeout(std::uint64_t flight, std::uint64_t snd_max) {
     bytes_acked_ = 0;
 }
 
+void Congestion::hold_recovery(std::uint64_t snd_max) {
+    if (in_recovery_) return;
+    recovered_once_ = true;
+    recover_ = std::max(recover_, snd_max);
+}
+
 namespace {
 
 // The first offset of [lo, hi) (all not SACKed) that IsLost() says is not lost; IsLost is

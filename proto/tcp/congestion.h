@@ -43,6 +43,14 @@ class Congestion {
     // max(FlightSize / 2, 2 * SMSS), cwnd = 1 SMSS, recovery abandoned; recover = snd_max
     // (RFC 6582 §3.2 step 4... of the timeout rule).
     void on_timeout(std::uint64_t flight, std::uint64_t snd_max);
+    // The path's MSS fell (RFC 1191): growth from now on is in the new SMSS; cwnd and
+    // ssthresh stay the bytes they were (not a congestion signal).
+    void set_smss(std::uint32_t smss) { smss_ = smss; }
+    // Everything up to `snd_max` is being sent again without a loss (path MTU): the peer's
+    // duplicate ACKs for copies it already held must not start a fast retransmit before the
+    // cumulative ACK passes `snd_max` (RFC 6582 §3.2 step 2's guard, as after a timeout).
+    // Nothing changes during a recovery (its own `recover` stands).
+    void hold_recovery(std::uint64_t snd_max);
 
     std::uint64_t cwnd() const { return cwnd_; }
     std::uint64_t ssthresh() const { return ssthresh_; }

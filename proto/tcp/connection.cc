@@ -325,6 +325,40 @@ void TcpConnection::on_rto(TcpTime now) {
     rto_deadline_ = now + rto_.rto();
 }
 
+// --- path MTU ----------------------------------------------------------------------------------
+
+bool TcpConnection::sent_unacked(Seq seq) const {
+    if (snd_max_ == snd_una_) return false;
+    const std::int64_t d = seq_diff(seq, seq_of(iss_, snd_una_));
+    return d >= 0 && static_cast<std::uint64_t>(d) < snd_max_ - snd_una_;
+}
+
+bool TcpConnection::on_path_mtu(std::uint32_t mtu, TcpTime now) {
+    if (!synchronized() || state_ == TcpState::time_wait) return false;
+    const bool v4 = cfg_.local.addr.is_v4() && cfg_.remote.addr.is_v4();
+    const std::uint32_t least_mtu = v4 ? 68 : 1280;  // RFC 791, RFC 8200 §5
+    const std::uint32_t headers = (v4 ? 20 : 40) + static_cast<std::uint32_t>(kTcpMinHdrLen);
+    const std::uint32_t seg = std::max(std::max(mtu, least_mtu) - headers, kMinSendMss);
+    if (seg >= max_segment()) return false;
+    path_mss_ = seg;
+    mss_ = max_segment() - (ts_ok_ ? 12 : 0);
+    cc_.set_smss(mss_);
+    counters_.pmtu_lowered.add();
+    if (snd_max_ > snd_una_ && can_send_data()) {
+        // RFC 1191 §6.1: what the hop dropped goes again now, in pieces that fit, from
+        // SND.UNA (pick_normal skips what the peer SACKed). Not a loss: cwnd stays, the
+        // copies the peer already holds may not start a fast retransmit, and the timer
+        // restarts for the head being sent again (its old deadline was the dropped copy's).
+        cc_.hold_recovery(snd_max_);
+        snd_nxt_ = snd_una_;
+        fast_rtx_pending_ = false;
+        timing_ = false;  // Karn: the timed segment may be one sent again
+        rto_deadline_ = now + rto_.rto();
+        kick_ = true;
+    }
+    return true;
+}
+
 bool TcpConnection::poll(TcpTime now) {
     const std::uint64_t out_before = counters_.segments_out.get();
     const TcpState state_before = state_;

@@ -36,11 +36,24 @@
 // read. The window advertised is the posted room (at most recv_window): a peer can send
 // only what has a place, and buffers must be posted before data can arrive.
 //
+// Path MTU (RFC 1191, RFC 8201): the owner hands on_path_mtu() the MTU an ICMP
+// fragmentation-needed (or ICMPv6 packet too big) reports, once it has checked that the
+// error quotes a sequence number sent_unacked() holds (RFC 5927 §4.1). A smaller MTU lowers
+// mss() for good (RFC 1191 §6.3's probing for a larger MTU is not done) and everything in
+// flight and not SACKed is sent again at once, cut to the new MSS: the engine keeps bytes
+// and record ends, not the boundaries of the segments it sent, so it cannot pick out only
+// those too large for the hop, as Linux does; the peer drops the copies it holds. This is
+// no congestion signal: cwnd and ssthresh keep their bytes, no loss is counted, and the
+// duplicate ACKs the copies draw cannot start a fast retransmit
+// (Congestion::hold_recovery). Records queued under the old MSS that exceed the new one are
+// split (case (b) of the record rule); the owner sizes records to mss() from then on.
+//
 // Closing: close() sends FIN after the queued data (peer_closed when the peer's FIN
 // comes, closed when both are done and, on the active side, TIME-WAIT's 2 MSL passed);
 // abort() sends RST and is closed at once.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -54,6 +67,10 @@
 #include "proto/tcp/tcp.h"
 
 namespace snic::tcp {
+
+// The least MSS (options included) path MTU discovery may lower a connection to: Linux's
+// tcp_min_snd_mss default, so a forged ICMP cannot make a connection send 8-byte segments.
+inline constexpr std::uint32_t kMinSendMss = 48;
 
 class TcpConnection {
   public:
@@ -78,6 +95,14 @@ class TcpConnection {
     bool poll(TcpTime now);
     // 0 when poll() has work now; else the earliest timer; kNever when none.
     TcpTime next_deadline() const;
+    // The path carries IP packets of at most `mtu` bytes (see above). True when mss()
+    // fell; false, changing nothing, when the MTU is not below what the connection uses,
+    // before it is synchronized, or in TIME-WAIT. An MTU below the least of the IP version
+    // (68, RFC 791; 1280, RFC 8200) is taken as that least, and the MSS (options included)
+    // never goes below kMinSendMss.
+    bool on_path_mtu(std::uint32_t mtu, TcpTime now);
+    // Whether `seq` was sent and is not yet acknowledged: SND.UNA <= seq < SND.MAX.
+    bool sent_unacked(Seq seq) const;
 
     // --- the byte stream ------------------------------------------------------------------
     // Queues one record (see above). False, queuing nothing, when it does not fit now, when
@@ -177,6 +202,10 @@ class TcpConnection {
                state_ == TcpState::last_ack;
     }
     std::uint64_t flight() const { return snd_max_ - snd_una_; }
+    // Payload and options in one segment: the least of the peer's MSS, ours, the path's.
+    std::uint32_t max_segment() const {
+        return std::min(std::min(peer_mss_, mss_announce_), path_mss_);
+    }
 
     TcpConfig cfg_;
     TcpWire& wire_;
@@ -202,6 +231,7 @@ class TcpConnection {
     Seq snd_wl1_ = 0, snd_wl2_ = 0;
     std::uint8_t snd_wscale_ = 0, rcv_wscale_ = 0, our_wscale_ = 0;
     std::uint32_t mss_announce_ = 536, peer_mss_ = 536, mss_ = 536;
+    std::uint32_t path_mss_ = 65535;  // the path MTU less IP and TCP headers (on_path_mtu)
     bool sack_ok_ = false, ts_ok_ = false, ws_ok_ = false;
     Congestion cc_;
     Scoreboard sb_;

@@ -23,7 +23,7 @@ void TcpConnection::take_syn_options(const Segment& seg) {
         ts_recent_time_ = last_rx_;
     }
     if (o.has_mss && o.mss > 0) peer_mss_ = o.mss;
-    mss_ = std::min(peer_mss_, mss_announce_) - (ts_ok_ ? 12 : 0);
+    mss_ = max_segment() - (ts_ok_ ? 12 : 0);
     cc_.init(mss_, sack_ok_);
 }
 

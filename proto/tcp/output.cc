@@ -45,7 +45,7 @@ bool TcpConnection::transmit(Seq seq, std::uint8_t flags, std::uint64_t data_off
         o.ts_ecr = ts_recent_;
         if (sack_ok_ && !ooo_.empty()) {
             // RFC 2018 §4: newest first; as many as fit beside the payload.
-            const std::size_t limit = std::min(peer_mss_, mss_announce_) + kTcpMinHdrLen;
+            const std::size_t limit = max_segment() + kTcpMinHdrLen;
             o.nsack = static_cast<std::uint8_t>(std::min(ooo_.size(), kMaxSackBlocks));
             // ... and within the 40 bytes a header has for options (RFC 2018 §3: three
             // blocks beside the timestamps).

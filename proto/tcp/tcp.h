@@ -36,7 +36,8 @@ struct TcpConfig {
     Endpoint local;
     Endpoint remote;
     // Path MTU: the MSS we announce is mtu minus the IP (20 or 40) and TCP (20) headers;
-    // we send at most min(that, the peer's MSS) bytes of payload less our options.
+    // we send at most min(that, the peer's MSS) bytes of payload less our options, and
+    // less again when path MTU discovery learns of a smaller hop (on_path_mtu()).
     std::uint32_t mtu = 1500;
     std::uint32_t send_buffer = 256 * 1024;  // bytes queued and not yet acknowledged
     std::uint32_t max_records = 1024;        // records queued and not yet acknowledged
@@ -139,6 +140,7 @@ struct TcpCounters {
     TcpCounter tx_full;        // tx_alloc refused
     TcpCounter beyond_window;  // payload bytes trimmed: beyond the receive window
     TcpCounter events_lost;    // the event queue was full (the owner did not drain it)
+    TcpCounter pmtu_lowered;   // on_path_mtu() lowered the MSS (RFC 1191)
 };
 
 struct TcpCounterField {
@@ -146,7 +148,7 @@ struct TcpCounterField {
     TcpCounter TcpCounters::*field;
 };
 
-inline constexpr std::array<TcpCounterField, 27> kTcpCounterFields = {{
+inline constexpr std::array<TcpCounterField, 28> kTcpCounterFields = {{
     {"segments_in", &TcpCounters::segments_in},
     {"segments_out", &TcpCounters::segments_out},
     {"bytes_sent", &TcpCounters::bytes_sent},
@@ -174,6 +176,7 @@ inline constexpr std::array<TcpCounterField, 27> kTcpCounterFields = {{
     {"tx_full", &TcpCounters::tx_full},
     {"beyond_window", &TcpCounters::beyond_window},
     {"events_lost", &TcpCounters::events_lost},
+    {"pmtu_lowered", &TcpCounters::pmtu_lowered},
 }};
 
 // What `ss -ti` shows of a connection, as a snapshot.

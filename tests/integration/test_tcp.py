@@ -2,7 +2,8 @@
 tcp-send and tcp-sink self-tests (daemon/tcp_selftest.h) against tcp_peer.py, byte-exact
 (CRC-32 and length both ways); with loss, reordering and duplication injected (snic's own
 fault injection; netem on the kernel side where the kernel has it); a capture judged by
-tshark; RST and half-close behaviour; a SYN flood while a connection moves data.
+tshark; RST and half-close behaviour; a SYN flood while a connection moves data; path MTU
+discovery through a kernel router whose next hop has a smaller MTU.
 
 SNIC_TCP_BYTES sets the bytes of the clean transfers (64 MiB by default;
 scripts/tcp-bench.sh runs 1 GiB and compares with kernel-to-kernel)."""
@@ -49,13 +50,13 @@ def in_ns(v, *args, **kw):
     return st.run(["ip", "netns", "exec", v.ns, PY, str(PEER), *args], **kw)
 
 
-def start_in_ns(v, *args, stdin=subprocess.DEVNULL) -> subprocess.Popen:
-    return subprocess.Popen(["ip", "netns", "exec", v.ns, PY, str(PEER), *args], stdin=stdin,
+def start_in_ns(v, *args, stdin=subprocess.DEVNULL, ns: str | None = None) -> subprocess.Popen:
+    return subprocess.Popen(["ip", "netns", "exec", ns or v.ns, PY, str(PEER), *args], stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def kernel_server(v, count: int = 1) -> subprocess.Popen:
-    srv = start_in_ns(v, "server", "5001", "--count", str(count))
+def kernel_server(v, count: int = 1, ns: str | None = None) -> subprocess.Popen:
+    srv = start_in_ns(v, "server", "5001", "--count", str(count), ns=ns)
     line = srv.stdout.readline()  # listening: a readiness line, not a sleep
     assert line.strip() == "listening", f"the kernel server did not start: {line}{srv.stderr.read()}"
     return srv
@@ -87,12 +88,13 @@ SEND = re.compile(r"^selftest tcp-send: (\S+) bytes (\d+) crc32 ([0-9a-f]{8}) \(
                   r"\(fast (\d+), timeouts (\d+)\)", re.M)
 
 
-def run_send(daemons, mem_args, v, nbytes: int, port_extra: str = ""):
-    """snic connects to the kernel server and sends nbytes; returns (snicd stdout, its
-    result match, the kernel server's JSON line)."""
-    srv = kernel_server(v)
+def run_send(daemons, mem_args, v, nbytes: int, port_extra: str = "", dst: str = HOST_IP,
+             ns: str | None = None):
+    """snic connects to the kernel server (at `dst`, in namespace `ns`: v's by default) and
+    sends nbytes; returns (snicd stdout, its result match, the kernel server's JSON line)."""
+    srv = kernel_server(v, ns=ns)
     try:
-        d = snicd(daemons, mem_args, v, f"tcp-send,dst={HOST_IP}:5001,bytes={nbytes}", port_extra)
+        d = snicd(daemons, mem_args, v, f"tcp-send,dst={dst}:5001,bytes={nbytes}", port_extra)
         rc = d.wait(timeout=180)
         out, err = finish(srv, timeout=30)
     finally:
@@ -385,3 +387,48 @@ def test_a_syn_flood_leaves_established_connections_serving(daemons, veth_ns, me
             cl.kill()
             cl.wait()
     assert d.wait(timeout=60) == 0, d.describe()
+
+
+FAR_IP = "198.18.7.3"  # the kernel behind the router
+
+
+def test_frag_needed_from_a_kernel_router_lowers_snics_mss(daemons, veth_ns, mem_args):
+    """RFC 1191 against a real router: the namespace of the veth forwards (ip_forward, proxy
+    ARP both ways, so the far host looks on-link to snicd, which has no gateway) to a second
+    namespace over a veth whose router end has MTU 1280; the far kernel's end keeps 1500,
+    so its SYN offers MSS 1460 and snic's first full-size segments (1500 bytes, DF) meet the
+    smaller hop: the router drops them and answers with fragmentation needed, MTU 1280.
+    snic must lower its MSS once, resend, and finish byte-exact. Deterministic: the hop is
+    small before the connection opens, so the ICMP comes with the first full segment."""
+    v = setup_ns(veth_ns)
+    far, r_end, far_end = st.unique("snic-f", maxlen=40), st.unique("sr"), st.unique("sf")
+    st.delete_netns(far)
+    try:
+        st.run(["ip", "netns", "add", far], check=True)
+        st.run(["ip", "-n", far, "link", "set", "lo", "up"], check=True)
+        st.run(["ip", "link", "add", r_end, "netns", v.ns, "type", "veth", "peer", "name",
+                far_end, "netns", far], check=True)
+        st.disable_ipv6(r_end, v.ns)
+        st.disable_ipv6(far_end, far)
+        st.run(["ip", "-n", far, "addr", "add", f"{FAR_IP}/32", "dev", far_end], check=True)
+        st.run(["ip", "-n", far, "link", "set", far_end, "up"], check=True)
+        st.run(["ip", "-n", far, "route", "add", "default", "dev", far_end], check=True)
+        # Full checksums from the far kernel (see setup_ns): forwarding keeps them partial.
+        st.run(["ip", "netns", "exec", far, "ethtool", "-K", far_end, "tx", "off"], check=True)
+        st.run(["ip", "-n", v.ns, "link", "set", r_end, "mtu", "1280", "up"], check=True)
+        st.run(["ip", "-n", v.ns, "route", "add", f"{FAR_IP}/32", "dev", r_end], check=True)
+        # Proxy ARP answers at once (proxy_delay 0; by default up to 0.8 s, close to how
+        # long snic holds the first SYN for ARP).
+        st.run(["ip", "netns", "exec", v.ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
+                *(f"net.ipv4.conf.{i}.proxy_arp=1" for i in (v.peer, r_end)),
+                *(f"net.ipv4.neigh.{i}.proxy_delay=0" for i in (v.peer, r_end))], check=True)
+        out, m, kernel = run_send(daemons, mem_args, v, FAULT_BYTES, dst=FAR_IP, ns=far)
+    finally:
+        st.delete_netns(far)  # takes far_end and with it r_end
+    tcp = counters(out, 0, "tcp")
+    print(f"snic -> kernel through a 1280-byte hop: {m[5]} MB/s, snic retransmits {m[8]} "
+          f"(timeouts {m[10]}), frag needed {tcp.get('icmp_frag_needed')}, "
+          f"ignored {tcp.get('pmtu_ignored', 0)}")
+    assert tcp.get("icmp_frag_needed", 0) >= 1 and tcp.get("pmtu_lowered") == 1, tcp
+    assert int(m[8]) > 0, "the segments the hop dropped must have been sent again"
+    assert int(m[10]) == 0, "no retransmission timeout: the ICMP said what to resend"

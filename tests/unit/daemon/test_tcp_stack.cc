@@ -470,6 +470,7 @@ TEST(TcpStack, icmp_port_unreachable_to_our_syn_ends_the_open_and_others_are_sof
     u.code = 4;
     n.a.on_icmp_unreachable(u, n.now);
     EXPECT_EQ(n.a.counters().icmp_frag_needed.get(), 1u);
+    EXPECT_EQ(n.a.counters().pmtu_ignored.get(), 1u);  // SYN-SENT: nothing to lower yet
     u.dst_port = 81;
     n.a.on_icmp_unreachable(u, n.now);
     EXPECT_EQ(n.a.counters().icmp_no_connection.get(), 1u);
@@ -481,6 +482,64 @@ TEST(TcpStack, icmp_port_unreachable_to_our_syn_ends_the_open_and_others_are_sof
     EXPECT_EQ(client.events[0].kind, TcpStreamEventKind::unreachable);
     EXPECT_EQ(n.a.counters().ended_unreachable.get(), 1u);
     EXPECT_EQ(n.a.counters().connections.get(), 0u);
+}
+
+TEST(TcpStack, icmp_frag_needed_for_a_live_connection_lowers_its_mss_and_resends_cut_to_it) {
+    Net n;
+    Server srv(n);
+    Recorder client;
+    TcpHandle c;
+    ASSERT_EQ(n.a.connect(kB, 80, client, c), 0);
+    n.pump();
+    ASSERT_EQ(srv.conns.size(), 1u);
+    EXPECT_EQ(n.a.mss(c), 1500u - 40 - 12);
+    std::vector<std::byte> rec(3000);
+    for (std::size_t i = 0; i < rec.size(); ++i) rec[i] = static_cast<std::byte>(i * 7);
+    ASSERT_TRUE(n.a.send(c, rec));
+    n.a.poll(n.now);
+    ASSERT_EQ(n.wire.size(), 3u);  // 1448, 1448, 104
+    const tcp::Segment first = parse(n.wire.front());
+    n.wire.clear();  // a hop of MTU 1280 dropped them all
+    tcp::TcpInfo before;
+    ASSERT_TRUE(n.a.info(c, before));
+    TcpFourTuple t;
+    ASSERT_TRUE(n.a.four_tuple(c, t));
+    IcmpUnreachable u;
+    u.code = 4;
+    u.next_mtu = 1280;
+    u.src = kA;
+    u.dst = kB;
+    u.protocol = static_cast<std::uint8_t>(net::IpProto::tcp);
+    u.quoted_length = 1500;
+    u.src_port = t.local_port;
+    u.dst_port = 80;
+    u.seq = first.seq + 3000;  // not in flight: forged or stale (RFC 5927 §4.1)
+    n.a.on_icmp_unreachable(u, n.now);
+    u.seq = first.seq + 100;
+    u.next_mtu = 1500;  // not below the MTU in use
+    n.a.on_icmp_unreachable(u, n.now);
+    EXPECT_EQ(n.a.counters().pmtu_ignored.get(), 2u);
+    EXPECT_EQ(n.a.mss(c), 1448u);
+    EXPECT_EQ(client.count(TcpStreamEventKind::mss_changed), 0u);
+    u.next_mtu = 1280;
+    n.a.on_icmp_unreachable(u, n.now);
+    EXPECT_EQ(n.a.counters().icmp_frag_needed.get(), 3u);
+    EXPECT_EQ(n.a.counters().pmtu_lowered.get(), 1u);
+    ASSERT_EQ(client.count(TcpStreamEventKind::mss_changed), 1u);
+    EXPECT_EQ(client.events.back().bytes, 1280u - 40 - 12);
+    EXPECT_EQ(n.a.mss(c), 1280u - 40 - 12);
+    tcp::TcpInfo after;
+    ASSERT_TRUE(n.a.info(c, after));
+    EXPECT_EQ(after.mss, 1228u);
+    EXPECT_EQ(after.cwnd, before.cwnd);
+    n.a.poll(n.now);               // the flight again, cut to the new MSS
+    ASSERT_EQ(n.wire.size(), 3u);  // 1228, 1228, 544
+    for (const Frame& f : n.wire) EXPECT_LE(f.bytes.size() + 20, 1280u);
+    n.pump();
+    ASSERT_EQ(n.b.received(srv.conns[0]), rec.size());
+    EXPECT_EQ(std::memcmp(srv.bufs[0].data(), rec.data(), rec.size()), 0);
+    EXPECT_EQ(n.a.counters(c)->retransmits.get(), 3u);
+    EXPECT_EQ(n.a.counters(c)->timeouts.get(), 0u);
 }
 
 TEST(TcpStack, a_stale_handle_never_reaches_the_connection_that_took_its_slot) {

@@ -602,5 +602,70 @@ TEST(UdpBuilder, fails_when_datagram_exceeds_ip_total_length) {
     EXPECT_EQ(build_udp_frame(buf, kFlow, 0xffff - 28, false), kUdpFrameOverhead + 0xffff - 28);
 }
 
+// --- ICMP destination unreachable ------------------------------------------------------------
+
+// scapy: IP(src=10.0.0.254, dst=10.0.0.1)/ICMP(type=3, code=4, nexthopmtu=1280)/ the first 28
+// bytes of IP(src=10.0.0.1, dst=10.0.0.2, flags=DF, id=7, len=1500)/TCP(sport=49152,
+// dport=4791, seq=0x12345678, flags=A): the ICMP message a router sends when a 1500-byte
+// segment of ours meets a 1280-byte hop (RFC 1191 §4).
+constexpr std::array<std::uint8_t, 36> kScapyFragNeeded = {
+    0x03, 0x04, 0xbc, 0x97, 0x00, 0x00, 0x05, 0x00, 0x45, 0x00, 0x05, 0xdc,
+    0x00, 0x07, 0x40, 0x00, 0x40, 0x06, 0x21, 0x13, 0x0a, 0x00, 0x00, 0x01,
+    0x0a, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x12, 0xb7, 0x12, 0x34, 0x56, 0x78,
+};
+
+TEST(IcmpUnreachableParse, frag_needed_carries_the_next_hop_mtu_and_the_quoted_segment) {
+    EXPECT_TRUE(csum_ok(kScapyFragNeeded));
+    IcmpUnreachable u;
+    ASSERT_TRUE(parse_icmp_unreachable(kScapyFragNeeded, u));
+    EXPECT_EQ(u.code, 4);
+    EXPECT_EQ(u.next_mtu, 1280);
+    EXPECT_EQ(u.quoted_length, 1500);
+    EXPECT_EQ(u.protocol, static_cast<std::uint8_t>(IpProto::tcp));
+    EXPECT_EQ(u.src, kIpA);
+    EXPECT_EQ(u.dst, kIpB);
+    EXPECT_EQ(u.src_port, 49152);
+    EXPECT_EQ(u.dst_port, 4791);
+    EXPECT_EQ(u.seq, 0x12345678u);
+    EXPECT_EQ(frag_needed_mtu(u), 1280);
+}
+
+TEST(IcmpUnreachableParse, short_or_not_ipv4_quotes_are_refused) {
+    IcmpUnreachable u;
+    EXPECT_FALSE(parse_icmp_unreachable(std::span(kScapyFragNeeded).first(35), u));
+    auto m = kScapyFragNeeded;
+    m[8] = 0x46;  // a 24-byte quoted header: its 8 bytes after it are not all there
+    EXPECT_FALSE(parse_icmp_unreachable(m, u));
+    m = kScapyFragNeeded;
+    m[8] = 0x65;  // version 6
+    EXPECT_FALSE(parse_icmp_unreachable(m, u));
+    m = kScapyFragNeeded;
+    m[0] = 11;  // time exceeded
+    EXPECT_FALSE(parse_icmp_unreachable(m, u));
+}
+
+// RFC 1191 §5: a router older than RFC 1191 sends 0; the host guesses the highest plateau
+// below the datagram's length. §3: never below 68.
+TEST(IcmpUnreachableParse, frag_needed_without_mtu_falls_to_the_plateau_below_the_datagram) {
+    IcmpUnreachable u;
+    ASSERT_TRUE(parse_icmp_unreachable(kScapyFragNeeded, u));
+    u.next_mtu = 0;
+    EXPECT_EQ(frag_needed_mtu(u), 1492);  // below 1500
+    u.quoted_length = 1492;
+    EXPECT_EQ(frag_needed_mtu(u), 1006);
+    u.quoted_length = 68;
+    EXPECT_EQ(frag_needed_mtu(u), 0);  // nothing lower to try
+    u.next_mtu = 20;
+    EXPECT_EQ(frag_needed_mtu(u), 68);
+    u.code = 3;
+    EXPECT_EQ(frag_needed_mtu(u), 0);  // not fragmentation needed
+}
+
+TEST(IcmpUnreachableParse, plateaus_fall_strictly_to_the_ipv4_minimum) {
+    for (std::size_t i = 1; i < kMtuPlateaus.size(); ++i)
+        EXPECT_LT(kMtuPlateaus[i], kMtuPlateaus[i - 1]);
+    EXPECT_EQ(kMtuPlateaus.back(), kMinIpv4Mtu);
+}
+
 }  // namespace
 }  // namespace snic::net

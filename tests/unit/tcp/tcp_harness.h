@@ -2,7 +2,8 @@
 // (FakeWire); one connection with an application on top that posts receive buffers,
 // collects the byte stream and events (Node); a link between two nodes that parses every
 // segment with parse_segment() (so corruption is caught by the checksum) and can drop,
-// duplicate, reorder and corrupt with a seeded generator (FakeLink); the two driven by a
+// duplicate, reorder and corrupt with a seeded generator, and hold a hop with a smaller
+// MTU (FakeLink); the two driven by a
 // fake clock (TcpPair); and a scripted peer (Script) that injects exact segments and reads
 // back the engine's exact output, packetdrill-style.
 #pragma once
@@ -157,6 +158,12 @@ class TcpPair {
                 --drop_next_to_b;
                 continue;
             }
+            const std::size_t ip_header = n.cfg.local.addr.is_v4() ? 20 : 40;
+            if (hop_mtu > 0 && s.size() + ip_header > hop_mtu) {
+                ++too_big;  // the hop drops it (DF) and its router answers with an ICMP
+                if (on_too_big) on_too_big(n, s);
+                continue;
+            }
             if (chance(faults.loss)) continue;
             int copies = chance(faults.dup) ? 2 : 1;
             for (int c = 0; c < copies; ++c) {
@@ -232,6 +239,11 @@ class TcpPair {
     TcpTime now = 1 * kSec;
     std::uint64_t sent = 0, rejected = 0;
     std::uint32_t drop_next_to_b = 0;
+    // A hop that carries IP packets of at most hop_mtu bytes (0: no limit); what is larger
+    // is dropped and counted, and on_too_big (the router's ICMP) sees it at once.
+    std::size_t hop_mtu = 0;
+    std::uint64_t too_big = 0;
+    std::function<void(Node&, const Bytes&)> on_too_big;
     bool b_listens = true;
     bool trace = std::getenv("TCP_TRACE") != nullptr;
     std::function<void(bool, const Bytes&)> on_send;

@@ -203,5 +203,45 @@ TEST(TcpLink, heavy_loss_and_reordering_still_deliver) {
     lossy_transfers({true, true, {0.15, 0.05, 0.2, 0.03}}, 20, 100'000);
 }
 
+// A hop of MTU 1280 on the path, found mid-transfer: each side's first full-size segments
+// are dropped there, the router's ICMP lowers the MSS (RFC 1191), and everything arrives,
+// byte-exact, with no timeout and no fast retransmit.
+void transfer_through_a_smaller_hop(LinkFaults f, std::uint32_t seed, bool expect_clean) {
+    TcpConfig a = cfg_a(), b = cfg_b();
+    a.isn_key[0] = b.isn_key[0] = static_cast<std::uint8_t>(seed);
+    TcpPair p(a, b, f, seed);
+    p.hop_mtu = 1280;
+    std::uint32_t icmps = 0;
+    p.on_too_big = [&](test::Node& n, const Bytes& s) {
+        test::Parsed x = test::parse_copy(s, n.cfg.local, n.cfg.remote);
+        ASSERT_EQ(x.err, ParseError::none);
+        if (n.conn.sent_unacked(x.seg.seq) && n.conn.on_path_mtu(1280, p.now)) ++icmps;
+    };
+    Transfer t(p, seed * 17, 400'000, 6000);
+    t.run();
+    EXPECT_GT(p.too_big, 0u);
+    EXPECT_EQ(icmps, 2u);  // one lowering for each direction
+    EXPECT_EQ(p.a.conn.mss(), 1280u - 40 - 12);
+    EXPECT_EQ(p.b.conn.mss(), 1280u - 40 - 12);
+    EXPECT_EQ(p.a.conn.counters().pmtu_lowered.get(), 1u);
+    if (expect_clean) {
+        for (const test::Node* n : {&p.a, &p.b}) {
+            EXPECT_EQ(n->conn.counters().timeouts.get(), 0u);
+            EXPECT_EQ(n->conn.counters().fast_retransmits.get(), 0u);
+        }
+    }
+}
+
+TEST(TcpLink, a_smaller_hop_found_mid_transfer_lowers_the_mss_and_loses_nothing) {
+    transfer_through_a_smaller_hop(LinkFaults{}, 1, true);
+}
+
+TEST(TcpLink, a_smaller_hop_on_a_lossy_link_still_delivers_every_byte_once) {
+    for (std::uint32_t seed = 1; seed <= 20 && !::testing::Test::HasFailure(); ++seed) {
+        transfer_through_a_smaller_hop(LinkFaults{0.03, 0.02, 0.05, 0.01}, seed, false);
+        if (::testing::Test::HasFailure()) ADD_FAILURE() << "seed " << seed;
+    }
+}
+
 }  // namespace
 }  // namespace snic::tcp

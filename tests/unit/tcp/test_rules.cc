@@ -675,6 +675,172 @@ TEST(TcpRules, peer_window_smaller_than_the_record_forces_a_split_when_idle) {
     EXPECT_EQ(s.one().seg.payload.size(), 600u);
 }
 
+// --- path MTU (RFC 1191) -----------------------------------------------------------------------
+
+// The payloads of `v`, one after the other.
+Bytes payloads(const std::vector<Parsed>& v) {
+    Bytes b;
+    for (const Parsed& p : v) b.insert(b.end(), p.seg.payload.begin(), p.seg.payload.end());
+    return b;
+}
+
+TEST(TcpRules, path_mtu_drop_resends_the_flight_cut_to_the_new_mss_and_keeps_cwnd) {
+    Script s;
+    const Seq d = s.establish() + 1;
+    ASSERT_EQ(send_records(s, 3, 1460).size(), 3u);  // IW 4380: three full segments
+    const TcpInfo before = s.node.conn.info();
+    // A hop of MTU 1280 dropped them and its router said so.
+    EXPECT_TRUE(s.node.conn.on_path_mtu(1280, s.now));
+    EXPECT_EQ(s.node.conn.mss(), 1240u);  // 1280 - 20 (IPv4) - 20 (TCP)
+    EXPECT_EQ(s.node.conn.info().mss, 1240u);
+    s.poll();
+    const auto v = s.out();
+    std::vector<std::size_t> sizes;
+    std::vector<bool> push;
+    for (const Parsed& p : v) {
+        sizes.push_back(p.seg.payload.size());
+        push.push_back(p.seg.has(flag::psh));
+        EXPECT_LE(p.bytes.size() + 20, 1280u);
+    }
+    // Each 1460-byte record is now larger than the MSS: a piece of 1240, then its end.
+    EXPECT_EQ(sizes, (std::vector<std::size_t>{1240, 220, 1240, 220, 1240, 220}));
+    EXPECT_EQ(push, (std::vector<bool>{false, true, false, true, false, true}));
+    ASSERT_EQ(v.size(), 6u);
+    EXPECT_EQ(v[0].seg.seq, d);
+    EXPECT_EQ(v[2].seg.seq, d + 1460);
+    Bytes want;
+    for (int i = 0; i < 3; ++i) {
+        const Bytes r = pattern(1460, static_cast<std::uint8_t>(i));
+        want.insert(want.end(), r.begin(), r.end());
+    }
+    EXPECT_EQ(payloads(v), want);
+    // Not a congestion signal (RFC 1191 §6.1): the windows stay, no loss is counted.
+    EXPECT_EQ(s.node.conn.info().cwnd, before.cwnd);
+    EXPECT_EQ(s.node.conn.info().ssthresh, before.ssthresh);
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    EXPECT_EQ(s.node.conn.counters().retransmits.get(), 6u);
+    EXPECT_EQ(s.node.conn.counters().timeouts.get(), 0u);
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 0u);
+    EXPECT_EQ(s.node.conn.counters().pmtu_lowered.get(), 1u);
+    // Later records are cut to the new MSS too, and slow start grows by it.
+    s.data(d + 4380, {});
+    EXPECT_EQ(s.node.conn.info().cwnd, before.cwnd + 1240);
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(2000)));
+    s.poll();
+    sizes.clear();
+    for (const Parsed& p : s.out()) sizes.push_back(p.seg.payload.size());
+    EXPECT_EQ(sizes, (std::vector<std::size_t>{1240, 760}));
+}
+
+TEST(TcpRules, path_mtu_leaves_room_for_the_timestamp_option) {
+    Script s;
+    s.establish(all_options());
+    EXPECT_EQ(s.node.conn.mss(), 1448u);
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(1448)));
+    s.poll();
+    s.out();
+    EXPECT_TRUE(s.node.conn.on_path_mtu(1280, s.now));
+    EXPECT_EQ(s.node.conn.mss(), 1228u);  // 1280 - 40 - 12
+    s.poll();
+    const auto v = s.out();
+    ASSERT_EQ(v.size(), 2u);
+    EXPECT_EQ(v[0].seg.payload.size(), 1228u);
+    EXPECT_EQ(v[0].bytes.size() + 20, 1280u);  // the packet fills the hop exactly
+    EXPECT_EQ(v[1].seg.payload.size(), 220u);
+}
+
+TEST(TcpRules, path_mtu_not_below_the_one_in_use_is_ignored) {
+    Script s;
+    s.establish();
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(1000)));
+    s.poll();
+    s.out();
+    EXPECT_FALSE(s.node.conn.on_path_mtu(1500, s.now));  // the same: 1460 + 40
+    EXPECT_FALSE(s.node.conn.on_path_mtu(9000, s.now));  // larger: no increase from an ICMP
+    s.poll();
+    EXPECT_TRUE(s.out().empty());
+    EXPECT_EQ(s.node.conn.mss(), 1460u);
+    EXPECT_EQ(s.node.conn.counters().pmtu_lowered.get(), 0u);
+    EXPECT_EQ(s.node.conn.counters().retransmits.get(), 0u);
+}
+
+TEST(TcpRules, path_mtu_before_the_handshake_completes_is_ignored) {
+    Script s;
+    s.node.conn.open_active(s.now);
+    s.poll();
+    s.out();
+    EXPECT_FALSE(s.node.conn.on_path_mtu(576, s.now));
+    EXPECT_EQ(s.node.conn.state(), TcpState::syn_sent);
+    s.poll();
+    EXPECT_TRUE(s.out().empty());
+}
+
+// RFC 1191 §3: no estimate below 68; Linux's tcp_min_snd_mss: no MSS below 48.
+TEST(TcpRules, path_mtu_below_68_is_taken_as_68_and_the_mss_stops_at_48) {
+    Script s;
+    s.establish();
+    EXPECT_TRUE(s.node.conn.on_path_mtu(20, s.now));
+    EXPECT_EQ(s.node.conn.mss(), kMinSendMss);
+    EXPECT_FALSE(s.node.conn.on_path_mtu(68, s.now));
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.poll();
+    std::vector<std::size_t> sizes;
+    for (const Parsed& p : s.out()) sizes.push_back(p.seg.payload.size());
+    EXPECT_EQ(sizes, (std::vector<std::size_t>{48, 48, 4}));
+}
+
+// The peer holds some of what goes again: its duplicate ACKs for those copies are no sign of
+// loss, and may not start a fast retransmit until the ACK passes what was resent.
+TEST(TcpRules, duplicate_acks_for_copies_resent_after_a_path_mtu_drop_start_no_recovery) {
+    Script s;
+    const Seq d = s.establish() + 1;
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(300)));
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(1460, 1)));
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(1460, 2)));
+    s.poll();
+    ASSERT_EQ(s.out().size(), 3u);  // 300 alone (with the next it would not fit), 1460, 1460
+    ASSERT_TRUE(s.node.conn.on_path_mtu(1280, s.now));
+    s.poll();
+    ASSERT_EQ(s.out().size(), 5u);  // 300, 1240, 220, 1240, 220
+    s.data(d + 300, {});            // the 300 bytes got through the first time
+    const TcpInfo before = s.node.conn.info();
+    for (int i = 0; i < 3; ++i) s.data(d + 300, {});  // ... and again: duplicates
+    EXPECT_TRUE(s.out().empty());
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 0u);
+    EXPECT_EQ(s.node.conn.info().cwnd, before.cwnd);
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    // Once the ACK passes all of it, a real loss is recovered from as ever.
+    s.data(d + 3220, {});
+    for (int i = 0; i < 4; ++i)
+        ASSERT_TRUE(send_bytes(s.node.conn, pattern(1000, static_cast<std::uint8_t>(i))));
+    s.poll();
+    ASSERT_EQ(s.out().size(), 4u);
+    s.data(d + 4220, {});
+    s.out();
+    for (int i = 0; i < 3; ++i) s.data(d + 4220, {});
+    EXPECT_EQ(s.one().seg.seq, d + 4220);
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 1u);
+}
+
+// RFC 5927 §4.1: an ICMP error is believed only when it quotes a sequence number sent and
+// not yet acknowledged.
+TEST(TcpRules, sent_unacked_holds_snd_una_up_to_snd_max) {
+    Script s;
+    const Seq iss = s.establish();
+    EXPECT_FALSE(s.node.conn.sent_unacked(iss + 1));  // nothing in flight
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(1000)));
+    s.poll();
+    s.out();
+    EXPECT_FALSE(s.node.conn.sent_unacked(iss));  // the SYN, acknowledged
+    EXPECT_TRUE(s.node.conn.sent_unacked(iss + 1));
+    EXPECT_TRUE(s.node.conn.sent_unacked(iss + 1000));
+    EXPECT_FALSE(s.node.conn.sent_unacked(iss + 1001));
+    EXPECT_FALSE(s.node.conn.sent_unacked(iss + 1 + 0x80000000u));
+    s.data(iss + 501, {});
+    EXPECT_FALSE(s.node.conn.sent_unacked(iss + 500));
+    EXPECT_TRUE(s.node.conn.sent_unacked(iss + 501));
+}
+
 // --- closing -----------------------------------------------------------------------------------
 
 TEST(TcpRules, fin_follows_queued_data) {
