@@ -230,7 +230,7 @@ Result<std::unique_ptr<QpEngine>> IwarpTransport::start(Qp& qp) {
             why = "the iWARP connection has not finished its MPA exchange";
         } else {
             c->binding = true;
-            cfg.mss = stack().mss(c->tcp);
+            cfg.mss = stack().mss(c->tcp);  // mss_changed events follow it
             cfg.crc = c->result.crc;
             cfg.ird = std::max<std::uint32_t>(c->result.ird, 1);
             cfg.ord = std::max<std::uint32_t>(c->result.ord, 1);

@@ -235,6 +235,12 @@ void IwarpTransport::on_conn_event(IwConn& c, const TcpStreamEvent& e) {
         case K::send_space:
             if (c.qp != nullptr) runner_.wake(*c.qp);
             break;
+        case K::mss_changed:  // a smaller path MTU (ICMP): FPDUs shrink to stay aligned
+            if (c.qp != nullptr) {
+                c.qp->engine_.set_mss(static_cast<std::uint32_t>(e.bytes));
+                runner_.wake(*c.qp);
+            }
+            break;
         case K::peer_closed:
             c.peer_closed = true;
             peer_gone(c, true, 0);

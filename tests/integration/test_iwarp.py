@@ -113,10 +113,15 @@ def test_perftest_over_iwarp(wire, tmp_path, tool, size):
     d, sock_dir = wire
     for attempt in range(15):
         common = [tool, "-R", "-p", str(next(_ports)), "-n", "200", "-s", size]
+        # Each side sees its own device only: perftest's client does not bind an address, and
+        # the server's own address would resolve to the server's device (a connection of a
+        # port to itself, which snic's TCP does not make).
         server = rcm.start_server(d, sock_dir, tmp_path / f"{tool}-server-{attempt}.out",
-                                  *common, "-d", f"{d.name}_iw0", core=0)
+                                  *common, "-d", f"{d.name}_iw0", core=0,
+                                  env=rcm.env_for(sock_dir, SNIC_DEVICES=f"{d.name}_iw0"))
         try:
-            client = rcm.run_client(sock_dir, *common, "-d", f"{d.name}_iw1", SERVER_IP, core=1)
+            client = rcm.run_client(sock_dir, *common, "-d", f"{d.name}_iw1", SERVER_IP, core=1,
+                                    env=rcm.env_for(sock_dir, SNIC_DEVICES=f"{d.name}_iw1"))
             if client.returncode == 0:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     server.wait()

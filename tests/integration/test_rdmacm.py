@@ -106,11 +106,12 @@ class Background:
     """A tool under snic-run left running (a server, or a client that runs until its peer
     dies); its output goes to a file, so a chatty tool never blocks on a full pipe."""
 
-    def __init__(self, sock_dir, log: Path, *cmd: str, core: Optional[int] = None):
+    def __init__(self, sock_dir, log: Path, *cmd: str, core: Optional[int] = None,
+                 env: Optional[dict] = None):
         self.log = log
         self.cmd = [*(pinned(core) if core is not None else []), str(SNIC_RUN), *cmd]
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(self.cmd, env=env_for(sock_dir), stdout=out,
+            self.proc = subprocess.Popen(self.cmd, env=env or env_for(sock_dir), stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def output(self) -> str:
@@ -128,12 +129,12 @@ class Background:
         self.proc.wait(timeout=30)
 
 
-def start_server(d: st.Daemon, sock_dir, log: Path, *cmd: str,
-                 core: Optional[int] = None) -> Background:
+def start_server(d: st.Daemon, sock_dir, log: Path, *cmd: str, core: Optional[int] = None,
+                 env: Optional[dict] = None) -> Background:
     """Starts a server and returns once snicd holds one more listening id than before;
     fails at once if the server exits first."""
     before = cm_status(d)["listening"]
-    server = Background(sock_dir, log, *cmd, core=core)
+    server = Background(sock_dir, log, *cmd, core=core, env=env)
     try:
         st.poll(lambda: server.proc.poll() is not None or cm_status(d)["listening"] > before,
                 f"{cmd[0]} listening")
