@@ -59,6 +59,8 @@ IwarpTransport::IwarpTransport(Port& port, LcoreTasks& tasks, const NameTable& k
       keys_(keys),
       tcp_(tcp),
       runner_(tasks, tsc_hz, kGraceNs),
+      mpa_timeout_tsc_(static_cast<std::uint64_t>(kMpaTimeoutSeconds * static_cast<double>(tsc_hz))),
+      mpa_check_tsc_(static_cast<std::uint64_t>(kMpaCheckSeconds * static_cast<double>(tsc_hz))),
       conns_(kMaxConns),
       gens_(kMaxConns, 0) {}
 
@@ -120,6 +122,7 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
         c->owner = owner;
         c->has_owner = true;
         c->state = IwConn::State::connecting;
+        c->mpa_deadline = now_tsc_ + mpa_timeout_tsc_;  // TCP's own retries end it sooner
         counters_.connects.add();
         post_buffers(*c);
         id = c->id;
@@ -350,6 +353,7 @@ void IwarpTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), voi
     fn(ctx, {"iw_no_room", c.no_room.get()});
     fn(ctx, {"iw_events_lost", c.events_lost.get()});
     fn(ctx, {"iw_held_bytes", c.held_bytes.get()});
+    fn(ctx, {"iw_mpa_timeouts", c.mpa_timeouts.get()});
     runner_.for_each_counter(fn, ctx);
 }
 

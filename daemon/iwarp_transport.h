@@ -77,6 +77,7 @@ struct IwarpCounters {
     Counter no_room;        // connections refused: the table is full
     Counter events_lost;    // the CM's queue was full
     Counter held_bytes;     // stream bytes that waited for their QP to be bound
+    Counter mpa_timeouts;   // MPA exchanges that took longer than kMpaTimeoutSeconds
 };
 
 // The QP an iWARP QpEngine is: the glue, the engine, and the connection it was bound to (the
@@ -138,6 +139,9 @@ struct IwConn final : TcpStreamOwner {
     bool made = false;         // the MPA exchange succeeded: its end is a disconnect
     bool disconnect_told = false;
     bool binding = false;  // start() is binding a QP to it
+    // Until when its MPA exchange may take (TSC): a peer that opens TCP and says nothing, or
+    // never replies, does not hold a connection for ever. 0 once the frame came.
+    std::uint64_t mpa_deadline = 0;
     bool tx_open = false;  // FPDUs may go (after our reply, or after the peer's)
     std::optional<iwarp::MpaInitiator> ini;
     std::optional<iwarp::MpaResponder> resp;
@@ -213,6 +217,10 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     static constexpr std::uint32_t kMaxConns = 1024;
     // How long a QP that did something stays on the ready list (as RoCE's).
     static constexpr std::uint64_t kGraceNs = 200'000;
+    // How long an MPA request or reply may take once TCP is up (Linux siw: 10 s), and how
+    // often the lcore looks for those overdue.
+    static constexpr double kMpaTimeoutSeconds = 10.0;
+    static constexpr double kMpaCheckSeconds = 0.1;
 
   private:
     friend class IwarpQp;
@@ -255,7 +263,12 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     TcpService& tcp_;
     QpRunner runner_;
     IwarpCounters counters_;
+    // Ends the MPA exchanges that took too long.
+    void expire_handshakes();
+
+    const std::uint64_t mpa_timeout_tsc_, mpa_check_tsc_;
     std::uint64_t now_tsc_ = 0;
+    std::uint64_t next_mpa_check_ = 0;
     std::vector<std::unique_ptr<IwConn>> conns_;  // lcore; kMaxConns entries
     std::vector<std::uint16_t> gens_;             // lcore
     std::vector<Listener> listeners_;             // lcore

@@ -169,6 +169,7 @@ bool IwarpTransport::on_reply(IwConn& c) {
         case M::awaiting_frame:
             return true;
         case M::established:
+            c.mpa_deadline = 0;
             c.result = c.ini->result();
             c.state = IwConn::State::connected;
             c.made = true;
@@ -197,6 +198,7 @@ bool IwarpTransport::on_request(IwConn& c) {
         case M::awaiting_frame:
             return true;
         case M::request_received: {
+            c.mpa_deadline = 0;
             const iwarp::MpaFrame& req = c.resp->request();
             c.state = IwConn::State::request_received;
             c.cm_released = false;
@@ -296,13 +298,36 @@ void IwarpTransport::on_tcp_event(const TcpStreamEvent& e) {
     stack().four_tuple(c->tcp, c->tuple);
     c->resp.emplace(responder_config());
     c->state = IwConn::State::awaiting_request;
+    c->mpa_deadline = now_tsc_ + mpa_timeout_tsc_;
     counters_.incoming.add();
     post_buffers(*c);
 }
 
 bool IwarpTransport::poll(std::uint64_t now_tsc) {
     now_tsc_ = now_tsc;
+    if (now_tsc >= next_mpa_check_) {
+        next_mpa_check_ = now_tsc + mpa_check_tsc_;
+        expire_handshakes();
+    }
     return runner_.poll(now_tsc);
+}
+
+void IwarpTransport::expire_handshakes() {
+    for (auto& slot : conns_) {
+        IwConn* c = slot.get();
+        if (c == nullptr || c->mpa_deadline == 0 || c->ended || now_tsc_ < c->mpa_deadline)
+            continue;
+        c->mpa_deadline = 0;
+        if (c->state == IwConn::State::closing) continue;
+        counters_.mpa_timeouts.add();
+        if (c->active) emit(*c, IwCmEvent::Kind::refused, -ETIMEDOUT);
+        c->disconnect_told = true;  // the CM heard (or never knew of it)
+        c->state = IwConn::State::closing;
+        stack().abort(c->tcp);
+        c->ended = true;
+        emit(*c, IwCmEvent::Kind::gone, -ETIMEDOUT);
+        maybe_free(*c);
+    }
 }
 
 // ---- the QPs -------------------------------------------------------------------------------

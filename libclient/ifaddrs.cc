@@ -15,6 +15,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -65,11 +66,23 @@ sockaddr_in ipv4(std::uint32_t host_order) {
 }
 
 // One entry per snic port with an address whose device name fits an interface name, linked in
-// order; nullptr when there is none (or no memory: the kernel's list is still returned).
+// order; nullptr when there is none (or no memory: the kernel's list is still returned). A
+// port is one interface, named after its RoCEv2 device, or after its iWARP device when that is
+// the only one this process sees (as a netdev carries both of a kernel's soft devices).
 Entry* snic_entries() {
+    const std::vector<Device*> all = current_devices();
+    auto roce_seen = [&](const Device& iw) {
+        return std::any_of(all.begin(), all.end(), [&](const Device* d) {
+            return d->transport == shm::kTransportRoce && d->port_index == iw.port_index &&
+                   std::strcmp(d->socket_path, iw.socket_path) == 0;
+        });
+    };
     std::vector<Device*> devs;
-    for (Device* d : current_devices())
-        if (d->ipv4 != 0 && std::strlen(d->dev.name) < IFNAMSIZ) devs.push_back(d);
+    for (Device* d : all) {
+        if (d->ipv4 == 0 || std::strlen(d->dev.name) >= IFNAMSIZ) continue;
+        if (d->transport == shm::kTransportIwarp && roce_seen(*d)) continue;
+        devs.push_back(d);
+    }
     if (devs.empty()) return nullptr;
     auto* block = static_cast<Entry*>(std::calloc(devs.size(), sizeof(Entry)));
     if (block == nullptr) return nullptr;

@@ -33,6 +33,11 @@ std::string device(int i) {
     return env("SNIC_TEST_DEVICE_PREFIX") + "_" + std::to_string(i);
 }
 
+// The port's iWARP device.
+std::string iw_device(int i) {
+    return env("SNIC_TEST_DEVICE_PREFIX") + "_iw" + std::to_string(i);
+}
+
 sockaddr_in sin_of(const std::string& ip, std::uint16_t port = 0) {
     sockaddr_in s{};
     s.sin_family = AF_INET;
@@ -299,3 +304,85 @@ TEST_F(Consumers, failing_verbs_set_errno_to_what_they_return) {
 }
 
 }  // namespace
+
+// --- iWARP devices -------------------------------------------------------------------------
+
+ibv_context* open_named(const std::string& name) {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr) return nullptr;
+    ibv_context* ctx = nullptr;
+    for (int i = 0; i < n && ctx == nullptr; ++i)
+        if (name == ibv_get_device_name(list[i])) ctx = ibv_open_device(list[i]);
+    ibv_free_device_list(list);
+    return ctx;
+}
+
+TEST_F(Consumers, each_port_is_an_iwarp_rnic_too) {
+    for (int i = 0; i < 2; ++i) {
+        int n = 0;
+        ibv_device** list = ibv_get_device_list(&n);
+        ASSERT_NE(list, nullptr);
+        ibv_device* dev = nullptr;
+        for (int k = 0; k < n; ++k)
+            if (iw_device(i) == ibv_get_device_name(list[k])) dev = list[k];
+        ASSERT_NE(dev, nullptr) << iw_device(i);
+        EXPECT_EQ(dev->transport_type, IBV_TRANSPORT_IWARP);
+        EXPECT_EQ(dev->node_type, IBV_NODE_RNIC);
+        ibv_free_device_list(list);
+    }
+    // One interface per port: the iWARP device shares its port's.
+    const auto ifs = interfaces();
+    EXPECT_FALSE(ifs.count(iw_device(0)));
+    setenv("SNIC_DEVICES", iw_device(0).c_str(), 1);
+    EXPECT_TRUE(interfaces().count(iw_device(0))) << "the port's only visible device names it";
+}
+
+TEST_F(Consumers, an_iwarp_qp_is_connected_by_rdma_cm_not_by_modify_qp) {
+    ibv_context* ctx = open_named(iw_device(0));
+    ASSERT_NE(ctx, nullptr);
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
+    ASSERT_NE(pd, nullptr);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = cq;
+    a.qp_type = IBV_QPT_UD;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    errno = 0;
+    EXPECT_EQ(ibv_create_qp(pd, &a), nullptr) << "iWARP is connected: RC only";
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    a.qp_type = IBV_QPT_RC;
+    ibv_qp* qp = ibv_create_qp(pd, &a);
+    ASSERT_NE(qp, nullptr);
+
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    ASSERT_EQ(ibv_modify_qp(qp, &attr,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              0);
+    // What would take a RoCE QP to RTR does not take an iWARP one: no connection names it.
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_1024;
+    attr.dest_qp_num = 0x11;
+    attr.rq_psn = 1;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 12;
+    attr.ah_attr.port_num = 1;
+    EXPECT_EQ(ibv_modify_qp(qp, &attr,
+                            IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              EINVAL);
+    EXPECT_EQ(qp->state, IBV_QPS_INIT);
+    // Nor does snic's own binding bit from outside rdma_cm.
+    EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | (1 << 31)), EINVAL);
+
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}

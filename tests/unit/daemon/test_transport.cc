@@ -42,6 +42,8 @@ class FakeTransport final : public Transport {
     }
     Result<std::unique_ptr<QpEngine>> start(Qp& qp) override {
         calls.push_back("start");
+        started_with = qp.attr.iw_conn;
+        if (refuse_start) return make_error(EINVAL, "no such connection");
         auto e = std::make_unique<FakeEngine>(qp, keys_);
         engine = e.get();
         return std::unique_ptr<QpEngine>(std::move(e));
@@ -74,6 +76,8 @@ class FakeTransport final : public Transport {
     int runs = 0;
     std::uint32_t held = 0;  // send WRs the fake engine holds
     FakeEngine* engine = nullptr;
+    bool refuse_start = false;      // start() fails (an iWARP binding refused)
+    std::uint32_t started_with = 0;  // QpAttr::iw_conn at the last start()
 
   private:
     const NameTable& keys_;
@@ -84,7 +88,7 @@ class FakeTransport final : public Transport {
 struct RingClient {
     explicit RingClient(Resources& r, std::span<const DevicePort> ports) : c(r, ports) {}
 
-    void open() {
+    void open(std::uint32_t transport = shm::kTransportRoce) {
         const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
         async = std::make_unique<ClientMemfd>(l.bytes);
         auto ring =
@@ -94,7 +98,7 @@ struct RingClient {
         ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
         FdList fds = fds_of({sv[1], async->fd()});
         shm::OpenDeviceReply out{};
-        ASSERT_EQ(c.session.open_device({0, 0}, fds, out), 0);
+        ASSERT_EQ(c.session.open_device({0, transport}, fds, out), 0);
         pd = c.pd();
     }
     ~RingClient() {
@@ -123,27 +127,30 @@ struct RingClient {
         ASSERT_EQ(c.session.create_srq({pd, 16, 1, limit, 16, 0}, fds, out), 0);
         srq = out.srq;
     }
-    void make_qp() {
+    int make_qp(std::uint8_t type = IBV_QPT_RC) {
         const std::uint32_t rq = srq == kNoHandle ? 16 : 0;
         const shm::Layout l = shm::qp_layout(16, rq);
         qp_mem = std::make_unique<ClientMemfd>(l.bytes);
         auto s = shm::RingProducer<shm::SendWqe>::init(
             qp_mem->span(l.ring0, (rq == 0 ? l.bytes : l.ring1) - l.ring0), 16);
-        ASSERT_TRUE(s);
+        EXPECT_TRUE(s);
+        if (!s) return EINVAL;
         sq.emplace(*s);
         if (rq != 0) {
             auto r = shm::RingProducer<shm::RecvWqe>::init(qp_mem->span(l.ring1), rq);
-            ASSERT_TRUE(r);
+            EXPECT_TRUE(r);
+            if (!r) return EINVAL;
             rq_ring.emplace(*r);
         }
-        shm::CreateQpReq req{pd, cq, cq, srq, IBV_QPT_RC, 0, {16, rq, 1, rq == 0 ? 0u : 1u, 0},
+        shm::CreateQpReq req{pd, cq, cq, srq, type, 0, {16, rq, 1, rq == 0 ? 0u : 1u, 0},
                              16, rq};
         FdList fds = fds_of({qp_mem->fd()});
         shm::CreateQpReply out{};
-        ASSERT_EQ(c.session.create_qp(req, fds, out), 0);
+        if (const int err = c.session.create_qp(req, fds, out); err != 0) return err;
         qp = out.qp;
         qpn = out.qp_num;
         doorbell = out.doorbell;
+        return 0;
     }
     // The QP's control block, as the client sees it.
     std::uint32_t sleeping() const {
@@ -236,7 +243,7 @@ class TransportSeam : public ::testing::Test {
         cl.open();
         cl.make_cq();
         if (with_srq) cl.make_srq(0);
-        cl.make_qp();
+        ASSERT_EQ(cl.make_qp(), 0);
         ASSERT_EQ(cl.connect(), 0);
     }
 
@@ -286,7 +293,7 @@ TEST_F(TransportSeam, each_qp_is_told_its_doorbell) {
     RingClient cl(resources, ports);
     cl.open();
     cl.make_cq();
-    cl.make_qp();
+    ASSERT_EQ(cl.make_qp(), 0);
     EXPECT_EQ(cl.doorbell, cl.qpn % shm::kDoorbellBits);
     EXPECT_NE(cl.c.session.qp(cl.qp)->doorbells, nullptr);
 }
@@ -297,7 +304,7 @@ TEST_F(TransportSeam, a_qp_goes_to_sleep_only_with_an_empty_send_queue) {
     RingClient cl(resources, ports);
     cl.open();
     cl.make_cq();
-    cl.make_qp();
+    ASSERT_EQ(cl.make_qp(), 0);
     ASSERT_EQ(cl.connect(), 0);
     QpGlue& glue = fake.engine->glue;
     EXPECT_EQ(cl.sleeping(), 0u);
@@ -320,7 +327,7 @@ TEST_F(TransportSeam, a_qp_in_rtr_has_no_send_queue_to_watch) {
     RingClient cl(resources, ports);
     cl.open();
     cl.make_cq();
-    cl.make_qp();
+    ASSERT_EQ(cl.make_qp(), 0);
     ASSERT_EQ(cl.connect(false), 0);
     shm::SendWqe w{};
     ASSERT_TRUE(cl.sq->try_push(w));  // a client that broke the rules
@@ -331,7 +338,7 @@ TEST_F(TransportSeam, a_qp_in_rtr_has_no_send_queue_to_watch) {
 TEST_F(TransportSeam, the_transport_has_the_last_word_on_attribute_values) {
     cl.open();
     cl.make_cq();
-    cl.make_qp();
+    ASSERT_EQ(cl.make_qp(), 0);
     EXPECT_EQ(cl.connect(false, IBV_MTU_512), EINVAL);
     EXPECT_TRUE(fake.calls.empty()) << "a refused RTR starts nothing";
     EXPECT_EQ(cl.connect(false, IBV_MTU_1024), 0);  // INIT -> INIT -> RTR
@@ -484,7 +491,7 @@ TEST_F(TransportSeam, srq_wqes_count_for_the_qp_that_takes_them) {
 TEST_F(TransportSeam, flushed_receives_count_as_taken_and_completed_and_reset_clears_both) {
     cl.open();
     cl.make_cq();
-    cl.make_qp();
+    ASSERT_EQ(cl.make_qp(), 0);
     shm::QpAttr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
@@ -608,6 +615,135 @@ TEST(RoceAttr, a_destination_gid_must_be_ipv4_mapped) {
     a.ah_attr.dgid[10] = 0;  // an IPv6 address
     EXPECT_NE(roce_check_attr(IBV_QP_AV, a), nullptr);
     EXPECT_EQ(roce_check_attr(IBV_QP_PATH_MTU, a), nullptr) << "only when the AV is set";
+}
+
+
+// --- iWARP's rules at the seam ---------------------------------------------------------------
+
+class IwarpSeam : public ::testing::Test {
+  protected:
+    IwarpSeam() : fake(resources.keys()) {
+        ports[0].iw_device = "snic_iw0";
+        ports[0].iwarp = &fake;
+    }
+    // INIT as rdma_create_qp leaves a QP.
+    int init(RingClient& c) {
+        shm::QpAttr a{};
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        return c.c.modify(c.qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                          a);
+    }
+    // INIT -> RTR bound to iWARP connection `conn`, as libsnic's rdma_cm asks.
+    int bind(RingClient& c, std::uint32_t conn) {
+        shm::QpAttr a{};
+        a.qp_state = IBV_QPS_RTR;
+        a.iw_conn = conn;
+        return c.c.modify(c.qp, IBV_QP_STATE | shm::kQpAttrIwConn, a);
+    }
+
+    Resources resources;
+    FakeTransport fake;
+    std::vector<DevicePort> ports = test_ports();
+};
+
+TEST_F(IwarpSeam, a_port_without_an_iwarp_device_refuses_to_open_one) {
+    ports[0].iw_device.clear();
+    RingClient cl(resources, ports);
+    const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
+    ClientMemfd async(l.bytes);
+    ASSERT_TRUE(shm::RingConsumer<shm::AsyncEvent>::init(async.span(l.events), shm::kAsyncCapacity));
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    FdList fds = fds_of({sv[1], async.fd()});
+    shm::OpenDeviceReply out{};
+    EXPECT_EQ(cl.c.session.open_device({0, shm::kTransportIwarp}, fds, out), ENODEV);
+    FdList more = fds_of({sv[1], async.fd()});
+    EXPECT_EQ(cl.c.session.open_device({0, 7}, more, out), EINVAL);
+    ::close(sv[0]);
+    ::close(sv[1]);
+}
+
+TEST_F(IwarpSeam, an_iwarp_device_runs_its_qps_on_the_iwarp_transport_and_rc_only) {
+    RingClient cl(resources, ports);
+    cl.open(shm::kTransportIwarp);
+    EXPECT_TRUE(cl.c.session.iwarp());
+    EXPECT_EQ(cl.c.session.device_name(), "snic_iw0");
+    cl.make_cq();
+    EXPECT_EQ(cl.make_qp(IBV_QPT_UD), EOPNOTSUPP);
+    EXPECT_EQ(cl.make_qp(IBV_QPT_UC), EOPNOTSUPP);
+    ASSERT_EQ(cl.make_qp(IBV_QPT_RC), 0);
+    ASSERT_EQ(init(cl), 0);
+    EXPECT_TRUE(fake.calls.empty());
+}
+
+TEST_F(IwarpSeam, modify_qp_alone_cannot_take_an_iwarp_qp_to_rtr) {
+    RingClient cl(resources, ports);
+    cl.open(shm::kTransportIwarp);
+    cl.make_cq();
+    ASSERT_EQ(cl.make_qp(), 0);
+    ASSERT_EQ(init(cl), 0);
+    // RoCE's RTR attributes name no connection.
+    shm::QpAttr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = 0x42;
+    EXPECT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                          a),
+              EINVAL);
+    EXPECT_TRUE(fake.calls.empty());
+    EXPECT_EQ(cl.c.session.qp(cl.qp)->state, verbs::QpState::init);
+}
+
+TEST_F(IwarpSeam, a_binding_the_transport_refuses_leaves_the_qp_in_init) {
+    RingClient cl(resources, ports);
+    cl.open(shm::kTransportIwarp);
+    cl.make_cq();
+    ASSERT_EQ(cl.make_qp(), 0);
+    ASSERT_EQ(init(cl), 0);
+    fake.refuse_start = true;
+    EXPECT_EQ(bind(cl, 0x10005), EINVAL);
+    EXPECT_EQ(fake.started_with, 0x10005u);
+    const Qp& qp = *cl.c.session.qp(cl.qp);
+    EXPECT_EQ(qp.state, verbs::QpState::init);
+    EXPECT_EQ(qp.attr.iw_conn, 0u) << "nothing changed";
+    EXPECT_FALSE(qp.engine);
+}
+
+TEST_F(IwarpSeam, rdma_cms_binding_runs_the_qp_and_rts_needs_no_roce_attributes) {
+    RingClient cl(resources, ports);
+    cl.open(shm::kTransportIwarp);
+    cl.make_cq();
+    ASSERT_EQ(cl.make_qp(), 0);
+    ASSERT_EQ(init(cl), 0);
+    ASSERT_EQ(bind(cl, 0x20003), 0);
+    EXPECT_EQ(fake.calls, (std::vector<std::string>{"start"}));
+    EXPECT_EQ(fake.started_with, 0x20003u);
+    shm::QpAttr a{};
+    a.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE, a), 0);
+    EXPECT_EQ(fake.calls, (std::vector<std::string>{"start", "start_sending"}));
+    // The binding bit is for INIT -> RTR only.
+    a.qp_state = IBV_QPS_RTS;
+    EXPECT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE | shm::kQpAttrIwConn, a), EINVAL);
+}
+
+TEST_F(TransportSeam, the_iwarp_binding_bit_means_nothing_on_a_roce_device) {
+    cl.open();
+    cl.make_cq();
+    ASSERT_EQ(cl.make_qp(), 0);
+    shm::QpAttr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                          a),
+              0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.iw_conn = 1;
+    EXPECT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE | shm::kQpAttrIwConn, a), EINVAL);
+    EXPECT_TRUE(fake.calls.empty());
 }
 
 }  // namespace
