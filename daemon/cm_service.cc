@@ -158,7 +158,7 @@ struct CmService::PortCm final : cm::Sink {
     cm::Agent agent;
     std::map<cm::ConnId, shm::Handle> conns;
     std::vector<Queued> queued;
-    IwarpTransport* iw = nullptr;                // the port's iWARP transport, if any
+    IwarpTransport* iw = nullptr;              // the port's iWARP transport, if any
     std::map<IwConnId, shm::Handle> iw_conns;  // its connections the ids hold
 };
 
@@ -327,6 +327,26 @@ bool CmService::deliver(Id& id, std::uint32_t type, std::int32_t status, const c
     return false;
 }
 
+std::unique_ptr<CmService::Id> CmService::child_of(const Id& l, std::size_t port,
+                                                   std::uint32_t local_ip, std::uint16_t local_port,
+                                                   std::uint32_t remote_ip,
+                                                   std::uint16_t remote_port) const {
+    auto child = std::make_unique<Id>();
+    child->owner = l.owner;
+    child->token = l.token;
+    child->ps = l.ps;
+    child->qp_type = l.qp_type;
+    child->bound = true;
+    child->ip = local_ip;
+    child->port = local_port;
+    child->port_index = static_cast<std::uint16_t>(port);
+    child->remote_ip = remote_ip;
+    child->remote_port = remote_port;
+    child->state = Id::State::req_received;
+    child->parent = l.handle;
+    return child;
+}
+
 void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd) {
     PortCm& p = *ports_[port];
     const auto svc = cm::ip_service(e.service_id);
@@ -357,20 +377,8 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
                       l->owner->ids_);
         return refuse_req(kRejNoResources, kSidrReject);
     }
-    auto child = std::make_unique<Id>();
-    child->owner = l->owner;
-    child->token = l->token;
-    child->ps = l->ps;
-    child->qp_type = l->qp_type;
-    child->bound = true;
-    child->ip = e.local_ip;
-    child->port = svc_port;
-    child->port_index = static_cast<std::uint16_t>(port);
-    child->remote_ip = e.remote_ip;
-    child->remote_port = hdr->src_port;
-    child->state = Id::State::req_received;
+    auto child = child_of(*l, port, e.local_ip, svc_port, e.remote_ip, hdr->src_port);
     child->conn = e.id;
-    child->parent = l->handle;
     child->sidr = sidr;
     const shm::Handle h = ids_.insert(std::move(child));
     if (h == shm::kNoHandle) return refuse_req(kRejNoResources, kSidrReject);
@@ -584,21 +592,9 @@ void CmService::on_iw_request(std::size_t port, const IwCmEvent& e) {
     if (l == nullptr) return refuse_req(counters_.no_listener);
     if (l->pending >= l->backlog) return refuse_req(counters_.backlog_full);
     if (!has_room(*l->owner)) return refuse_req(counters_.no_room);
-    auto child = std::make_unique<Id>();
-    child->owner = l->owner;
-    child->token = l->token;
-    child->ps = l->ps;
-    child->qp_type = l->qp_type;
-    child->bound = true;
-    child->ip = e.local_ip;
-    child->port = e.local_port;
-    child->port_index = static_cast<std::uint16_t>(port);
-    child->remote_ip = e.remote_ip;
-    child->remote_port = e.remote_port;
-    child->state = Id::State::req_received;
+    auto child = child_of(*l, port, e.local_ip, e.local_port, e.remote_ip, e.remote_port);
     child->iw = true;
     child->iw_conn = e.conn;
-    child->parent = l->handle;
     const shm::Handle h = ids_.insert(std::move(child));
     if (h == shm::kNoHandle) return refuse_req(counters_.no_room);
     Id& c = *ids_.find(h);
@@ -610,7 +606,8 @@ void CmService::on_iw_request(std::size_t port, const IwCmEvent& e) {
     // The peer's resources as the connect request shows them: its ORD is the READs it will
     // send (its initiator depth), its IRD those it answers.
     const auto pd = std::span<const std::uint8_t>(e.pd.data(), e.pd_len);
-    if (deliver_iw(c, shm::kCmConnectRequest, 0, static_cast<std::uint8_t>(std::min<int>(e.ird, 255)),
+    if (deliver_iw(c, shm::kCmConnectRequest, 0,
+                   static_cast<std::uint8_t>(std::min<int>(e.ird, 255)),
                    static_cast<std::uint8_t>(std::min<int>(e.ord, 255)),
                    pd.first(std::min(pd.size(), shm::kCmMaxPrivate))))
         return;
@@ -653,8 +650,8 @@ void CmService::on_iw_event(std::size_t port, const IwCmEvent& e) {
             unlink(*id);
             const std::uint32_t type = e.status == -ECONNREFUSED || e.status == -ECONNRESET
                                            ? shm::kCmRejected
-                                           : e.status == -ETIMEDOUT ? shm::kCmUnreachable
-                                                                    : shm::kCmConnectError;
+                                       : e.status == -ETIMEDOUT ? shm::kCmUnreachable
+                                                                : shm::kCmConnectError;
             deliver_iw(*id, type, e.status, 0, 0, {});
             break;
         }
@@ -878,8 +875,9 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     }
     const bool iw = req.transport == shm::kTransportIwarp;
     if (iw && (sidr || service_.ports_[index]->iw == nullptr))
-        return refuse(EINVAL, op, sidr ? "iWARP has no datagram service (SIDR)"
-                                       : "the port has no iWARP device");
+        return refuse(
+            EINVAL, op,
+            sidr ? "iWARP has no datagram service (SIDR)" : "the port has no iWARP device");
     const std::uint32_t local = service_.devices_[index].ip.addr.value;
     if (!id->bound) {
         const std::uint16_t port = service_.ephemeral_port(*id, local);
@@ -892,10 +890,10 @@ int CmSession::connect(const shm::CmConnectReq& req) {
         // MPA carries the consumer's private data alone (no rdma_cm header: the TCP
         // connection has the addresses), IRD and ORD in RFC 6581's header.
         CmService::PortCm& port = *service_.ports_[index];
-        auto conn = port.iw->connect(req.dst_ip, req.dst_port, id->port,
-                                     {req.param.private_data, req.param.private_data_len},
-                                     req.param.responder_resources, req.param.initiator_depth,
-                                     peer_);
+        auto conn =
+            port.iw->connect(req.dst_ip, req.dst_port, id->port,
+                             {req.param.private_data, req.param.private_data_len},
+                             req.param.responder_resources, req.param.initiator_depth, peer_);
         if (!conn) return refuse(conn.error().code, op, conn.error().message);
         id->iw = true;
         id->iw_conn = *conn;

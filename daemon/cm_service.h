@@ -105,8 +105,8 @@ class CmService {
     // `devices`, `gsi` and `iwarp` are per port, in port order (gsi entries may be null in
     // tests that give a port no wire, iwarp entries for ports without an iWARP device); `seed`
     // makes ephemeral ports and CM identifiers unpredictable.
-    CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort*> gsi,
-              std::uint64_t seed, std::vector<IwarpTransport*> iwarp = {});
+    CmService(const std::vector<DevicePort>& devices, std::vector<GsiPort*> gsi, std::uint64_t seed,
+              std::vector<IwarpTransport*> iwarp = {});
     ~CmService();
 
     std::unique_ptr<CmSession> new_session(const Peer& peer);
@@ -139,6 +139,10 @@ class CmService {
     Id* listener_for(std::uint16_t ps, std::uint16_t port, std::uint32_t ip) const;
 
     void on_event(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd);
+    // A connect request's new id, owned by listener `l`'s owner, on port `port`.
+    std::unique_ptr<Id> child_of(const Id& l, std::size_t port, std::uint32_t local_ip,
+                                 std::uint16_t local_port, std::uint32_t remote_ip,
+                                 std::uint16_t remote_port) const;
     // iWARP: one connection event of a port's transport.
     void on_iw_event(std::size_t port, const IwCmEvent& e);
     void on_iw_request(std::size_t port, const IwCmEvent& e);

@@ -66,5 +66,4 @@ bool GsiPort::send(const GsiMad& m) {
     return false;
 }
 
-
 }  // namespace snic::daemon

@@ -34,7 +34,9 @@ iwarp::MpaConfig mpa_config(std::uint16_t ird, std::uint16_t ord) {
 
 IwarpQp::IwarpQp(IwarpTransport& transport, Qp& qp, const NameTable& keys,
                  const iwarp::IwConfig& config)
-    : RunningQp(qp, keys, config.qpn), transport_(transport), engine_(config, glue_, glue_, *this) {}
+    : RunningQp(qp, keys, config.qpn),
+      transport_(transport),
+      engine_(config, glue_, glue_, *this) {}
 
 IwarpQp::~IwarpQp() = default;
 
@@ -59,7 +61,8 @@ IwarpTransport::IwarpTransport(Port& port, LcoreTasks& tasks, const NameTable& k
       keys_(keys),
       tcp_(tcp),
       runner_(tasks, tsc_hz, kGraceNs),
-      mpa_timeout_tsc_(static_cast<std::uint64_t>(kMpaTimeoutSeconds * static_cast<double>(tsc_hz))),
+      mpa_timeout_tsc_(
+          static_cast<std::uint64_t>(kMpaTimeoutSeconds * static_cast<double>(tsc_hz))),
       mpa_check_tsc_(static_cast<std::uint64_t>(kMpaCheckSeconds * static_cast<double>(tsc_hz))),
       conns_(kMaxConns),
       gens_(kMaxConns, 0) {}
@@ -95,9 +98,8 @@ void IwarpTransport::unlisten(std::uint16_t port) {
 }
 
 Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
-                                         std::uint16_t local_port,
-                                         std::span<const std::uint8_t> pd, std::uint16_t ird,
-                                         std::uint16_t ord, const Peer& owner) {
+                                         std::uint16_t local_port, std::span<const std::uint8_t> pd,
+                                         std::uint16_t ird, std::uint16_t ord, const Peer& owner) {
     if (pd.size() + iwarp::kMpaIrdOrdLen > iwarp::kMpaMaxPrivateData)
         return make_error(EINVAL, "private data longer than MPA carries");
     int err = 0;
@@ -128,9 +130,9 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
         id = c->id;
     });
     if (err != 0)
-        return make_error(err, fmt::format("iWARP connect to {}:{} from port {}: {}",
-                                           net::Ipv4Addr{ip}.to_string(), port, local_port,
-                                           std::strerror(err)));
+        return make_error(
+            err, fmt::format("iWARP connect to {}:{} from port {}: {}",
+                             net::Ipv4Addr{ip}.to_string(), port, local_port, std::strerror(err)));
     return id;
 }
 
@@ -296,12 +298,9 @@ void IwarpTransport::drain(Qp& qp) {
     });
 }
 
+// SQD -> RTS: as RTR -> RTS (the engine has nothing of its own to resume).
 void IwarpTransport::resume(Qp& qp) {
-    IwarpQp& q = of(qp);
-    tasks_.run([&] {
-        q.glue_.set_sending();
-        runner_.wake(q);
-    });
+    start_sending(qp);
 }
 
 // Modify QP to ERR on an iWARP QP: the WRs are flushed and the connection is closed (FIN

@@ -69,15 +69,15 @@ struct IwCmEvent {
 
 struct IwarpCounters {
     Counter connects, incoming, requests, replies, rejects_sent, rejects_received;
-    Counter refused;        // active opens that found no connection
-    Counter mpa_errors;     // MPA frames refused (ours or the peer's)
-    Counter bound;          // QPs bound to connections
-    Counter bind_refused;   // Modify QP to RTR naming no connection it may have
-    Counter disconnects;    // connections ended after they were made
-    Counter no_room;        // connections refused: the table is full
-    Counter events_lost;    // the CM's queue was full
-    Counter held_bytes;     // stream bytes that waited for their QP to be bound
-    Counter mpa_timeouts;   // MPA exchanges that took longer than kMpaTimeoutSeconds
+    Counter refused;       // active opens that found no connection
+    Counter mpa_errors;    // MPA frames refused (ours or the peer's)
+    Counter bound;         // QPs bound to connections
+    Counter bind_refused;  // Modify QP to RTR naming no connection it may have
+    Counter disconnects;   // connections ended after they were made
+    Counter no_room;       // connections refused: the table is full
+    Counter events_lost;   // the CM's queue was full
+    Counter held_bytes;    // stream bytes that waited for their QP to be bound
+    Counter mpa_timeouts;  // MPA exchanges that took longer than kMpaTimeoutSeconds
 };
 
 // The QP an iWARP QpEngine is: the glue, the engine, and the connection it was bound to (the
@@ -173,8 +173,8 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     // Opens a connection to ip:port from local_port (0: ephemeral) and sends an MPA request
     // with `pd`, asking for IRD `ird` and ORD `ord`; `owner` may bind a QP to it.
     Result<IwConnId> connect(std::uint32_t ip, std::uint16_t port, std::uint16_t local_port,
-                             std::span<const std::uint8_t> pd, std::uint16_t ird,
-                             std::uint16_t ord, const Peer& owner);
+                             std::span<const std::uint8_t> pd, std::uint16_t ird, std::uint16_t ord,
+                             const Peer& owner);
     // A request's connection: whose QP may bind to it (the listener's owner).
     void set_owner(IwConnId conn, const Peer& owner);
     // Answers a request: the MPA reply with `pd`, our IRD and ORD. 0 or an errno.
@@ -238,8 +238,7 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     void free_conn(IwConn& c);
     // Queues an event for the CM (none once it released the connection).
     void emit(IwConn& c, IwCmEvent::Kind kind, std::int32_t status,
-              std::span<const std::uint8_t> pd = {}, std::uint16_t ird = 0,
-              std::uint16_t ord = 0);
+              std::span<const std::uint8_t> pd = {}, std::uint16_t ird = 0, std::uint16_t ord = 0);
     // Stream bytes received and not yet read, to MPA or to the QP.
     void pump(IwConn& c);
     bool on_reply(IwConn& c);

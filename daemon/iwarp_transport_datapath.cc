@@ -70,8 +70,7 @@ void IwarpTransport::maybe_free(IwConn& c) {
 }
 
 void IwarpTransport::emit(IwConn& c, IwCmEvent::Kind kind, std::int32_t status,
-                          std::span<const std::uint8_t> pd, std::uint16_t ird,
-                          std::uint16_t ord) {
+                          std::span<const std::uint8_t> pd, std::uint16_t ird, std::uint16_t ord) {
     if (c.cm_released) return;
     IwCmEvent e;
     e.kind = kind;

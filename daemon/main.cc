@@ -32,10 +32,10 @@
 #include "daemon/device_nodes.h"
 #include "daemon/eal.h"
 #include "daemon/gsi.h"
+#include "daemon/iwarp_transport.h"
 #include "daemon/lcore.h"
 #include "daemon/lcore_tasks.h"
 #include "daemon/port.h"
-#include "daemon/iwarp_transport.h"
 #include "daemon/roce_transport.h"
 #include "daemon/selftest.h"
 #include "daemon/tcp_selftest.h"
@@ -118,10 +118,10 @@ std::string iw_device_name(const Config& cfg, std::size_t index) {
 }
 
 // The ports as RDMA devices, for the control server's sessions.
-std::vector<DevicePort> device_ports(
-    const Config& cfg, const std::vector<std::unique_ptr<Port>>& ports,
-    const std::vector<std::unique_ptr<RoceTransport>>& transports,
-    const std::vector<std::unique_ptr<IwarpTransport>>& iwarp) {
+std::vector<DevicePort> device_ports(const Config& cfg,
+                                     const std::vector<std::unique_ptr<Port>>& ports,
+                                     const std::vector<std::unique_ptr<RoceTransport>>& transports,
+                                     const std::vector<std::unique_ptr<IwarpTransport>>& iwarp) {
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
@@ -132,8 +132,7 @@ std::vector<DevicePort> device_ports(
             return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
         };
         devices.push_back(DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link,
-                                     transports[i].get(), iw_device_name(cfg, i),
-                                     iwarp[i].get()});
+                                     transports[i].get(), iw_device_name(cfg, i), iwarp[i].get()});
     }
     return devices;
 }
@@ -311,9 +310,8 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});
             mine.push_back(r.tcp[p].get());
             // The port's iWARP device: MPA, DDP and RDMAP over that TCP.
-            r.iwarp[p] = std::make_unique<IwarpTransport>(*r.ports[p], *r.tasks[i],
-                                                          resources.keys(), *r.tcp[p],
-                                                          rte_get_tsc_hz());
+            r.iwarp[p] = std::make_unique<IwarpTransport>(
+                *r.ports[p], *r.tasks[i], resources.keys(), *r.tcp[p], rte_get_tsc_hz());
             mine.push_back(r.iwarp[p].get());
         }
         r.lcores[i]->serve(r.tasks[i].get(), mine);

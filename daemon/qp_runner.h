@@ -107,9 +107,9 @@ class QpRunner {
     LcoreTasks& tasks_;
     const double ns_per_tsc_;
     RunnerCounters counters_;
-    std::unique_ptr<std::array<RunningQp*, kQpnSlots>> by_slot_;  // lcore only
-    QpScheduler sched_;                                           // lcore only
-    DoorbellWatch* watching_ = nullptr;                           // lcore: the watches' list
+    std::unique_ptr<std::array<RunningQp*, kQpnSlots>> by_slot_;         // lcore only
+    QpScheduler sched_;                                                  // lcore only
+    DoorbellWatch* watching_ = nullptr;                                  // lcore: the watches' list
     std::map<shm::Doorbells*, std::unique_ptr<DoorbellWatch>> watches_;  // control thread
     // Control thread: QPs running here, and the most since memory was last given back.
     std::uint32_t running_ = 0, peak_ = 0;

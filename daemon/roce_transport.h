@@ -94,7 +94,7 @@ class RoceQpBase : public RunningQp {
     std::span<std::uint8_t> alloc_packet(std::size_t len);
 
     RoceTransport& transport_;
-    rte_mbuf* tx_m_ = nullptr;         // the frame being filled between tx_alloc and tx_send
+    rte_mbuf* tx_m_ = nullptr;  // the frame being filled between tx_alloc and tx_send
 };
 
 // The RC QP an RC QpEngine is: the glue, the engine and this QP's end of the wire.

@@ -857,7 +857,7 @@ int Session::modify_qp(const shm::ModifyQpReq& req, FdList&, shm::ModifyQpReply&
                       "an iWARP QP is connected by rdma_cm (rdma_connect, rdma_accept), not "
                       "moved to RTR by ibv_modify_qp alone");
     if (!verbs::qp_modify_ok(cur, next, qp->type,
-                            iwarp_ ? iwarp_mask(cur, next, qp->type, mask) : mask))
+                             iwarp_ ? iwarp_mask(cur, next, qp->type, mask) : mask))
         return refuse(EINVAL, op,
                       fmt::format("{} -> {} with attribute mask {:#x} is not a valid transition",
                                   verbs::qp_state_name(cur), verbs::qp_state_name(next), mask));

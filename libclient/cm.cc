@@ -90,7 +90,7 @@ struct CmId {
     std::uint8_t initiator_depth = 0;
     std::uint8_t retry_count = 7;
     std::uint8_t rnr_retry_count = 7;
-    shm::CmConnParam peer{};  // the connect request's or response's QP
+    shm::CmConnParam peer{};    // the connect request's or response's QP
     std::uint32_t iw_conn = 0;  // iWARP: the daemon's connection the QP binds to
     CmId* listener = nullptr;
     // rdma_create_ep's listener: what rdma_get_request gives each new id.
@@ -1009,8 +1009,7 @@ SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
             if (const int err = connect_qp(i); err != 0) {
                 modify_err(i);
                 shm::Empty gone;
-                i->conn->conn.call(shm::CtrlOp::cm_disconnect, shm::HandleReq{i->handle, 0},
-                                   &gone);
+                i->conn->conn.call(shm::CtrlOp::cm_disconnect, shm::HandleReq{i->handle, 0}, &gone);
                 return fail(err);
             }
             return i->sync ? wait_for(i, RDMA_CM_EVENT_ESTABLISHED) : 0;

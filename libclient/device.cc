@@ -76,7 +76,12 @@ std::vector<Found> discover() {
                 for (std::uint32_t d = 0; d < p.ndevices && d < 2; ++d) {
                     p.devices[d][shm::kNameLen - 1] = '\0';
                     if (p.devices[d][0] == '\0' || !visible(p.devices[d])) continue;
-                    Found f{p.devices[d], path, i, {}, p.ipv4, p.prefix_length,
+                    Found f{p.devices[d],
+                            path,
+                            i,
+                            {},
+                            p.ipv4,
+                            p.prefix_length,
                             d == 0 ? shm::kTransportRoce : shm::kTransportIwarp};
                     std::memcpy(f.mac, p.mac, 6);
                     found.push_back(std::move(f));

@@ -846,38 +846,39 @@ SNIC_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 
 namespace snic::client {
 
+namespace {
+
+// One Modify QP through the daemon; the state it reports is the QP's from then on.
+int modify_call(ibv_qp* qp, const shm::ModifyQpReq& req) {
+    shm::ModifyQpReply rep{};
+    if (const int err = to_ctx(qp->context)->conn.call(shm::CtrlOp::modify_qp, req, &rep); err != 0)
+        return err;
+    store_state(to_qp(qp), rep.state);
+    return 0;
+}
+
+}  // namespace
+
 int bind_iwarp_qp(ibv_qp* qp, std::uint32_t iw_conn) {
-    Qp* q = to_qp(qp);
     shm::ModifyQpReq req{};
     req.qp = qp->handle;
     req.mask = IBV_QP_STATE | shm::kQpAttrIwConn;
     req.attr.qp_state = IBV_QPS_RTR;
     req.attr.iw_conn = iw_conn;
-    shm::ModifyQpReply rep{};
-    if (const int err = to_ctx(qp->context)->conn.call(shm::CtrlOp::modify_qp, req, &rep);
-        err != 0)
-        return err;
-    store_state(q, rep.state);
-    return 0;
+    return modify_call(qp, req);
 }
 
 }  // namespace snic::client
 
 SNIC_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     return errno_verb([&] {
-        Qp* q = to_qp(qp);
         // The binding of an iWARP QP to its connection is rdma_cm's (bind_iwarp_qp).
         if ((static_cast<std::uint32_t>(mask) & shm::kQpAttrIwConn) != 0) return EINVAL;
         shm::ModifyQpReq req{};
         req.qp = qp->handle;
         req.mask = static_cast<std::uint32_t>(mask);
         to_shm(*attr, &req.attr);
-        shm::ModifyQpReply rep{};
-        if (const int err = to_ctx(qp->context)->conn.call(shm::CtrlOp::modify_qp, req, &rep);
-            err != 0)
-            return err;
-        store_state(q, rep.state);
-        return 0;
+        return modify_call(qp, req);
     });
 }
 

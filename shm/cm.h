@@ -159,7 +159,7 @@ struct CmEvent {
     std::uint16_t port_index;  // the device port the new id is on
     std::uint16_t transport;   // kTransportRoce or kTransportIwarp: the new id's device
     std::uint32_t iw_conn;     // iWARP: the connection an RTR binds the id's QP to
-    CmConnParam param;  // the peer's QP and private data
+    CmConnParam param;         // the peer's QP and private data
 };
 static_assert(sizeof(CmEvent) % 8 == 0 && std::is_trivially_copyable_v<CmEvent>);
 

@@ -398,7 +398,9 @@ def build_everything(c: Conn) -> dict:
 
 def test_status_names_the_devices(snicd):
     status = st.ctl_status_ok(snicd.ctrl)
-    assert [p.devices for p in status.ports] == [f"{snicd.name}_0", f"{snicd.name}_1"], status
+    # Each port: its RoCEv2 device, then its iWARP device.
+    assert [p.devices for p in status.ports] == [f"{snicd.name}_0,{snicd.name}_iw0",
+                                                 f"{snicd.name}_1,{snicd.name}_iw1"], status
 
 
 def test_abi_mismatch_gets_eproto(snicd):

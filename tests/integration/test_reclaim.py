@@ -97,7 +97,11 @@ def test_client_exit_and_sigkill_release_everything_without_leaks(daemon):
     assert killed_mid_creation >= ROUNDS // 4, \
         f"only {killed_mid_creation} of {ROUNDS} kills hit a client holding objects"
     fds, maps, rss = process_footprint(d.pid)
-    assert (fds, maps) == baseline[:2], f"fds/mappings {fds}/{maps}, baseline {baseline[:2]}"
+    # No descriptor or mapping more than before the kills. (One fewer is no leak: the baseline
+    # may still count the control connection of the snicctl that just asked, which snicd
+    # closes on its own time.)
+    assert fds <= baseline[0] and maps == baseline[1], \
+        f"fds/mappings {fds}/{maps}, baseline {baseline[:2]}"
     assert rss - baseline[2] < 8 * 1024, f"resident memory grew from {baseline[2]} to {rss} kB"
     print(f"{ROUNDS} kills, {killed_mid_creation} mid-creation, slowest release {slowest * 1000:.1f} ms, "
           f"rss {baseline[2]} -> {rss} kB")

@@ -120,7 +120,9 @@ def test_ibv_devices_lists_snic_devices(verbs_daemon):
     res = run([SNIC_RUN, "ibv_devices"], sock_dir)
     assert res.returncode == 0, res.stderr
     rows = dict(re.findall(r"^\s+(\S+)\s+([0-9a-f]{16})\s*$", res.stdout, re.M))
-    expected = {f"{d.name}_{p.id}": guid_of(p.mac) for p in status.ports}
+    # Each port is a RoCEv2 device and an iWARP device with the same node GUID.
+    expected = {f"{d.name}_{kind}{p.id}": guid_of(p.mac) for p in status.ports
+                for kind in ("", "iw")}
     assert rows == expected, f"ibv_devices printed:\n{res.stdout}"
 
 
@@ -131,15 +133,22 @@ def test_ibv_devinfo_describes_snic_devices(verbs_daemon):
     blocks = re.split(r"^hca_id:\s*", res.stdout, flags=re.M)[1:]
     by_name = {b.split()[0]: b for b in blocks}
     ips = {0: PORT0_IP, 1: PORT1_IP}
-    assert set(by_name) == {f"{d.name}_{p.id}" for p in status.ports}, res.stdout
-    for p in status.ports:
-        text = by_name[f"{d.name}_{p.id}"]
+    assert set(by_name) == {f"{d.name}_{kind}{p.id}" for p in status.ports
+                            for kind in ("", "iw")}, res.stdout
+    for p, kind in ((p, kind) for p in status.ports for kind in ("", "iw")):
+        text = by_name[f"{d.name}_{kind}{p.id}"]
 
         def field(name: str) -> str:
             m = re.search(rf"^\s*{name}:\s*(.+?)\s*$", text, re.M)
             assert m, f"no {name} in:\n{text}"
             return m[1]
 
+        if kind == "iw":  # an RNIC on the same port (its GID: snic-consumer-tests)
+            assert field("transport") == "iWARP (1)"
+            assert field("node_guid").replace(":", "") == guid_of(p.mac)
+            assert field("state") == "PORT_ACTIVE (4)"
+            assert field("link_layer") == "Ethernet"
+            continue
         assert field("transport") == "InfiniBand (0)"
         assert field("node_guid").replace(":", "") == guid_of(p.mac)
         assert field("phys_port_cnt") == "1"
@@ -173,7 +182,8 @@ def test_dead_sockets_are_skipped(verbs_daemon, tmp_path):
     res = st.run([SNIC_RUN, "ibv_devices"], timeout=20, env=env)
     assert res.returncode == 0, res.stderr
     names = re.findall(r"^\s+(\S+)\s+[0-9a-f]{16}\s*$", res.stdout, re.M)
-    assert sorted(names) == sorted(f"{d.name}_{p.id}" for p in status.ports), res.stdout
+    assert sorted(names) == sorted(f"{d.name}_{kind}{p.id}" for p in status.ports
+                                   for kind in ("", "iw")), res.stdout
 
 
 def test_snic_run_usage():
@@ -215,7 +225,8 @@ int main(void) {
     res = run([exe], sock_dir)
     assert res.returncode == 0, res.stderr
     lines = sorted(res.stdout.split("\n")[:-1])
-    assert lines == sorted(f"{d.name}_{p.id} 4" for p in status.ports), res.stdout
+    assert lines == sorted(f"{d.name}_{kind}{p.id} 4" for p in status.ports
+                           for kind in ("", "iw")), res.stdout
 
 
 def test_abi_mismatch_is_reported(tmp_path):

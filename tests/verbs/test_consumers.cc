@@ -77,6 +77,16 @@ std::map<std::string, Iface> interfaces() {
     return out;
 }
 
+// A QP of `type` with room for four WRs of one SGE each way, on `cq`.
+ibv_qp_init_attr small_qp(ibv_cq* cq, ibv_qp_type type) {
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = cq;
+    a.qp_type = type;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    return a;
+}
+
 class Consumers : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -256,11 +266,7 @@ TEST_F(Consumers, failing_verbs_set_errno_to_what_they_return) {
     ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
     ASSERT_NE(pd, nullptr);
     ASSERT_NE(cq, nullptr);
-    ibv_qp_init_attr a{};
-    a.send_cq = a.recv_cq = cq;
-    a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
-    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    ibv_qp_init_attr a = small_qp(cq, IBV_QPT_RC);
     ibv_qp* qp = ibv_create_qp(pd, &a);
     ASSERT_NE(qp, nullptr);
 
@@ -341,15 +347,26 @@ TEST_F(Consumers, each_port_is_an_iwarp_rnic_too) {
 TEST_F(Consumers, an_iwarp_qp_is_connected_by_rdma_cm_not_by_modify_qp) {
     ibv_context* ctx = open_named(iw_device(0));
     ASSERT_NE(ctx, nullptr);
+    // Its GID is the port's MAC (as Linux's soft-iWARP reports it), its RoCE twin's the
+    // IPv4-mapped address.
+    ibv_gid gid{};
+    ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
+    ibv_context* roce = open_named(device(0));
+    ASSERT_NE(roce, nullptr);
+    ibv_device_attr da{};
+    ASSERT_EQ(ibv_query_device(roce, &da), 0);
+    const auto* guid = reinterpret_cast<const std::uint8_t*>(&da.node_guid);
+    // The node GUID is the MAC's EUI-64: MAC = guid[0]^2, guid[1], guid[2], guid[5..7].
+    const std::uint8_t mac[6] = {
+        static_cast<std::uint8_t>(guid[0] ^ 2), guid[1], guid[2], guid[5], guid[6], guid[7]};
+    EXPECT_EQ(std::memcmp(gid.raw, mac, 6), 0);
+    for (int k = 6; k < 16; ++k) EXPECT_EQ(gid.raw[k], 0) << k;
+    EXPECT_EQ(ibv_close_device(roce), 0);
     ibv_pd* pd = ibv_alloc_pd(ctx);
     ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
     ASSERT_NE(pd, nullptr);
     ASSERT_NE(cq, nullptr);
-    ibv_qp_init_attr a{};
-    a.send_cq = a.recv_cq = cq;
-    a.qp_type = IBV_QPT_UD;
-    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
-    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    ibv_qp_init_attr a = small_qp(cq, IBV_QPT_UD);
     errno = 0;
     EXPECT_EQ(ibv_create_qp(pd, &a), nullptr) << "iWARP is connected: RC only";
     EXPECT_EQ(errno, EOPNOTSUPP);

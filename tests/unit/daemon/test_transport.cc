@@ -76,7 +76,7 @@ class FakeTransport final : public Transport {
     int runs = 0;
     std::uint32_t held = 0;  // send WRs the fake engine holds
     FakeEngine* engine = nullptr;
-    bool refuse_start = false;      // start() fails (an iWARP binding refused)
+    bool refuse_start = false;       // start() fails (an iWARP binding refused)
     std::uint32_t started_with = 0;  // QpAttr::iw_conn at the last start()
 
   private:
@@ -142,8 +142,7 @@ struct RingClient {
             if (!r) return EINVAL;
             rq_ring.emplace(*r);
         }
-        shm::CreateQpReq req{pd, cq, cq, srq, type, 0, {16, rq, 1, rq == 0 ? 0u : 1u, 0},
-                             16, rq};
+        shm::CreateQpReq req{pd, cq, cq, srq, type, 0, {16, rq, 1, rq == 0 ? 0u : 1u, 0}, 16, rq};
         FdList fds = fds_of({qp_mem->fd()});
         shm::CreateQpReply out{};
         if (const int err = c.session.create_qp(req, fds, out); err != 0) return err;
@@ -617,7 +616,6 @@ TEST(RoceAttr, a_destination_gid_must_be_ipv4_mapped) {
     EXPECT_EQ(roce_check_attr(IBV_QP_PATH_MTU, a), nullptr) << "only when the AV is set";
 }
 
-
 // --- iWARP's rules at the seam ---------------------------------------------------------------
 
 class IwarpSeam : public ::testing::Test {
@@ -631,8 +629,8 @@ class IwarpSeam : public ::testing::Test {
         shm::QpAttr a{};
         a.qp_state = IBV_QPS_INIT;
         a.port_num = 1;
-        return c.c.modify(c.qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                          a);
+        return c.c.modify(c.qp,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a);
     }
     // INIT -> RTR bound to iWARP connection `conn`, as libsnic's rdma_cm asks.
     int bind(RingClient& c, std::uint32_t conn) {
@@ -652,7 +650,8 @@ TEST_F(IwarpSeam, a_port_without_an_iwarp_device_refuses_to_open_one) {
     RingClient cl(resources, ports);
     const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
     ClientMemfd async(l.bytes);
-    ASSERT_TRUE(shm::RingConsumer<shm::AsyncEvent>::init(async.span(l.events), shm::kAsyncCapacity));
+    ASSERT_TRUE(
+        shm::RingConsumer<shm::AsyncEvent>::init(async.span(l.events), shm::kAsyncCapacity));
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     FdList fds = fds_of({sv[1], async.fd()});
@@ -688,8 +687,9 @@ TEST_F(IwarpSeam, modify_qp_alone_cannot_take_an_iwarp_qp_to_rtr) {
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_1024;
     a.dest_qp_num = 0x42;
-    EXPECT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+    EXPECT_EQ(cl.c.modify(cl.qp,
+                          IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
                           a),
               EINVAL);
     EXPECT_TRUE(fake.calls.empty());
@@ -736,9 +736,9 @@ TEST_F(TransportSeam, the_iwarp_binding_bit_means_nothing_on_a_roce_device) {
     shm::QpAttr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
-    ASSERT_EQ(cl.c.modify(cl.qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                          a),
-              0);
+    ASSERT_EQ(
+        cl.c.modify(cl.qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a),
+        0);
     a = {};
     a.qp_state = IBV_QPS_RTR;
     a.iw_conn = 1;
