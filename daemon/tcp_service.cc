@@ -33,6 +33,8 @@ TcpService::TcpService(Port& port, LcoreTasks& tasks, const TcpStackConfig& conf
 
 TcpService::~TcpService() {
     for (std::size_t i = 0; i < nheld_; ++i) rte_pktmbuf_free(held_[i].m);
+    for (; loop_count_ > 0; --loop_count_, loop_head_ = (loop_head_ + 1) % kLoopSlots)
+        rte_pktmbuf_free(loop_[loop_head_]);
 }
 
 std::uint64_t TcpService::now_ns(std::uint64_t tsc) const {
@@ -105,12 +107,35 @@ int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq
 bool TcpService::poll(std::uint64_t now_tsc) {
     now_tsc_ = now_tsc;
     const bool released = nheld_ != 0 && release_held(now_tsc);
-    return stack_.poll(now_ns(now_tsc)) || released;
+    const bool looped = loop_count_ != 0 && release_loop(now_tsc);
+    return stack_.poll(now_ns(now_tsc)) || released || looped;
+}
+
+bool TcpService::release_loop(std::uint64_t now_tsc) {
+    // Only those queued before this call: what their answers send waits for the next poll.
+    for (std::size_t n = loop_count_; n > 0; --n) {
+        rte_mbuf* m = loop_[loop_head_];
+        loop_head_ = (loop_head_ + 1) % kLoopSlots;
+        --loop_count_;
+        const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
+        const std::size_t ip_len =
+            std::size_t{p[net::kEthHdrLen + 2]} << 8 | p[net::kEthHdrLen + 3];
+        counters_.rx_segments.add();
+        stack_.on_segment(port_.ip().addr, {p + kL4Offset, ip_len - (kL4Offset - net::kEthHdrLen)},
+                          now_ns(now_tsc));
+        rte_pktmbuf_free(m);
+    }
+    return true;
 }
 
 void TcpService::on_tcp(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, std::uint64_t now) {
     auto* self = static_cast<TcpService*>(ctx);
     self->now_tsc_ = now;
+    if (f.src_ip == self->port_.ip().addr) {  // only the port's own loop sends those
+        self->counters_.rx_own_source.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
     self->counters_.rx_segments.add();
     const auto* data = rte_pktmbuf_mtod(m, const std::uint8_t*);
     self->stack_.on_segment(f.src_ip, {data + f.l4_offset, f.l4_length}, self->now_ns(now));
@@ -168,6 +193,17 @@ void TcpService::tx_send(std::size_t len) {
     rte_mbuf* m = tx_m_;
     tx_m_ = nullptr;
     if (m == nullptr) return;
+    if (tx_remote_ == port_.ip().addr) {  // a connection of the port to itself
+        if (loop_count_ == kLoopSlots) {
+            counters_.loopback_full.add();
+            rte_pktmbuf_free(m);
+            return;
+        }
+        frame(m, port_.mac(), tx_remote_, len);
+        counters_.loopback.add();
+        loop_[(loop_head_ + loop_count_++) % kLoopSlots] = m;
+        return;
+    }
     const auto mac = port_.resolve(tx_remote_, now_tsc_);
     if (mac) {
         frame(m, *mac, tx_remote_, len);

@@ -33,6 +33,9 @@ struct TcpServiceCounters {
     Counter rx_segments;     // TCP frames from the port
     Counter icmp_in;         // ICMP destination unreachable frames from the port
     Counter icmp_malformed;  // quoting no IPv4/TCP header we can read
+    Counter loopback;        // segments to the port's own address, received on the next poll
+    Counter loopback_full;   // ... dropped: the loop queue was full (the engine retransmits)
+    Counter rx_own_source;   // from the wire with the port's own address as source: dropped
 };
 
 class TcpService final : public LcorePoller, public TcpLink {
@@ -79,8 +82,12 @@ class TcpService final : public LcorePoller, public TcpLink {
     };
     void frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len);
     bool release_held(std::uint64_t now_tsc);
+    // The segments a connection of the port to its own address sent since the last poll, to
+    // the stack as received (never from inside an engine's send).
+    bool release_loop(std::uint64_t now_tsc);
 
     static constexpr std::size_t kHeld = 16;
+    static constexpr std::size_t kLoopSlots = 256;
     static constexpr std::size_t kL4Offset = 14 + 20;  // Ethernet and an option-less IPv4 header
 
     Port& port_;
@@ -97,6 +104,8 @@ class TcpService final : public LcorePoller, public TcpLink {
     std::uint16_t ip_id_ = 0;
     std::array<Held, kHeld> held_{};
     std::size_t nheld_ = 0;
+    std::array<rte_mbuf*, kLoopSlots> loop_{};
+    std::size_t loop_head_ = 0, loop_count_ = 0;
 };
 
 template <typename F>
@@ -108,6 +117,9 @@ void TcpService::for_each_counter(F&& f) const {
     f(std::string_view("tx_unresolved"), counters_.tx_unresolved.get());
     f(std::string_view("rx_segments"), counters_.rx_segments.get());
     f(std::string_view("icmp_in"), counters_.icmp_in.get());
+    f(std::string_view("loopback"), counters_.loopback.get());
+    f(std::string_view("loopback_full"), counters_.loopback_full.get());
+    f(std::string_view("rx_own_source"), counters_.rx_own_source.get());
     f(std::string_view("icmp_malformed"), counters_.icmp_malformed.get());
 }
 

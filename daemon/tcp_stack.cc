@@ -519,7 +519,7 @@ int TcpStack::refuse_connect(int err) {
 
 int TcpStack::connect(net::Ipv4Addr ip, std::uint16_t port, TcpStreamOwner& owner, TcpHandle& out,
                       std::uint16_t local_port) {
-    if (port == 0 || ip == cfg_.local_ip || ip.value == 0) return refuse_connect(EINVAL);
+    if (port == 0 || ip.value == 0) return refuse_connect(EINVAL);
     if (!link_.on_link(ip)) return refuse_connect(ENETUNREACH);
     if (const std::uint32_t* n = by_peer_.find(ip.value); n != nullptr && *n >= cfg_.max_per_peer)
         return refuse_connect(ENOBUFS);

@@ -94,6 +94,24 @@ def test_rping_verifies_its_data_over_iwarp(wire, tmp_path):
     assert after.get("iw_mpa_errors", 0) == before.get("iw_mpa_errors", 0), after
 
 
+def test_a_port_connects_to_its_own_address(wire, tmp_path):
+    """Both ends on one port (rping's client binds the server's own address): the TCP
+    segments loop back inside the port (snic's TCP `loopback` counter), as an RNIC's loopback
+    connection does."""
+    d, sock_dir = wire
+    before = iwarp_counters(d)
+    port = str(next(_ports))
+    rcm.client_server(d, sock_dir, tmp_path,
+                      ["rping", "-s", "-a", SERVER_IP, "-p", port, "-C", "200", "-V"],
+                      ["rping", "-c", "-a", SERVER_IP, "-I", SERVER_IP, "-p", port, "-C", "200",
+                       "-V"])
+    after = iwarp_counters(d)
+    assert after.get("iw_bound", 0) - before.get("iw_bound", 0) == 2, (before, after)
+    ids = [p.id for p in st.ctl_status_ok(d.ctrl).ports]
+    tcp = st.telemetry_query(d.prefix, f"/snic/tcp_stats,{ids[0]}")[0]["/snic/tcp_stats"]
+    assert int(tcp["loopback"]) > 0 and int(tcp["rx_own_source"]) == 0, tcp
+
+
 def test_no_listener_is_a_rejection(wire, tmp_path):
     """A TCP port nobody listens on answers the SYN with RST: rdma_cm says REJECTED."""
     _, sock_dir = wire
@@ -114,8 +132,8 @@ def test_perftest_over_iwarp(wire, tmp_path, tool, size):
     for attempt in range(15):
         common = [tool, "-R", "-p", str(next(_ports)), "-n", "200", "-s", size]
         # Each side sees its own device only: perftest's client does not bind an address, and
-        # the server's own address would resolve to the server's device (a connection of a
-        # port to itself, which snic's TCP does not make).
+        # the server's own address would resolve to the server's device (a connection of the
+        # port to itself, not over the wire).
         server = rcm.start_server(d, sock_dir, tmp_path / f"{tool}-server-{attempt}.out",
                                   *common, "-d", f"{d.name}_iw0", core=0,
                                   env=rcm.env_for(sock_dir, SNIC_DEVICES=f"{d.name}_iw0"))
