@@ -14,6 +14,10 @@
       Prints one JSON object: bytes, crc32, answer, throughput, the socket's retransmissions.
   tcp_peer.py connect IP PORT
       one connect(); prints {"errno": N} (0: connected).
+  tcp_peer.py raw IP PORT [--send HEX] [--wait S]
+      connects, sends the bytes HEX names (none: stays silent), then reads until the peer
+      closes (FIN: "eof", RST: "reset") or S seconds pass ("open"); prints one JSON object:
+      end, seconds, the bytes received (hex, the first 256).
 The checksum is zlib's CRC-32, the one snic's self-tests compute (proto/crc).
 """
 
@@ -125,6 +129,31 @@ def connect(args) -> int:
     return 0
 
 
+def raw(args) -> int:
+    s = socket.create_connection((args.ip, args.port), timeout=10)
+    if args.send:
+        s.sendall(bytes.fromhex(args.send))
+    t0 = time.monotonic()
+    got = b""
+    end = "open"
+    s.settimeout(args.wait)
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                end = "eof"
+                break
+            got += b
+    except ConnectionResetError:
+        end = "reset"
+    except socket.timeout:
+        end = "open"
+    s.close()
+    print(json.dumps({"end": end, "seconds": round(time.monotonic() - t0, 3),
+                      "received": got[:256].hex()}))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="mode", required=True)
@@ -140,8 +169,13 @@ def main() -> int:
     co = sub.add_parser("connect")
     co.add_argument("ip")
     co.add_argument("port", type=int)
+    rw = sub.add_parser("raw")
+    rw.add_argument("ip")
+    rw.add_argument("port", type=int)
+    rw.add_argument("--send", default="")
+    rw.add_argument("--wait", type=float, default=30.0)
     args = p.parse_args()
-    return {"server": serve, "client": client, "connect": connect}[args.mode](args)
+    return {"server": serve, "client": client, "connect": connect, "raw": raw}[args.mode](args)
 
 
 if __name__ == "__main__":
