@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "dapl/provider.h"
+#include "libclient/snic/snic_ext.h"
 
 namespace snic::dapl {
 
@@ -125,9 +126,8 @@ DAT_RETURN open_device(Ia* ia) {
         if (ia->device == ibv_get_device_name(list[i])) ia->ctx = ibv_open_device(list[i]);
     ibv_free_device_list(list);
     if (ia->ctx == nullptr) return err(DAT_PROVIDER_NOT_FOUND, DAT_NAME_NOT_REGISTERED);
-    ibv_gid gid{};
     if (ibv_query_device(ia->ctx, &ia->dev_attr) != 0 ||
-        ibv_query_port(ia->ctx, 1, &ia->port_attr) != 0 || ibv_query_gid(ia->ctx, 1, 0, &gid) != 0)
+        ibv_query_port(ia->ctx, 1, &ia->port_attr) != 0)
         return err(DAT_INTERNAL_ERROR);
     // dapl2-utils read these to decide which tests the provider can run.
     std::snprintf(ia->mtu_text, sizeof ia->mtu_text, "%d", 128 << ia->port_attr.active_mtu);
@@ -137,9 +137,10 @@ DAT_RETURN open_device(Ia* ia) {
         {"DAT_IB_TRANSPORT_MTU", ia->mtu_text}, {"DAT_IB_EP_RECV_QUERY", "TRUE"},
     };
     std::copy(std::begin(specific), std::end(specific), ia->specific);
-    // GID 0 is the port's IPv4 address as ::ffff:a.b.c.d.
+    // The port's IPv4 address, from libsnic: an iWARP device's GIDs are MAC-based, so GID 0
+    // (a RoCE device's ::ffff:a.b.c.d) is no address for it.
     ia->addr.sin_family = AF_INET;
-    std::memcpy(&ia->addr.sin_addr, gid.raw + 12, 4);
+    if (snic_query_port_ipv4(ia->ctx, 1, &ia->addr.sin_addr) != 0) return err(DAT_INTERNAL_ERROR);
     return DAT_SUCCESS;
 }
 
