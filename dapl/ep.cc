@@ -422,6 +422,7 @@ DAT_RETURN post_send_common(DAT_EP_HANDLE h, DAT_COUNT n, DAT_LMR_TRIPLET* iov,
     if (n > 32) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     if (const DAT_RETURN r = check_iov(ep->ia, ep->pz, n, iov, false, sge); r != DAT_SUCCESS)
         return r;
+    if (total(sge, n) > ep->attr.max_message_size) return err(DAT_LENGTH_ERROR);
     ibv_send_wr wr{};
     wr.opcode = invalidate ? IBV_WR_SEND_WITH_INV : IBV_WR_SEND;
     wr.send_flags = send_flags(flags);

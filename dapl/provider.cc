@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "dapl/provider.h"
+#include "libclient/snic/snic_ext.h"
 
 namespace snic::dapl {
 
@@ -125,9 +126,8 @@ DAT_RETURN open_device(Ia* ia) {
         if (ia->device == ibv_get_device_name(list[i])) ia->ctx = ibv_open_device(list[i]);
     ibv_free_device_list(list);
     if (ia->ctx == nullptr) return err(DAT_PROVIDER_NOT_FOUND, DAT_NAME_NOT_REGISTERED);
-    ibv_gid gid{};
     if (ibv_query_device(ia->ctx, &ia->dev_attr) != 0 ||
-        ibv_query_port(ia->ctx, 1, &ia->port_attr) != 0 || ibv_query_gid(ia->ctx, 1, 0, &gid) != 0)
+        ibv_query_port(ia->ctx, 1, &ia->port_attr) != 0)
         return err(DAT_INTERNAL_ERROR);
     // dapl2-utils read these to decide which tests the provider can run.
     std::snprintf(ia->mtu_text, sizeof ia->mtu_text, "%d", 128 << ia->port_attr.active_mtu);
@@ -137,9 +137,10 @@ DAT_RETURN open_device(Ia* ia) {
         {"DAT_IB_TRANSPORT_MTU", ia->mtu_text}, {"DAT_IB_EP_RECV_QUERY", "TRUE"},
     };
     std::copy(std::begin(specific), std::end(specific), ia->specific);
-    // GID 0 is the port's IPv4 address as ::ffff:a.b.c.d.
+    // The port's IPv4 address, from libsnic: an iWARP device's GIDs are MAC-based, so GID 0
+    // (a RoCE device's ::ffff:a.b.c.d) is no address for it.
     ia->addr.sin_family = AF_INET;
-    std::memcpy(&ia->addr.sin_addr, gid.raw + 12, 4);
+    if (snic_query_port_ipv4(ia->ctx, 1, &ia->addr.sin_addr) != 0) return err(DAT_INTERNAL_ERROR);
     return DAT_SUCCESS;
 }
 
@@ -478,6 +479,7 @@ DAT_RETURN rmr_create_type(DAT_PZ_HANDLE h, DAT_RMR_HANDLE* out, ibv_mw_type typ
     auto r = std::make_unique<Rmr>(pz->provider, pz->ia);
     r->mw = ibv_alloc_mw(pz->pd, type);
     if (r->mw == nullptr) return from_errno(errno);
+    r->rkey = r->mw->rkey;
     r->pz = pz;
     ++pz->users;
     ++pz->ia->objects;
@@ -501,7 +503,7 @@ DAT_RETURN rmr_query(DAT_RMR_HANDLE h, DAT_RMR_PARAM_MASK, DAT_RMR_PARAM* p) {
     p->pz_handle = r->pz;
     p->lmr_triplet = r->triplet;
     p->mem_priv = r->priv;
-    p->rmr_context = r->mw->rkey;
+    p->rmr_context = r->rkey;
     p->rmr_scope = r->mw->type == IBV_MW_TYPE_2 ? DAT_RMR_SCOPE_EP : DAT_RMR_SCOPE_PZ;
     p->va_type = DAT_VA_TYPE_VA;
     return DAT_SUCCESS;
@@ -534,14 +536,35 @@ DAT_RETURN rmr_bind(DAT_RMR_HANDLE rh, DAT_LMR_HANDLE lh, const DAT_LMR_TRIPLET*
     s->rmr = r;
     s->op = -1;
     s->length = 0;
-    ibv_mw_bind b{};
-    b.wr_id = reinterpret_cast<std::uintptr_t>(s);
-    b.send_flags = (flags & DAT_COMPLETION_SUPPRESS_FLAG) != 0 ? 0 : IBV_SEND_SIGNALED;
-    b.bind_info.mr = l != nullptr ? l->mr : nullptr;
-    b.bind_info.addr = t->virtual_address;
-    b.bind_info.length = t->segment_length;
-    b.bind_info.mw_access_flags = access_of(priv) & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
-    if (const int e = ibv_bind_mw(ep->qp, r->mw, &b); e != 0) {
+    ibv_mw_bind_info info{};
+    info.mr = l != nullptr ? l->mr : nullptr;
+    info.addr = t->virtual_address;
+    info.length = t->segment_length;
+    info.mw_access_flags = access_of(priv) & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+    const unsigned send_flags = (flags & DAT_COMPLETION_SUPPRESS_FLAG) != 0 ? 0 : IBV_SEND_SIGNALED;
+    int e = 0;
+    if (r->mw->type == IBV_MW_TYPE_2) {
+        // An RMR for an EP is a type 2 window: a Bind MW work request binds it, under a key
+        // whose low byte the consumer advances (ibv_bind_mw binds type 1 windows only).
+        ibv_send_wr wr{};
+        wr.wr_id = reinterpret_cast<std::uintptr_t>(s);
+        wr.opcode = IBV_WR_BIND_MW;
+        wr.send_flags = send_flags;
+        wr.bind_mw.mw = r->mw;
+        wr.bind_mw.rkey = ibv_inc_rkey(r->rkey);
+        wr.bind_mw.bind_info = info;
+        ibv_send_wr* bad = nullptr;
+        e = ibv_post_send(ep->qp, &wr, &bad);
+        if (e == 0) r->rkey = wr.bind_mw.rkey;
+    } else {
+        ibv_mw_bind b{};
+        b.wr_id = reinterpret_cast<std::uintptr_t>(s);
+        b.send_flags = send_flags;
+        b.bind_info = info;
+        e = ibv_bind_mw(ep->qp, r->mw, &b);
+        if (e == 0) r->rkey = r->mw->rkey;
+    }
+    if (e != 0) {
         ep->sq.untake();
         return from_errno(e);
     }
@@ -550,7 +573,7 @@ DAT_RETURN rmr_bind(DAT_RMR_HANDLE rh, DAT_LMR_HANDLE lh, const DAT_LMR_TRIPLET*
     if (l != nullptr) ++l->users;
     r->triplet = *t;
     r->priv = priv;
-    if (out != nullptr) *out = r->mw->rkey;
+    if (out != nullptr) *out = r->rkey;
     return DAT_SUCCESS;
 }
 

@@ -118,7 +118,8 @@ struct Rmr final : Typed<Rmr> {
     static constexpr Kind kKind = Kind::rmr;
     Pz* pz = nullptr;
     ibv_mw* mw = nullptr;
-    Lmr* lmr = nullptr;  // bound to, or nullptr
+    std::uint32_t rkey = 0;  // the RMR context now (a type 2 window's changes at each bind)
+    Lmr* lmr = nullptr;      // bound to, or nullptr
     DAT_LMR_TRIPLET triplet{};
     DAT_MEM_PRIV_FLAGS priv = DAT_MEM_PRIV_NONE_FLAG;
     Rmr(DAT_PROVIDER* p, Ia* i) : Typed(p, kKind, DAT_HANDLE_TYPE_RMR, i) {}

@@ -1,6 +1,9 @@
 // libsnic's extensions (<snic/snic_ext.h>): what snic offers beyond the verbs API.
 #include "libclient/snic/snic_ext.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cerrno>
 #include <cstdint>
 
@@ -32,5 +35,13 @@ SNIC_EXPORT int snic_query_qp_recv(ibv_qp* qp, snic_qp_recv_state* state) {
     if (daemon_dead(ctx)) return EIO;
     state->taken = taken;
     state->completed = completed;
+    return 0;
+}
+
+SNIC_EXPORT int snic_query_port_ipv4(ibv_context* ctx, std::uint8_t port_num, in_addr* addr) {
+    if (ctx == nullptr || addr == nullptr || port_num != 1) return EINVAL;
+    const Device* d = to_dev(ctx->device);
+    if (d->ipv4 == 0) return ENODATA;
+    addr->s_addr = htonl(d->ipv4);
     return 0;
 }

@@ -9,7 +9,9 @@
 extern "C" {
 #endif
 
+struct ibv_context;
 struct ibv_qp;
+struct in_addr;
 
 /* A QP's receive side, as snicd counts it while it works, from one consistent snapshot:
  *   taken      receive WQEs the QP has taken (from its own receive queue or from its SRQ)
@@ -29,6 +31,13 @@ struct snic_qp_recv_state {
  * round trip to snicd: they are read from memory snicd shares with the process. Returns 0,
  * EINVAL (a null argument) or EIO (snicd is gone). */
 int snic_query_qp_recv(struct ibv_qp* qp, struct snic_qp_recv_state* state);
+
+/* The IPv4 address of port `port_num` (1) of a libsnic device, into *addr (network order):
+ * what rdma_cm binds and connects from on it. A RoCE device's GID 0 holds it too
+ * (::ffff:a.b.c.d); an iWARP device's GIDs are MAC-based, as on every iWARP RNIC, so this is
+ * where a consumer that opened an iWARP device by name finds its address. Returns 0,
+ * EINVAL (a null argument or another port) or ENODATA (the port has no address). */
+int snic_query_port_ipv4(struct ibv_context* ctx, uint8_t port_num, struct in_addr* addr);
 
 #ifdef __cplusplus
 }

@@ -398,15 +398,15 @@ def sweep_dead_runs() -> list[str]:
 @contextlib.contextmanager
 def wire_daemon(tmp_path_factory, mem_args: list[str], prefix: str, subnet: str,
                 port_extra: str = "", idle_backoff: int = 20, sock_dir: Optional[Path] = None,
-                args: tuple[str, ...] = ()):
+                args: tuple[str, ...] = (), cores: tuple[str, ...] = ("-l", "0")):
     """One snicd with the virtual wire (wire0 at SUBNET.1, wire1 at SUBNET.2, /24, each
-    port spec followed by PORT_EXTRA, then ARGS), its control socket alone in a fresh
-    directory (for SNIC_SOCKET_DIR) unless SOCK_DIR names one; yields (daemon, socket dir)
-    once it answers, and stops it on exit, also when the test fails."""
+    port spec followed by PORT_EXTRA, then ARGS) on the EAL cores CORES, its control socket
+    alone in a fresh directory (for SNIC_SOCKET_DIR) unless SOCK_DIR names one; yields
+    (daemon, socket dir) once it answers, and stops it on exit, also when the test fails."""
     name = unique(prefix, maxlen=24)
     remove_daemon_leftovers(name)
     sock_dir = sock_dir or tmp_path_factory.mktemp("snic-sockets")
-    d = Daemon(name, ["-l", "0", "--no-pci", *mem_args],
+    d = Daemon(name, [*cores, "--no-pci", *mem_args],
                ["--wire", "--port", f"wire0,ip={subnet}.1/24{port_extra}",
                 "--port", f"wire1,ip={subnet}.2/24{port_extra}", "--idle-backoff", str(idle_backoff),
                 *args],

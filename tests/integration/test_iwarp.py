@@ -122,18 +122,17 @@ def test_no_listener_is_a_rejection(wire, tmp_path):
         rcm.shown(res)
 
 
-@pytest.mark.parametrize("tool,size", [("ib_send_lat", "8"), ("ib_write_lat", "4096"),
-                                       ("ib_send_bw", "65536"), ("ib_write_bw", "65536"),
-                                       ("ib_read_bw", "65536")])
-def test_perftest_over_iwarp(wire, tmp_path, tool, size):
-    """perftest with -R on the iWARP devices (see test_rdmacm's perftest test for its retry
-    crash after a lost race, run again here the same way)."""
-    d, sock_dir = wire
+def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
+                 ports=_ports) -> tuple[subprocess.CompletedProcess, rcm.Background]:
+    """perftest's `tool` with -R and ARGS, its server on <name>_iw0 and its client on
+    <name>_iw1 (pinned to cores 0 and 1), a fresh port from `ports` for each attempt. Each
+    side sees its own device only: perftest's client does not bind an address, and the
+    server's own address would resolve to the server's device (a connection of the port to
+    itself, not over the wire). An attempt that hits perftest's retry crash
+    after a lost race (test_rdmacm's lost_perftest_race) is run again. Returns the last
+    attempt's client result and server, which has ended."""
     for attempt in range(15):
-        common = [tool, "-R", "-p", str(next(_ports)), "-n", "200", "-s", size]
-        # Each side sees its own device only: perftest's client does not bind an address, and
-        # the server's own address would resolve to the server's device (a connection of the
-        # port to itself, not over the wire).
+        common = [tool, "-R", "-p", str(next(ports)), *args]
         server = rcm.start_server(d, sock_dir, tmp_path / f"{tool}-server-{attempt}.out",
                                   *common, "-d", f"{d.name}_iw0", core=0,
                                   env=rcm.env_for(sock_dir, SNIC_DEVICES=f"{d.name}_iw0"))
@@ -148,6 +147,17 @@ def test_perftest_over_iwarp(wire, tmp_path, tool, size):
         if not rcm.lost_perftest_race(client):
             break
         print(f"{tool}: attempt {attempt + 1} hit perftest's retry crash after REJECTED")
+    return client, server
+
+
+@pytest.mark.parametrize("tool,size", [("ib_send_lat", "8"), ("ib_write_lat", "4096"),
+                                       ("ib_send_bw", "65536"), ("ib_write_bw", "65536"),
+                                       ("ib_read_bw", "65536")])
+def test_perftest_over_iwarp(wire, tmp_path, tool, size):
+    """perftest with -R on the iWARP devices (see test_rdmacm's perftest test for its retry
+    crash after a lost race, run again here the same way)."""
+    d, sock_dir = wire
+    client, server = run_perftest(d, sock_dir, tmp_path, tool, "-n", "200", "-s", size)
     assert client.returncode == 0, \
         f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
     assert server.proc.returncode == 0, f"{server.describe()}\nclient:\n{rcm.shown(client)}"
