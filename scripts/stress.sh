@@ -32,11 +32,15 @@ faults="loss=0.05,dup=0.01,reorder=0.01,corrupt=0.005,seed=7"
 arp_timeout=
 NAME=snic-stress
 devices=("${NAME}_0" "${NAME}_1")
+iwarp_args=()
 while (($#)); do
     case $1 in
         --no-deps | --no-build) setup_args+=("$1") ;;
         --clean) faults= ;;
-        --iwarp) devices=("${NAME}_iw0" "${NAME}_iw1") ;;
+        --iwarp)  # an iWARP device's GID is its MAC: the program is told the addresses
+            devices=("${NAME}_iw0" "${NAME}_iw1")
+            iwarp_args=(--addrs 198.18.18.1,198.18.18.2)
+            ;;
         --faults)
             (($# > 1)) || { printf '%s: --faults needs a value\n' "$SNIC_PROG" >&2; exit 2; }
             faults=$2
@@ -96,7 +100,7 @@ snic_wait_ready "$CTRL" 300 "$daemon_pid" || snic_die "snicd did not start: $(ta
 cpus=()
 (($(nproc) > 1)) && cpus=(taskset -c 1)  # the program off the daemon's core
 cmd=("${cpus[@]}" "$STRESS" -n "${SNIC_STRESS_OPS:-100000}" -m "${SNIC_STRESS_MAX_SIZE:-1048576}"
-    -t 10 --stall 60 "${stress_args[@]}" "${devices[@]}")
+    -t 10 --stall 60 "${iwarp_args[@]}" "${stress_args[@]}" "${devices[@]}")
 # The run's devices alone: a port's RoCE and iWARP devices share its address (rdma_cm).
 snic_log "running: SNIC_SOCKET_DIR=$SOCK_DIR SNIC_DEVICES=${devices[0]},${devices[1]} ${cmd[*]}"
 # In the background, so that a signal to this script is handled at once (the trap stops
