@@ -12,6 +12,10 @@
             process on the two ports (both posting APIs).
   scale     the 8 B snic SEND round trip beside 1, 1,000 and 10,000 established idle RC
             QPs (snic-perf --idle-qps, one run), and snicd's memory per idle QP.
+  iWARP     the snic rows again over the same ports' iWARP devices (NAME_iw0, NAME_iw1:
+            RDMAP/DDP/MPA over snic's TCP), snic-perf -R --loopback (connected through
+            rdma_cm, SNIC_DEVICES naming the two): SEND round trips at 8 B, 4 KiB and
+            64 KiB, RDMA WRITE bandwidth, each beside the floor and the RoCE figure.
 
 Prints one table (median and p99 round trip per size, the ratios, bandwidth and message
 rate), writes results.json, the samples, and two PNG plots (latency CDF at 8 B,
@@ -40,11 +44,13 @@ SNIC_RUN = BUILD / "libclient" / "snic-run"
 KPING_NET = ROOT / "scripts" / "kping-net.sh"
 
 SIZES = [8, 64, 4096, 65536]
+IW_SIZES = [8, 4096, 65536]
 IDLE_QPS = [1, 1000, 10000]
 IDLE_ROUNDS = 3  # each count measured this many times, interleaved with the others
 BW_SIZES_FULL = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 BW_SIZES_QUICK = [64, 1024, 65536]
 WIRE_MTU = 9000  # jumbo frames on the virtual wire, as RoCE deployments use: IB MTU 4096
+WIRE_SUBNET = "198.18.46"  # the snic rows' wire: port 0 at .1, port 1 at .2
 KP_NS = ("snic-kping-a", "snic-kping-b")
 KP_SERVER = "198.18.7.2"
 UDP_MAX = 65507
@@ -90,8 +96,8 @@ class WireDaemon:
         daemon_core, _ = cores()
         cmd = [str(SNICD), "-l", "0", "--no-pci", *mem_args(), "--", "--name", name,
                "--ctrl", str(self.sock), "--wire",
-               "--port", f"wire0,ip=198.18.46.1/24,mtu={WIRE_MTU}",
-               "--port", f"wire1,ip=198.18.46.2/24,mtu={WIRE_MTU}", *(extra or [])]
+               "--port", f"wire0,ip={WIRE_SUBNET}.1/24,mtu={WIRE_MTU}",
+               "--port", f"wire1,ip={WIRE_SUBNET}.2/24,mtu={WIRE_MTU}", *(extra or [])]
         self.log = open(self.dir / "snicd.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -123,14 +129,24 @@ class WireDaemon:
 
 # ---- the measurements ------------------------------------------------------------------
 
-def snic_perf(d: WireDaemon, test: str, size: int, iters: int, samples: Path | None = None) -> dict:
-    """One snic-perf --loopback run across the daemon's two ports; its JSON result."""
+def snic_perf(d: WireDaemon, test: str, size: int, iters: int, samples: Path | None = None,
+              iwarp: bool = False) -> dict:
+    """One snic-perf --loopback run across the daemon's two ports (their RoCE devices, or
+    with `iwarp` their iWARP devices through rdma_cm); its JSON result."""
     _, client = cores()
-    cmd = [*client, str(PERF), test, "--loopback", "-d", f"{d.name}_0", "--peer-device",
-           f"{d.name}_1", "-s", str(size), "-n", str(iters), "--json"]
+    devs = (f"{d.name}_iw0", f"{d.name}_iw1") if iwarp else (f"{d.name}_0", f"{d.name}_1")
+    cmd = [*client, str(PERF), test, "--loopback", "-d", devs[0], "--peer-device", devs[1],
+           "-s", str(size), "-n", str(iters), "--json"]
+    env = d.env()
+    if iwarp:
+        # -R: an iWARP QP connects through rdma_cm only (an iWARP device's GID is its MAC:
+        # the addresses are given); the ports' addresses are also their RoCE devices', so
+        # this process sees the iWARP devices alone.
+        cmd += ["-R", "--source_ip", f"{WIRE_SUBNET}.1", "--listen_ip", f"{WIRE_SUBNET}.2"]
+        env["SNIC_DEVICES"] = ",".join(devs)
     if samples is not None:
         cmd += ["--samples", str(samples)]
-    return json_lines(run(cmd, env=d.env()))[-1]
+    return json_lines(run(cmd, env=env))[-1]
 
 
 def proc_kib(pid: int, field: str) -> int:
@@ -281,6 +297,30 @@ def print_table(r: dict) -> None:
         m = lambda x: None if x is None else x["msg_rate_mpps"]
         print(f"{s:>8}  {fmt(g(sn)):>15}  {fmt(m(sn)):>7}  {fmt(g(fl)):>10}  {fmt(m(fl)):>7}  "
               f"{ratio(g(sn), g(fl)):>10}")
+    if r.get("iw_lat"):
+        med = lambda x: None if x is None else x["rtt_us"]["median"]
+        cell = lambda x: "-" if x is None else f"{x['rtt_us']['median']:.2f} / {x['rtt_us']['p99']:.2f}"
+        print()
+        print("iWARP (the same ports' NAME_iw0/NAME_iw1, snic-perf -R --loopback), round trips,")
+        print("median / p99 in microseconds:")
+        print(f"{'size':>7}  {'iWARP SEND':>15}  {'RoCE SEND':>15}  {'floor (raw)':>15}  "
+              f"{'iWARP/floor':>11}  {'iWARP/RoCE':>10}")
+        for s in IW_SIZES:
+            k = str(s)
+            iw, sn, fl = r["iw_lat"].get(k), r["snic_lat"].get(k), r["floor_lat"].get(k)
+            print(f"{s:>7}  {cell(iw):>15}  {cell(sn):>15}  {cell(fl):>15}  "
+                  f"{ratio(med(iw), med(fl)):>11}  {ratio(med(iw), med(sn)):>10}")
+        print()
+        print("iWARP bandwidth (payload, RDMA WRITE) and message rate:")
+        print(f"{'size':>8}  {'iWARP Gb/s':>10}  {'Mmsg/s':>7}  {'RoCE Gb/s':>9}  {'floor Gb/s':>10}  "
+              f"{'iWARP/floor':>11}  {'iWARP/RoCE':>10}")
+        for s in r["bw_sizes"]:
+            k = str(s)
+            iw, sn, fl = r["iw_bw"].get(k), r["snic_bw"].get(k), r["floor_bw"].get(k)
+            g = lambda x: None if x is None else x["bw_gbps"]
+            m = lambda x: None if x is None else x["msg_rate_mpps"]
+            print(f"{s:>8}  {fmt(g(iw)):>10}  {fmt(m(iw)):>7}  {fmt(g(sn)):>9}  {fmt(g(fl)):>10}  "
+                  f"{ratio(g(iw), g(fl)):>11}  {ratio(g(iw), g(sn)):>10}")
     if r.get("idle"):
         i = r["idle"]
         one = i["rows"][str(IDLE_QPS[0])]["median_us"]
@@ -358,6 +398,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(BUILD / "bench"), help="output directory")
     ap.add_argument("--no-perftest", action="store_true", help="skip the perftest rows")
     ap.add_argument("--no-scale", action="store_true", help="skip the idle QP rows")
+    ap.add_argument("--no-iwarp", action="store_true", help="skip the iWARP rows")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -371,7 +412,7 @@ def main() -> int:
     bw_sizes = BW_SIZES_QUICK if a.quick else BW_SIZES_FULL
     r = {"quick": a.quick, "wire_mtu": WIRE_MTU, "lat_iters": lat_iters, "bw_iters": bw_iters,
          "bw_sizes": bw_sizes, "snic_lat": {}, "floor_lat": {}, "tcp_lat": {}, "udp_lat": {},
-         "snic_bw": {}, "floor_bw": {}, "perftest": []}
+         "snic_bw": {}, "floor_bw": {}, "perftest": [], "iw_lat": {}, "iw_bw": {}}
 
     log("floor: snicd raw-ping / raw-bw self-tests over the virtual wire")
     for s in SIZES:
@@ -382,14 +423,21 @@ def main() -> int:
     for s in bw_sizes:
         r["floor_bw"][str(s)] = floor_selftest(f"raw-bw,size={s},count={max(bw_iters, 2000)}")
 
-    log("snic: snic-perf --loopback across the virtual wire")
+    log("snic: snic-perf --loopback across the virtual wire"
+        + ("" if a.no_iwarp else ", RoCE and iWARP (-R) in turn at each size"))
     d = WireDaemon("snic-bench")
     try:
+        # Each iWARP figure right after the RoCE one of its size: the machine's other load
+        # moves both alike.
         for s in SIZES:
             samples = out / "snic-8.samples" if s == 8 else None
             r["snic_lat"][str(s)] = snic_perf(d, "send_lat", s, lat_iters, samples)
+            if not a.no_iwarp and s in IW_SIZES:
+                r["iw_lat"][str(s)] = snic_perf(d, "send_lat", s, lat_iters, iwarp=True)
         for s in bw_sizes:
             r["snic_bw"][str(s)] = snic_perf(d, "write_bw", s, bw_iters)
+            if not a.no_iwarp:
+                r["iw_bw"][str(s)] = snic_perf(d, "write_bw", s, bw_iters, iwarp=True)
         if not a.no_scale:
             log(f"scale: 8 B SEND beside {', '.join(map(str, IDLE_QPS))} idle RC QPs")
             r["idle"] = snic_idle(d, lat_iters)

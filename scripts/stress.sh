@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# RoCEv2 RC stress at full size: one snicd on the in-process virtual wire, with faults
-# injected on wire1, and snic-rc-stress (tests/stress/rc_stress.cc) between its two ports:
-# SEND, WRITE, WRITE with immediate, READ and atomics in both directions, several in
-# flight, every byte and every completion checked. Prints the program's summary and the
+# RC stress at full size (RoCEv2, or iWARP with --iwarp): one snicd on the in-process
+# virtual wire, with faults injected on wire1, and snic-rc-stress (tests/stress/rc_stress.cc)
+# between its two ports: SEND, WRITE, WRITE with immediate, READ and atomics in both
+# directions, several in flight, every byte and every completion checked. Prints the program's summary and the
 # daemon's counters for each port, stops the daemon (also when the run fails or is
 # interrupted) and exits with the program's exit code. Run as root.
 #
-#   scripts/stress.sh [--no-deps] [--no-build] [--clean] [--faults SPEC]
+#   scripts/stress.sh [--no-deps] [--no-build] [--clean] [--faults SPEC] [--iwarp]
 #                     [--arp-timeout SEC] [-- SNIC-RC-STRESS-OPTIONS...]
 #
 #   --clean            no faults on the wire
+#   --iwarp            over the ports' iWARP devices (NAME_iw0, NAME_iw1, connected through
+#                      rdma_cm; SNIC_DEVICES names them) instead of RoCEv2
 #   --faults SPEC      wire1's faults (default loss=0.05,dup=0.01,reorder=0.01,corrupt=0.005,seed=7)
 #   --arp-timeout SEC  snicd's ARP entry lifetime (default: snicd's own, 60 s)
 #   after --           options for snic-rc-stress; they come after the defaults
@@ -21,17 +23,24 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 setup_args=()
 stress_args=()
 faults="loss=0.05,dup=0.01,reorder=0.01,corrupt=0.005,seed=7"
 arp_timeout=
+NAME=snic-stress
+devices=("${NAME}_0" "${NAME}_1")
+iwarp_args=()
 while (($#)); do
     case $1 in
         --no-deps | --no-build) setup_args+=("$1") ;;
         --clean) faults= ;;
+        --iwarp)  # an iWARP device's GID is its MAC: the program is told the addresses
+            devices=("${NAME}_iw0" "${NAME}_iw1")
+            iwarp_args=(--addrs 198.18.18.1,198.18.18.2)
+            ;;
         --faults)
             (($# > 1)) || { printf '%s: --faults needs a value\n' "$SNIC_PROG" >&2; exit 2; }
             faults=$2
@@ -56,7 +65,6 @@ for b in "$SNICD" "$STRESS"; do
     [[ -x $b ]] || snic_die "$b is missing; the build did not produce it (ninja -C $SNIC_BUILD)"
 done
 
-NAME=snic-stress
 mkdir -p /run/snic
 SOCK_DIR=$(mktemp -d /run/snic/stress.XXXXXX)
 CTRL=$SOCK_DIR/$NAME.sock
@@ -92,11 +100,12 @@ snic_wait_ready "$CTRL" 300 "$daemon_pid" || snic_die "snicd did not start: $(ta
 cpus=()
 (($(nproc) > 1)) && cpus=(taskset -c 1)  # the program off the daemon's core
 cmd=("${cpus[@]}" "$STRESS" -n "${SNIC_STRESS_OPS:-100000}" -m "${SNIC_STRESS_MAX_SIZE:-1048576}"
-    -t 10 --stall 60 "${stress_args[@]}" "${NAME}_0" "${NAME}_1")
-snic_log "running: SNIC_SOCKET_DIR=$SOCK_DIR ${cmd[*]}"
+    -t 10 --stall 60 "${iwarp_args[@]}" "${stress_args[@]}" "${devices[@]}")
+# The run's devices alone: a port's RoCE and iWARP devices share its address (rdma_cm).
+snic_log "running: SNIC_SOCKET_DIR=$SOCK_DIR SNIC_DEVICES=${devices[0]},${devices[1]} ${cmd[*]}"
 # In the background, so that a signal to this script is handled at once (the trap stops
 # the program and the daemon) rather than after the program ends.
-SNIC_SOCKET_DIR=$SOCK_DIR "${cmd[@]}" </dev/null &
+SNIC_SOCKET_DIR=$SOCK_DIR SNIC_DEVICES="${devices[0]},${devices[1]}" "${cmd[@]}" </dev/null &
 stress_pid=$!
 rc=0
 wait "$stress_pid" || rc=$?

@@ -1,7 +1,9 @@
 """snic-perf, the bundled perf tool, against one snicd's virtual wire: every test in
 --loopback (one process, one thread, the two ports' devices) and the server/client form,
-with statistics in order and the JSON parseable; bad flags are usage errors. The tool
-checks the bytes that arrived itself (exit 1 otherwise). Nothing asserts on time."""
+with statistics in order and the JSON parseable; bad flags are usage errors. The same over
+the ports' iWARP devices, connected through rdma_cm (-R), in --loopback and between two
+processes, figures printed. The tool checks the bytes that arrived itself (exit 1
+otherwise). Nothing asserts on time."""
 
 from __future__ import annotations
 
@@ -257,6 +259,9 @@ def test_rdma_cm_server_and_client(wire):
     (["send_lat", "-I", "x"], "invalid inline size"),
     (["send_lat", "--peer-device", "x_1"], "--peer-device goes with --loopback"),
     (["send_lat", "a", "b"], "unexpected argument"),
+    (["send_lat", "--listen_ip", "198.18.49.1"], "--listen_ip goes with -R on the server"),
+    (["send_lat", "-R", "--listen_ip", "198.18.49.1", "10.0.0.1"], "--listen_ip goes with -R"),
+    (["send_lat", "-R", "--source_ip", "198.18.49.1"], "--source_ip goes with -R on the client"),
 ])
 def test_bad_flags_are_usage_errors(wire, args, why):
     res = perf(wire, *args)
@@ -268,3 +273,98 @@ def test_bad_flags_are_usage_errors(wire, args, why):
 def test_missing_device_is_a_runtime_error(wire):
     res = perf(wire, "send_lat", "--loopback", "-d", "nosuchdev_0", "-n", "5")
     assert res.returncode == 1 and "no RDMA device nosuchdev_0" in res.stderr, res
+
+
+IW_SUBNET = "198.18.49"  # the wire fixture's
+
+
+def iwarp_env(sock_dir, *devices: str) -> dict:
+    """An iWARP process's environment: it sees its iWARP devices alone (a port's RoCE and
+    iWARP devices share its address, and rdma_cm takes it to the first)."""
+    return dict(env(sock_dir), SNIC_DEVICES=",".join(devices))
+
+
+@pytest.mark.parametrize("test,size", [("send_lat", 8), ("write_lat", 4096), ("read_lat", 65536),
+                                       ("atomic_lat", 8), ("send_bw", 65536), ("write_bw", 65536),
+                                       ("read_bw", 5000)])
+def test_iwarp_loopback_through_rdma_cm(wire, test, size):
+    """-R --loopback on the ports' iWARP devices: the peer device listens, -d connects, in one
+    thread; the tool checks the bytes. A figure is printed, nothing asserted on time."""
+    d, sock_dir = wire
+    iw = (f"{d.name}_iw0", f"{d.name}_iw1")
+    res = subprocess.run([str(PERF), test, "-R", "--loopback", "-d", iw[0], "--peer-device", iw[1],
+                          "--source_ip", f"{IW_SUBNET}.1", "--listen_ip", f"{IW_SUBNET}.2",
+                          "-s", str(size), "-n", "200", "--json"],
+                         env=iwarp_env(sock_dir, *iw), capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    r = json.loads(ok(res).splitlines()[-1])
+    assert r["test"] == test and r["iterations"] == 200, r
+    assert res.stderr == "", res.stderr  # every id saw its DISCONNECTED
+    if "rtt_us" in r:
+        check_rtt(r)
+        print(f"iWARP {test} {size} B: round trip median {r['rtt_us']['median']:.1f} us")
+    else:
+        print(f"iWARP {test} {size} B: {r['bw_gbps']:.2f} Gb/s")
+
+
+@pytest.mark.parametrize("test,size", [("send_lat", 8), ("write_bw", 65536)])
+def test_iwarp_server_and_client_processes(wire, test, size):
+    """-R between two processes, each seeing its own iWARP device (the server NAME_iw0, the
+    client NAME_iw1; neither could reach the other's address through its own port: snic's TCP
+    makes no connection of a port to itself). The server listens before the client starts."""
+    d, sock_dir = wire
+    common = [test, "-R", "-n", "200", "-s", str(size), "-p", str(free_tcp_port())]
+    server = subprocess.Popen([str(PERF), *common, "-d", f"{d.name}_iw0", "--listen_ip",
+                               f"{IW_SUBNET}.1"],
+                              env=iwarp_env(sock_dir, f"{d.name}_iw0"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        def listening() -> bool:
+            out = st.run([st.SNICCTL, "-s", d.ctrl, "cm"], check=True).stdout
+            return re.search(r"^state listening [1-9]", out, re.M) is not None
+        st.poll(lambda: server.poll() is not None or listening(), f"the {test} -R server to listen")
+        assert server.poll() is None, f"the server exited: {server.communicate()}"
+        client = subprocess.run([str(PERF), *common, "-d", f"{d.name}_iw1", "--source_ip",
+                                 f"{IW_SUBNET}.2", "127.0.0.1"],
+                                env=iwarp_env(sock_dir, f"{d.name}_iw1"), capture_output=True,
+                                text=True, timeout=120, stdin=subprocess.DEVNULL)
+        sout, serr = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    out = ok(client)
+    assert server.returncode == 0, serr
+    assert f"{d.name}_iw1" in out and "RC via rdma_cm" in out, out
+    rows = re.findall(r"^ (\d+)\s+(\d+)\s+([\d.]+)", out, re.M)
+    assert rows and rows[0][:2] == (str(size), "200"), out
+    print(f"iWARP {test} {size} B, two processes: {rows[0][2]} ({'round trip us' if 'lat' in test else 'MB/s'})")
+
+
+def test_iwarp_needs_rdma_cm(wire):
+    """An iWARP QP connects through rdma_cm only: without -R the tool says so (it would fail
+    at Modify QP to RTR), and so it does for --idle-qps (QPs connected each to itself)."""
+    d, sock_dir = wire
+    iw = (f"{d.name}_iw0", f"{d.name}_iw1")
+    res = subprocess.run([str(PERF), "send_lat", "--loopback", "-d", iw[0], "-n", "5"],
+                         env=iwarp_env(sock_dir, *iw), capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 1 and "connect through rdma_cm only" in res.stderr, res
+    assert "(add -R)" in res.stderr, res.stderr
+    res = subprocess.run([str(PERF), "send_lat", "-R", "--loopback", "-d", iw[0], "--idle-qps", "4",
+                          "-n", "5"], env=iwarp_env(sock_dir, *iw), capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode == 1 and "--idle-qps" in res.stderr and "iWARP" in res.stderr, res
+
+
+def test_loopback_peer_is_of_the_same_kind(wire):
+    """--loopback without --peer-device picks the daemon's other port of -d's kind: NAME_iw1
+    for NAME_iw0 (not NAME_0, which shares NAME_iw0's port and address)."""
+    d, sock_dir = wire
+    res = subprocess.run([str(PERF), "send_lat", "-R", "--loopback", "-d", f"{d.name}_iw0",
+                          "--source_ip", f"{IW_SUBNET}.1", "--listen_ip", f"{IW_SUBNET}.2", "-n",
+                          "20"], env=env(sock_dir), capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    # Without SNIC_DEVICES rdma_cm takes the addresses to the RoCE devices: the tool says why.
+    assert res.returncode == 1, res
+    assert f"not {d.name}_iw1" in res.stderr and "SNIC_DEVICES" in res.stderr, res.stderr

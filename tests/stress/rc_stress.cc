@@ -1,12 +1,13 @@
-// snic-rc-stress: RoCEv2 RC between two snic devices in one process, checked byte by byte.
+// snic-rc-stress: RC between two snic devices in one process (RoCEv2 or iWARP), checked byte
+// by byte.
 //
 //   snic-rc-stress [options] DEVICE_A DEVICE_B          the stress run (default)
 //   snic-rc-stress --dead-peer IP [options] DEVICE_A    a peer that never answers
 //   snic-rc-stress --access-errors [options] DEVICE_A DEVICE_B
 //
 // The devices are found through SNIC_SOCKET_DIR like any libsnic program; typically the
-// two ports of one snicd started with --wire (NAME_0 and NAME_1), possibly with faults
-// injected on the wire. Linked with libsnic only.
+// two ports of one snicd started with --wire (NAME_0 and NAME_1, or their iWARP devices
+// NAME_iw0 and NAME_iw1), possibly with faults injected on the wire. Linked with libsnic only.
 //
 // The stress run opens both devices, creates on each a PD, a completion channel, a send
 // CQ and a receive CQ and one RC QP, connects the two QPs (GID index 0, the port's path
@@ -35,6 +36,22 @@
 //   - at the end nothing else arrives, and every buffer, window and word not in use holds
 //     its background value again (nothing was written where it should not be).
 //
+// --rdma-cm connects the two QPs through rdma_cm (B listens on its port's IPv4 address, A
+// connects from its own) instead of Modify QP; it is implied when the devices are iWARP,
+// whose QPs connect only that way (the MPA exchange binds a QP to its TCP connection). Both
+// devices must be iWARP or both RoCE. Since a port's RoCE and iWARP devices share its
+// address, an iWARP run needs SNIC_DEVICES to name the iWARP devices (libsnic's rdma_cm
+// takes an address to the first device that has it).
+//
+// On iWARP there is no SEND with immediate (RDMAP has none; its share of the mix goes to
+// SEND), and a WRITE completes at the requester once the stream took it (RFC 5040: no
+// acknowledgement from the peer), so its bytes are checked at the target only once a later
+// operation in the same direction shows that the target got past it: a READ or atomic
+// response, or the target's receive completion of a SEND or WRITE with immediate (RDMAP
+// places a stream's messages in order). When none is coming (every slot is taken, or the
+// run is ending), a fence goes: an 8-byte READ of a word that never changes, outside the
+// operation count.
+//
 // It prints one summary line and exits 0; on the first violation it prints what was
 // expected and what was found, and exits 1. Usage errors exit 2, setup errors (a device
 // that is not there, a verb that fails) exit 3.
@@ -43,7 +60,7 @@
 // answers, posts K sends and expects the first to complete with RETRY_EXC_ERR, every
 // other one with RETRY_EXC_ERR or WR_FLUSH_ERR, in order, within the time the local ACK
 // timeout and retry count allow, then a send posted afterwards to be flushed and the QP to
-// be in the error state.
+// be in the error state. RoCE only.
 //
 // --access-errors runs, each on freshly created and connected QPs, RDMA operations the
 // target must refuse (a WRITE with an invalid rkey, beyond or before its MR, to an MR
@@ -51,12 +68,14 @@
 // invalid rkey; an atomic without remote atomic): the requester gets REM_ACCESS_ERR, the
 // SEND posted behind it WR_FLUSH_ERR, the target's memory and the requester's buffers are
 // unchanged, and the requester's QP is in the error state. A valid WRITE runs first as a
-// control.
+// control. RoCE only (an iWARP WRITE completes before the target could refuse it).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <ifaddrs.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -71,6 +90,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -234,6 +254,8 @@ struct Options {
     std::string dead_ip;
     std::uint32_t dead_count = 8;
     bool verbose = false;
+    bool rdma_cm = false;  // --rdma-cm, or implied by iWARP devices
+    std::string addr[2];   // --addrs: the devices' IPv4 addresses for rdma_cm
     std::string dev[2];
 };
 
@@ -244,8 +266,8 @@ void usage(FILE* out) {
         "       %s --dead-peer IP [options] DEVICE_A\n"
         "       %s --access-errors [options] DEVICE_A DEVICE_B\n"
         "\n"
-        "RoCEv2 RC operations between two snic devices (SNIC_SOCKET_DIR), every byte\n"
-        "and every completion checked; exits 0, or 1 at the first violation.\n"
+        "RC operations between two snic devices (SNIC_SOCKET_DIR), RoCEv2 or iWARP,\n"
+        "every byte and every completion checked; exits 0, or 1 at the first violation.\n"
         "\n"
         "  -n, --ops N          operations (default 10000)\n"
         "  -m, --max-size B     largest SEND/WRITE/READ in bytes (default 1048576)\n"
@@ -254,6 +276,10 @@ void usage(FILE* out) {
         "  -t, --timeout CODE   local ACK timeout code: 4.096 us * 2^CODE, 1..31 (default 14)\n"
         "  -r, --retry N        retry count, 0..7 (default 7)\n"
         "      --mtu B          path MTU 256..4096 (default: the port's active MTU)\n"
+        "      --rdma-cm        connect the QPs through rdma_cm (implied on iWARP devices;\n"
+        "                       their addresses must take rdma_cm to them: SNIC_DEVICES)\n"
+        "      --addrs A,B      --rdma-cm: the devices' IPv4 addresses (default: their\n"
+        "                       RoCEv2 GIDs, else the getifaddrs entries named after them)\n"
         "      --stall SEC      fail when nothing completes for SEC seconds (default 30)\n"
         "      --time-limit SEC fail when the whole run takes longer (default: none)\n"
         "      --dead-peer IP   connect DEVICE_A to IP, where nothing answers\n"
@@ -284,7 +310,7 @@ std::uint64_t parse_u64(const char* s, const char* what, std::uint64_t lo, std::
 }
 
 Options parse_options(int argc, char** argv) {
-    enum { kMtu = 1000, kStall, kTimeLimit, kDeadPeer, kDeadCount, kAccess };
+    enum { kMtu = 1000, kStall, kTimeLimit, kDeadPeer, kDeadCount, kAccess, kRdmaCm, kAddrs };
     static const option longopts[] = {
         {"ops", required_argument, nullptr, 'n'},
         {"max-size", required_argument, nullptr, 'm'},
@@ -298,6 +324,8 @@ Options parse_options(int argc, char** argv) {
         {"dead-peer", required_argument, nullptr, kDeadPeer},
         {"dead-count", required_argument, nullptr, kDeadCount},
         {"access-errors", no_argument, nullptr, kAccess},
+        {"rdma-cm", no_argument, nullptr, kRdmaCm},
+        {"addrs", required_argument, nullptr, kAddrs},
         {"verbose", no_argument, nullptr, 'v'},
         {"help", no_argument, nullptr, 'h'},
         {nullptr, 0, nullptr, 0},
@@ -348,6 +376,20 @@ Options parse_options(int argc, char** argv) {
             case kAccess:
                 o.mode = Mode::access_errors;
                 break;
+            case kRdmaCm:
+                o.rdma_cm = true;
+                break;
+            case kAddrs: {
+                const char* comma = std::strchr(optarg, ',');
+                in_addr ip{};
+                if (comma == nullptr) usage_error("invalid --addrs '%s' (A,B)", optarg);
+                o.addr[0].assign(optarg, static_cast<std::size_t>(comma - optarg));
+                o.addr[1] = comma + 1;
+                for (const std::string& a : o.addr)
+                    if (inet_pton(AF_INET, a.c_str(), &ip) != 1)
+                        usage_error("invalid --addrs '%s' (two IPv4 addresses)", optarg);
+                break;
+            }
             case 'v':
                 o.verbose = true;
                 break;
@@ -412,35 +454,65 @@ struct Side {
     ibv_port_attr port{};
     ibv_gid gid{};
     std::uint32_t max_inline = 0;
+    bool iwarp = false;
+    rdma_cm_id* id = nullptr;  // --rdma-cm: the id that owns the QP
 };
+
+// The device `name` in `list` (n entries), or exits naming the devices there are.
+ibv_device* pick_device(ibv_device** list, int n, const std::string& name) {
+    std::string names;
+    for (int i = 0; i < n; ++i) {
+        if (name == ibv_get_device_name(list[i])) return list[i];
+        names += std::string(i ? " " : "") + ibv_get_device_name(list[i]);
+    }
+    std::fprintf(stderr, "%s: no device %s (SNIC_SOCKET_DIR=%s, SNIC_DEVICES=%s; found: %s)\n",
+                 kProg, name.c_str(),
+                 std::getenv("SNIC_SOCKET_DIR") ? std::getenv("SNIC_SOCKET_DIR") : "(unset)",
+                 std::getenv("SNIC_DEVICES") ? std::getenv("SNIC_DEVICES") : "(unset)",
+                 names.empty() ? "none" : names.c_str());
+    std::exit(kExitSetup);
+}
+
+bool is_iwarp_device(const std::string& name) {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr) setup_error("ibv_get_device_list");
+    const bool iwarp = pick_device(list, n, name)->transport_type == IBV_TRANSPORT_IWARP;
+    ibv_free_device_list(list);
+    return iwarp;
+}
 
 ibv_context* open_device(const std::string& name) {
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr) setup_error("ibv_get_device_list");
-    ibv_device* dev = nullptr;
-    std::string names;
-    for (int i = 0; i < n; ++i) {
-        names += std::string(i ? " " : "") + ibv_get_device_name(list[i]);
-        if (name == ibv_get_device_name(list[i])) dev = list[i];
-    }
-    if (dev == nullptr) {
-        std::fprintf(stderr, "%s: no device %s (SNIC_SOCKET_DIR=%s; found: %s)\n", kProg,
-                     name.c_str(),
-                     std::getenv("SNIC_SOCKET_DIR") ? std::getenv("SNIC_SOCKET_DIR") : "(unset)",
-                     names.empty() ? "none" : names.c_str());
-        std::exit(kExitSetup);
-    }
-    ibv_context* ctx = ibv_open_device(dev);
+    ibv_context* ctx = ibv_open_device(pick_device(list, n, name));
     ibv_free_device_list(list);
     if (ctx == nullptr) setup_error("ibv_open_device %s", name.c_str());
     return ctx;
 }
 
-void open_side(Side& s, char label, const std::string& dev, int scq_size, int rcq_size) {
+// rdma_cm's own context of the device (the one its ids take), for --rdma-cm.
+ibv_context* cm_context(const std::string& name) {
+    int n = 0;
+    ibv_context** list = rdma_get_devices(&n);
+    if (list == nullptr) setup_error("rdma_get_devices");
+    std::vector<ibv_device*> devs;
+    for (int i = 0; i < n; ++i) devs.push_back(list[i]->device);
+    ibv_device* dev = pick_device(devs.data(), n, name);
+    ibv_context* ctx = nullptr;
+    for (int i = 0; i < n; ++i)
+        if (list[i]->device == dev) ctx = list[i];
+    rdma_free_devices(list);  // the contexts stay open
+    return ctx;
+}
+
+void open_side(Side& s, char label, const std::string& dev, int scq_size, int rcq_size,
+               bool rdma_cm) {
     s.label = label;
     s.dev = dev;
-    s.ctx = open_device(dev);
+    s.ctx = rdma_cm ? cm_context(dev) : open_device(dev);
+    s.iwarp = s.ctx->device->transport_type == IBV_TRANSPORT_IWARP;
     check_rc(ibv_query_port(s.ctx, 1, &s.port), "ibv_query_port");
     if (s.port.state != IBV_PORT_ACTIVE) {
         errno = ENETDOWN;
@@ -460,7 +532,7 @@ void open_side(Side& s, char label, const std::string& dev, int scq_size, int rc
     if (s.rcq == nullptr) setup_error("ibv_create_cq %d", rcq_size);
 }
 
-void create_qp(Side& s, std::uint32_t send_wr, std::uint32_t recv_wr) {
+ibv_qp_init_attr qp_init_attr(const Side& s, std::uint32_t send_wr, std::uint32_t recv_wr) {
     ibv_qp_init_attr a{};
     a.send_cq = s.scq;
     a.recv_cq = s.rcq;
@@ -471,6 +543,11 @@ void create_qp(Side& s, std::uint32_t send_wr, std::uint32_t recv_wr) {
     a.cap.max_recv_sge = 2;
     a.cap.max_inline_data = 64;
     a.sq_sig_all = 0;
+    return a;
+}
+
+void create_qp(Side& s, std::uint32_t send_wr, std::uint32_t recv_wr) {
+    ibv_qp_init_attr a = qp_init_attr(s, send_wr, recv_wr);
     s.qp = ibv_create_qp(s.pd, &a);
     if (s.qp == nullptr) setup_error("ibv_create_qp on %s", s.dev.c_str());
     s.max_inline = a.cap.max_inline_data;
@@ -552,6 +629,203 @@ ibv_mtu path_mtu(const Side* sides, int n, const Options& o) {
 // A starting PSN just below the 24-bit wrap, so that every run crosses it.
 std::uint32_t start_psn(Rng& rng) {
     return 0xffffffu - static_cast<std::uint32_t>(rng.below(512));
+}
+
+// ---- rdma_cm ---------------------------------------------------------------------------------
+
+// Side A's QP connected to side B's through rdma_cm, in this one thread: B listens on its
+// port's IPv4 address (a port the daemon picks), A connects from its own address, B
+// accepts; each QP is made on its id (rdma_create_qp) as the connection comes up. On iWARP
+// this is the only way to connect a QP; on RoCE it is the CM's REQ, REP and RTU instead of
+// the Modify QPs (the PSNs are the CM's, the path MTU the route's).
+class CmPair {
+  public:
+    CmPair() {
+        ch_ = rdma_create_event_channel();
+        if (ch_ == nullptr) setup_error("rdma_create_event_channel");
+    }
+    ~CmPair();
+    CmPair(const CmPair&) = delete;
+    CmPair& operator=(const CmPair&) = delete;
+
+    void connect(Side s[2], std::uint32_t send_wr, std::uint32_t recv_wr, const Options& o);
+    // Both ends disconnect (each sees DISCONNECTED); the QPs go to the error state.
+    void disconnect();
+
+  private:
+    static constexpr int kEventMs = 20000;  // a CM step, retransmissions included
+    rdma_cm_event* next_event(int ms, const char* waiting_for);
+    // The next event, which must be `want` on `id` (any id when null); returns its id.
+    rdma_cm_id* expect(rdma_cm_event_type want, rdma_cm_id* id, const char* what);
+    void make_qp(Side& s, rdma_cm_id* id, std::uint32_t send_wr, std::uint32_t recv_wr);
+
+    rdma_event_channel* ch_ = nullptr;
+    rdma_cm_id* listener_ = nullptr;
+    rdma_cm_id* ids_[2] = {nullptr, nullptr};  // A's (active), B's (from the request)
+    bool connected_ = false;
+};
+
+// The IPv4 address of the getifaddrs entry named `name`: libsnic lists each port's address
+// under its devices' names (as an RNIC's sits on its netdev), for names under 16 characters.
+bool ifaddr_of(const std::string& name, in_addr* out) {
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) != 0) return false;
+    bool found = false;
+    for (const ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || name != i->ifa_name)
+            continue;
+        *out = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
+        found = true;
+    }
+    freeifaddrs(list);
+    return found;
+}
+
+// The address of side `i` for rdma_cm: --addrs, else its GID if IPv4-mapped (RoCEv2), else
+// its getifaddrs entry (an iWARP device's GID is its MAC, as on an iWARP RNIC).
+sockaddr_in ipv4_of(const Side& s, const Options& o, int i) {
+    static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    if (!o.addr[i].empty()) {
+        inet_pton(AF_INET, o.addr[i].c_str(), &a.sin_addr);  // checked by parse_options
+    } else if (std::memcmp(s.gid.raw, kMapped, sizeof kMapped) == 0) {
+        std::memcpy(&a.sin_addr, s.gid.raw + 12, 4);
+    } else if (!ifaddr_of(s.dev, &a.sin_addr)) {
+        errno = EADDRNOTAVAIL;
+        setup_error(
+            "--rdma-cm: no IPv4 address known for %s (its GID is not one, and getifaddrs has no "
+            "entry of that name: libsnic lists names under 16 characters); give --addrs",
+            s.dev.c_str());
+    }
+    return a;
+}
+
+std::string to_string(const sockaddr_in& a) {
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+    return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+// rdma_cm took `id` to a device other than `s`'s: says why that happens.
+[[noreturn]] void wrong_device(const Side& s, rdma_cm_id* id, const char* what) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "%s: --rdma-cm: %s went to device %s, not %s: a port's RoCE and iWARP devices "
+                 "share its address and rdma_cm takes it to the first; set SNIC_DEVICES to the "
+                 "two devices of the run so that this process sees their kind alone\n",
+                 kProg, what, ibv_get_device_name(id->verbs->device), s.dev.c_str());
+    std::exit(kExitSetup);
+}
+
+rdma_cm_event* CmPair::next_event(int ms, const char* waiting_for) {
+    pollfd p{ch_->fd, POLLIN, 0};
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    for (;;) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+        const int n = ::poll(&p, 1, static_cast<int>(std::max<long long>(left, 0)));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) setup_error("poll on the rdma_cm channel");
+        if (n == 0) fail("--rdma-cm: no %s within %d ms", waiting_for, ms);
+        rdma_cm_event* ev = nullptr;
+        if (rdma_get_cm_event(ch_, &ev) != 0) setup_error("rdma_get_cm_event");
+        return ev;
+    }
+}
+
+rdma_cm_id* CmPair::expect(rdma_cm_event_type want, rdma_cm_id* id, const char* what) {
+    char waiting[160];
+    std::snprintf(waiting, sizeof waiting, "%s (%s)", rdma_event_str(want), what);
+    rdma_cm_event* ev = next_event(kEventMs, waiting);
+    const rdma_cm_event_type got = ev->event;
+    const int status = ev->status;
+    rdma_cm_id* from = ev->id;
+    rdma_ack_cm_event(ev);
+    if (got != want || status != 0 || (id != nullptr && from != id))
+        fail("--rdma-cm: %s (status %d) while waiting for %s", rdma_event_str(got), status,
+             waiting);
+    return from;
+}
+
+void CmPair::make_qp(Side& s, rdma_cm_id* id, std::uint32_t send_wr, std::uint32_t recv_wr) {
+    if (id->verbs != s.ctx)
+        wrong_device(s, id, s.label == 'A' ? "the connecting id" : "the request");
+    ibv_qp_init_attr a = qp_init_attr(s, send_wr, recv_wr);
+    if (rdma_create_qp(id, s.pd, &a) != 0) setup_error("rdma_create_qp on %s", s.dev.c_str());
+    s.qp = id->qp;
+    s.max_inline = a.cap.max_inline_data;
+    s.id = id;
+}
+
+void CmPair::connect(Side s[2], std::uint32_t send_wr, std::uint32_t recv_wr, const Options& o) {
+    sockaddr_in listen_at = ipv4_of(s[1], o, 1);
+    if (rdma_create_id(ch_, &listener_, nullptr, RDMA_PS_TCP) != 0) setup_error("rdma_create_id");
+    if (rdma_bind_addr(listener_, reinterpret_cast<sockaddr*>(&listen_at)) != 0)
+        setup_error("rdma_bind_addr %s", to_string(listen_at).c_str());
+    if (listener_->verbs != nullptr && listener_->verbs != s[1].ctx)
+        wrong_device(s[1], listener_, "the listener");
+    if (rdma_listen(listener_, 1) != 0) setup_error("rdma_listen %s", to_string(listen_at).c_str());
+    // The port the daemon gave the listener.
+    sockaddr_in dst{};
+    std::memcpy(&dst, &listener_->route.addr.src_addr, sizeof dst);
+    sockaddr_in src = ipv4_of(s[0], o, 0);
+
+    if (rdma_create_id(ch_, &ids_[0], nullptr, RDMA_PS_TCP) != 0) setup_error("rdma_create_id");
+    if (!s[0].iwarp) {  // the local ACK timeout of -t (RoCE; iWARP has TCP's)
+        std::uint8_t timeout = static_cast<std::uint8_t>(o.timeout);
+        if (rdma_set_option(ids_[0], RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+                            sizeof timeout) != 0)
+            setup_error("rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT");
+    }
+    if (rdma_resolve_addr(ids_[0], reinterpret_cast<sockaddr*>(&src),
+                          reinterpret_cast<sockaddr*>(&dst), 2000) != 0)
+        setup_error("rdma_resolve_addr %s -> %s", to_string(src).c_str(), to_string(dst).c_str());
+    expect(RDMA_CM_EVENT_ADDR_RESOLVED, ids_[0], "A's address");
+    if (rdma_resolve_route(ids_[0], 2000) != 0) setup_error("rdma_resolve_route");
+    expect(RDMA_CM_EVENT_ROUTE_RESOLVED, ids_[0], "A's route");
+    make_qp(s[0], ids_[0], send_wr, recv_wr);
+    rdma_conn_param p{};
+    p.responder_resources = 16;
+    p.initiator_depth = 16;
+    p.retry_count = static_cast<std::uint8_t>(o.retry);
+    p.rnr_retry_count = 7;
+    if (rdma_connect(ids_[0], &p) != 0) setup_error("rdma_connect %s", to_string(dst).c_str());
+    ids_[1] = expect(RDMA_CM_EVENT_CONNECT_REQUEST, nullptr, "B's connect request");
+    make_qp(s[1], ids_[1], send_wr, recv_wr);
+    if (rdma_accept(ids_[1], &p) != 0) setup_error("rdma_accept");
+    // Both ends come up, in either order.
+    bool up[2] = {false, false};
+    while (!up[0] || !up[1]) {
+        rdma_cm_id* id = expect(RDMA_CM_EVENT_ESTABLISHED, nullptr, "both ends established");
+        const int i = id == ids_[0] ? 0 : id == ids_[1] ? 1 : -1;
+        if (i < 0 || up[i]) fail("--rdma-cm: ESTABLISHED on an unexpected id");
+        up[i] = true;
+    }
+    connected_ = true;
+}
+
+void CmPair::disconnect() {
+    if (!connected_) return;
+    connected_ = false;
+    check_rc(rdma_disconnect(ids_[0]), "rdma_disconnect");
+    bool down[2] = {false, false};
+    while (!down[0] || !down[1]) {
+        rdma_cm_id* id = expect(RDMA_CM_EVENT_DISCONNECTED, nullptr, "both ends disconnected");
+        const int i = id == ids_[0] ? 0 : id == ids_[1] ? 1 : -1;
+        if (i < 0 || down[i]) fail("--rdma-cm: DISCONNECTED on an unexpected id");
+        down[i] = true;
+    }
+}
+
+CmPair::~CmPair() {
+    for (rdma_cm_id* id : ids_) {
+        if (id == nullptr) continue;
+        rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+    }
+    if (listener_ != nullptr) rdma_destroy_id(listener_);
+    rdma_destroy_event_channel(ch_);
 }
 
 // ---- waiting --------------------------------------------------------------------------------
@@ -649,8 +923,11 @@ enum class Kind : std::uint8_t { send, send_imm, write, write_imm, read, fetch_a
 constexpr int kKinds = 7;
 constexpr const char* kKindName[kKinds] = {"SEND", "SEND_IMM",  "WRITE",   "WRITE_IMM",
                                            "READ", "FETCH_ADD", "CMP_SWAP"};
-// Weights of the operation mix, in percent.
+// Weights of the operation mix, in percent: RoCEv2's, and iWARP's, where RDMAP has no Send
+// with Immediate (RFC 7306's Immediate Data goes alone, after a Write: WRITE with immediate)
+// and iWARP RNICs refuse it, so its share goes to SEND.
 constexpr int kKindWeight[kKinds] = {20, 10, 15, 20, 20, 8, 7};
+constexpr int kKindWeightIwarp[kKinds] = {30, 0, 15, 20, 20, 8, 7};
 
 bool consumes_recv(Kind k) {
     return k == Kind::send || k == Kind::send_imm || k == Kind::write_imm;
@@ -684,6 +961,10 @@ constexpr std::uint32_t kFaBase = 64;    // word index of the first fetch-and-ad
 constexpr std::uint32_t kCasBase = 128;  // compare-and-swap words: one per slot
 constexpr std::uint32_t kResBase = 512;  // atomic result words: one per slot
 constexpr std::uint32_t kAtomicWords = 1024;
+constexpr std::uint32_t kFenceSource = 1000;  // a word that never changes, READ by fences
+constexpr std::uint32_t kFenceSink = 1001;    // where a fence READs it to
+// The wr_id of a fence: this bit, and the index of the first operation posted after it.
+constexpr std::uint64_t kFenceTag = 1ull << 63;
 
 std::size_t round64(std::size_t n) {
     return (n + 63) & ~std::size_t{63};
@@ -700,6 +981,7 @@ struct Op {
     std::uint32_t fa_word = 0;
     std::uint64_t add_or_compare = 0, swap = 0, expect_old = 0, expect_new = 0;
     bool send_done = false, recv_done = false;
+    bool placed = true;  // an iWARP WRITE: false until the target is known to have it
     bool active = false;
 };
 
@@ -727,6 +1009,12 @@ class Stress {
         std::deque<std::uint64_t> send_fifo;    // op indexes posted on this QP, in order
         std::deque<Pending> recv_expect;        // ops of the peer that consume our receives
         std::deque<std::uint32_t> recv_posted;  // receive buffers posted, in order
+        // iWARP: WRITEs of ours whose send completed, their placement not yet witnessed
+        // (slots, in posting order); operations before index `witnessed` are placed; a
+        // witness (or fence) posted covers the operations before `witness_posted`.
+        std::deque<std::uint32_t> unplaced;
+        std::uint64_t witnessed = 0, witness_posted = 0;
+        bool fence_out = false;
         std::uint64_t* atom_word(std::uint32_t i) {
             return reinterpret_cast<std::uint64_t*>(atom.p) + i;
         }
@@ -755,6 +1043,10 @@ class Stress {
     bool poll_cqs();
     void on_send_wc(int side, const ibv_wc& wc);
     void on_recv_wc(int side, const ibv_wc& wc);
+    void on_fence_wc(int side, const ibv_wc& wc);
+    void post_fences();
+    void witness(int side, std::uint64_t before);
+    void check_written(const Op& op);
     void maybe_finish(Op& op);
     void check_bytes_bg(const char* what, const Op& op, const std::uint8_t* p, std::size_t len,
                         std::uint8_t bg, std::size_t base_off);
@@ -770,6 +1062,9 @@ class Stress {
     Rng rng_;       // the operations: the same sequence for the same seed
     Rng recv_rng_;  // how receive WRs are split, which depends on when they complete
     Side side_[2];
+    std::unique_ptr<CmPair> cm_;  // --rdma-cm
+    bool deferred_ = false;       // iWARP: WRITEs are checked once a later operation shows it
+    std::uint64_t fences_ = 0;
     Mem mem_[2];
     ibv_mtu mtu_ = IBV_MTU_1024;
     std::size_t local_stride_ = 0, window_stride_ = 0, recv_stride_ = 0;
@@ -812,11 +1107,22 @@ void Stress::setup() {
     const std::uint32_t d = o_.depth;
     nrecv_ = d + 8;
     const int scq = static_cast<int>(2 * d + 16), rcq = static_cast<int>(2 * nrecv_ + 16);
-    for (int i = 0; i < 2; ++i) {
-        open_side(side_[i], i == 0 ? 'A' : 'B', o_.dev[i], scq, rcq);
-        create_qp(side_[i], d, nrecv_);
+    // One send WR more than the slots: a fence (iWARP).
+    const std::uint32_t send_wr = d + 1;
+    for (int i = 0; i < 2; ++i)
+        open_side(side_[i], i == 0 ? 'A' : 'B', o_.dev[i], scq, rcq, o_.rdma_cm);
+    if (o_.rdma_cm) {
+        cm_ = std::make_unique<CmPair>();
+        cm_->connect(side_, send_wr, nrecv_, o_);
+        ibv_qp_attr a{};
+        ibv_qp_init_attr init{};
+        check_rc(ibv_query_qp(side_[0].qp, &a, IBV_QP_PATH_MTU, &init), "ibv_query_qp");
+        mtu_ = a.path_mtu;
+    } else {
+        for (int i = 0; i < 2; ++i) create_qp(side_[i], send_wr, nrecv_);
+        mtu_ = path_mtu(side_, 2, o_);
     }
-    mtu_ = path_mtu(side_, 2, o_);
+    deferred_ = side_[0].iwarp;
     const std::size_t m = o_.max_size;
     local_stride_ = round64(m + kGuard);
     window_stride_ = round64(kGuard + kMaxOffset + m + kGuard);
@@ -842,14 +1148,23 @@ void Stress::setup() {
         }
     }
     const std::uint32_t psn[2] = {start_psn(rng_), start_psn(rng_)};
-    for (int i = 0; i < 2; ++i)
-        connect_qp(side_[i], side_[1 - i].gid, side_[1 - i].qp->qp_num, psn[1 - i], psn[i], mtu_,
-                   o_);
+    if (!o_.rdma_cm)
+        for (int i = 0; i < 2; ++i)
+            connect_qp(side_[i], side_[1 - i].gid, side_[1 - i].qp->qp_num, psn[1 - i], psn[i],
+                       mtu_, o_);
     for (int i = 0; i < 2; ++i)
         for (std::uint32_t b = 0; b < nrecv_; ++b) post_recv(i, b);
     slots_.assign(d, Op{});
     for (std::uint32_t s = d; s-- > 0;) free_slots_.push_back(s);
-    if (o_.verbose)
+    if (o_.verbose && o_.rdma_cm)
+        std::printf(
+            "%s: %s (%s, %s, QP %#x) <-> %s (%s, QP %#x) connected through rdma_cm, path MTU %u, "
+            "max inline %u, %u receive WRs per QP\n",
+            kProg, side_[0].dev.c_str(), side_[0].iwarp ? "iWARP" : "RoCEv2",
+            gid_str(side_[0].gid).c_str(), side_[0].qp->qp_num, side_[1].dev.c_str(),
+            gid_str(side_[1].gid).c_str(), side_[1].qp->qp_num, mtu_bytes(mtu_),
+            side_[0].max_inline, nrecv_);
+    else if (o_.verbose)
         std::printf(
             "%s: %s (%s, QP %#x, PSN %#x) <-> %s (%s, QP %#x, PSN %#x), path MTU %u, timeout %d, "
             "retry %d, max inline %u, %u receive WRs per QP\n",
@@ -911,9 +1226,10 @@ void Stress::post_op(std::uint64_t index) {
     op.index = index;
     op.slot = slot;
     op.active = true;
+    const int* weight = side_[0].iwarp ? kKindWeightIwarp : kKindWeight;
     int pick = static_cast<int>(rng_.below(100));
     int k = 0;
-    while (pick >= kKindWeight[k]) pick -= kKindWeight[k++];
+    while (pick >= weight[k]) pick -= weight[k++];
     op.kind = static_cast<Kind>(k);
     op.from = static_cast<int>(rng_.below(2));
     const int to = 1 - op.from;
@@ -1005,6 +1321,7 @@ void Stress::post_op(std::uint64_t index) {
     }
     sm.send_fifo.push_back(index);
     if (consumes_recv(op.kind)) tm.recv_expect.push_back({index, slot});
+    if (op.kind != Kind::write) sm.witness_posted = index;  // it shows the target got past
     // Inline data is the WR's own: the buffer may change at once.
     if (op.inline_data) std::memset(lb, kBgLocal, op.len);
     ++kind_count_[static_cast<int>(op.kind)];
@@ -1018,6 +1335,7 @@ void Stress::on_send_wc(int side, const ibv_wc& wc) {
              static_cast<unsigned long long>(wc.wr_id), ibv_wc_status_str(wc.status),
              s.dev.c_str());
     const std::uint64_t want = sm.send_fifo.front();
+    if ((want & kFenceTag) != 0) return on_fence_wc(side, wc);
     if (wc.wr_id != want)
         fail(
             "send completion out of order on %s's QP: wr_id %llu (status %s), expected op %llu, "
@@ -1061,12 +1379,14 @@ void Stress::on_send_wc(int side, const ibv_wc& wc) {
                 check_bytes_pattern("source buffer changed under a WRITE", op, lb, op.len);
                 std::memset(lb, kBgLocal, op.len);
             }
-            check_bytes_bg("target window before the written range", op, win, data_at, kBgTarget,
-                           0);
-            check_bytes_pattern("written range at the target", op, win + data_at, op.len);
-            check_bytes_bg("target window after the written range", op, win + data_at + op.len,
-                           kGuard, kBgTarget, data_at + op.len);
-            std::memset(win + data_at, kBgTarget, op.len);
+            if (!deferred_) {
+                check_written(op);  // RC's ACK: the bytes are there
+            } else if (op.kind == Kind::write && op.index >= sm.witnessed) {
+                op.placed = false;  // until a later operation shows it (witness())
+                sm.unplaced.push_back(op.slot);
+            } else if (op.kind == Kind::write) {
+                check_written(op);
+            }  // an iWARP WRITE with immediate: at its receive completion
             break;
         case Kind::read:
             check_bytes_pattern("data READ into the local buffer", op, lb, op.len);
@@ -1113,7 +1433,88 @@ void Stress::on_send_wc(int side, const ibv_wc& wc) {
             break;
         }
     }
+    // A READ's or atomic's response came after the target took everything before it.
+    if (deferred_ && (op.kind == Kind::read || is_atomic(op.kind))) witness(side, op.index);
     maybe_finish(op);
+}
+
+// A WRITE's bytes, exactly at its target range, the guard bytes around it untouched; then
+// the range back to the background.
+void Stress::check_written(const Op& op) {
+    std::uint8_t* win = window(1 - op.from, op.slot);
+    const std::size_t data_at = kGuard + op.offset;
+    check_bytes_bg("target window before the written range", op, win, data_at, kBgTarget, 0);
+    check_bytes_pattern("written range at the target", op, win + data_at, op.len);
+    check_bytes_bg("target window after the written range", op, win + data_at + op.len, kGuard,
+                   kBgTarget, data_at + op.len);
+    std::memset(win + data_at, kBgTarget, op.len);
+}
+
+// The target of `side`'s operations took every one posted before operation `before`: the
+// WRITEs among them are placed.
+void Stress::witness(int side, std::uint64_t before) {
+    Mem& sm = mem_[side];
+    sm.witnessed = std::max(sm.witnessed, before);
+    while (!sm.unplaced.empty() && slots_[sm.unplaced.front()].index < sm.witnessed) {
+        Op& op = slots_[sm.unplaced.front()];
+        sm.unplaced.pop_front();
+        check_written(op);
+        op.placed = true;
+        maybe_finish(op);
+    }
+}
+
+// Fences (iWARP): an 8-byte READ from each side whose WRITEs wait for a witness that is not
+// coming: no operation after its newest unplaced WRITE is in flight, and none will be posted
+// (every slot is taken, or every operation was posted).
+void Stress::post_fences() {
+    if (!free_slots_.empty() && next_op_ < o_.ops) return;
+    for (int side = 0; side < 2; ++side) {
+        Mem& sm = mem_[side];
+        if (sm.unplaced.empty() || sm.fence_out) continue;
+        if (slots_[sm.unplaced.back()].index < sm.witness_posted) continue;
+        Mem& tm = mem_[1 - side];
+        ibv_sge sge{reinterpret_cast<std::uintptr_t>(sm.atom_word(kFenceSink)), 8,
+                    sm.atom.mr->lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = kFenceTag | next_op_;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_READ;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(tm.atom_word(kFenceSource));
+        wr.wr.rdma.rkey = tm.atom.mr->rkey;
+        ibv_send_wr* bad = nullptr;
+        check_rc(ibv_post_send(side_[side].qp, &wr, &bad), "ibv_post_send of a fence");
+        sm.send_fifo.push_back(wr.wr_id);
+        sm.witness_posted = next_op_;
+        sm.fence_out = true;
+        ++fences_;
+    }
+}
+
+void Stress::on_fence_wc(int side, const ibv_wc& wc) {
+    Mem& sm = mem_[side];
+    const std::uint64_t want = sm.send_fifo.front();
+    if (wc.wr_id != want)
+        fail(
+            "send completion out of order on %s's QP: wr_id %#llx (status %s), expected the fence "
+            "posted before op %llu",
+            side_[side].dev.c_str(), static_cast<unsigned long long>(wc.wr_id),
+            ibv_wc_status_str(wc.status), static_cast<unsigned long long>(want & ~kFenceTag));
+    sm.send_fifo.pop_front();
+    if (wc.status != IBV_WC_SUCCESS) failed_completion(nullptr, side, "send (a fence READ)", wc);
+    if (wc.opcode != IBV_WC_RDMA_READ || wc.byte_len != 8)
+        fail("the fence READ posted before op %llu completed with opcode %d, byte_len %u",
+             static_cast<unsigned long long>(want & ~kFenceTag), static_cast<int>(wc.opcode),
+             wc.byte_len);
+    if (*sm.atom_word(kFenceSink) != kAtomicGuard)
+        fail("the fence READ posted before op %llu read %#llx, expected %#llx",
+             static_cast<unsigned long long>(want & ~kFenceTag),
+             static_cast<unsigned long long>(*sm.atom_word(kFenceSink)),
+             static_cast<unsigned long long>(kAtomicGuard));
+    sm.fence_out = false;
+    witness(side, want & ~kFenceTag);
 }
 
 void Stress::on_recv_wc(int side, const ibv_wc& wc) {
@@ -1156,9 +1557,12 @@ void Stress::on_recv_wc(int side, const ibv_wc& wc) {
     if (wc.qp_num != s.qp->qp_num)
         fail("%s: receive completion qp_num %#x, expected %#x", describe(op).c_str(), wc.qp_num,
              s.qp->qp_num);
-    if (wc.byte_len != op.len)
+    // iWARP: a WRITE with immediate is a Write, then an Immediate Data message (RFC 7306) that
+    // carries no length; snic's completion says 0 bytes (RoCEv2's says the WRITE's length).
+    const std::uint32_t want_len = wimm && deferred_ ? 0 : op.len;
+    if (wc.byte_len != want_len)
         fail("%s: receive completion byte_len %u, expected %u", describe(op).c_str(), wc.byte_len,
-             op.len);
+             want_len);
     const bool want_imm = op.kind != Kind::send;
     if (((wc.wc_flags & IBV_WC_WITH_IMM) != 0) != want_imm)
         fail("%s: receive completion wc_flags %#x: IBV_WC_WITH_IMM %s", describe(op).c_str(),
@@ -1167,6 +1571,11 @@ void Stress::on_recv_wc(int side, const ibv_wc& wc) {
         fail("%s: immediate data %#x (network order), expected %#x", describe(op).c_str(),
              ntohl(wc.imm_data), static_cast<std::uint32_t>(op.index));
     std::uint8_t* rb = recv_buf(side, buf);
+    if (deferred_) {
+        // The target placed everything of the requester's before this message.
+        witness(op.from, op.index);
+        if (wimm) check_written(op);
+    }
     if (wimm) {
         check_bytes_bg("receive buffer consumed by a WRITE with immediate", op, rb,
                        std::min<std::size_t>(recv_stride_, kGuard), kBgRecv, 0);
@@ -1182,7 +1591,7 @@ void Stress::on_recv_wc(int side, const ibv_wc& wc) {
 }
 
 void Stress::maybe_finish(Op& op) {
-    if (!op.send_done || (consumes_recv(op.kind) && !op.recv_done)) return;
+    if (!op.send_done || !op.placed || (consumes_recv(op.kind) && !op.recv_done)) return;
     op.active = false;
     free_slots_.push_back(op.slot);
     ++done_ops_;
@@ -1262,6 +1671,7 @@ void Stress::stalled() {
         const Op& op = *opp;
         list +=
             "\n  " + describe(op) + (op.send_done ? " (send completed)" : " (no send completion)") +
+            (op.placed ? "" : " (not yet shown placed)") +
             (consumes_recv(op.kind) ? (op.recv_done ? " (received)" : " (no receive completion)")
                                     : "");
     }
@@ -1275,9 +1685,9 @@ void Stress::final_checks() {
     for (int i = 0; i < 2; ++i) {
         Mem& mm = mem_[i];
         const char lab = side_[i].label;
-        if (!mm.send_fifo.empty() || !mm.recv_expect.empty())
-            fail("%c: %zu sends, %zu receives still expected at the end", lab, mm.send_fifo.size(),
-                 mm.recv_expect.size());
+        if (!mm.send_fifo.empty() || !mm.recv_expect.empty() || !mm.unplaced.empty())
+            fail("%c: %zu sends, %zu receives, %zu WRITE placements still expected at the end", lab,
+                 mm.send_fifo.size(), mm.recv_expect.size(), mm.unplaced.size());
         if (mm.recv_posted.size() != nrecv_)
             fail("%c: %zu receive WRs posted at the end, expected all %u", lab,
                  mm.recv_posted.size(), nrecv_);
@@ -1327,8 +1737,9 @@ void Stress::run() {
     const auto t0 = Clock::now();
     last_progress_ = t0;
     int idle = 0;
-    while (done_ops_ < o_.ops) {
+    while (done_ops_ < o_.ops || mem_[0].fence_out || mem_[1].fence_out) {
         while (next_op_ < o_.ops && !free_slots_.empty()) post_op(next_op_++);
+        if (deferred_) post_fences();
         if (poll_cqs()) {
             last_progress_ = Clock::now();
             idle = 0;
@@ -1352,14 +1763,17 @@ void Stress::run() {
     std::string mix;
     for (int k = 0; k < kKinds; ++k)
         mix += std::string(k ? " " : "") + kKindName[k] + "=" + std::to_string(kind_count_[k]);
+    std::string how = side_[0].iwarp ? "iWARP via rdma_cm, " + std::to_string(fences_) + " fences"
+                      : o_.rdma_cm   ? "mtu " + std::to_string(mtu_bytes(mtu_)) + " via rdma_cm"
+                                     : "mtu " + std::to_string(mtu_bytes(mtu_));
     std::printf(
-        "%s: ok: ops %llu bytes %llu seconds %.3f MB/s %.1f (seed %llu, depth %u, max %u, mtu %u; "
+        "%s: ok: ops %llu bytes %llu seconds %.3f MB/s %.1f (seed %llu, depth %u, max %u, %s; "
         "%s)\n",
         kProg, static_cast<unsigned long long>(done_ops_), static_cast<unsigned long long>(bytes_),
         secs, secs > 0 ? static_cast<double>(bytes_) / secs / 1e6 : 0.0,
-        static_cast<unsigned long long>(o_.seed), o_.depth, o_.max_size, mtu_bytes(mtu_),
-        mix.c_str());
+        static_cast<unsigned long long>(o_.seed), o_.depth, o_.max_size, how.c_str(), mix.c_str());
     for (int i = 0; i < 2; ++i) ack_events(side_[i]);
+    if (cm_) cm_->disconnect();
 }
 
 // ---- dead peer ------------------------------------------------------------------------------
@@ -1371,7 +1785,7 @@ int run_dead_peer(const Options& o) {
     Rng rng(o.seed);
     Side s[1];
     const std::uint32_t k = o.dead_count;
-    open_side(s[0], 'A', o.dev[0], static_cast<int>(2 * k + 16), 16);
+    open_side(s[0], 'A', o.dev[0], static_cast<int>(2 * k + 16), 16, false);
     create_qp(s[0], k + 1, 4);
     const ibv_mtu mtu = path_mtu(s, 1, o);
     ibv_gid dgid{};
@@ -1487,7 +1901,7 @@ struct AccessCase {
 int run_access_errors(const Options& o) {
     Rng rng(o.seed);
     Side s[2];
-    for (int i = 0; i < 2; ++i) open_side(s[i], i == 0 ? 'A' : 'B', o.dev[i], 32, 32);
+    for (int i = 0; i < 2; ++i) open_side(s[i], i == 0 ? 'A' : 'B', o.dev[i], 32, 32, false);
     const ibv_mtu mtu = path_mtu(s, 2, o);
     const std::uint32_t mtub = mtu_bytes(mtu);
     Side& a = s[0];
@@ -1665,10 +2079,37 @@ void on_alarm(int) {
     _exit(kExitViolation);
 }
 
+// iWARP devices imply --rdma-cm, and only the stress run (usage errors otherwise).
+void check_transport(Options& o) {
+    const int n = o.mode == Mode::dead_peer ? 1 : 2;
+    int iwarp = 0;
+    for (int i = 0; i < n; ++i) iwarp += is_iwarp_device(o.dev[i]) ? 1 : 0;
+    if (iwarp == 0) {
+        if (o.rdma_cm && o.mode != Mode::stress)
+            usage_error("%s: --rdma-cm goes with the stress run only",
+                        o.mode == Mode::dead_peer ? "--dead-peer" : "--access-errors");
+        if (o.rdma_cm && o.mtu != 0)
+            usage_error("%s: rdma_cm sets the path MTU (the route's), not --mtu", "--rdma-cm");
+        if (!o.rdma_cm && !o.addr[0].empty()) usage_error("%s goes with --rdma-cm", "--addrs");
+        return;
+    }
+    if (o.mode != Mode::stress)
+        usage_error(
+            "%s runs on RoCE devices only (an iWARP WRITE completes before its target could "
+            "refuse it, and a dead peer is a TCP connection that never comes up)",
+            o.mode == Mode::dead_peer ? "--dead-peer" : "--access-errors");
+    if (iwarp != n)
+        usage_error("%s: one device is iWARP, the other RoCE; give two of one kind",
+                    (o.dev[0] + " " + o.dev[1]).c_str());
+    if (o.mtu != 0) usage_error("%s: iWARP's FPDUs follow TCP's MSS, not --mtu", o.dev[0].c_str());
+    o.rdma_cm = true;  // the only way to connect an iWARP QP
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Options o = parse_options(argc, argv);
+    Options o = parse_options(argc, argv);
+    check_transport(o);
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     if (o.time_limit_s != 0) {
         signal(SIGALRM, on_alarm);

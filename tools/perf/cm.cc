@@ -1,6 +1,7 @@
 #include "tools/perf/cm.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
@@ -40,14 +41,50 @@ std::string to_string(const sockaddr_in& a) {
     return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
-// The IPv4 address of `end`'s device (its GID at -x), for the server's bind and the
-// client's default source.
-sockaddr_in device_addr(const End& end, const Options& o, std::uint16_t port) {
+// rdma_cm took `what` to another device than `end`'s.
+[[noreturn]] void wrong_device(const End& end, rdma_cm_id* id, const std::string& what) {
+    failf(
+        "rdma_cm took %s to %s, not %s: a port's RoCE and iWARP devices share its address, "
+        "and rdma_cm takes it to the first (SNIC_DEVICES=%s shows this process %s's kind "
+        "alone)",
+        what.c_str(), ibv_get_device_name(id->verbs->device), end.name().c_str(),
+        end.name().c_str(), end.name().c_str());
+}
+
+// The IPv4 address of the getifaddrs entry named `name`: libsnic lists each port's address
+// under its devices' names (as an RNIC's sits on its netdev), for names that fit an
+// interface name (under 16 characters).
+bool ifaddr_of(const std::string& name, in_addr* out) {
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) return false;
+    bool found = false;
+    for (const ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || name != i->ifa_name)
+            continue;
+        *out = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
+        found = true;
+    }
+    ::freeifaddrs(list);
+    return found;
+}
+
+// The IPv4 address `end` listens on or connects from: `given` (--listen_ip, --source_ip) if
+// any, else the device's: its GID at -x if IPv4-mapped (RoCEv2), else its getifaddrs entry
+// (an iWARP device's GID is its MAC, as on an iWARP RNIC).
+sockaddr_in device_addr(const End& end, const Options& o, std::uint16_t port,
+                        const std::string& given, const char* option) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    if (!ipv4_of(end.gid(), &a.sin_addr))
-        failf("-R: GID %d of %s is not an IPv4 address", o.gid_index, end.name().c_str());
+    if (!given.empty()) {
+        if (::inet_pton(AF_INET, given.c_str(), &a.sin_addr) != 1)
+            failf("%s %s is not an IPv4 address", option, given.c_str());
+    } else if (!ipv4_of(end.gid(), &a.sin_addr) && !ifaddr_of(end.name(), &a.sin_addr)) {
+        failf(
+            "-R: no IPv4 address known for %s (GID %d is not one, and getifaddrs has no entry "
+            "of that name: libsnic lists names under 16 characters): give it with %s",
+            end.name().c_str(), o.gid_index, option);
+    }
     return a;
 }
 
@@ -57,11 +94,15 @@ CmLink::CmLink(const End& end, const Options& o) {
     ch_ = rdma_create_event_channel();
     if (ch_ == nullptr) failf("rdma_create_event_channel: %s", std::strerror(errno));
     if (o.server) return;
-    listening_ = device_addr(end, o, static_cast<std::uint16_t>(o.port + 1));
+    listening_ = device_addr(end, o, o.loopback ? 0 : static_cast<std::uint16_t>(o.port + 1),
+                             o.listen_ip, "--listen_ip");
     if (rdma_create_id(ch_, &listener_, nullptr, RDMA_PS_TCP) != 0)
         failf("rdma_create_id: %s", std::strerror(errno));
     if (rdma_bind_addr(listener_, reinterpret_cast<sockaddr*>(&listening_)) != 0)
         failf("rdma_bind_addr %s: %s", to_string(listening_).c_str(), std::strerror(errno));
+    if (listener_->verbs != nullptr && listener_->verbs != end.context())
+        wrong_device(end, listener_, "the listener's address " + to_string(listening_));
+    std::memcpy(&listening_, &listener_->route.addr.src_addr, sizeof listening_);  // its port
     if (rdma_listen(listener_, static_cast<int>(o.qps)) != 0)
         failf("rdma_listen %s: %s", to_string(listening_).c_str(), std::strerror(errno));
 }
@@ -164,36 +205,59 @@ void CmLink::accept_all(End& end, const Options& o) {
     }
 }
 
+rdma_cm_id* CmLink::start_connect(End& end, sockaddr_in src, sockaddr_in dst) {
+    rdma_cm_id* id = nullptr;
+    if (rdma_create_id(ch_, &id, nullptr, RDMA_PS_TCP) != 0)
+        failf("rdma_create_id: %s", std::strerror(errno));
+    ids_.push_back(id);
+    if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                          kResolveMs) != 0)
+        failf("rdma_resolve_addr %s -> %s: %s", to_string(src).c_str(), to_string(dst).c_str(),
+              std::strerror(errno));
+    expect(RDMA_CM_EVENT_ADDR_RESOLVED, id, kResolveMs);
+    if (id->verbs != end.context())  // -d's own address is on -d (but for its other kind)
+        wrong_device(end, id, "the source address " + to_string(src));
+    if (rdma_resolve_route(id, kResolveMs) != 0)
+        failf("rdma_resolve_route: %s", std::strerror(errno));
+    expect(RDMA_CM_EVENT_ROUTE_RESOLVED, id, kResolveMs);
+    end.add_qp([&](ibv_qp_init_attr& a) {
+        return rdma_create_qp(id, end.pd(), &a) == 0 ? id->qp : nullptr;
+    });
+    rdma_conn_param p = conn_param(end);
+    if (rdma_connect(id, &p) != 0)
+        failf("rdma_connect %s: %s", to_string(dst).c_str(), std::strerror(errno));
+    return id;
+}
+
 void CmLink::connect_all(End& end, const Options& o) {
-    sockaddr_in src = device_addr(end, o, 0);
-    if (!o.source_ip.empty() && ::inet_pton(AF_INET, o.source_ip.c_str(), &src.sin_addr) != 1)
-        failf("--source_ip %s is not an IPv4 address", o.source_ip.c_str());
-    sockaddr_in dst = oob_->recv_cm_addr();
-    const rdma_conn_param param = conn_param(end);
+    const sockaddr_in src = device_addr(end, o, 0, o.source_ip, "--source_ip");
+    const sockaddr_in dst = oob_->recv_cm_addr();
     for (std::uint32_t i = 0; i < o.qps; ++i) {
-        rdma_cm_id* id = nullptr;
-        if (rdma_create_id(ch_, &id, nullptr, RDMA_PS_TCP) != 0)
-            failf("rdma_create_id: %s", std::strerror(errno));
-        ids_.push_back(id);
-        if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src),
-                              reinterpret_cast<sockaddr*>(&dst), kResolveMs) != 0)
-            failf("rdma_resolve_addr %s -> %s: %s", to_string(src).c_str(), to_string(dst).c_str(),
-                  std::strerror(errno));
-        expect(RDMA_CM_EVENT_ADDR_RESOLVED, id, kResolveMs);
-        if (id->verbs != end.context())  // -d's own address is on -d: --source_ip's is not
-            failf("--source_ip %s is on %s, not on -d %s", o.source_ip.c_str(),
-                  ibv_get_device_name(id->verbs->device), end.name().c_str());
-        if (rdma_resolve_route(id, kResolveMs) != 0)
-            failf("rdma_resolve_route: %s", std::strerror(errno));
-        expect(RDMA_CM_EVENT_ROUTE_RESOLVED, id, kResolveMs);
-        end.add_qp([&](ibv_qp_init_attr& a) {
-            return rdma_create_qp(id, end.pd(), &a) == 0 ? id->qp : nullptr;
-        });
-        rdma_conn_param p = param;
-        if (rdma_connect(id, &p) != 0)
-            failf("rdma_connect %s: %s", to_string(dst).c_str(), std::strerror(errno));
+        rdma_cm_id* id = start_connect(end, src, dst);
         expect(RDMA_CM_EVENT_ESTABLISHED, id, kConnectMs);
         connected_.push_back(id);
+    }
+}
+
+void CmLink::connect_loopback(End& a, End& b, const Options& o) {
+    const sockaddr_in src = device_addr(a, o, 0, o.source_ip, "--source_ip");
+    const rdma_conn_param param = conn_param(b);
+    for (std::uint32_t i = 0; i < o.qps; ++i) {
+        rdma_cm_id* id = start_connect(a, src, listening_);
+        rdma_cm_id* child = expect(RDMA_CM_EVENT_CONNECT_REQUEST, nullptr, kConnectMs);
+        ids_.push_back(child);
+        if (child->verbs != b.context()) wrong_device(b, child, "the connect request");
+        b.add_qp([&](ibv_qp_init_attr& at) {
+            return rdma_create_qp(child, b.pd(), &at) == 0 ? child->qp : nullptr;
+        });
+        rdma_conn_param p = param;
+        if (rdma_accept(child, &p) != 0) failf("rdma_accept: %s", std::strerror(errno));
+        // Both ends come up, in either order.
+        for (int up = 0; up < 2; ++up) {
+            rdma_cm_id* got = expect(RDMA_CM_EVENT_ESTABLISHED, nullptr, kConnectMs);
+            if (got != id && got != child) failf("rdma_cm: ESTABLISHED on an unexpected id");
+            connected_.push_back(got);
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 // snic-perf -R: an end's RC QPs created and connected through rdma_cm, as perftest's -R
-// does; the server listens, the client connects one id per QP.
+// does; the server listens, the client connects one id per QP. With --loopback both ends
+// are in this process: the peer device listens and -d connects.
 #pragma once
 
 #include <netinet/in.h>
@@ -19,12 +20,16 @@ class Oob;
 class CmLink {
   public:
     // Server: listens on its device's IPv4 address, port -p + 1, at once (so that its
-    // listener shows before the exchange starts). Client: an event channel.
+    // listener shows before the exchange starts); --loopback: the same on `end`, the peer
+    // device, at a port the daemon picks. Client: an event channel.
     CmLink(const End& end, const Options& o);
     // Server: tells the client the address over `oob` and accepts -q connections. Client:
     // learns the address over `oob` and connects -q ids from -d's address (or --source_ip).
     // Each QP joins `end` as it is made.
     void connect(End& end, const Options& o, Oob& oob);
+    // --loopback: connects -q ids from `a`'s address to the listener on `b`'s (this link's
+    // end), accepting each in turn; each QP joins its end as it is made.
+    void connect_loopback(End& a, End& b, const Options& o);
     // Disconnects every id (waiting a little for the DISCONNECTED events), then destroys
     // the QPs, the ids and the event channel.
     ~CmLink();
@@ -41,6 +46,9 @@ class CmLink {
     // nullptr); returns its id. Anything else fails, naming the event and its status.
     rdma_cm_id* expect(rdma_cm_event_type want, rdma_cm_id* id, int ms);
     rdma_conn_param conn_param(End& end) const;
+    // A connecting id resolved from `src` to `dst` with its route, its QP made on `end`;
+    // rdma_connect has been called.
+    rdma_cm_id* start_connect(End& end, sockaddr_in src, sockaddr_in dst);
 
     Oob* oob_ = nullptr;  // connect()'s
     rdma_event_channel* ch_ = nullptr;

@@ -34,14 +34,16 @@ ibv_mtu to_mtu(std::uint32_t bytes) {
 
 }  // namespace
 
-std::vector<std::string> device_names() {
+std::vector<DeviceEntry> devices() {
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr) failf("ibv_get_device_list: %s", std::strerror(errno));
-    std::vector<std::string> names;
-    for (int i = 0; i < n; ++i) names.emplace_back(ibv_get_device_name(list[i]));
+    std::vector<DeviceEntry> all;
+    for (int i = 0; i < n; ++i)
+        all.push_back(
+            {ibv_get_device_name(list[i]), list[i]->transport_type == IBV_TRANSPORT_IWARP});
     ibv_free_device_list(list);
-    return names;
+    return all;
 }
 
 namespace {

@@ -69,9 +69,11 @@ class End {
     ibv_qp* add_qp(const QpMaker& make);
     // The path MTU of the first QP, as rdma_cm set it.
     std::uint32_t path_mtu() const;
-    ibv_context* context() { return ctx_; }
+    ibv_context* context() const { return ctx_; }
     ibv_pd* pd() { return pd_; }
     const ibv_gid& gid() const { return gid_; }
+    // An iWARP device: its QPs connect through rdma_cm only (-R).
+    bool iwarp() const { return ctx_->device->transport_type == IBV_TRANSPORT_IWARP; }
     std::uint32_t active_mtu() const { return 128u << static_cast<int>(port_.active_mtu); }
 
     // The send area [0, size) and the receive/target area [size, 2 size) of the buffer.
@@ -123,7 +125,11 @@ class End {
     std::vector<ibv_qp*> idle_;
 };
 
-// The RDMA devices' names, in the order ibv_get_device_list gives them.
-std::vector<std::string> device_names();
+// The RDMA devices, in the order ibv_get_device_list gives them.
+struct DeviceEntry {
+    std::string name;
+    bool iwarp;
+};
+std::vector<DeviceEntry> devices();
 
 }  // namespace snic::perf

@@ -34,7 +34,8 @@ void usage(FILE* out) {
         "  -w, --warmup N          untimed iterations first (latency 100, bandwidth 0)\n"
         "  -d, --ib-dev DEV        the RDMA device (default: the first)\n"
         "      --peer-device DEV   --loopback: the other end's device (default: another\n"
-        "                          port of DEV's daemon, e.g. NAME_1 for NAME_0)\n"
+        "                          port of DEV's daemon of DEV's kind, e.g. NAME_1 for\n"
+        "                          NAME_0, NAME_iw1 for NAME_iw0)\n"
         "  -x, --gid-index N       GID index (default 0, snic's RoCEv2 GID)\n"
         "  -q, --qp N              QPs (bandwidth tests spread over them; default 1)\n"
         "  -t, --tx-depth N        WRs in flight per QP in bandwidth tests (default 128)\n"
@@ -48,8 +49,14 @@ void usage(FILE* out) {
         "                          listens on its device's IPv4 address, port -p + 1 of\n"
         "                          rdma_cm's TCP port space, and tells the client where over\n"
         "                          the exchange on TCP port -p; the client connects one id\n"
-        "                          per QP from -d's address (or --source_ip)\n"
-        "      --source_ip ADDR    -R client: connect from this IPv4 address\n"
+        "                          per QP from -d's address (or --source_ip). With\n"
+        "                          --loopback: the peer device listens, -d connects.\n"
+        "                          iWARP devices need -R (their QPs connect only so)\n"
+        "      --source_ip ADDR    -R client (or --loopback's -d): connect from this IPv4\n"
+        "                          address (default: the device's: its RoCEv2 GID, else\n"
+        "                          the getifaddrs entry libsnic names after it)\n"
+        "      --listen_ip ADDR    -R server (or --loopback's peer device): listen on this\n"
+        "                          IPv4 address (default: the device's, as above)\n"
         "      --json              one JSON object per size on stdout, nothing else\n"
         "      --histogram         print the latency histogram with -a too\n"
         "      --samples FILE      latency: every measured round trip (us), one a line,\n"
@@ -81,7 +88,7 @@ Options parse_options(int argc, char** argv) {
     for (const TestInfo& t : kTests)
         if (t.name == argv[1]) o.test = &t;
     if (o.test == nullptr) usage_error(std::string("unknown test '") + argv[1] + "'");
-    enum { kPeer = 256, kGbits, kLoop, kJson, kHist, kSamples, kIdle, kSource };
+    enum { kPeer = 256, kGbits, kLoop, kJson, kHist, kSamples, kIdle, kSource, kListen };
     static const option longs[] = {
         {"size", required_argument, nullptr, 's'},
         {"all", no_argument, nullptr, 'a'},
@@ -99,6 +106,7 @@ Options parse_options(int argc, char** argv) {
         {"loopback", no_argument, nullptr, kLoop},
         {"rdma_cm", no_argument, nullptr, 'R'},
         {"source_ip", required_argument, nullptr, kSource},
+        {"listen_ip", required_argument, nullptr, kListen},
         {"json", no_argument, nullptr, kJson},
         {"histogram", no_argument, nullptr, kHist},
         {"samples", required_argument, nullptr, kSamples},
@@ -165,6 +173,9 @@ Options parse_options(int argc, char** argv) {
             case kSource:
                 o.source_ip = optarg;
                 break;
+            case kListen:
+                o.listen_ip = optarg;
+                break;
             case kJson:
                 o.json = true;
                 break;
@@ -200,12 +211,13 @@ Options parse_options(int argc, char** argv) {
     if (o.loopback && o.server) usage_error("--loopback takes no server");
     if (!o.peer_device.empty() && !o.loopback) usage_error("--peer-device goes with --loopback");
     if (all && size) usage_error("-a and -s exclude each other");
-    if (o.rdma_cm && o.loopback) usage_error("-R connects two processes: not with --loopback");
     if (o.rdma_cm && o.mtu != 0) usage_error("-R: rdma_cm sets the path MTU (the route's), not -m");
     if (o.rdma_cm && o.port == 65535)
         usage_error("-R listens on port -p + 1: -p 65535 is too high");
-    if (!o.source_ip.empty() && (!o.rdma_cm || !o.server))
-        usage_error("--source_ip goes with -R on the client");
+    if (!o.source_ip.empty() && (!o.rdma_cm || !(o.server || o.loopback)))
+        usage_error("--source_ip goes with -R on the client or --loopback");
+    if (!o.listen_ip.empty() && (!o.rdma_cm || o.server))
+        usage_error("--listen_ip goes with -R on the server or --loopback");
     const bool atomic = o.test->test == Test::atomic_lat;
     if (atomic && size && *size != 8) usage_error("atomics are 8 bytes");
     if (!o.samples.empty() && !o.test->latency) usage_error("--samples goes with latency tests");

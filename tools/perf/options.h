@@ -45,6 +45,7 @@ struct Options {
     bool loopback = false;
     bool rdma_cm = false;   // -R: QPs created and connected through rdma_cm
     std::string source_ip;  // -R client: the address to connect from (default: -d's)
+    std::string listen_ip;  // -R server: the address to listen on (default: -d's)
     bool histogram = false;
     std::string samples;
     std::optional<std::string> server;       // the client's peer

@@ -21,7 +21,11 @@
 //
 // -R (perftest's --rdma_cm) creates and connects the QPs through rdma_cm instead (cm.h): the
 // server listens on its device's IPv4 address at port -p + 1 and tells the client where over
-// the exchange, which then carries only the rkeys, buffer addresses and syncs.
+// the exchange, which then carries only the rkeys, buffer addresses and syncs; with
+// --loopback the peer device listens and -d connects, in this one thread. iWARP devices
+// (NAME_iwN) need -R: their QPs connect through rdma_cm only. A port's RoCE and iWARP
+// devices share its address, and libsnic's rdma_cm takes an address to the first device
+// that has it: SNIC_DEVICES must name the iWARP devices of the run.
 //
 // --idle-qps N[,N...] measures beside N established RC QPs that carry nothing (each connected to
 // itself, spread over the ends of this process), for each N in turn: the idle set grows or
@@ -55,18 +59,34 @@ namespace {
 
 constexpr int kExitFail = 1;
 
-// --loopback's default peer: another port of the same daemon (devices are DAEMON_i), else
-// any other device.
-std::string sibling_device(const std::string& mine) {
+// --loopback's default peer: another port of the same daemon (devices are DAEMON_i and
+// DAEMON_iwi), else any other device; of the same kind (RoCE or iWARP) as `mine`.
+std::string sibling_device(const End& mine) {
     const auto daemon = [](const std::string& dev) { return dev.substr(0, dev.rfind('_')); };
     std::string any;
-    for (const std::string& name : device_names()) {
-        if (name == mine) continue;
-        if (daemon(name) == daemon(mine)) return name;
-        if (any.empty()) any = name;
+    for (const DeviceEntry& d : devices()) {
+        if (d.name == mine.name() || d.iwarp != mine.iwarp()) continue;
+        if (daemon(d.name) == daemon(mine.name())) return d.name;
+        if (any.empty()) any = d.name;
     }
     if (any.empty()) failf("--loopback needs a second device (--peer-device)");
     return any;
+}
+
+// What an iWARP device cannot do: a QP connected by Modify QP (-R is the way), or to itself.
+void check_iwarp(const End& e, const Options& o) {
+    if (!e.iwarp()) return;
+    if (!o.rdma_cm)
+        failf(
+            "%s is an iWARP device: its QPs connect through rdma_cm only, as on an iWARP RNIC "
+            "(add -R)",
+            e.name().c_str());
+    for (std::uint32_t n : o.idle_qps)
+        if (n != 0)
+            failf(
+                "--idle-qps: the idle QPs connect each to itself with Modify QP, which %s, an "
+                "iWARP device, does not take",
+                e.name().c_str());
 }
 
 void run_sizes(Run& r, std::uint32_t mtu, std::uint32_t idle, bool& header);
@@ -80,6 +100,7 @@ int run_all(const Options& o) {
     std::optional<CmLink> cm;  // -R: owns the QPs, so it goes before the End
     std::string dev = o.device;
     a.emplace(dev, o, max_size);
+    check_iwarp(*a, o);
     // A RoCE packet larger than the port's active MTU would not fit the Ethernet frame.
     std::uint32_t mtu = o.mtu != 0 ? std::min(o.mtu, a->active_mtu()) : a->active_mtu();
     if (o.mtu > mtu)
@@ -87,12 +108,21 @@ int run_all(const Options& o) {
                      a->name().c_str(), mtu);
     if (o.loopback) {
         std::string peer = o.peer_device;
-        if (peer.empty()) peer = sibling_device(a->name());
+        if (peer.empty()) peer = sibling_device(*a);
         if (peer == a->name()) failf("--loopback needs two different devices");
         b.emplace(peer, o, max_size);
-        mtu = std::min(mtu, b->active_mtu());
-        a->connect(b->info(), mtu);
-        b->connect(a->info(), mtu);
+        check_iwarp(*b, o);
+        if (o.rdma_cm) {
+            cm.emplace(*b, o);  // the peer device listens, -d connects
+            cm->connect_loopback(*a, *b, o);
+            mtu = a->path_mtu();
+            a->set_peer(b->info());
+            b->set_peer(a->info());
+        } else {
+            mtu = std::min(mtu, b->active_mtu());
+            a->connect(b->info(), mtu);
+            b->connect(a->info(), mtu);
+        }
     } else if (o.rdma_cm) {
         cm.emplace(*a, o);  // the server listens before it waits for the exchange
         oob.emplace(o);
