@@ -201,8 +201,9 @@ void IwarpTransport::release(IwConnId id) {
         IwConn* c = find(id);
         if (c == nullptr) return;
         c->cm_released = true;
-        // A QP that still runs on it keeps it; without one the stream has no more use.
-        if (c->qp == nullptr && !c->ended) {
+        // A QP that still runs on it keeps it; without one the stream has no more use, unless
+        // it is closing in order already (the peer then sees its FIN, not a reset).
+        if (c->qp == nullptr && !c->ended && c->state != IwConn::State::closing) {
             c->state = IwConn::State::closing;
             stack().abort(c->tcp);
             c->ended = true;

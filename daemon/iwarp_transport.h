@@ -53,7 +53,7 @@ struct IwCmEvent {
         request,       // passive: an MPA request came; accept() or reject()
         reply,         // active: the MPA reply accepted us; bind the QP, then confirm()
         rejected,      // active: the reply rejected us (its private data)
-        refused,       // active: no connection (status: -ECONNREFUSED, -ETIMEDOUT, ...)
+        refused,       // active: no connection (status: -ECONNRESET, -ETIMEDOUT, ...)
         disconnected,  // the connection ended after it was made (peer's close, terminate, error)
         gone,          // the connection is over for good: its id may forget it
     };

@@ -250,7 +250,9 @@ void IwarpTransport::on_conn_event(IwConn& c, const TcpStreamEvent& e) {
         default: {  // terminal
             c.ended = true;
             std::int32_t status = 0;
-            if (e.kind == K::reset) status = -ECONNREFUSED;
+            // Reset (nobody listens, or the peer aborted) is told apart from an MPA reject
+            // (-ECONNREFUSED): both are REJECTED to rdma_cm, only the reject is the peer's.
+            if (e.kind == K::reset) status = -ECONNRESET;
             if (e.kind == K::timed_out) status = -ETIMEDOUT;
             if (e.kind == K::unreachable) status = -EHOSTUNREACH;
             peer_gone(c, e.kind == K::closed && c.peer_closed, status);
@@ -343,8 +345,12 @@ bool IwarpQp::sched_poll(std::uint64_t now_ns) {
 }
 
 void IwarpQp::note_state() {
+    // A stream the peer closed in order (its FIN, after rdma_disconnect) ends the QP as a
+    // Modify QP to ERR would: flushed, no IBV_EVENT_QP_FATAL. Errors (a Terminate, a reset,
+    // a broken rule) raise it.
+    const iwarp::IwError why = engine_.error();
     if (engine_.state() == iwarp::IwState::error)
-        glue_.note_failed(engine_.error() == iwarp::IwError::requested);
+        glue_.note_failed(why == iwarp::IwError::requested || why == iwarp::IwError::stream_closed);
     glue_.note_held(engine_.send_wrs_held());
     // After a Terminate (sent, or received) the stream closes: FIN once it is out.
     if (engine_.wants_close() && !engine_.terminate_pending() && conn_ != nullptr)

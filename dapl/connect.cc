@@ -40,8 +40,11 @@ void post_connection_event(Ep* ep, DAT_EVENT_NUMBER n, const void* data = nullpt
     ep->connect_evd->post(e);
 }
 
-// QP to RTR then RTS from what rdma_cm agreed for `id`.
+// QP to RTR then RTS from what rdma_cm agreed for `id`. On an iWARP device rdma_cm moves it
+// itself, bound to the connection (rdma_accept, or the connect response), as the kernel's
+// iWARP CM does: nothing to do here.
 int move_qp(Ep* ep, rdma_cm_id* id) {
+    if (id->verbs != nullptr && id->verbs->device->transport_type == IBV_TRANSPORT_IWARP) return 0;
     for (const ibv_qp_state s : {IBV_QPS_RTR, IBV_QPS_RTS}) {
         ibv_qp_attr a{};
         int mask = 0;
@@ -170,7 +173,11 @@ void handle_ep_event(Ep* ep, rdma_cm_event* e) {
             return;
         case RDMA_CM_EVENT_REJECTED: {
             const bool passive = ep->state == DAT_EP_STATE_COMPLETION_PENDING;
-            const bool by_peer = e->status == kRejConsumer;
+            // The peer's consumer refused: IB CM's reason 28, or on iWARP an MPA reject
+            // (-ECONNREFUSED; a connection nobody listened for is reset, -ECONNRESET).
+            const bool iwarp = e->id->verbs != nullptr &&
+                               e->id->verbs->device->transport_type == IBV_TRANSPORT_IWARP;
+            const bool by_peer = e->status == kRejConsumer || (iwarp && e->status == -ECONNREFUSED);
             if (passive) {
                 end_connection(ep, DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR);
             } else {
@@ -268,8 +275,18 @@ void handle_async_event(Ia* ia, const ibv_async_event& ae) {
         case IBV_EVENT_QP_REQ_ERR:
         case IBV_EVENT_QP_ACCESS_ERR: {
             auto* ep = static_cast<Ep*>(ae.element.qp->qp_context);
-            if (ep != nullptr && ep->live(Kind::ep))
-                post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, ep, DAT_EP_TRANSFER_TO_ERROR);
+            if (ep == nullptr || !ep->live(Kind::ep)) return;
+            post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, ep, DAT_EP_TRANSFER_TO_ERROR);
+            // A connected EP whose QP failed has lost its connection (DAT: the connection
+            // EVD hears BROKEN); the peer hears the disconnect. Not yet on iWARP, where a
+            // teardown in order has been seen to raise QP_FATAL on one side (its cause is
+            // open); the connection's end comes from rdma_cm there.
+            if (ep->ia->ctx->device->transport_type == IBV_TRANSPORT_IWARP) return;
+            std::lock_guard lock(ia->mu);
+            std::lock_guard ep_lock(ep->mu);
+            if (ep->state != DAT_EP_STATE_CONNECTED) return;
+            if (ep->cm != nullptr) rdma_disconnect(ep->cm);
+            end_connection(ep, DAT_CONNECTION_EVENT_BROKEN);
             return;
         }
         case IBV_EVENT_CQ_ERR: {

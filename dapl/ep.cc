@@ -196,7 +196,10 @@ DAT_RETURN ep_create_common(DAT_IA_HANDLE iah, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE
         if (srq == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_SRQ);
         if (srq->pz != pz) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     }
-    const DAT_EP_ATTR a = attr != nullptr ? *attr : default_attr(ia);
+    DAT_EP_ATTR a = attr != nullptr ? *attr : default_attr(ia);
+    // A consumer that leaves the message size 0 (dtest does) gets the port's, as libdaplofa
+    // lets it send any size the port carries.
+    if (a.max_message_size == 0) a.max_message_size = ia->port_attr.max_msg_sz;
     if (r = check_attr(ia, a, srq != nullptr); r != DAT_SUCCESS) return r;
 
     auto ep = std::make_unique<Ep>(ia->provider, ia);

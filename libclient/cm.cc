@@ -92,6 +92,9 @@ struct CmId {
     std::uint8_t rnr_retry_count = 7;
     shm::CmConnParam peer{};    // the connect request's or response's QP
     std::uint32_t iw_conn = 0;  // iWARP: the daemon's connection the QP binds to
+    // iWARP: the application's own QP (ibv_create_qp), named by conn_param.qp_num, which
+    // rdma_cm binds to the connection as the kernel's iWARP CM does (none: id.qp).
+    std::uint32_t app_qp_num = 0;
     CmId* listener = nullptr;
     // rdma_create_ep's listener: what rdma_get_request gives each new id.
     bool has_ep_attr = false;
@@ -219,6 +222,19 @@ Device* device_at(const std::string& path, std::uint32_t port_index, std::uint32
 
 bool is_iwarp(const CmId* i) {
     return i->dev != nullptr && i->dev->transport == shm::kTransportIwarp;
+}
+
+// The QP rdma_cm moves for the id: rdma_create_qp's; on iWARP also the application's own,
+// named by conn_param.qp_num (on RoCE the application moves its own QP itself).
+ibv_qp* managed_qp(CmId* i) {
+    if (i->id.qp != nullptr) return i->id.qp;
+    if (!is_iwarp(i) || i->app_qp_num == 0 || i->id.verbs == nullptr) return nullptr;
+    return qp_by_num(i->id.verbs, i->app_qp_num);
+}
+
+// Remembers the application's QP that rdma_connect or rdma_accept names on iWARP.
+void take_app_qp(CmId* i, const rdma_conn_param* p) {
+    if (i->id.qp == nullptr && is_iwarp(i) && p != nullptr) i->app_qp_num = p->qp_num;
 }
 
 // Wakes the channel's reader for one more event.
@@ -493,7 +509,7 @@ int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
 // RTR binds it to the connection the daemon made (the MPA exchange is over), with the
 // resources agreed on.
 int connect_qp(CmId* i) {
-    ibv_qp* qp = i->id.qp;
+    ibv_qp* qp = managed_qp(i);
     if (qp == nullptr) return 0;
     if (is_iwarp(i)) {
         if (const int err = bind_iwarp_qp(qp, i->iw_conn); err != 0) return err;
@@ -637,7 +653,7 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
             i->peer = d.param;
             i->iw_conn = d.iw_conn;
             fill_conn_param(e.param.conn, d.param, box.data);
-            if (i->id.qp != nullptr) {
+            if (managed_qp(i) != nullptr) {
                 // librdmacm's way: with a QP, the connection is established here.
                 if (connect_qp(i) != 0) {
                     const shm::CmRejectReq rej{i->handle, 0, {}, {}};
@@ -955,6 +971,7 @@ SNIC_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* param) {
         if (param != nullptr && param->private_data_len > max) return fail(EINVAL);
         if (i->id.qp == nullptr && (param == nullptr || param->qp_num == 0)) return fail(EINVAL);
         take_resources(i, param);
+        take_app_qp(i, param);
         shm::CmConnectReq req{};
         req.id = i->handle;
         req.dst_ip = ip_of(reinterpret_cast<sockaddr*>(&dst_of(i)));
@@ -1000,6 +1017,7 @@ SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
             i->rnr_retry_count = i->peer.rnr_retry_count;
         i->retry_count = i->peer.retry_count;
         if (is_iwarp(i)) {
+            take_app_qp(i, param);
             // The MPA reply goes first: the QP binds to a connection whose exchange is over
             // (what the initiator sends meanwhile waits in the daemon for the QP).
             shm::CmAcceptReq req{i->handle, 0, our_param(i, param)};

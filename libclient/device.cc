@@ -271,6 +271,11 @@ SNIC_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
 
 namespace snic::client {
 
+OpenContexts& open_contexts() {
+    static OpenContexts* o = new OpenContexts;  // never freed: contexts may close at exit
+    return *o;
+}
+
 std::vector<Device*> current_devices() {
     std::vector<Device*> out;
     int n = 0;
@@ -367,13 +372,22 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
         c.ops.alloc_mw = ops::alloc_mw;
         c.ops.dealloc_mw = ops::dealloc_mw;
         c.ops.bind_mw = ops::bind_mw;
-        return &ctx.release()->vctx.context;
+        Context* opened = ctx.release();
+        {
+            std::lock_guard lock(open_contexts().mu);
+            open_contexts().all.insert(opened);
+        }
+        return &opened->vctx.context;
     });
 }
 
 SNIC_EXPORT int ibv_close_device(ibv_context* c) {
     return guarded(-1, [&] {
         Context* ctx = to_ctx(c);
+        {
+            std::lock_guard lock(open_contexts().mu);
+            open_contexts().all.erase(ctx);
+        }
         {
             std::lock_guard lock(ctx->objs_mu);
             for (auto& [h, qp] : ctx->qps) release_qp_local(qp);

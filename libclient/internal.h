@@ -51,6 +51,9 @@ std::vector<Device*> current_devices();
 
 // rdma_cm on an iWARP device: INIT -> RTR bound to the daemon's connection `iw_conn`.
 int bind_iwarp_qp(ibv_qp* qp, std::uint32_t iw_conn);
+// The QP numbered `qpn` of any context this process opened on `c`'s device (an application's
+// own QP may live in a context of its own), or nullptr. Connection setup: a walk of the QPs.
+ibv_qp* qp_by_num(ibv_context* c, std::uint32_t qpn);
 
 struct Context;
 
@@ -163,6 +166,13 @@ struct Context {
     std::unordered_set<Channel*> channels;
     std::unordered_set<Ah*> ahs;
 };
+
+// Every context the process has open (rdma_cm finds an application's QP among them).
+struct OpenContexts {
+    std::mutex mu;
+    std::unordered_set<Context*> all;
+};
+OpenContexts& open_contexts();
 
 inline Context* to_ctx(ibv_context* c) {
     return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) -

@@ -859,6 +859,18 @@ int modify_call(ibv_qp* qp, const shm::ModifyQpReq& req) {
 
 }  // namespace
 
+ibv_qp* qp_by_num(ibv_context* c, std::uint32_t qpn) {
+    const Device* dev = to_ctx(c)->device;
+    std::lock_guard lock(open_contexts().mu);
+    for (Context* ctx : open_contexts().all) {
+        if (ctx->device != dev) continue;
+        std::lock_guard objs(ctx->objs_mu);
+        for (const auto& [handle, q] : ctx->qps)
+            if (q->qpx.qp_base.qp_num == qpn) return &q->qpx.qp_base;
+    }
+    return nullptr;
+}
+
 int bind_iwarp_qp(ibv_qp* qp, std::uint32_t iw_conn) {
     shm::ModifyQpReq req{};
     req.qp = qp->handle;

@@ -310,6 +310,8 @@ class IwQp {
     bool have_recv_ = false;
     std::uint64_t recv_cap_ = 0;
     bool rtr_seen_ = false;
+    bool in_write_ = false;          // a tagged Write message is being placed
+    std::uint64_t write_bytes_ = 0;  // the bytes of the last (or current) Write message
     verbs::RemoteCheck remote_check_ = verbs::RemoteCheck::ok;  // why the last gather failed
     std::unique_ptr<Response[]> res_;                           // ring of ird entries
     std::uint32_t res_size_ = 0, res_head_ = 0, res_count_ = 0;

@@ -5,6 +5,7 @@
 // the QP; nothing is placed from a segment that broke one.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "proto/iwarp/qp.h"
 
@@ -197,6 +198,9 @@ void IwQp::resp_immediate(const Segment& seg, Ulpdu u) {
     c.wr_id = r.wr_id;
     c.opcode = verbs::WcOpcode::recv_rdma_with_imm;
     c.with_imm = true;
+    // As RoCE's WRITE with immediate reports its length: the Write message just before it
+    // (RFC 7306's Immediate Data follows the Write it goes with on the same stream).
+    c.byte_len = static_cast<std::uint32_t>(std::exchange(write_bytes_, 0));
     std::memcpy(&c.imm_or_rkey, seg.immediate.data(), sizeof c.imm_or_rkey);
     c.solicited = seg.info().solicited;
     c.qp_num = cfg_.qpn;
@@ -211,6 +215,9 @@ void IwQp::resp_write(const Segment& seg, Ulpdu u) {
         return;
     }
     const auto n = static_cast<std::uint32_t>(seg.payload.size());
+    // The bytes of the Write message so far: an Immediate Data right after it reports them.
+    write_bytes_ = in_write_ ? write_bytes_ + n : n;
+    in_write_ = !seg.last;
     if (n == 0) return;  // nothing to place, nothing to check
     if (seg.to + n < seg.to) {
         terminate(term_cause(DdpTaggedCode::to_wrap), u, IwError::remote_error);

@@ -151,8 +151,8 @@ class IwDriver {
         s.atomic.op = static_cast<iwarp::AtomicOp>(in.u8() % 3);
         s.atomic.request_id = in.u32();
         s.atomic.stag = pick_key(in);
-        s.atomic.to = (flags & 8) ? pick_addr(in, s.atomic.stag)
-                                  : pick_addr(in, s.atomic.stag) & ~7ull;
+        s.atomic.to =
+            (flags & 8) ? pick_addr(in, s.atomic.stag) : pick_addr(in, s.atomic.stag) & ~7ull;
         s.atomic.swap_add = in.u64();
         s.atomic.swap_add_mask = in.u64();
         s.atomic.compare = in.u64();

@@ -1557,9 +1557,9 @@ void Stress::on_recv_wc(int side, const ibv_wc& wc) {
     if (wc.qp_num != s.qp->qp_num)
         fail("%s: receive completion qp_num %#x, expected %#x", describe(op).c_str(), wc.qp_num,
              s.qp->qp_num);
-    // iWARP: a WRITE with immediate is a Write, then an Immediate Data message (RFC 7306) that
-    // carries no length; snic's completion says 0 bytes (RoCEv2's says the WRITE's length).
-    const std::uint32_t want_len = wimm && deferred_ ? 0 : op.len;
+    // Both transports report a WRITE with immediate's length (iWARP's Immediate Data message
+    // carries none: snic counts the Write that came just before it, as RoCEv2 reports it).
+    const std::uint32_t want_len = op.len;
     if (wc.byte_len != want_len)
         fail("%s: receive completion byte_len %u, expected %u", describe(op).c_str(), wc.byte_len,
              want_len);

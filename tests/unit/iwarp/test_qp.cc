@@ -338,7 +338,7 @@ TEST(IwQp, write_with_immediate) {
     EXPECT_EQ(c.opcode, verbs::WcOpcode::recv_rdma_with_imm);
     EXPECT_TRUE(c.with_imm);
     EXPECT_EQ(c.imm_or_rkey, 0x12345678u);
-    EXPECT_EQ(c.byte_len, 0u);
+    EXPECT_EQ(c.byte_len, 5000u) << "the Write's length, as RoCE reports it";
     EXPECT_TRUE(same(p->b.mem.bytes(rb, 0, 5000), p->a.mem.bytes(la, 0, 5000)));
     EXPECT_EQ(p->b.qp->counters().rx_immediates.get(), 1u);
 }
