@@ -99,7 +99,7 @@ IwQp::Emit IwQp::emit(const SegmentSpec& spec, std::uint32_t len, const Source& 
                 remote_check_ = r.check;
                 return Emit::gather_failed;
             }
-            std::memcpy(dst, r.ptr, len);
+            if (len != 0) std::memcpy(dst, r.ptr, len);  // a zero-length read has no place
         } else if (!req_gather(*src.wr, src.off, len, dst)) {
             return Emit::gather_failed;
         }

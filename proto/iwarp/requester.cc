@@ -151,7 +151,7 @@ bool IwQp::req_start(Held& h) {
 // Copies payload bytes [off, off + len) of a WR (inline bytes or its SGEs) to dst.
 bool IwQp::req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::uint8_t* dst) {
     if (h.wr.inline_data) {
-        std::memcpy(dst, h.wr.inline_bytes.data() + off, len);
+        if (len != 0) std::memcpy(dst, h.wr.inline_bytes.data() + off, len);
         return true;
     }
     for (std::uint32_t i = 0; i < h.wr.num_sge && len > 0; ++i) {
