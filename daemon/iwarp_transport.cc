@@ -18,19 +18,19 @@ bool same_client(const Peer& a, const Peer& b) {
     return a.pid == b.pid && a.uid == b.uid;
 }
 
-iwarp::MpaConfig mpa_config(std::uint16_t ird, std::uint16_t ord) {
+}  // namespace
+
+iwarp::MpaConfig IwarpTransport::mpa_config(std::uint16_t ird, std::uint16_t ord, bool responder) {
     iwarp::MpaConfig m;
     m.revision = 2;
     m.crc = iwarp::CrcPolicy::require;
     m.ird = std::min<std::uint16_t>(ird, iwarp::kMpaIrdOrdMax);
     m.ord = std::min<std::uint16_t>(ord, iwarp::kMpaIrdOrdMax);
     m.max_ird = m.ird;
-    // As a responder, a peer-to-peer initiator (one that sends an RTR first) is served.
-    m.peer_to_peer = false;
+    // We ask for no RTR; as a responder we serve an initiator that sends one first.
+    m.peer_to_peer = responder;
     return m;
 }
-
-}  // namespace
 
 IwarpQp::IwarpQp(IwarpTransport& transport, Qp& qp, const NameTable& keys,
                  const iwarp::IwConfig& config)
@@ -54,10 +54,9 @@ void IwarpQp::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx)
         fn(ctx, {f.name, (engine_.counters().*f.field).get()});
 }
 
-IwarpTransport::IwarpTransport(Port& port, LcoreTasks& tasks, const NameTable& keys,
-                               TcpService& tcp, std::uint64_t tsc_hz)
-    : port_(port),
-      tasks_(tasks),
+IwarpTransport::IwarpTransport(LcoreTasks& tasks, const NameTable& keys, TcpService& tcp,
+                               std::uint64_t tsc_hz)
+    : tasks_(tasks),
       keys_(keys),
       tcp_(tcp),
       runner_(tasks, tsc_hz, kGraceNs),
@@ -110,7 +109,7 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
             err = ENOBUFS;
             return;
         }
-        c->ini.emplace(mpa_config(ird, ord), pd);
+        c->ini.emplace(mpa_config(ird, ord, false), pd);
         if (c->ini->state() == iwarp::MpaState::failed) {
             free_conn(*c);
             err = EINVAL;
@@ -151,7 +150,7 @@ int IwarpTransport::accept(IwConnId id, std::span<const std::uint8_t> pd, std::u
             err = EINVAL;
             return;
         }
-        const auto m = mpa_config(ird, ord);
+        const auto m = mpa_config(ird, ord, true);
         if (c->resp->accept(pd, m.ird, m.ord) != iwarp::MpaError::none) {
             err = EINVAL;
             return;

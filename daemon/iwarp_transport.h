@@ -160,8 +160,7 @@ struct IwConn final : TcpStreamOwner {
 class IwarpTransport final : public Transport, public TcpStreamOwner {
   public:
     // `tcp`: the port's TCP (its stack is used on the lcore only).
-    IwarpTransport(Port& port, LcoreTasks& tasks, const NameTable& keys, TcpService& tcp,
-                   std::uint64_t tsc_hz);
+    IwarpTransport(LcoreTasks& tasks, const NameTable& keys, TcpService& tcp, std::uint64_t tsc_hz);
     ~IwarpTransport() override;
     IwarpTransport(const IwarpTransport&) = delete;
     IwarpTransport& operator=(const IwarpTransport&) = delete;
@@ -254,9 +253,11 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     // Frees `c` once its TCP connection ended, the CM forgot it and no QP holds it.
     void maybe_free(IwConn& c);
     static IwarpQp& of(Qp& qp);
+    // MPA revision 2 (RFC 6581) with CRCs required and markers never, IRD and ORD clamped to
+    // 14 bits; a responder serves an initiator that sends an RTR first.
+    static iwarp::MpaConfig mpa_config(std::uint16_t ird, std::uint16_t ord, bool responder);
     std::uint64_t now_ns() const { return runner_.ns(now_tsc_); }
 
-    Port& port_;
     LcoreTasks& tasks_;
     const NameTable& keys_;
     TcpService& tcp_;

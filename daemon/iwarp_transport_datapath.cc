@@ -12,15 +12,6 @@ namespace {
 
 constexpr std::uint32_t kIndexBits = 16;
 
-// A connection's MPA parameters: revision 2 (RFC 6581) with CRCs, the IRD and ORD asked.
-iwarp::MpaConfig responder_config() {
-    iwarp::MpaConfig m;
-    m.revision = 2;
-    m.crc = iwarp::CrcPolicy::require;
-    m.peer_to_peer = true;  // serve an initiator that sends an RTR first
-    return m;
-}
-
 std::span<const std::byte> bytes_of(std::span<const std::uint8_t> s) {
     return std::as_bytes(s);
 }
@@ -297,7 +288,7 @@ void IwarpTransport::on_tcp_event(const TcpStreamEvent& e) {
         return;
     }
     stack().four_tuple(c->tcp, c->tuple);
-    c->resp.emplace(responder_config());
+    c->resp.emplace(mpa_config(0, 0, true));  // IRD and ORD come with accept()
     c->state = IwConn::State::awaiting_request;
     c->mpa_deadline = now_tsc_ + mpa_timeout_tsc_;
     counters_.incoming.add();

@@ -310,8 +310,8 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});
             mine.push_back(r.tcp[p].get());
             // The port's iWARP device: MPA, DDP and RDMAP over that TCP.
-            r.iwarp[p] = std::make_unique<IwarpTransport>(
-                *r.ports[p], *r.tasks[i], resources.keys(), *r.tcp[p], rte_get_tsc_hz());
+            r.iwarp[p] = std::make_unique<IwarpTransport>(*r.tasks[i], resources.keys(), *r.tcp[p],
+                                                          rte_get_tsc_hz());
             mine.push_back(r.iwarp[p].get());
         }
         r.lcores[i]->serve(r.tasks[i].get(), mine);
