@@ -36,7 +36,9 @@ def verbs_daemon(tmp_path_factory, mem_args):
     for b in (st.SNICD, st.SNICCTL, SNIC_RUN, VERBS_TESTS):
         if not os.access(b, os.X_OK):
             pytest.fail(f"{b} is not built (run scripts/setup.sh or ninja -C {st.BUILD})")
-    name = st.unique("use", maxlen=24)
+    # Short: the consumer tests look for the iWARP device ("<name>_iw0") among the interfaces,
+    # and an interface name has at most 15 characters (CI's pids run to seven digits).
+    name = st.unique("u", maxlen=11)
     st.remove_daemon_leftovers(name)
     sock_dir = tmp_path_factory.mktemp("snic-sockets")
     d = st.Daemon(name, ["-l", "0", "--no-pci", *mem_args],
