@@ -130,6 +130,7 @@ static void srq_allocated_when_taken(struct h_pair* p) {
  * buffers; an SRQ EP between 0 and S-R, and its span is at most S-R. */
 #define MSG (64 * 1024)
 #define NMSG 300
+#define NMSG_LIMIT 6000
 #define WINDOW 16
 static void sampled_while_messages_arrive(struct h_pair* p, int with_srq) {
     int max_n = 0, samples = 0;
@@ -148,9 +149,9 @@ static void sampled_while_messages_arrive(struct h_pair* p, int with_srq) {
         REQUIRE_OK(h_ep(&p->cli, &a, &cep), "dat_ep_create (client)");
         REQUIRE_OK(h_connect(p, sep, cep), "connect");
     }
-    int posted = 0, sent = 0, reaped = 0, sends_done = 0;
-    while (reaped < NMSG) {
-        while (posted - reaped < WINDOW && posted < NMSG) {
+    int posted = 0, sent = 0, reaped = 0, sends_done = 0, goal = NMSG;
+    while (reaped < goal) {
+        while (posted - reaped < WINDOW && posted < goal) {
             const DAT_VLEN off = (DAT_VLEN)(posted % WINDOW) * MSG;
             if (with_srq) {
                 REQUIRE_OK(h_srq_post(srq, &rm, off, MSG, (uint64_t)posted), "dat_srq_post_recv");
@@ -184,6 +185,10 @@ static void sampled_while_messages_arrive(struct h_pair* p, int with_srq) {
                     with_srq,
                 "receive %d completed out of order", reaped);
         ++reaped;
+        /* An SRQ EP holds a buffer only while its message arrives, and a sample catching
+         * that is a race with the daemon (an iWARP port often places a whole message in one
+         * turn): more messages until one does, within a bound. */
+        if (with_srq && max_n == 0 && reaped == goal && goal < NMSG_LIMIT) goal += NMSG;
         while (dat_evd_dequeue(p->cli.req_evd, &ev) == DAT_SUCCESS) {
             REQUIRE(dto_ok(&ev), "send completion: status %d",
                     ev.event_data.dto_completion_event_data.status);
@@ -192,8 +197,8 @@ static void sampled_while_messages_arrive(struct h_pair* p, int with_srq) {
     }
     REQUIRE_OK(h_reap_sends(&p->cli, sent - sends_done), "last send completions");
     SAMPLE(sep, 0, 0, 0, with_srq, "when every message is reaped");
-    printf("note: %s: %d samples, at most %d buffers allocated at once\n",
-           with_srq ? "SRQ EP" : "EP", samples, max_n);
+    printf("note: %s: %d messages, %d samples, at most %d buffers allocated at once\n",
+           with_srq ? "SRQ EP" : "EP", reaped, samples, max_n);
     if (with_srq) EXPECT(max_n > 0, "no sample ever saw a buffer taken for an arriving message");
     h_disconnect(p, cep, &p->cli, sep, &p->srv);
     dat_ep_free(cep);

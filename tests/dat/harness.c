@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char* g_only;    /* -r: run this rule only */
@@ -129,11 +130,13 @@ static void open_side(struct h_side* s) {
         die("dat_evd_create(DTO recv)", ret);
 }
 
+#define USAGE "usage: %s -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-t roce|iwarp] [-r RULE] | -l\n"
+
 void h_init(int argc, char** argv, struct h_pair* p) {
     memset(p, 0, sizeof *p);
     int c;
     long port = 0;
-    while ((c = getopt(argc, argv, "a:b:p:r:l")) != -1) {
+    while ((c = getopt(argc, argv, "a:b:p:r:t:l")) != -1) {
         switch (c) {
             case 'a':
                 p->srv.name = optarg;
@@ -147,19 +150,25 @@ void h_init(int argc, char** argv, struct h_pair* p) {
             case 'r':
                 g_only = optarg;
                 break;
+            case 't':
+                if (strcmp(optarg, "iwarp") == 0) {
+                    p->iwarp = 1;
+                } else if (strcmp(optarg, "roce") != 0) {
+                    fprintf(stderr, "%s: -t takes roce or iwarp, not '%s'\n", argv[0], optarg);
+                    exit(2);
+                }
+                break;
             case 'l':
                 g_list = 1;
                 break;
             default:
-                fprintf(stderr, "usage: %s -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-r RULE] | -l\n",
-                        argv[0]);
+                fprintf(stderr, USAGE, argv[0]);
                 exit(2);
         }
     }
     if (g_list) return;
     if (p->srv.name == NULL || p->cli.name == NULL || port <= 0) {
-        fprintf(stderr, "usage: %s -a SERVER_IA -b CLIENT_IA -p BASE_PORT [-r RULE] | -l\n",
-                argv[0]);
+        fprintf(stderr, USAGE, argv[0]);
         exit(2);
     }
     g_port = (DAT_CONN_QUAL)port;
@@ -370,4 +379,23 @@ DAT_RETURN h_srq_counts(DAT_SRQ_HANDLE srq, DAT_COUNT* available, DAT_COUNT* out
         if (outstanding) *outstanding = prm.outstanding_dto_count;
     }
     return ret;
+}
+
+static uint64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+DAT_RETURN h_srq_wait_available(DAT_SRQ_HANDLE srq, DAT_COUNT want, DAT_COUNT* available,
+                                DAT_COUNT* outstanding) {
+    const uint64_t give_up = now_us() + H_WAIT_US;
+    for (;;) {
+        DAT_COUNT avail = 0, outst = 0;
+        const DAT_RETURN ret = h_srq_counts(srq, &avail, &outst);
+        if (ret != DAT_SUCCESS) return ret;
+        if (available) *available = avail;
+        if (outstanding) *outstanding = outst;
+        if (avail <= want || now_us() >= give_up) return DAT_SUCCESS;
+    }
 }

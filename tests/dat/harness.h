@@ -25,9 +25,12 @@ struct h_side {
     DAT_PROVIDER_ATTR prov_attr;
 };
 
-/* Both IAs: `srv` listens, `cli` connects. */
+/* Both IAs: `srv` listens, `cli` connects. `iwarp` (-t iwarp): the devices are iWARP
+ * RNICs, where a request completes once the transport took it, not when the peer acknowledged
+ * it (a rule that needs the peer's side waits for it there). */
 struct h_pair {
     struct h_side srv, cli;
+    int iwarp;
 };
 
 /* A registered buffer. */
@@ -131,5 +134,9 @@ DAT_RETURN h_srq_post(DAT_SRQ_HANDLE srq, const struct h_mem* m, DAT_VLEN off, D
                       uint64_t cookie);
 /* The SRQ's available (on the SRQ) and outstanding (posted, not yet reaped) counts. */
 DAT_RETURN h_srq_counts(DAT_SRQ_HANDLE srq, DAT_COUNT* available, DAT_COUNT* outstanding);
+/* Samples the counts until at most `want` buffers are available, that is until the EPs took
+ * the others for messages that arrived (bounded by H_WAIT_US); the last sample is returned. */
+DAT_RETURN h_srq_wait_available(DAT_SRQ_HANDLE srq, DAT_COUNT want, DAT_COUNT* available,
+                                DAT_COUNT* outstanding);
 
 #endif

@@ -124,7 +124,9 @@ static void resize_invalid_state_when_outstanding_exceed(struct h_pair* p) {
     EXPECT(dat_srq_resize(srq, 10) == DAT_SUCCESS, "resize(10) with 10 on the SRQ refused");
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep, &cep), "connect");
     for (int i = 0; i < 4; ++i) REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 8), "send");
-    /* The four sends completed: their buffers are completed, not reaped. */
+    /* The four messages arrived (a send completes before that on iWARP): their buffers are
+     * completed, not reaped. */
+    REQUIRE_OK(h_srq_wait_available(srq, 6, NULL, NULL), "dat_srq_query");
     EXPECT_TYPE(dat_srq_resize(srq, 9), DAT_INVALID_STATE,
                 "resize(9) with 6 on the SRQ + 4 unreaped");
     EXPECT(dat_srq_resize(srq, 10) == DAT_SUCCESS,
@@ -269,7 +271,7 @@ static void srq_query_outstanding_counts_unreaped(struct h_pair* p) {
     EXPECT(avail == 10 && outst == 10, "10 posted: %d available, %d outstanding", avail, outst);
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep, &cep), "connect");
     for (int i = 0; i < 4; ++i) REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 8), "send");
-    REQUIRE_OK(h_srq_counts(srq, &avail, &outst), "dat_srq_query");
+    REQUIRE_OK(h_srq_wait_available(srq, 6, &avail, &outst), "dat_srq_query");
     EXPECT(avail == 6 && outst == 10, "4 completed unreaped: %d available, %d outstanding", avail,
            outst);
     for (int i = 0; i < 4; ++i) {

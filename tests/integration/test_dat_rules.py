@@ -100,23 +100,10 @@ def wire(tmp_path_factory, mem_args, binaries):
         yield d, sock_dir, conf
 
 
-# Rules whose programs read a send's completion as the peer's receipt (RoCE's ACK). On iWARP a
-# send or WRITE completes once TCP took it (as on any RNIC): the WRITE through an invalidated
-# window completes and only the connection ends; the SRQ is counted before the peer took its
-# WQEs. The programs would have to wait for the peer's side instead.
-IWARP_LOCAL_COMPLETION = {
-    "srq_resize_invalid_state_when_outstanding_exceed_new_size",
-    "srq_query_outstanding_counts_unreaped_buffers",
-    "ep_recv_query_srq_sampled_while_messages_arrive",
-    "send_invalidate_use_of_invalidated_window_is_fatal",
-    "send_invalidate_solicit_event_delivers_and_invalidates",
-}
-TRANSPORT_CASES = [
-    pytest.param(t, prog, rule, id=f"{t}-{rule}",
-                 marks=[pytest.mark.xfail(strict=False, reason="the program reads a local "
-                                          "completion as the peer's receipt (iWARP)")]
-                 if t == "iwarp" and rule in IWARP_LOCAL_COMPLETION else [])
-    for t in TRANSPORTS for prog, rule in CASES]
+# Each program hears the transport (-t): an iWARP request completes once TCP took it, not on
+# the peer's acknowledgement, and the rules that need the peer's side wait for it there.
+TRANSPORT_CASES = [pytest.param(t, prog, rule, id=f"{t}-{rule}")
+                   for t in TRANSPORTS for prog, rule in CASES]
 
 
 def provider_for(wire, transport: str) -> dt.Provider:
@@ -139,7 +126,7 @@ def test_rule(wire, transport, prog, rule):
     d = wire[0]
     prov = provider_for(wire, transport)
     cmd = [*prov.launcher, program(prog), "-a", prov.server, "-b", prov.client,
-           "-p", next(_ports), "-r", rule]
+           "-p", next(_ports), "-t", transport, "-r", rule]
     res = dt.run(cmd, prov.env, timeout=RULE_TIMEOUT)
     context = f"{dt.shown(res)}\ndaemon:\n{d.describe()}"
     verdicts = [l for l in res.stdout.splitlines() if l.split(" ", 1)[0] in ("PASS", "FAIL")]
