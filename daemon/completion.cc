@@ -97,6 +97,11 @@ void note_recv_flushed(Qp& qp) {
     publish_recv(qp);
 }
 
+void note_last_wqe(Qp& qp) {
+    if (!qp.srq || qp.events == nullptr || qp.last_wqe_told.exchange(true)) return;
+    qp.events->post(IBV_EVENT_QP_LAST_WQE_REACHED, qp.handle);
+}
+
 void reset_recv_counters(Qp& qp) {
     qp.recv_taken = qp.recv_completed = 0;
     publish_recv(qp);

@@ -43,6 +43,10 @@ void note_recv_completed(Qp& qp);
 void note_recv_flushed(Qp& qp);
 void reset_recv_counters(Qp& qp);
 
+// The QP entered ERR: for a QP on an SRQ, no WQE will be taken from the SRQ for it any more
+// (IBA 11.6.3.2), and IBV_EVENT_QP_LAST_WQE_REACHED says so, once per stay in ERR. On the lcore.
+void note_last_wqe(Qp& qp);
+
 struct FlushResult {
     std::uint32_t flushed = 0;
     bool send_cq_overflow = false;

@@ -165,9 +165,8 @@ void QpGlue::note_failed(bool requested) {
     // The client's view (libsnic's in_error()): the QP is in ERR.
     std::atomic_ref<std::uint32_t>(qp_.control->state)
         .store(static_cast<std::uint32_t>(verbs::QpState::err), std::memory_order_release);
-    if (requested || qp_.events == nullptr) return;
-    qp_.events->post(IBV_EVENT_QP_FATAL, qp_.handle);
-    if (qp_.srq) qp_.events->post(IBV_EVENT_QP_LAST_WQE_REACHED, qp_.handle);
+    if (!requested && qp_.events != nullptr) qp_.events->post(IBV_EVENT_QP_FATAL, qp_.handle);
+    note_last_wqe(qp_);
 }
 
 void QpGlue::drained() {

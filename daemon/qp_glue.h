@@ -65,8 +65,9 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     // The engine entered the error state. Publishes ERR (QpControl.state for libsnic, failed()
     // for the control thread) before any error completion can reach the client, once. When
     // the engine failed by itself (`requested` false: retries exhausted, a fatal NAK, a local
-    // error), raises IBV_EVENT_QP_FATAL, and for a QP on an SRQ, QP_LAST_WQE_REACHED (no WQE
-    // will be taken from the SRQ for it any more); Modify QP to ERR raises its own.
+    // error), raises IBV_EVENT_QP_FATAL. For a QP on an SRQ, QP_LAST_WQE_REACHED (no WQE will
+    // be taken from the SRQ for it any more), once per stay in ERR (note_last_wqe), also when
+    // `requested`: Modify QP to ERR, or on iWARP the peer's orderly close.
     void note_failed(bool requested);
 
     // verbs::QpMemory

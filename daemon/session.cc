@@ -934,6 +934,7 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             if (qp.rq) drain_bounded(*qp.rq, [](const shm::RecvWqe&) {});
             // Nothing writes them now (the engine stopped): the QP counts afresh, as created.
             reset_recv_counters(qp);
+            qp.last_wqe_told.store(false);
             break;
         }
         case QpState::err: {
@@ -947,8 +948,7 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
                         events_.post(IBV_EVENT_CQ_ERR, qp.recv_cq_handle);
                 });
             }
-            // No more WQEs will be taken from the SRQ for this QP (IBA 11.6.3.2).
-            if (qp.srq) post_async(IBV_EVENT_QP_LAST_WQE_REACHED, qp.handle);
+            on_lcore([&] { note_last_wqe(qp); });
             break;
         }
         case QpState::sqd:

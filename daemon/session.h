@@ -8,6 +8,7 @@
 // transport will read them through the key and QP number tables (daemon/resources.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -224,6 +225,10 @@ struct Qp {
     std::uint64_t recv_taken = 0;
     std::uint64_t recv_completed = 0;
     std::uint32_t recv_seq = 0;
+    // QP_LAST_WQE_REACHED was raised for the QP's present stay in ERR (a QP on an SRQ hears it
+    // once per entry, whoever moved it there: Modify QP, its own failure or, on iWARP, the
+    // peer's orderly close). Set on the lcore (note_last_wqe); cleared by Reset.
+    std::atomic<bool> last_wqe_told{false};
 };
 
 class Session {

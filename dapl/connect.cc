@@ -278,10 +278,7 @@ void handle_async_event(Ia* ia, const ibv_async_event& ae) {
             if (ep == nullptr || !ep->live(Kind::ep)) return;
             post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, ep, DAT_EP_TRANSFER_TO_ERROR);
             // A connected EP whose QP failed has lost its connection (DAT: the connection
-            // EVD hears BROKEN); the peer hears the disconnect. Not yet on iWARP, where a
-            // teardown in order has been seen to raise QP_FATAL on one side (its cause is
-            // open); the connection's end comes from rdma_cm there.
-            if (ep->ia->ctx->device->transport_type == IBV_TRANSPORT_IWARP) return;
+            // EVD hears BROKEN); the peer hears the disconnect.
             std::lock_guard lock(ia->mu);
             std::lock_guard ep_lock(ep->mu);
             if (ep->state != DAT_EP_STATE_CONNECTED) return;

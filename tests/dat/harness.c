@@ -387,6 +387,13 @@ static uint64_t now_us(void) {
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+int h_wait_bytes(const unsigned char* at, const unsigned char* want, size_t len) {
+    const uint64_t give_up = now_us() + H_WAIT_US;
+    while (memcmp(at, want, len) != 0)
+        if (now_us() >= give_up) return 0;
+    return 1;
+}
+
 DAT_RETURN h_srq_wait_available(DAT_SRQ_HANDLE srq, DAT_COUNT want, DAT_COUNT* available,
                                 DAT_COUNT* outstanding) {
     const uint64_t give_up = now_us() + H_WAIT_US;

@@ -134,6 +134,9 @@ DAT_RETURN h_srq_post(DAT_SRQ_HANDLE srq, const struct h_mem* m, DAT_VLEN off, D
                       uint64_t cookie);
 /* The SRQ's available (on the SRQ) and outstanding (posted, not yet reaped) counts. */
 DAT_RETURN h_srq_counts(DAT_SRQ_HANDLE srq, DAT_COUNT* available, DAT_COUNT* outstanding);
+/* Waits until the `len` bytes at `at` equal `want` (what the peer's RDMA Write placed: on
+ * iWARP the write completes before the peer placed it); 1 when they did within H_WAIT_US. */
+int h_wait_bytes(const unsigned char* at, const unsigned char* want, size_t len);
 /* Samples the counts until at most `want` buffers are available, that is until the EPs took
  * the others for messages that arrived (bounded by H_WAIT_US); the last sample is returned. */
 DAT_RETURN h_srq_wait_available(DAT_SRQ_HANDLE srq, DAT_COUNT want, DAT_COUNT* available,

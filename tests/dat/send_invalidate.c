@@ -204,7 +204,7 @@ static void use_of_invalidated_window_is_fatal(struct h_pair* p) {
                                           DAT_COMPLETION_DEFAULT_FLAG),
                    "dat_ep_post_rdma_write");
         REQUIRE_OK(h_reap_sends(&p->cli, 1), "the write's completion");
-        REQUIRE(memcmp(l.target.buf + 128, l.src.buf, 16) == 0, "the write did not land");
+        REQUIRE(h_wait_bytes(l.target.buf + 128, l.src.buf, 16), "the write did not land");
         memset(l.target.buf + 128, 0xa5, 16);
         REQUIRE_OK(send_inv(&l, 0, MSG, 3, DAT_COMPLETION_DEFAULT_FLAG), "send with invalidate");
         REQUIRE_OK(h_reap_sends(&p->cli, 1), "the send's completion");

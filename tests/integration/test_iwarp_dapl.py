@@ -115,10 +115,6 @@ def test_dtestx_write_immediate_and_atomics_over_iwarp(wire, prov, tmp_path, iwa
     assert "RDMA_WRITE_WITH_IMMEDIATE_DATA test - PASSED" in client, context
 
 
-# dtestsrq's four connections all come up and carry every burst over iWARP; its teardown then
-# fails now and then on the side that disconnects second (dat_ep_disconnect or what follows
-# gives DAT_INVALID_HANDLE after the peer's FIN already ended the connection), never on RoCE.
-@pytest.mark.xfail(strict=False, reason="dtestsrq's teardown after the peer's close on iWARP")
 def test_dtestsrq_four_connections_share_one_srq_over_iwarp(wire, prov, tmp_path,
                                                             iwarp_connections):
     iwarp_connections[0] = 4
