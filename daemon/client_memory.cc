@@ -17,6 +17,9 @@
 #include <string>
 
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/fault_guard.h"
 
 namespace snic::daemon {
 
@@ -111,12 +114,21 @@ Mapping& Mapping::operator=(Mapping&& o) noexcept {
         bytes_ = std::exchange(o.bytes_, 0);
         regions_ = std::exchange(o.regions_, 0);
         owner_bytes_ = std::exchange(o.owner_bytes_, nullptr);
+        guards_ = std::exchange(o.guards_, {});
     }
     return *this;
 }
 
 void Mapping::reset() {
     if (addr_ == nullptr) return;
+    std::uint32_t faults = 0;
+    for (std::uint32_t i = 0; i < guards_.n; ++i) faults += fault_guard::remove(guards_.slots[i]);
+    if (faults > 0)
+        spdlog::warn(
+            "client memory at {}: {} huge page(s) the client punched out faulted under "
+            "snicd (no huge page to replace them) and were replaced by zeroed memory",
+            addr_, faults);
+    guards_ = {};
     ::munmap(addr_, bytes_);
     g_mapped_bytes.fetch_sub(bytes_, std::memory_order_relaxed);
     g_mappings.fetch_sub(regions_, std::memory_order_relaxed);
@@ -331,7 +343,16 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
         }
     }
     give_back();
-    return Mapping(range, total, static_cast<std::uint32_t>(segs.size()), owner_bytes);
+    Mapping m(range, total, static_cast<std::uint32_t>(segs.size()), owner_bytes);
+    // A hugetlb page the client punches out faults on snicd's next access if the pool has no
+    // page then: guarded, so that the fault costs the client its page, not snicd its life.
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+        if (page_of[i] <= kSmallPage) continue;
+        const std::uint32_t slot =
+            fault_guard::add(range + (segs[i].addr - base), segs[i].length, page_of[i]);
+        if (slot != fault_guard::kNoSlot) m.guards_.slots[m.guards_.n++] = slot;
+    }
+    return m;
 }
 
 bool is_notify_socket(int fd) {

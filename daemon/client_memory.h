@@ -86,7 +86,8 @@ class Mapping {
         : addr_(std::exchange(o.addr_, nullptr)),
           bytes_(std::exchange(o.bytes_, 0)),
           regions_(std::exchange(o.regions_, 0)),
-          owner_bytes_(std::exchange(o.owner_bytes_, nullptr)) {}
+          owner_bytes_(std::exchange(o.owner_bytes_, nullptr)),
+          guards_(std::exchange(o.guards_, {})) {}
     Mapping& operator=(Mapping&& o) noexcept;
     ~Mapping() { reset(); }
 
@@ -104,10 +105,18 @@ class Mapping {
                                       const MemoryOwner& owner, std::uint64_t* owner_bytes);
     Mapping(void* addr, std::size_t bytes, std::uint32_t regions, std::uint64_t* owner_bytes);
 
+    // The fault_guard slots of its hugetlb segments (daemon/fault_guard.h): the pages that
+    // can fault under snicd when the client punches them out.
+    struct Guards {
+        std::array<std::uint32_t, shm::kMaxMrSegments> slots{};
+        std::uint32_t n = 0;
+    };
+
     void* addr_ = nullptr;
     std::size_t bytes_ = 0;
     std::uint32_t regions_ = 0;  // mmap calls it took (counted as mappings)
     std::uint64_t* owner_bytes_ = nullptr;
+    Guards guards_;
 };
 
 // Checks that `fd` is a memfd a client may hand over (a regular file sealed with

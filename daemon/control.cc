@@ -17,6 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/fault_guard.h"
 #include "daemon/qp_report.h"
 #include "shm/cm.h"
 
@@ -519,6 +520,7 @@ std::size_t ControlServer::fill_resources(std::byte* body) const {
     r.mapped_bytes = m.mapped_bytes;
     r.mappings = m.mappings;
     r.fds = m.fds;
+    r.faults_recovered = static_cast<std::uint32_t>(fault_guard::recovered());
     std::memcpy(body, &r, sizeof r);
     return sizeof r;
 }

@@ -31,6 +31,7 @@
 #include "daemon/control.h"
 #include "daemon/device_nodes.h"
 #include "daemon/eal.h"
+#include "daemon/fault_guard.h"
 #include "daemon/gsi.h"
 #include "daemon/iwarp_transport.h"
 #include "daemon/lcore.h"
@@ -361,6 +362,10 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
     cpu_set_t given;
     if (sched_getaffinity(0, sizeof given, &given) != 0) CPU_ZERO(&given);
     if (auto st = eal_init(eal_args); !st) return fail(kExitRuntime, st.error().message);
+    // After EAL (whose own SIGBUS handling, around its page allocations, restores ours): a
+    // hugetlb page a client punched out of its registered memory must not end snicd.
+    if (!fault_guard::install())
+        spdlog::warn("no SIGBUS guard for client memory: {}", std::strerror(errno));
 
     int rc = 0;
     {

@@ -427,6 +427,9 @@ struct ResourcesReply {
     std::uint64_t mapped_bytes;
     std::uint32_t mappings;  // live mmaps of client memory
     std::uint32_t fds;       // client fds snicd holds open
+    // SIGBUS faults in client memory snicd survived (daemon/fault_guard.h): huge pages a
+    // client punched out with no page left in the pool to replace them.
+    std::uint32_t faults_recovered;
 };
 
 // ---- snicctl qp: the sessions' QPs, as `rdma resource show qp` lists a kernel RNIC's ----

@@ -34,7 +34,7 @@ int usage(FILE* out, int code) {
         "             (root sees every session, anyone else those of its own uid)\n"
         "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES\n"
         "  resources  one line per object kind: KIND count N per-client N per-daemon N;\n"
-        "             then sessions N, mappings N, mapped_bytes N, fds N\n"
+        "             then sessions N, mappings N, mapped_bytes N, fds N, faults_recovered N\n"
         "  cm         rdma_cm: ids N, then state NAME N per id state, the CM service's\n"
         "             counters, and per port its MADs, retransmits and connections\n"
         "  tcp        snic's own TCP (iWARP's byte stream), as ss -tin shows it: one line per\n"
@@ -177,8 +177,9 @@ int resources(const std::string& path) {
     for (std::size_t k = 0; k < snic::shm::kObjKinds; ++k)
         std::printf("%s count %u per-client %u per-daemon %u\n", snic::shm::kObjKindNames[k],
                     r.counts[k], r.max_per_client[k], r.max_per_daemon[k]);
-    std::printf("sessions %u\nmappings %u\nmapped_bytes %llu\nfds %u\n", r.sessions, r.mappings,
-                static_cast<unsigned long long>(r.mapped_bytes), r.fds);
+    std::printf("sessions %u\nmappings %u\nmapped_bytes %llu\nfds %u\nfaults_recovered %u\n",
+                r.sessions, r.mappings, static_cast<unsigned long long>(r.mapped_bytes), r.fds,
+                r.faults_recovered);
     return 0;
 }
 

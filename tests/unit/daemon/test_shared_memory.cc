@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <linux/falloc.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "daemon/client_memory.h"
+#include "daemon/fault_guard.h"
 #include "daemon/session.h"
 #include "tests/unit/daemon/session_fixture.h"
 
@@ -244,6 +246,104 @@ TEST_F(SessionTest, hugetlb_memfd_is_mapped_when_sealed_against_shrinking) {
     req.length = 10;
     FdList again = fixture::fds_of({fd});
     EXPECT_EQ(c.session.reg_mr(req, again, out), EINVAL);
+    ::munmap(p, kHuge);
+    ::close(fd);
+}
+
+// The guard itself: a page of a guarded range that faults (here a memfd cut under its
+// mapping, where every access is SIGBUS) is replaced by zeroed memory and the access goes on;
+// the fault is counted in the range and in all.
+TEST(FaultGuard, a_fault_in_a_guarded_range_is_survived_and_counted) {
+    ASSERT_TRUE(fault_guard::install());
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const int fd = ::memfd_create("snic-unit-guard", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(2 * page)), 0);
+    auto* p = static_cast<volatile std::uint8_t*>(
+        ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    p[0] = 1;
+    const std::uint32_t slot = fault_guard::add(const_cast<std::uint8_t*>(p), 2 * page, page);
+    ASSERT_NE(slot, fault_guard::kNoSlot);
+    const std::uint64_t before = fault_guard::recovered();
+    ASSERT_EQ(::ftruncate(fd, 0), 0);  // both pages are gone under the mapping
+    p[page + 7] = 0x5a;                // SIGBUS, survived
+    EXPECT_EQ(p[page + 7], 0x5a);
+    EXPECT_EQ(p[page + 8], 0);  // the replacement is zeroed
+    EXPECT_EQ(fault_guard::recovered(), before + 1);
+    EXPECT_EQ(fault_guard::remove(slot), 1u);
+    ::munmap(const_cast<std::uint8_t*>(p), 2 * page);
+    ::close(fd);
+}
+
+// Outside every guarded range (or once its slot is retired) SIGBUS is what it always was.
+TEST(FaultGuardDeathTest, a_fault_outside_the_guarded_ranges_still_kills) {
+    ASSERT_TRUE(fault_guard::install());
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const int fd = ::memfd_create("snic-unit-unguarded", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(page)), 0);
+    auto* p = static_cast<volatile std::uint8_t*>(
+        ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    fault_guard::remove(fault_guard::add(const_cast<std::uint8_t*>(p), page, page));
+    ASSERT_EQ(::ftruncate(fd, 0), 0);
+    // Killed by SIGBUS (under ASan, its report of the BUS and exit 1).
+    EXPECT_DEATH(p[1] = 1, "");
+    ::munmap(const_cast<std::uint8_t*>(p), page);
+    ::close(fd);
+}
+
+// A client punches a huge page out of its registered hugetlb memory and the pool has no page
+// left when snicd next writes there (a placement, a CQE): snicd survives the SIGBUS, the page
+// reads back as what snicd wrote on snicd's side only, and deregistration reports the fault.
+TEST_F(SessionTest, a_punched_huge_page_with_the_pool_empty_does_not_end_the_daemon) {
+    ASSERT_TRUE(fault_guard::install());
+    if (free_huge_pages() < 2) GTEST_SKIP() << "no 2 MiB huge pages free (HugePages_Free < 2)";
+    Client c(resources, ports, self());
+    ASSERT_EQ(c.open(), 0);
+    const int fd = ::memfd_create("snic-unit-punch", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::ftruncate(fd, kHuge), 0);
+    ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    auto* p =
+        static_cast<std::byte*>(::mmap(nullptr, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    shm::RegMrReq req{};
+    req.pd = c.pd();
+    req.access = kRw;
+    req.addr = addr;
+    req.length = kHuge;
+    req.iova = addr;
+    req.nsegs = 1;
+    req.segs[0] = {addr, kHuge, 0, shm::MrBacking::memfd, -1, kHuge};
+    shm::RegMrReply out{};
+    FdList fds = fixture::fds_of({fd});
+    ASSERT_EQ(c.session.reg_mr(req, fds, out), 0);
+    auto* daemon_side = reinterpret_cast<volatile std::uint8_t*>(c.session.mr(out.mr)->addr);
+    // The client punches its page out, then takes every free huge page (its own mapping
+    // of another hugetlb memfd, faulted in): none is left for the punched one.
+    ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kHuge), 0);
+    const long hog_pages = free_huge_pages();
+    const int hog = ::memfd_create("snic-unit-hog", MFD_CLOEXEC | MFD_HUGETLB);
+    ASSERT_GE(hog, 0);
+    const std::size_t hog_bytes = static_cast<std::size_t>(hog_pages) * kHuge;
+    void* h = MAP_FAILED;
+    if (hog_pages > 0) {
+        ASSERT_EQ(::ftruncate(hog, static_cast<off_t>(hog_bytes)), 0);
+        h = ::mmap(nullptr, hog_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, hog, 0);
+        ASSERT_NE(h, MAP_FAILED);
+    }
+    const std::uint64_t before = fault_guard::recovered();
+    EXPECT_EQ(free_huge_pages(), 0) << "the pool is not empty: the write below may not fault";
+    daemon_side[100] = 0x77;  // snicd's write into the punched page
+    EXPECT_EQ(daemon_side[100], 0x77);
+    if (h != MAP_FAILED) ::munmap(h, hog_bytes);
+    ::close(hog);
+    EXPECT_EQ(fault_guard::recovered(), before + 1);
+    FdList none;
+    EXPECT_EQ(c.session.dereg_mr({out.mr, 0}, none, c.none), 0);
     ::munmap(p, kHuge);
     ::close(fd);
 }
