@@ -5,7 +5,12 @@
             each port of one snicd's virtual wire (the daemon busy-polls core 0, the
             client core 1). RC SEND round trips, and RDMA WRITE bandwidth.
   floor     snicd's raw self-tests over the same ports and wire, no RDMA: ICMP echo
-            round trips (raw-ping) and a frame stream (raw-bw).
+            round trips (raw-ping) and a frame stream (raw-bw). They never leave core 0.
+  arch      the architectural floor: the raw round trip plus two round trips of one cache
+            line between the client's core and the daemon's (snic-cacheline-pingpong
+            --cpus 1,0, measured just before the snic rows), the least that the four
+            crossings between the two cores of a snic round trip cost. The target; the raw
+            floor is context.
   kernel    snic-kping over a veth pair between two namespaces: TCP (TCP_NODELAY) and
             UDP ping-pong, what a user would use instead of RDMA.
   perftest  rdma-core's perftest, unmodified, under snic-run, a server and a client
@@ -17,9 +22,9 @@
             rdma_cm, SNIC_DEVICES naming the two): SEND round trips at 8 B, 4 KiB and
             64 KiB, RDMA WRITE bandwidth, each beside the floor and the RoCE figure.
 
-Prints one table (median and p99 round trip per size, the ratios, bandwidth and message
-rate), writes results.json, the samples, and two PNG plots (latency CDF at 8 B,
-bandwidth by size) into the output directory. Figures only: it asserts nothing on time."""
+Prints one table (median and p99 round trip per size, the architectural floor, the ratios,
+bandwidth and message rate), writes results.json, the samples, and two PNG plots (latency
+CDF at 8 B, bandwidth by size) into the output directory. Figures only: it asserts nothing on time."""
 
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ BUILD = Path(os.environ.get("SNIC_BUILD", ROOT / "build"))
 SNICD = BUILD / "daemon" / "snicd"
 SNICCTL = BUILD / "tools" / "snicctl" / "snicctl"
 PERF = BUILD / "tools" / "perf" / "snic-perf"
+PINGPONG = BUILD / "tools" / "perf" / "snic-cacheline-pingpong"
 KPING = BUILD / "tools" / "kping" / "snic-kping"
 SNIC_RUN = BUILD / "libclient" / "snic-run"
 KPING_NET = ROOT / "scripts" / "kping-net.sh"
@@ -54,6 +60,8 @@ WIRE_SUBNET = "198.18.46"  # the snic rows' wire: port 0 at .1, port 1 at .2
 KP_NS = ("snic-kping-a", "snic-kping-b")
 KP_SERVER = "198.18.7.2"
 UDP_MAX = 65507
+DAEMON_CPU, CLIENT_CPU = 0, 1  # snicd's lcore (-l) and the client's core, with two CPUs or more
+PINGPONG_ITERS = 200000
 
 
 def log(msg: str) -> None:
@@ -63,7 +71,7 @@ def log(msg: str) -> None:
 def cores() -> tuple[list[str], list[str]]:
     """taskset prefixes: the daemon's (or server's) core and the client's."""
     if (os.cpu_count() or 1) > 1:
-        return ["taskset", "-c", "0"], ["taskset", "-c", "1"]
+        return ["taskset", "-c", str(DAEMON_CPU)], ["taskset", "-c", str(CLIENT_CPU)]
     return [], []
 
 
@@ -87,14 +95,14 @@ def json_lines(text: str) -> list[dict]:
 
 
 class WireDaemon:
-    """One snicd with the virtual wire, busy-polling core 0; stopped on exit."""
+    """One snicd with the virtual wire, busy-polling core DAEMON_CPU; stopped on exit."""
 
     def __init__(self, name: str, extra: list[str] | None = None):
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix="bench.", dir="/run/snic"))
         self.sock = self.dir / f"{name}.sock"
         daemon_core, _ = cores()
-        cmd = [str(SNICD), "-l", "0", "--no-pci", *mem_args(), "--", "--name", name,
+        cmd = [str(SNICD), "-l", str(DAEMON_CPU), "--no-pci", *mem_args(), "--", "--name", name,
                "--ctrl", str(self.sock), "--wire",
                "--port", f"wire0,ip={WIRE_SUBNET}.1/24,mtu={WIRE_MTU}",
                "--port", f"wire1,ip={WIRE_SUBNET}.2/24,mtu={WIRE_MTU}", *(extra or [])]
@@ -199,14 +207,39 @@ def floor_selftest(spec: str) -> dict:
     name = "snic-bench-floor"
     tmp = Path(tempfile.mkdtemp(prefix="bench.", dir="/run/snic"))
     try:
-        out = run([*daemon_core, str(SNICD), "-l", "0", "--no-pci", *mem_args(), "--",
-                   "--name", name, "--ctrl", str(tmp / f"{name}.sock"), "--wire",
+        out = run([*daemon_core, str(SNICD), "-l", str(DAEMON_CPU), "--no-pci", *mem_args(),
+                   "--", "--name", name, "--ctrl", str(tmp / f"{name}.sock"), "--wire",
                    "--port", f"wire0,ip=198.18.47.1/24,mtu={WIRE_MTU}",
                    "--port", f"wire1,ip=198.18.47.2/24,mtu={WIRE_MTU}",
                    "--selftest", f"{spec},json"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return json_lines(out)[-1]
+
+
+def cacheline_pingpong(iters: int) -> dict | None:
+    """One cache line handed between the client's core and the daemon's and back
+    (snic-cacheline-pingpong, its JSON result): the least one of the two pairs of crossings of
+    a snic round trip costs. Run while no snicd busy-polls the daemon's core. None with one
+    CPU, where the client and the daemon share it and there is no second core to cross to."""
+    if (os.cpu_count() or 1) < 2:
+        log("arch floor: one CPU, the client and the daemon share it: not measured")
+        return None
+    log(f"arch floor: one cache line between cpu {CLIENT_CPU} (the client's) and cpu "
+        f"{DAEMON_CPU} (the daemon's), snic-cacheline-pingpong")
+    return json_lines(run([str(PINGPONG), "--cpus", f"{CLIENT_CPU},{DAEMON_CPU}",
+                           "-n", str(iters), "--json"]))[-1]
+
+
+def arch_floor(r: dict) -> dict:
+    """The architectural floor at each size: the raw floor's median round trip plus two
+    cache-line round trips' median, in microseconds; empty without a cache-line figure."""
+    cl = r.get("cacheline")
+    if cl is None:
+        return {}
+    crossings_us = 2 * cl["rtt_ns"]["median"] / 1000
+    return {k: {"median_us": round(v["rtt_us"]["median"] + crossings_us, 3)}
+            for k, v in r["floor_lat"].items()}
 
 
 class KernelNet:
@@ -276,17 +309,28 @@ def ratio(a, b) -> str:
 
 def print_table(r: dict) -> None:
     print()
-    print("Round trips, median / p99 in microseconds (8 B ... 64 KiB):")
-    print(f"{'size':>7}  {'snic SEND':>15}  {'floor (raw)':>15}  {'kernel TCP':>15}  "
-          f"{'kernel UDP':>15}  {'snic/floor':>10}  {'snic/TCP':>9}")
+    print("Round trips, median / p99 in microseconds (8 B ... 64 KiB; arch floor: median):")
+    print(f"{'size':>7}  {'snic SEND':>15}  {'floor (raw)':>15}  {'arch floor':>10}  "
+          f"{'kernel TCP':>15}  {'kernel UDP':>15}  {'snic/arch':>9}  {'snic/floor':>10}  "
+          f"{'snic/TCP':>9}")
     for s in SIZES:
         k = str(s)
         sn, fl = r["snic_lat"].get(k), r["floor_lat"].get(k)
         tcp, udp = r["tcp_lat"].get(k), r["udp_lat"].get(k)
+        arch = r["arch_floor_lat"].get(k, {}).get("median_us")
         cell = lambda x: "-" if x is None else f"{x['rtt_us']['median']:.2f} / {x['rtt_us']['p99']:.2f}"
         med = lambda x: None if x is None else x["rtt_us"]["median"]
-        print(f"{s:>7}  {cell(sn):>15}  {cell(fl):>15}  {cell(tcp):>15}  {cell(udp):>15}  "
-              f"{ratio(med(sn), med(fl)):>10}  {ratio(med(sn), med(tcp)):>9}")
+        print(f"{s:>7}  {cell(sn):>15}  {cell(fl):>15}  {fmt(arch):>10}  {cell(tcp):>15}  "
+              f"{cell(udp):>15}  {ratio(med(sn), arch):>9}  {ratio(med(sn), med(fl)):>10}  "
+              f"{ratio(med(sn), med(tcp)):>9}")
+    cl = r.get("cacheline")
+    if cl is None:
+        print("arch floor: not measured, one CPU (the client and the daemon share it)")
+    else:
+        a, b = cl["cpus"]
+        print(f"arch floor = floor (raw) + 2 x one cache line's round trip between cpu {a} (the "
+              f"client's) and cpu {b} (the daemon's): median {cl['rtt_ns']['median']:.0f} ns, "
+              f"p99 {cl['rtt_ns']['p99']:.0f} ns ({cl['iterations']} round trips)")
     print()
     print("Bandwidth (payload) and message rate:")
     print(f"{'size':>8}  {'snic WRITE Gb/s':>15}  {'Mmsg/s':>7}  {'floor Gb/s':>10}  {'Mmsg/s':>7}  {'snic/floor':>10}")
@@ -345,11 +389,11 @@ def print_table(r: dict) -> None:
                       f"p99 {p['p99_us']:.2f} us")
     print()
     t = r["targets"]
-    print("Targets: 8 B SEND median / floor = {} (target <= 1.5x); / kernel TCP = {} (target < 0.5x); "
-          "64 KiB WRITE bandwidth / floor = {} (target >= 0.70); beside 10,000 idle QPs / "
-          "beside 1 = {} (target <= 1.1x)".format(
-              t["send8_over_floor"], t["send8_over_tcp"], t["write64k_over_floor"],
-              t.get("send8_idle10k_over_idle1", "-")))
+    print("Targets: 8 B SEND median / architectural floor = {} (target <= 1.5x; / raw floor = {}, "
+          "context); / kernel TCP = {} (target < 0.5x); 64 KiB WRITE bandwidth / floor = {} "
+          "(target >= 0.70); beside 10,000 idle QPs / beside 1 = {} (target <= 1.1x)".format(
+              t["send8_over_arch_floor"], t["send8_over_floor"], t["send8_over_tcp"],
+              t["write64k_over_floor"], t.get("send8_idle10k_over_idle1", "-")))
 
 
 def plot(out: Path, r: dict) -> None:
@@ -403,7 +447,7 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     Path("/run/snic").mkdir(parents=True, exist_ok=True)
-    for b in (SNICD, SNICCTL, PERF, KPING, SNIC_RUN):
+    for b in (SNICD, SNICCTL, PERF, PINGPONG, KPING, SNIC_RUN):
         if not os.access(b, os.X_OK):
             log(f"{b} is not built (scripts/setup.sh)")
             return 1
@@ -412,7 +456,8 @@ def main() -> int:
     bw_sizes = BW_SIZES_QUICK if a.quick else BW_SIZES_FULL
     r = {"quick": a.quick, "wire_mtu": WIRE_MTU, "lat_iters": lat_iters, "bw_iters": bw_iters,
          "bw_sizes": bw_sizes, "snic_lat": {}, "floor_lat": {}, "tcp_lat": {}, "udp_lat": {},
-         "snic_bw": {}, "floor_bw": {}, "perftest": [], "iw_lat": {}, "iw_bw": {}}
+         "snic_bw": {}, "floor_bw": {}, "perftest": [], "iw_lat": {}, "iw_bw": {},
+         "cacheline": None, "arch_floor_lat": {}}
 
     log("floor: snicd raw-ping / raw-bw self-tests over the virtual wire")
     for s in SIZES:
@@ -422,6 +467,10 @@ def main() -> int:
         r["floor_lat"][str(s)] = floor_selftest(spec)
     for s in bw_sizes:
         r["floor_bw"][str(s)] = floor_selftest(f"raw-bw,size={s},count={max(bw_iters, 2000)}")
+
+    # Right before the snic rows, and while no snicd busy-polls the daemon's core.
+    r["cacheline"] = cacheline_pingpong(PINGPONG_ITERS)
+    r["arch_floor_lat"] = arch_floor(r)
 
     log("snic: snic-perf --loopback across the virtual wire"
         + ("" if a.no_iwarp else ", RoCE and iWARP (-R) in turn at each size"))
@@ -472,6 +521,8 @@ def main() -> int:
     med = lambda x: x["rtt_us"]["median"]
     g = lambda x: x["bw_gbps"]
     r["targets"] = {
+        "send8_over_arch_floor": ratio(med(r["snic_lat"]["8"]),
+                                       r["arch_floor_lat"].get("8", {}).get("median_us")),
         "send8_over_floor": ratio(med(r["snic_lat"]["8"]), med(r["floor_lat"]["8"])),
         "send8_over_tcp": ratio(med(r["snic_lat"]["8"]), med(r["tcp_lat"]["8"])),
         "write64k_over_floor": ratio(g(r["snic_bw"]["65536"]), g(r["floor_bw"]["65536"])),

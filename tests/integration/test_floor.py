@@ -4,6 +4,9 @@ The floor: snicd's raw-ping and raw-bw self-tests over the virtual wire, at the 
 (1500) and at 9000. They complete, report ordered statistics and nonzero rates, and refuse
 bad specs as usage errors.
 
+The architectural floor: snic-cacheline-pingpong, one cache line between two cores. It
+completes with a few round trips, reports ordered statistics, and refuses bad flags.
+
 The alternatives: snic-kping, kernel TCP and UDP ping-pong over the veth pair of
 scripts/kping-net.sh. It completes at 8 B and 64 KiB (UDP: one 60000-byte datagram),
 reports ordered statistics, and refuses bad flags. The namespaces are removed also when a
@@ -22,6 +25,7 @@ import pytest
 import snictest as st
 
 KPING = st.BUILD / "tools" / "kping" / "snic-kping"
+PINGPONG = st.BUILD / "tools" / "perf" / "snic-cacheline-pingpong"
 KPING_NET = st.REPO / "scripts" / "kping-net.sh"
 
 
@@ -107,6 +111,75 @@ def test_bad_selftest_specs_are_usage_errors(daemons, mem_args, spec):
     assert rc == 2, d.describe()
     err = d.stderr().strip().splitlines()
     assert len(err) == 1 and "--selftest" in err[0], d.describe()
+
+
+# ---------------------------------------------------------------- the architectural floor
+
+def pingpong(*args) -> subprocess.CompletedProcess:
+    if not os.access(PINGPONG, os.X_OK):
+        pytest.fail(f"{PINGPONG} is not built "
+                    f"(ninja -C {st.BUILD} tools/perf/snic-cacheline-pingpong)")
+    return st.run([PINGPONG, *args], timeout=60)
+
+
+def two_cpus() -> tuple[int, int]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no second core for the cache line to cross to")
+    return cpus[1], cpus[0]  # as the benchmark: the client's core, then the daemon's
+
+
+def check_rtt_ns(r: dict) -> None:
+    t = r["rtt_ns"]
+    assert 0 < t["min"] <= t["median"] <= t["p99"] <= t["p999"] <= t["max"], r
+    assert t["min"] <= t["mean"] <= t["max"], r
+
+
+def test_cacheline_pingpong_reports_ordered_round_trips():
+    a, b = two_cpus()
+    res = pingpong("--cpus", f"{a},{b}", "--iters", "2000", "--warmup", "100", "--json")
+    assert res.returncode == 0, res
+    lines = res.stdout.splitlines()
+    assert len(lines) == 1, res.stdout
+    r = json.loads(lines[0])
+    assert (r["test"], r["cpus"], r["iterations"]) == ("cacheline-pingpong", [a, b], 2000), r
+    assert r["clock"] in ("tsc", "steady"), r
+    check_rtt_ns(r)
+
+
+def test_cacheline_pingpong_text_line():
+    a, b = two_cpus()
+    res = pingpong("-c", f"{a},{b}", "-n", "500")
+    assert res.returncode == 0, res
+    prefix = (f"snic-cacheline-pingpong cpus {a},{b} ; 500 round trips, "
+              "rtt min/median/mean/p99/p99.9/max = ")
+    assert res.stdout.startswith(prefix) and res.stdout.rstrip().endswith(" ns"), res.stdout
+    figures = [float(x) for x in res.stdout[len(prefix):].split()[0].split("/")]
+    low, median, _mean, p99, p999, high = figures
+    assert 0 < low <= median <= p99 <= p999 <= high, res.stdout
+
+
+@pytest.mark.parametrize("args,why", [
+    (["--bogus"], "unknown option --bogus"),
+    (["--iters", "0"], "invalid iterations"),
+    (["--iters"], "needs a value"),
+    (["--warmup", "-1"], "invalid warm-up"),
+    (["--cpus", "0"], "two CPUs"),
+    (["--cpus", "1,1"], "two different CPUs"),
+    (["--cpus", "0,x"], "invalid cpu"),
+    (["stray"], "unexpected argument"),
+])
+def test_cacheline_pingpong_bad_flags_are_usage_errors(args, why):
+    res = pingpong(*args)
+    assert res.returncode == 2 and why in res.stderr, res
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stdout == "", res
+
+
+def test_cacheline_pingpong_on_a_cpu_it_cannot_have_is_a_runtime_error():
+    allowed = os.sched_getaffinity(0)
+    cpu = max(allowed) + 1  # outside the allowed set
+    res = pingpong("--cpus", f"{min(allowed)},{cpu}", "-n", "10")
+    assert res.returncode == 1 and f"cpu {cpu}" in res.stderr, res
 
 
 # ---------------------------------------------------------------- the alternatives
