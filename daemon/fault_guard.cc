@@ -66,7 +66,7 @@ bool install() {
     if (g_installed.load(std::memory_order_relaxed)) return true;
     struct sigaction sa {};
     sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     if (::sigaction(SIGBUS, &sa, &g_previous) != 0) return false;
     g_installed.store(true, std::memory_order_relaxed);
