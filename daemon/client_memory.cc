@@ -30,15 +30,20 @@ std::atomic<std::uint32_t> g_mappings{0};
 std::atomic<std::uint32_t> g_fds{0};
 
 // Checks one client memfd: regular file, sealed against shrinking, at least `need` bytes.
-Status check_memfd(int fd, std::uint64_t need) {
+// `hugetlbfs_ok`: a hugetlbfs file that cannot be sealed is accepted too (registered memory
+// only, whose hugetlb pages fault_guard covers; never the rings snicd writes unguarded).
+Status check_memfd(int fd, std::uint64_t need, bool hugetlbfs_ok = false) {
     struct stat st {};
     if (::fstat(fd, &st) != 0)
         return make_error(EINVAL, std::string("fstat: ") + std::strerror(errno));
     if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "not a memfd (not a regular file)");
     const int seals = ::fcntl(fd, F_GET_SEALS);
-    if (seals < 0)
+    struct statfs sfs {};
+    const bool unsealed_hugetlbfs = (seals < 0 || (seals & F_SEAL_SHRINK) == 0) && hugetlbfs_ok &&
+                                    ::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC;
+    if (seals < 0 && !unsealed_hugetlbfs)
         return make_error(EINVAL, "not a memfd that allows sealing (F_GET_SEALS failed)");
-    if ((seals & F_SEAL_SHRINK) == 0)
+    if (!unsealed_hugetlbfs && (seals & F_SEAL_SHRINK) == 0)
         return make_error(EINVAL, "memfd not sealed with F_SEAL_SHRINK");
     if (static_cast<std::uint64_t>(st.st_size) < need)
         return make_error(EINVAL, "memfd of " + std::to_string(st.st_size) + " bytes, " +
@@ -142,6 +147,10 @@ void Mapping::reset() {
 Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes) {
     if (bytes == 0) return make_error(EINVAL, "empty mapping");
     if (auto st = check_memfd(fd, bytes); !st) return st.error();
+    // An object's rings are written by snicd unguarded: no huge page a client could punch out.
+    struct statfs sfs {};
+    if (::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC)
+        return make_error(EINVAL, "a hugetlb memfd cannot hold an object's rings");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return mmap_error("mmap of the memfd");
     return Mapping(p, bytes, 1, owner_bytes);
@@ -279,7 +288,7 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
         std::uint64_t page = kSmallPage;
         if (s.backing == shm::MrBacking::memfd) {
             if (nfd == fds.size()) return bad("no memfd for it");
-            if (auto st = check_memfd(fds[nfd], s.offset + s.length); !st)
+            if (auto st = check_memfd(fds[nfd], s.offset + s.length, true); !st)
                 return bad(st.error().message);
             page = fd_page_size(fds[nfd++]);
         } else if (s.backing == shm::MrBacking::sysv) {
@@ -350,7 +359,10 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
         if (page_of[i] <= kSmallPage) continue;
         const std::uint32_t slot =
             fault_guard::add(range + (segs[i].addr - base), segs[i].length, page_of[i]);
-        if (slot != fault_guard::kNoSlot) m.guards_.slots[m.guards_.n++] = slot;
+        if (slot == fault_guard::kNoSlot)  // (more than the daemon's mappings can be)
+            return make_error(ENOMEM,
+                              fmt::format("segment {}: no room to guard its huge pages", i));
+        m.guards_.slots[m.guards_.n++] = slot;
     }
     return m;
 }

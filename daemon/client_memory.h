@@ -120,15 +120,18 @@ class Mapping {
 };
 
 // Checks that `fd` is a memfd a client may hand over (a regular file sealed with
-// F_SEAL_SHRINK, at least `bytes` long) and maps its first `bytes` read-write. EINVAL with
-// the reason otherwise; ENOMEM when the mapping fails for want of memory.
+// F_SEAL_SHRINK, at least `bytes` long, not on hugetlbfs) and maps its first `bytes`
+// read-write. EINVAL with the reason otherwise; ENOMEM when the mapping fails for want of
+// memory.
 Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes);
 
 // Maps the segments of a memory registration where they lie relative to each other: a
 // reserved range covering them all, aligned as the client's addresses are to the largest
 // page size, each segment mapped over its place (MAP_FIXED) from its backing:
 // - MrBacking::memfd: the next of `fds`, checked as map_object checks (a hugetlb memfd is
-//   mapped at its page size);
+//   mapped at its page size), or a hugetlbfs file, which cannot be sealed (shared
+//   MAP_HUGETLB memory, a file on a hugetlbfs mount): its huge pages, like every huge page
+//   mapped here, are guarded (fault_guard), so that a truncation costs snicd nothing;
 // - MrBacking::sysv: the SysV segment `shmid`, attached by snicd only if the owner has it
 //   attached at those addresses with that offset (/proc/<pid>/maps, same IPC namespace)
 //   and its permissions grant the owner read (and write when `writable`).

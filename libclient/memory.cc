@@ -12,8 +12,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -108,8 +110,25 @@ std::size_t page_size() {
     return ps;
 }
 
-// How a shared mapping the application made is handed to snicd as it is.
+// How a shared mapping the application made is handed to snicd as it is: a SysV segment by
+// its id, or the file behind it by a descriptor (a memfd; or a hugetlbfs file, which cannot
+// be sealed, but whose pages snicd guards against the faults truncation brings).
 enum class Backing { none, sysv, memfd };
+
+// Whether v maps a hugetlbfs file: shared MAP_HUGETLB memory (/anon_hugepage) or a file on a
+// hugetlbfs mount.
+bool hugetlbfs_file(const Vma& v) {
+    if (v.path.starts_with("/anon_hugepage")) return true;
+    if (!v.path.starts_with("/")) return false;
+    // An unlinked file is named "<path> (deleted)": its directory tells the file system.
+    std::string path = v.path;
+    if (path.ends_with(" (deleted)")) {
+        path.resize(path.size() - std::strlen(" (deleted)"));
+        path.resize(path.rfind('/') + 1);
+    }
+    struct statfs sfs {};
+    return ::statfs(path.c_str(), &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC;
+}
 
 Backing backing_of(const Vma& v) {
     if (v.priv) return Backing::none;
@@ -117,6 +136,7 @@ Backing backing_of(const Vma& v) {
     if (v.path.starts_with("/SYSV") && v.inode <= static_cast<std::uint64_t>(INT32_MAX))
         return Backing::sysv;
     if (v.path.starts_with("/memfd:") && !v.path.starts_with(kMemfdPath)) return Backing::memfd;
+    if (hugetlbfs_file(v)) return Backing::memfd;
     return Backing::none;
 }
 
@@ -141,8 +161,9 @@ std::size_t vma_page_size(std::uintptr_t start) {
 
 // An fd of the memfd mapped by v, sealed against shrinking: the file behind the mapping
 // (/proc/self/map_files, which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), or else a
-// descriptor of the same file the process holds. -1 and errno when there is none or it
-// cannot be sealed.
+// descriptor of the same file the process holds, or else (a hugetlbfs file) the file at its
+// path. A hugetlbfs file that cannot be sealed is returned unsealed. -1 and errno when there
+// is none or a memfd cannot be sealed.
 int memfd_of(const Vma& v) {
     char path[96];
     std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx",
@@ -164,15 +185,25 @@ int memfd_of(const Vma& v) {
             ::closedir(d);
         }
     }
+    if (!fd && v.path.starts_with("/") && !v.path.starts_with("/anon_hugepage") &&
+        !v.path.ends_with(" (deleted)")) {
+        fd = Fd(::open(v.path.c_str(), O_RDWR | O_CLOEXEC));
+        if (fd && !same(fd.get())) fd = Fd();
+    }
     if (!fd) {
         errno = ENOENT;
         return -1;
     }
     const int seals = ::fcntl(fd.get(), F_GET_SEALS);
-    if (seals < 0) return -1;
-    if ((seals & F_SEAL_SHRINK) == 0 && ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK) != 0)
-        return -1;
-    return fd.release();
+    if (seals >= 0 &&
+        ((seals & F_SEAL_SHRINK) != 0 || ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK) == 0))
+        return fd.release();
+    const int err = errno;
+    // A hugetlbfs file not made by memfd_create cannot be sealed: snicd guards its pages.
+    struct statfs sfs {};
+    if (::fstatfs(fd.get(), &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC) return fd.release();
+    errno = err;
+    return -1;
 }
 
 // Whether [lo, hi) is still mapped from share s at the offsets it was moved to.
@@ -209,9 +240,6 @@ const char* unshareable(const Vma& v, std::string* detail) {
         if (v.path.starts_with(kMemfdPath)) return nullptr;  // a released libsnic memfd
         if (backing_of(v) != Backing::none) return nullptr;  // handed to snicd as it is
         *detail = v.path;
-        if (v.path.starts_with("/anon_hugepage"))
-            return "it is shared MAP_HUGETLB memory, whose hugetlbfs file cannot be sealed "
-                   "against truncation";
         return "it is a shared mapping not made by libsnic";
     }
     if (v.path.starts_with("/anon_hugepage")) {
@@ -411,9 +439,12 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
         const int fd = memfd_of(*piece.vma);
         if (fd < 0) {
             const int err = errno;
+            const bool huge = hugetlbfs_file(*piece.vma);
             refuse(addr, len,
-                   err == ENOENT ? "its memfd is not open in this process"
-                                 : "its memfd cannot be sealed against shrinking",
+                   err != ENOENT ? "its memfd cannot be sealed against shrinking"
+                   : huge ? "its hugetlbfs file cannot be opened (not open in this process, and "
+                            "/proc/self/map_files needs CAP_SYS_ADMIN)"
+                          : "its memfd is not open in this process",
                    piece.vma->path);
             return EINVAL;
         }

@@ -2,8 +2,10 @@
 // wire between the two ports of one snicd's virtual wire (SNIC_TEST_DEVICES="NAME_0 NAME_1",
 // SNIC_SOCKET_DIR as for any libsnic program; tests/integration/test_shared_memory.py starts
 // the daemon): SysV segments (normal and SHM_HUGETLB, removed with IPC_RMID at once, as UCX
-// does) and hugetlb memfds. Side A RDMA WRITEs from its buffer into B's, B SENDs from its
-// buffer into A's; every byte is checked.
+// does), hugetlb memfds, shared MAP_HUGETLB memory and a file on a hugetlbfs mount. Side A
+// RDMA WRITEs from its buffer into B's, B SENDs from its buffer into A's; every byte is
+// checked. A hugetlbfs file truncated under its registration costs its owner the pages, and
+// the daemon nothing.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -44,10 +46,36 @@ long free_huge_pages() {
     return 0;
 }
 
+// A hugetlbfs mount of 2 MiB pages (/proc/mounts), or "".
+std::string hugetlbfs_mount() {
+    std::ifstream in("/proc/mounts");
+    for (std::string line; std::getline(in, line);) {
+        std::istringstream f(line);
+        std::string dev, dir, type, opts;
+        f >> dev >> dir >> type >> opts;
+        if (type == "hugetlbfs" && opts.find("pagesize=2M") != std::string::npos) return dir;
+    }
+    return "";
+}
+
 // Application memory of one kind, released at the end.
 struct Buffer {
-    enum Kind { sysv, sysv_huge, memfd_huge };
+    enum Kind { sysv, sysv_huge, memfd_huge, anon_huge, hugetlbfs_file };
     Buffer(Kind kind, std::size_t bytes) : bytes(bytes) {
+        if (kind == anon_huge) {
+            void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+            if (p != MAP_FAILED) data = static_cast<std::uint8_t*>(p);
+            return;
+        }
+        if (kind == hugetlbfs_file) {  // kept open and linked until the end
+            path = hugetlbfs_mount() + "/snic-test-XXXXXX";
+            fd = mkstemp(path.data());
+            if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return;
+            void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (p != MAP_FAILED) data = static_cast<std::uint8_t*>(p);
+            return;
+        }
         if (kind == memfd_huge) {
             fd = memfd_create("app-huge", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
             if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return;
@@ -71,11 +99,13 @@ struct Buffer {
                 munmap(data, bytes);
         }
         if (fd >= 0) close(fd);
+        if (!path.empty()) unlink(path.c_str());
     }
     std::size_t bytes;
     std::uint8_t* data = nullptr;
     int fd = -1;
     bool shm = false;
+    std::string path;  // a hugetlbfs file's
 };
 
 struct Side {
@@ -94,6 +124,8 @@ class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
         if (names.size() != 2) GTEST_SKIP() << "set SNIC_TEST_DEVICES to two snic devices";
         if (GetParam() != Buffer::sysv && free_huge_pages() < 4)
             GTEST_SKIP() << "fewer than 4 free 2 MiB huge pages (HugePages_Free in /proc/meminfo)";
+        if (GetParam() == Buffer::hugetlbfs_file && hugetlbfs_mount().empty())
+            GTEST_SKIP() << "no hugetlbfs mount of 2 MiB pages";
         int n = 0;
         ibv_device** list = ibv_get_device_list(&n);
         ASSERT_NE(list, nullptr);
@@ -267,17 +299,78 @@ TEST_P(SharedMemory, WriteAndSendMoveEveryByte) {
     // The memory was named, not moved: it is still the application's segment or memfd.
 }
 
+std::string kind_name(const ::testing::TestParamInfo<Buffer::Kind>& info) {
+    switch (info.param) {
+        case Buffer::sysv:
+            return "SysV";
+        case Buffer::sysv_huge:
+            return "SysVHugetlb";
+        case Buffer::memfd_huge:
+            return "HugetlbMemfd";
+        case Buffer::anon_huge:
+            return "SharedMapHugetlb";
+        default:
+            return "HugetlbfsFile";
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, SharedMemory,
-                         ::testing::Values(Buffer::sysv, Buffer::sysv_huge, Buffer::memfd_huge),
-                         [](const auto& info) {
-                             switch (info.param) {
-                                 case Buffer::sysv:
-                                     return std::string("SysV");
-                                 case Buffer::sysv_huge:
-                                     return std::string("SysVHugetlb");
-                                 default:
-                                     return std::string("HugetlbMemfd");
-                             }
-                         });
+                         ::testing::Values(Buffer::sysv, Buffer::sysv_huge, Buffer::memfd_huge,
+                                           Buffer::anon_huge, Buffer::hugetlbfs_file),
+                         kind_name);
+
+// A hugetlbfs file cannot be sealed against truncation. B's is truncated to nothing while
+// registered; A's RDMA WRITE into it then makes snicd fault on the vanished pages: snicd
+// survives (its fault guard puts zeroed memory there), the WRITE completes, and the
+// connection goes on carrying data. B lost the pages, as it asked; its own mapping of them is
+// gone too (it must not touch it).
+class TruncatedFile : public SharedMemory {};
+
+TEST_P(TruncatedFile, TruncationUnderARegistrationCostsOnlyItsOwner) {
+    Buffer a(Buffer::memfd_huge, 2 * kHuge), b(GetParam(), 2 * kHuge);
+    ASSERT_NE(a.data, nullptr) << std::strerror(errno);
+    ASSERT_NE(b.data, nullptr) << std::strerror(errno);
+    for (std::size_t i = 0; i < kMsg; ++i) a.data[i] = pattern(i, 3);
+    ibv_mr* ma = reg(side_[0], a.data, 2 * kHuge);
+    ASSERT_NE(ma, nullptr) << std::strerror(errno);
+    ibv_mr* mb = reg(side_[1], b.data, 2 * kHuge);
+    ASSERT_NE(mb, nullptr) << std::strerror(errno);
+    ASSERT_EQ(ftruncate(b.fd, 0), 0) << std::strerror(errno);
+
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(a.data), kMsg, ma->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 7;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(b.data);
+    wr.wr.rdma.rkey = mb->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(side_[0].qp, &wr, &bad), 0);
+    ibv_wc wc = next(side_[0]);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+
+    // The daemon and the connection are still there: B sends A a message.
+    ibv_sge rsge{reinterpret_cast<std::uintptr_t>(a.data + kHuge), 64, ma->lkey};
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 8;
+    rwr.sg_list = &rsge;
+    rwr.num_sge = 1;
+    ibv_recv_wr* rbad = nullptr;
+    ASSERT_EQ(ibv_post_recv(side_[0].qp, &rwr, &rbad), 0);
+    ibv_send_wr swr{};
+    swr.wr_id = 9;
+    swr.opcode = IBV_WR_SEND;
+    swr.send_flags = IBV_SEND_SIGNALED;  // no SGE: B's pages are gone
+    ASSERT_EQ(ibv_post_send(side_[1].qp, &swr, &bad), 0);
+    EXPECT_EQ(next(side_[1]).status, IBV_WC_SUCCESS);
+    wc = next(side_[0]);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.wr_id, 8u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hugetlbfs, TruncatedFile, ::testing::Values(Buffer::hugetlbfs_file),
+                         kind_name);
 
 }  // namespace
