@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <linux/memfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -242,11 +244,7 @@ const char* unshareable(const Vma& v, std::string* detail) {
         *detail = v.path;
         return "it is a shared mapping not made by libsnic";
     }
-    if (v.path.starts_with("/anon_hugepage")) {
-        *detail = v.path;
-        return "it is private MAP_HUGETLB memory (use a SysV SHM_HUGETLB segment or a "
-               "hugetlb memfd)";
-    }
+    if (v.path.starts_with("/anon_hugepage")) return nullptr;  // moved into a hugetlb memfd
     // A loaded program's or library's writable data (static buffers, as rdma_cm's examples
     // register) is private to the process like anonymous memory: it moves the same way.
     // Any other file mapping is the file's.
@@ -278,15 +276,21 @@ copy_pages(void* dst, const void* src, std::size_t bytes) {
 }
 
 // Moves [p, q), covered by `vmas`, into a new memfd mapped over the same addresses.
+// Huge pages (`page` above the small page size, private MAP_HUGETLB memory) move into a
+// hugetlb memfd of that page size, which takes free pages from the pool for the copy.
 int migrate(std::uintptr_t p, std::uintptr_t q, const std::vector<Vma>& vmas,
-            std::shared_ptr<Share>* out, std::uintptr_t addr, std::size_t len) {
+            std::shared_ptr<Share>* out, std::uintptr_t addr, std::size_t len,
+            std::size_t page = 0) {
     const std::size_t bytes = q - p;
     const auto failed = [&](const char* what) {
         const int err = errno;
         refuse(addr, len, what, std::strerror(err));
         return err;
     };
-    Fd fd(::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+    if (page > page_size())
+        flags |= MFD_HUGETLB | (static_cast<unsigned>(std::countr_zero(page)) << MFD_HUGE_SHIFT);
+    Fd fd(::memfd_create(kMemfdName, flags));
     if (!fd) return failed("memfd_create failed");
     if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
         return failed("sizing the memfd failed");
@@ -400,6 +404,24 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
                 refuse(addr, len, why, detail);
                 return EINVAL;
             }
+            // Huge pages to move (private MAP_HUGETLB memory, or a released libsnic hugetlb
+            // memfd): a piece of their own, whole huge pages, into a hugetlb memfd.
+            const bool private_huge = v.priv && v.path.starts_with("/anon_hugepage");
+            if (private_huge || (!v.priv && v.path.starts_with(kMemfdPath))) {
+                const std::size_t page = vma_page_size(v.start);
+                if (private_huge && (page <= page_size() || (v.start % page) != 0)) {
+                    refuse(addr, len, "its page size is unknown", v.path);
+                    return EINVAL;
+                }
+                if (page > page_size()) {
+                    if (cur > p && !movable(p, cur)) return EINVAL;
+                    const std::uintptr_t e = v.end < q ? v.end : q;
+                    pieces.push_back({cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr,
+                                      Backing::none, &v, page});
+                    p = cur = pieces.back().end;
+                    continue;
+                }
+            }
             if (const Backing b = backing_of(v); b != Backing::none) {
                 if (cur > p && !movable(p, cur)) return EINVAL;
                 // Whole pages of the mapping's own size (huge pages reach past [lo, hi)).
@@ -461,7 +483,8 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
     for (Piece& piece : pieces) {
         if (piece.share || piece.backing != Backing::none) continue;
         std::shared_ptr<Share> s;
-        if (const int err = migrate(piece.start, piece.end, maps, &s, addr, len); err != 0)
+        if (const int err = migrate(piece.start, piece.end, maps, &s, addr, len, piece.page);
+            err != 0)
             return err;
         reg.shares.emplace(s->addr, s);
         piece.share = std::move(s);

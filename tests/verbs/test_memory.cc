@@ -294,11 +294,24 @@ TEST(ShareRange, HugePagesAreNamedWholeAndHugetlbMemfdsSealed) {
     munmap(m, kHuge);
     close(fd);
 
-    // Private MAP_HUGETLB memory cannot be moved into a memfd in place: refused.
-    void* a = mmap(nullptr, kHuge, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+    // Private MAP_HUGETLB memory moves, whole huge pages, into a hugetlb memfd sealed
+    // against shrinking; its bytes stay, and it is private no more.
+    auto* a = static_cast<char*>(mmap(nullptr, kHuge, PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0));
     ASSERT_NE(a, MAP_FAILED);
-    EXPECT_NE(refused(u(a), kPage).find("private MAP_HUGETLB"), std::string::npos);
+    for (std::size_t i = 0; i < kHuge; i += 4096) a[i] = static_cast<char>(i >> 12);
+    SharedRange pr;
+    ASSERT_EQ(share_range(u(a) + kPage, kPage, &pr), 0);
+    ASSERT_EQ(pr.segs.size(), 1u);
+    EXPECT_EQ(pr.segs[0].addr, u(a));
+    EXPECT_EQ(pr.segs[0].length, kHuge);
+    EXPECT_EQ(pr.segs[0].page_size, kHuge);
+    EXPECT_EQ(pr.segs[0].backing, snic::shm::MrBacking::memfd);
+    ASSERT_EQ(pr.fds.size(), 1u);
+    EXPECT_NE(fcntl(pr.fds[0], F_GET_SEALS) & F_SEAL_SHRINK, 0);
+    for (std::size_t i = 0; i < kHuge; i += 4096)
+        ASSERT_EQ(a[i], static_cast<char>(i >> 12)) << "byte " << i << " lost in the move";
+    unshare(pr.shares);
     munmap(a, kHuge);
 }
 

@@ -2,7 +2,8 @@
 // wire between the two ports of one snicd's virtual wire (SNIC_TEST_DEVICES="NAME_0 NAME_1",
 // SNIC_SOCKET_DIR as for any libsnic program; tests/integration/test_shared_memory.py starts
 // the daemon): SysV segments (normal and SHM_HUGETLB, removed with IPC_RMID at once, as UCX
-// does), hugetlb memfds, shared MAP_HUGETLB memory and a file on a hugetlbfs mount. Side A
+// does), hugetlb memfds, shared and private MAP_HUGETLB memory (the private kind moved by
+// libsnic into a hugetlb memfd, its bytes kept) and a file on a hugetlbfs mount. Side A
 // RDMA WRITEs from its buffer into B's, B SENDs from its buffer into A's; every byte is
 // checked. A hugetlbfs file truncated under its registration costs its owner the pages, and
 // the daemon nothing.
@@ -60,11 +61,13 @@ std::string hugetlbfs_mount() {
 
 // Application memory of one kind, released at the end.
 struct Buffer {
-    enum Kind { sysv, sysv_huge, memfd_huge, anon_huge, hugetlbfs_file };
+    enum Kind { sysv, sysv_huge, memfd_huge, anon_huge, hugetlbfs_file, private_huge };
     Buffer(Kind kind, std::size_t bytes) : bytes(bytes) {
-        if (kind == anon_huge) {
-            void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                           MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+        if (kind == anon_huge || kind == private_huge) {
+            void* p =
+                mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     (kind == anon_huge ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_HUGETLB,
+                     -1, 0);
             if (p != MAP_FAILED) data = static_cast<std::uint8_t*>(p);
             return;
         }
@@ -309,6 +312,8 @@ std::string kind_name(const ::testing::TestParamInfo<Buffer::Kind>& info) {
             return "HugetlbMemfd";
         case Buffer::anon_huge:
             return "SharedMapHugetlb";
+        case Buffer::private_huge:
+            return "PrivateMapHugetlb";
         default:
             return "HugetlbfsFile";
     }
@@ -316,7 +321,8 @@ std::string kind_name(const ::testing::TestParamInfo<Buffer::Kind>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, SharedMemory,
                          ::testing::Values(Buffer::sysv, Buffer::sysv_huge, Buffer::memfd_huge,
-                                           Buffer::anon_huge, Buffer::hugetlbfs_file),
+                                           Buffer::anon_huge, Buffer::hugetlbfs_file,
+                                           Buffer::private_huge),
                          kind_name);
 
 // A hugetlbfs file cannot be sealed against truncation. B's is truncated to nothing while
