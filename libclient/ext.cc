@@ -23,25 +23,29 @@ constexpr std::uint32_t kSpinsPerLivenessCheck = 1u << 14;
 using namespace snic::client;
 
 SNIC_EXPORT int snic_query_qp_recv(ibv_qp* qp, snic_qp_recv_state* state) {
-    if (qp == nullptr || state == nullptr) return EINVAL;
-    Qp* q = to_qp(qp);
-    Context* ctx = to_ctx(qp->context);
-    std::uint64_t taken = 0, completed = 0;
-    for (std::uint32_t spins = 1;; ++spins) {
-        if (snic::shm::read_recv_counters(q->control->recv, taken, completed)) break;
-        __builtin_ia32_pause();
-        if (spins % kSpinsPerLivenessCheck == 0 && daemon_gone(ctx)) return EIO;
-    }
-    if (daemon_dead(ctx)) return EIO;
-    state->taken = taken;
-    state->completed = completed;
-    return 0;
+    return errno_verb([&] {
+        if (qp == nullptr || state == nullptr) return EINVAL;
+        Qp* q = to_qp(qp);
+        Context* ctx = to_ctx(qp->context);
+        std::uint64_t taken = 0, completed = 0;
+        for (std::uint32_t spins = 1;; ++spins) {
+            if (snic::shm::read_recv_counters(q->control->recv, taken, completed)) break;
+            __builtin_ia32_pause();
+            if (spins % kSpinsPerLivenessCheck == 0 && daemon_gone(ctx)) return EIO;
+        }
+        if (daemon_dead(ctx)) return EIO;
+        state->taken = taken;
+        state->completed = completed;
+        return 0;
+    });
 }
 
 SNIC_EXPORT int snic_query_port_ipv4(ibv_context* ctx, std::uint8_t port_num, in_addr* addr) {
-    if (ctx == nullptr || addr == nullptr || port_num != 1) return EINVAL;
-    const Device* d = to_dev(ctx->device);
-    if (d->ipv4 == 0) return ENODATA;
-    addr->s_addr = htonl(d->ipv4);
-    return 0;
+    return errno_verb([&] {
+        if (ctx == nullptr || addr == nullptr || port_num != 1) return EINVAL;
+        const Device* d = to_dev(ctx->device);
+        if (d->ipv4 == 0) return ENODATA;
+        addr->s_addr = htonl(d->ipv4);
+        return 0;
+    });
 }

@@ -12,6 +12,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
+#include <snic/snic_ext.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -293,6 +294,23 @@ TEST_F(Consumers, failing_verbs_set_errno_to_what_they_return) {
     rc = ibv_post_send(qp, &swr, &bad_s);
     EXPECT_NE(rc, 0);
     EXPECT_EQ(errno, rc);
+    // What snic does not do: a multicast group, ECE, resizing a CQ.
+    ibv_gid mgid{};
+    errno = 0;
+    EXPECT_EQ(ibv_attach_mcast(qp, &mgid, 0), EOPNOTSUPP);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    errno = 0;
+    EXPECT_EQ(ibv_resize_cq(cq, 16), EOPNOTSUPP);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    ibv_ece ece{};
+    errno = 0;
+    EXPECT_EQ(ibv_query_ece(qp, &ece), EOPNOTSUPP);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    // snic's own extension: a port that does not exist.
+    in_addr ip{};
+    errno = 0;
+    EXPECT_EQ(snic_query_port_ipv4(ctx, 2, &ip), EINVAL);
+    EXPECT_EQ(errno, EINVAL);
     // Objects still in use.
     errno = 0;
     rc = ibv_dealloc_pd(pd);
