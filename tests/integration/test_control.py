@@ -69,7 +69,7 @@ REG_MR_REPLY = struct.Struct("<IIII")
 CREATE_CQ_REPLY = struct.Struct("<II")
 CREATE_QP_REPLY = struct.Struct("<II5III")  # handle, qpn, cap, doorbell, reserved
 MODIFY_QP_REPLY = struct.Struct("<II")
-RESOURCES_REPLY = struct.Struct("<I7I7I7IQII")
+RESOURCES_REPLY = struct.Struct("<I7I7I7IQIII4x")
 CLIENT_INFO = struct.Struct("<IiII64s7I4xQ")
 # QpAttr (144 bytes): ten u32, QpCap, reserved, two AhAttr, two u16, twelve u8.
 AH_ATTR = struct.Struct("<16sIBBBBHBBBB2x")
@@ -295,7 +295,7 @@ def parse_resources_reply(body: bytes) -> dict:
     v = RESOURCES_REPLY.unpack(body)
     return {"sessions": v[0], "counts": dict(zip(KINDS, v[1:8])),
             "per_client": dict(zip(KINDS, v[8:15])), "per_daemon": dict(zip(KINDS, v[15:22])),
-            "mapped_bytes": v[22], "mappings": v[23], "fds": v[24]}
+            "mapped_bytes": v[22], "mappings": v[23], "fds": v[24], "faults_recovered": v[25]}
 
 
 def v4mapped(ip: str) -> bytes:
@@ -353,7 +353,7 @@ def ctl_resources(d: st.Daemon) -> dict:
             r["per_client"][m[1]] = int(m[3])
             r["per_daemon"][m[1]] = int(m[4])
             continue
-        m = re.fullmatch(r"(sessions|mappings|mapped_bytes|fds) (\d+)", line)
+        m = re.fullmatch(r"(sessions|mappings|mapped_bytes|fds|faults_recovered) (\d+)", line)
         assert m, f"unexpected snicctl resources line {line!r}:\n{out}"
         r[m[1]] = int(m[2])
     assert set(r["counts"]) == set(KINDS), out
