@@ -29,6 +29,16 @@ std::atomic<std::uint64_t> g_mapped_bytes{0};
 std::atomic<std::uint32_t> g_mappings{0};
 std::atomic<std::uint32_t> g_fds{0};
 
+constexpr std::uint64_t kSmallPage = 4096;
+
+// The page size of a memfd's pages: the hugetlb page size for a hugetlbfs file.
+std::uint64_t fd_page_size(int fd) {
+    struct statfs sfs {};
+    if (::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC)
+        return static_cast<std::uint64_t>(sfs.f_bsize);
+    return kSmallPage;
+}
+
 // Checks one client memfd: regular file, sealed against shrinking, at least `need` bytes.
 // `hugetlbfs_ok`: a hugetlbfs file that cannot be sealed is accepted too (registered memory
 // only, whose hugetlb pages fault_guard covers; never the rings snicd writes unguarded).
@@ -38,13 +48,10 @@ Status check_memfd(int fd, std::uint64_t need, bool hugetlbfs_ok = false) {
         return make_error(EINVAL, std::string("fstat: ") + std::strerror(errno));
     if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "not a memfd (not a regular file)");
     const int seals = ::fcntl(fd, F_GET_SEALS);
-    struct statfs sfs {};
-    const bool unsealed_hugetlbfs = (seals < 0 || (seals & F_SEAL_SHRINK) == 0) && hugetlbfs_ok &&
-                                    ::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC;
-    if (seals < 0 && !unsealed_hugetlbfs)
-        return make_error(EINVAL, "not a memfd that allows sealing (F_GET_SEALS failed)");
-    if (!unsealed_hugetlbfs && (seals & F_SEAL_SHRINK) == 0)
-        return make_error(EINVAL, "memfd not sealed with F_SEAL_SHRINK");
+    const bool sealed = seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
+    if (!sealed && !(hugetlbfs_ok && fd_page_size(fd) > kSmallPage))
+        return make_error(EINVAL, seals < 0 ? "not a memfd that allows sealing (F_GET_SEALS failed)"
+                                            : "memfd not sealed with F_SEAL_SHRINK");
     if (static_cast<std::uint64_t>(st.st_size) < need)
         return make_error(EINVAL, "memfd of " + std::to_string(st.st_size) + " bytes, " +
                                       std::to_string(need) + " needed");
@@ -148,8 +155,7 @@ Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes
     if (bytes == 0) return make_error(EINVAL, "empty mapping");
     if (auto st = check_memfd(fd, bytes); !st) return st.error();
     // An object's rings are written by snicd unguarded: no huge page a client could punch out.
-    struct statfs sfs {};
-    if (::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC)
+    if (fd_page_size(fd) > kSmallPage)
         return make_error(EINVAL, "a hugetlb memfd cannot hold an object's rings");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return mmap_error("mmap of the memfd");
@@ -158,19 +164,10 @@ Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes
 
 namespace {
 
-constexpr std::uint64_t kSmallPage = 4096;
 constexpr std::uint64_t kMaxPage = std::uint64_t{1} << 30;
 
 bool valid_page_size(std::uint64_t p) {
     return p >= kSmallPage && p <= kMaxPage && (p & (p - 1)) == 0;
-}
-
-// The page size of a memfd's pages: the hugetlb page size for a hugetlbfs file.
-std::uint64_t fd_page_size(int fd) {
-    struct statfs sfs {};
-    if (::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC)
-        return static_cast<std::uint64_t>(sfs.f_bsize);
-    return kSmallPage;
 }
 
 // Whether a SysV segment's permissions let (uid, gid) read it, and write it if `write`.
