@@ -258,8 +258,9 @@ void IwarpTransport::on_conn_event(IwConn& c, const TcpStreamEvent& e) {
 void IwarpTransport::peer_gone(IwConn& c, bool graceful, std::int32_t status) {
     if (c.qp != nullptr) {
         // ERR is published before the flush completions, and the orderly close (FIN, after
-        // rdma_disconnect) as such: they would read as the QP's own failure (QP_FATAL).
-        if (c.qp->engine_.state() != iwarp::IwState::error) c.qp->glue_.note_failed(graceful);
+        // rdma_disconnect) as such: they would read as the QP's own failure (QP_FATAL). A QP
+        // that failed already was published then (note_failed is once only).
+        c.qp->glue_.note_failed(graceful);
         c.qp->engine_.on_stream_end(graceful);
         c.qp->note_state();
         runner_.wake(*c.qp);
