@@ -298,7 +298,7 @@ SNIC_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context,
 }
 
 SNIC_EXPORT int ibv_resize_cq(ibv_cq*, int) {
-    return errno_verb([] { return EOPNOTSUPP; });  // the CQ ring is sized once, at creation
+    return fail_status(EOPNOTSUPP);  // the CQ ring is sized once, at creation
 }
 
 SNIC_EXPORT int ibv_destroy_cq(ibv_cq* c) {

@@ -134,10 +134,10 @@ SNIC_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, 
 // ---- multicast: not supported -------------------------------------------------------
 
 SNIC_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) {
-    return errno_verb([] { return EOPNOTSUPP; });
+    return fail_status(EOPNOTSUPP);
 }
 SNIC_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) {
-    return errno_verb([] { return EOPNOTSUPP; });
+    return fail_status(EOPNOTSUPP);
 }
 
 // ---- strings -------------------------------------------------------------------------
@@ -344,10 +344,10 @@ SNIC_EXPORT ibv_dm* ibv_import_dm(ibv_context*, std::uint32_t) {
 }
 SNIC_EXPORT void ibv_unimport_dm(ibv_dm*) {}
 SNIC_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) {
-    return errno_verb([] { return EOPNOTSUPP; });
+    return fail_status(EOPNOTSUPP);
 }
 SNIC_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
-    return errno_verb([] { return EOPNOTSUPP; });
+    return fail_status(EOPNOTSUPP);
 }
 SNIC_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, std::uint32_t) {
     return 0;

@@ -138,6 +138,12 @@ int errno_verb(F&& f) noexcept {
     return err;
 }
 
+// Sets errno and returns `err` (for the verbs that return an errno value and fail outright).
+inline int fail_status(int err) {
+    errno = err;
+    return err;
+}
+
 // Sets errno and returns the null pointer (for the verbs that return objects).
 template <class T = void>
 T* fail_null(int err) {
