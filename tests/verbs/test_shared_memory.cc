@@ -223,6 +223,49 @@ class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
         return mr;
     }
 
+    // A signalled RDMA WRITE of `len` bytes from `from` (lkey) to `to` (rkey), posted on s's
+    // QP; ibv_post_send's result.
+    static int post_write(Side& s, const void* from, std::uint32_t len, std::uint32_t lkey,
+                          const void* to, std::uint32_t rkey, std::uint64_t id) {
+        ibv_sge sge{reinterpret_cast<std::uintptr_t>(from), len, lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = id;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(to);
+        wr.wr.rdma.rkey = rkey;
+        ibv_send_wr* bad = nullptr;
+        return ibv_post_send(s.qp, &wr, &bad);
+    }
+
+    // A receive of up to `len` bytes at `at` (lkey), posted on s's QP.
+    static int post_recv(Side& s, void* at, std::uint32_t len, std::uint32_t lkey,
+                         std::uint64_t id) {
+        ibv_sge sge{reinterpret_cast<std::uintptr_t>(at), len, lkey};
+        ibv_recv_wr wr{};
+        wr.wr_id = id;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        ibv_recv_wr* bad = nullptr;
+        return ibv_post_recv(s.qp, &wr, &bad);
+    }
+
+    // A signalled SEND of `len` bytes from `from` (lkey; no SGE when len is 0) on s's QP.
+    static int post_send(Side& s, const void* from, std::uint32_t len, std::uint32_t lkey,
+                         std::uint64_t id) {
+        ibv_sge sge{reinterpret_cast<std::uintptr_t>(from), len, lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = id;
+        wr.sg_list = len > 0 ? &sge : nullptr;
+        wr.num_sge = len > 0 ? 1 : 0;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        ibv_send_wr* bad = nullptr;
+        return ibv_post_send(s.qp, &wr, &bad);
+    }
+
     ibv_wc next(Side& s) {
         ibv_wc wc{};
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -260,36 +303,13 @@ TEST_P(SharedMemory, WriteAndSendMoveEveryByte) {
     ASSERT_NE(mb, nullptr) << std::strerror(errno);
 
     // A writes its first half into B's first half.
-    ibv_sge sge{reinterpret_cast<std::uintptr_t>(pa), kMsg, ma->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 1;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(pb);
-    wr.wr.rdma.rkey = mb->rkey;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(side_[0].qp, &wr, &bad), 0);
+    ASSERT_EQ(post_write(side_[0], pa, kMsg, ma->lkey, pb, mb->rkey, 1), 0);
     ibv_wc wc = next(side_[0]);
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
 
     // B sends its second half into A's second half.
-    ibv_sge rsge{reinterpret_cast<std::uintptr_t>(pa + kMsg), kMsg, ma->lkey};
-    ibv_recv_wr rwr{};
-    rwr.wr_id = 2;
-    rwr.sg_list = &rsge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* rbad = nullptr;
-    ASSERT_EQ(ibv_post_recv(side_[0].qp, &rwr, &rbad), 0);
-    ibv_sge ssge{reinterpret_cast<std::uintptr_t>(pb + kMsg), kMsg, mb->lkey};
-    ibv_send_wr swr{};
-    swr.wr_id = 3;
-    swr.sg_list = &ssge;
-    swr.num_sge = 1;
-    swr.opcode = IBV_WR_SEND;
-    swr.send_flags = IBV_SEND_SIGNALED;
-    ASSERT_EQ(ibv_post_send(side_[1].qp, &swr, &bad), 0);
+    ASSERT_EQ(post_recv(side_[0], pa + kMsg, kMsg, ma->lkey, 2), 0);
+    ASSERT_EQ(post_send(side_[1], pb + kMsg, kMsg, mb->lkey, 3), 0);
     wc = next(side_[1]);
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
     wc = next(side_[0]);
@@ -343,33 +363,13 @@ TEST_P(TruncatedFile, TruncationUnderARegistrationCostsOnlyItsOwner) {
     ASSERT_NE(mb, nullptr) << std::strerror(errno);
     ASSERT_EQ(ftruncate(b.fd, 0), 0) << std::strerror(errno);
 
-    ibv_sge sge{reinterpret_cast<std::uintptr_t>(a.data), kMsg, ma->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 7;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(b.data);
-    wr.wr.rdma.rkey = mb->rkey;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(side_[0].qp, &wr, &bad), 0);
+    ASSERT_EQ(post_write(side_[0], a.data, kMsg, ma->lkey, b.data, mb->rkey, 7), 0);
     ibv_wc wc = next(side_[0]);
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
 
     // The daemon and the connection are still there: B sends A a message.
-    ibv_sge rsge{reinterpret_cast<std::uintptr_t>(a.data + kHuge), 64, ma->lkey};
-    ibv_recv_wr rwr{};
-    rwr.wr_id = 8;
-    rwr.sg_list = &rsge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* rbad = nullptr;
-    ASSERT_EQ(ibv_post_recv(side_[0].qp, &rwr, &rbad), 0);
-    ibv_send_wr swr{};
-    swr.wr_id = 9;
-    swr.opcode = IBV_WR_SEND;
-    swr.send_flags = IBV_SEND_SIGNALED;  // no SGE: B's pages are gone
-    ASSERT_EQ(ibv_post_send(side_[1].qp, &swr, &bad), 0);
+    ASSERT_EQ(post_recv(side_[0], a.data + kHuge, 64, ma->lkey, 8), 0);
+    ASSERT_EQ(post_send(side_[1], nullptr, 0, 0, 9), 0);  // no SGE: B's pages are gone
     EXPECT_EQ(next(side_[1]).status, IBV_WC_SUCCESS);
     wc = next(side_[0]);
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
