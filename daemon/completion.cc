@@ -2,7 +2,6 @@
 
 #include <infiniband/verbs.h>
 
-#include <array>
 #include <atomic>
 
 #include "daemon/client_memory.h"
@@ -10,20 +9,6 @@
 namespace snic::daemon {
 
 namespace {
-
-// shm::WrOpcode -> ibv_wc_opcode.
-constexpr std::array<std::uint8_t, 10> kSendWcOpcode = {
-    IBV_WC_RDMA_WRITE,  // rdma_write
-    IBV_WC_RDMA_WRITE,  // rdma_write_imm
-    IBV_WC_SEND,        // send
-    IBV_WC_SEND,        // send_imm
-    IBV_WC_RDMA_READ,   // rdma_read
-    IBV_WC_COMP_SWAP,   // atomic_cmp_swp
-    IBV_WC_FETCH_ADD,   // atomic_fetch_add
-    IBV_WC_LOCAL_INV,   // local_inv
-    IBV_WC_BIND_MW,     // bind_mw
-    IBV_WC_SEND,        // send_inv
-};
 
 // Takes the CQ's arm if this completion satisfies it (single producer: the check and
 // the exchange cannot race with another CQE; the client only ever sets the word).
@@ -36,11 +21,6 @@ bool take_arm(shm::CqControl& control, bool solicited) {
 }
 
 }  // namespace
-
-std::uint8_t send_wc_opcode(std::uint8_t wr_opcode) {
-    return wr_opcode < kSendWcOpcode.size() ? kSendWcOpcode[wr_opcode]
-                                            : static_cast<std::uint8_t>(IBV_WC_SEND);
-}
 
 bool post_cqe(Cq& cq, const shm::Cqe& cqe, bool solicited) {
     if (!cq.ring->try_push(cqe)) {
@@ -76,10 +56,26 @@ void Srq::check_limit(AsyncEvents* to) {
 }
 
 namespace {
+
+void publish_done(std::uint32_t& mine, std::uint32_t& shared, std::uint32_t done) {
+    if (done == mine) return;
+    mine = done;
+    std::atomic_ref<std::uint32_t>(shared).store(done, std::memory_order_release);
+}
+
 void publish_recv(Qp& qp) {
     shm::publish_recv_counters(qp.control->recv, qp.recv_seq, qp.recv_taken, qp.recv_completed);
+    if (qp.rq) {
+        const auto held = static_cast<std::uint32_t>(qp.recv_taken - qp.recv_completed);
+        publish_done(qp.rq_done, qp.control->rq_done, qp.rq->consumed() - held);
+    }
 }
+
 }  // namespace
+
+void note_send_held(Qp& qp, std::uint32_t held) {
+    if (qp.sq) publish_done(qp.sq_done, qp.control->sq_done, qp.sq->consumed() - held);
+}
 
 void note_recv_taken(Qp& qp) {
     ++qp.recv_taken;
@@ -114,10 +110,11 @@ FlushResult flush_qp(Qp& qp) {
             shm::Cqe c{};
             c.wr_id = w.wr_id;
             c.status = IBV_WC_WR_FLUSH_ERR;
-            c.opcode = send_wc_opcode(w.opcode);
+            c.opcode = shm::send_wc_opcode(w.opcode);
             c.qp_num = qp.qpn.get();
             if (!post_cqe(*qp.send_cq.get(), c, true)) r.send_cq_overflow = true;
         });
+        note_send_held(qp, 0);
     }
     if (qp.rq) {
         r.flushed += drain_bounded(*qp.rq, [&](const shm::RecvWqe& w) {

@@ -18,9 +18,6 @@ namespace snic::daemon {
 // was full: the CQE is lost and the CQ marked overflowed (the caller raises CQ_ERR).
 bool post_cqe(Cq& cq, const shm::Cqe& cqe, bool solicited);
 
-// The ibv_wc_opcode that completes a send WQE of `wr_opcode` (shm::WrOpcode).
-std::uint8_t send_wc_opcode(std::uint8_t wr_opcode);
-
 // Pops the entries waiting in `ring`, at most one ring's capacity of them, calling fn(entry)
 // on each (copied out: read once, trusted never); returns how many. The bound is what a
 // client that keeps refilling its ring while the daemon drains it can cost the daemon.
@@ -42,6 +39,13 @@ void note_recv_taken(Qp& qp);
 void note_recv_completed(Qp& qp);
 void note_recv_flushed(Qp& qp);
 void reset_recv_counters(Qp& qp);
+
+// The QP's done indices (shm::QpControl::sq_done and rq_done), which tell libsnic what to
+// flush if snicd dies. Send: every WQE taken from the SQ is done but the `held` ones its
+// engine still holds (each engine completes its WRs in order). Receive: published with the
+// receive counters above (a WQE taken from the QP's own RQ is done once its completion is
+// counted). Stored only when they move.
+void note_send_held(Qp& qp, std::uint32_t held);
 
 // The QP entered ERR: for a QP on an SRQ, no WQE will be taken from the SRQ for it any more
 // (IBA 11.6.3.2), and IBV_EVENT_QP_LAST_WQE_REACHED says so, once per stay in ERR. On the lcore.

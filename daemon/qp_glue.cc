@@ -203,6 +203,11 @@ void QpGlue::awake() {
 
 // ---- queues -------------------------------------------------------------------------------
 
+void QpGlue::note_held(std::uint32_t held) {
+    note_send_held(qp_, held);
+    if (draining_ && held == 0) drained();
+}
+
 bool QpGlue::pop_send(verbs::SendWr& out) {
     shm::SendWqe w;
     if (!sending_ || !qp_.sq || !qp_.sq->try_pop(w)) return false;

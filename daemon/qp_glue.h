@@ -49,9 +49,8 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     void set_draining(bool notify) { sending_ = false, draining_ = true, drain_notify_ = notify; }
     // After each engine call with the WRs the engine still holds: a draining QP holding none
     // is drained, and says so once (IBV_EVENT_SQ_DRAINED, when asked for).
-    void note_held(std::uint32_t held) {
-        if (draining_ && held == 0) drained();
-    }
+    // The held count also tells the client which send WQEs are done (QpControl::sq_done).
+    void note_held(std::uint32_t held);
 
     // Whether the client posted send WQEs the engine has not taken (from RTS on).
     bool send_pending();

@@ -746,6 +746,7 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     qp->state = QpState::reset;
     store_qp_state(qp->control, QpState::reset);
     reset_recv_counters(*qp);
+    note_send_held(*qp, 0);
     const std::uint32_t qpn = r_.qpns().acquire(qp.get());
     if (qpn == 0) return refuse(ENOMEM, op, "QP numbers exhausted");
     qp->qpn = NameLease(r_.qpns(), qpn);
@@ -932,8 +933,10 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
             stop_engine(qp);
             if (qp.sq) drain_bounded(*qp.sq, [](const shm::SendWqe&) {});
             if (qp.rq) drain_bounded(*qp.rq, [](const shm::RecvWqe&) {});
-            // Nothing writes them now (the engine stopped): the QP counts afresh, as created.
+            // Nothing writes them now (the engine stopped): the QP counts afresh, as created,
+            // and every WQE taken is done.
             reset_recv_counters(qp);
+            note_send_held(qp, 0);
             qp.last_wqe_told.store(false);
             break;
         }

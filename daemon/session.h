@@ -225,6 +225,10 @@ struct Qp {
     std::uint64_t recv_taken = 0;
     std::uint64_t recv_completed = 0;
     std::uint32_t recv_seq = 0;
+    // The done indices published in control->sq_done and control->rq_done (completion.h),
+    // the writer's copies likewise.
+    std::uint32_t sq_done = 0;
+    std::uint32_t rq_done = 0;
     // QP_LAST_WQE_REACHED was raised for the QP's present stay in ERR (a QP on an SRQ hears it
     // once per entry, whoever moved it there: Modify QP, its own failure or, on iWARP, the
     // peer's orderly close). Set on the lcore (note_last_wqe); cleared by Reset.

@@ -5,7 +5,10 @@
 // completion channel is a notification socket and a ring of CQ handles: snicd
 // pushes the handle of an armed CQ that got an entry, then writes one byte.
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "libclient/internal.h"
 
@@ -31,17 +34,84 @@ void to_wc(const shm::Cqe& e, ibv_wc* wc) {
     wc->dlid_path_bits = e.dlid_path_bits;
 }
 
+// ---- after snicd died ----
+//
+// What an RNIC does on a fatal error: every WR it had not completed completes with
+// IBV_WC_WR_FLUSH_ERR. snicd published how far it got with each queue (QpControl::sq_done and
+// rq_done); what lies between that and our producer index is outstanding, and the WQEs are
+// still in our rings. The CQEs snicd made are polled first; the flush completions follow, for
+// the QPs whose send or receive queue completes to this CQ. An SRQ's WQEs stay with the SRQ,
+// as verbs has it (ibv_destroy_srq gives them back).
+
+// Flush completions for the WQEs of `ring` from index `done` on, oldest first. At most one
+// capacity of them: an application that kept more outstanding than max_send_wr/max_recv_wr
+// let us reuse the slots of the oldest ones, whose ids are gone.
+template <class T, class Opcode>
+void flush_ring(std::vector<shm::Cqe>& out, const shm::RingProducer<T>& ring, std::uint32_t done,
+                std::uint32_t qp_num, Opcode opcode) {
+    const std::uint32_t end = ring.produced();
+    const std::uint32_t n = std::min(end - done, ring.capacity());
+    for (std::uint32_t i = end - n; i != end; ++i) {
+        const T w = ring.entry(i);
+        shm::Cqe c{};
+        c.wr_id = w.wr_id;
+        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.opcode = opcode(w);
+        c.qp_num = qp_num;
+        out.push_back(c);
+    }
+}
+
+std::uint32_t load_done(std::uint32_t& word) {
+    return std::atomic_ref<std::uint32_t>(word).load(std::memory_order_acquire);
+}
+
+void build_flush(Cq* cq) {
+    cq->flush_built = true;
+    const ibv_cq* self = ibv_cq_ex_to_cq(&cq->cq);
+    std::lock_guard lock(cq->ctx->objs_mu);
+    for (const auto& [handle, qp] : cq->ctx->qps) {
+        const ibv_qp& b = qp->qpx.qp_base;
+        if (b.send_cq == self && qp->sq) {
+            std::lock_guard sq(qp->sq_lock);
+            flush_ring(cq->flushed, *qp->sq, load_done(qp->control->sq_done), b.qp_num,
+                       [](const shm::SendWqe& w) { return shm::send_wc_opcode(w.opcode); });
+        }
+        if (b.recv_cq == self && qp->rq) {
+            std::lock_guard rq(qp->rq_lock);
+            flush_ring(cq->flushed, *qp->rq, load_done(qp->control->rq_done), b.qp_num,
+                       [](const shm::RecvWqe&) { return std::uint8_t{IBV_WC_RECV}; });
+        }
+    }
+}
+
+// The next flush completion, once snicd is known to be gone and its CQEs are polled; false
+// when none is left. Under the CQ's lock.
+bool pop_flushed(Cq* cq, shm::Cqe& out) {
+    if (!cq->flush_built) build_flush(cq);
+    if (cq->flushed_polled == cq->flushed.size()) return false;
+    out = cq->flushed[cq->flushed_polled++];
+    return true;
+}
+
+// Whether snicd is gone, asked after an empty poll: known already, or looked at once every
+// kLivenessPolls empty polls (one poll(2), never blocking).
+bool gone_after_empty_poll(Cq* cq) {
+    return daemon_dead(cq->ctx) ||
+           (++cq->empty_polls % kLivenessPolls == 0 && daemon_gone(cq->ctx));
+}
+
 // ---- the ibv_cq_ex polling interface ----
 
 int start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
     Cq* cq = to_cq(c);
     if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
     if (!cq->single_threaded) cq->lock.lock();
-    if (!cq->ring->try_pop(cq->cur)) {
-        if (!cq->single_threaded) cq->lock.unlock();
+    if (!cq->ring->try_pop(cq->cur) && !(gone_after_empty_poll(cq) && pop_flushed(cq, cq->cur))) {
         // Nothing more will come from a daemon that is gone: say so instead of "empty".
-        if (++cq->empty_polls % kLivenessPolls == 0 && daemon_gone(cq->ctx)) return EIO;
-        return ENOENT;
+        const bool gone = daemon_dead(cq->ctx);
+        if (!cq->single_threaded) cq->lock.unlock();
+        return gone ? EIO : ENOENT;
     }
     c->wr_id = cq->cur.wr_id;
     c->status = static_cast<ibv_wc_status>(cq->cur.status);
@@ -50,7 +120,8 @@ int start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
 
 int next_poll(ibv_cq_ex* c) {
     Cq* cq = to_cq(c);
-    if (!cq->ring->try_pop(cq->cur)) return ENOENT;
+    if (!cq->ring->try_pop(cq->cur) && !(daemon_dead(cq->ctx) && pop_flushed(cq, cq->cur)))
+        return ENOENT;
     c->wr_id = cq->cur.wr_id;
     c->status = static_cast<ibv_wc_status>(cq->cur.status);
     return 0;
@@ -203,10 +274,15 @@ int poll_cq(ibv_cq* c, int n, ibv_wc* wc) {
         done += static_cast<int>(got);
         if (got < static_cast<std::uint32_t>(want)) break;
     }
+    bool gone = false;
+    if (done < n && (done > 0 ? daemon_dead(cq->ctx) : gone_after_empty_poll(cq))) {
+        gone = true;
+        while (done < n && pop_flushed(cq, batch[0])) to_wc(batch[0], &wc[done++]);
+    }
     if (!cq->single_threaded) cq->lock.unlock();
     // Nothing more will come from a daemon that is gone: an error, not "empty" forever (a
     // busy-polling program would spin on).
-    if (done == 0 && ++cq->empty_polls % kLivenessPolls == 0 && daemon_gone(cq->ctx)) {
+    if (done == 0 && gone) {
         errno = EIO;
         return -1;
     }

@@ -94,6 +94,11 @@ struct Cq {
     std::uint32_t comp_events_reported;
     std::uint32_t async_events_reported;
     std::uint32_t empty_polls;  // since snicd's liveness was last looked at
+    // After snicd died: the flush completions of the WRs it left outstanding (cq.cc), built
+    // once its own CQEs are all polled, and how many of them were polled.
+    std::vector<shm::Cqe> flushed;
+    std::size_t flushed_polled = 0;
+    bool flush_built = false;
 };
 
 struct Srq {

@@ -314,6 +314,15 @@ class RingProducer {
     std::uint32_t capacity() const noexcept { return capacity_; }
     // True once the consumer index was seen to be impossible; the ring then stays full.
     bool corrupt() const noexcept { return corrupt_; }
+    // Our index: how many entries were ever pushed (from the start index, wrapping).
+    std::uint32_t produced() const noexcept { return prod_; }
+    // A copy of the entry pushed at `index`, as long as no later push reused its slot (the
+    // caller knows: index within the last capacity() pushed). For a consumer that is gone.
+    T entry(std::uint32_t index) const noexcept {
+        T out;
+        std::memcpy(&out, slot(index), sizeof(T));
+        return out;
+    }
 
   private:
     explicit RingProducer(const detail::RingMapping& m) noexcept
@@ -416,6 +425,8 @@ class RingConsumer {
     std::uint32_t capacity() const noexcept { return capacity_; }
     // True once the producer index was seen to be impossible; the ring then stays empty.
     bool corrupt() const noexcept { return corrupt_; }
+    // Our index: how many entries were ever popped (from the start index, wrapping).
+    std::uint32_t consumed() const noexcept { return cons_; }
 
   private:
     explicit RingConsumer(const detail::RingMapping& m) noexcept

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 
 #include "shm/ring.h"
@@ -43,6 +44,35 @@ enum class WrOpcode : std::uint8_t {
     bind_mw = 8,
     send_inv = 9,
 };
+
+// The opcodes of send completions (ibv_wc_opcode's values).
+enum class WcOpcode : std::uint8_t {
+    send = 0,
+    rdma_write = 1,
+    rdma_read = 2,
+    comp_swap = 3,
+    fetch_add = 4,
+    bind_mw = 5,
+    local_inv = 6,
+};
+
+// The completion opcode of a send WQE of `wr_opcode` (a WrOpcode; `send` for any other value).
+inline std::uint8_t send_wc_opcode(std::uint8_t wr_opcode) {
+    constexpr WcOpcode kWcOf[] = {
+        WcOpcode::rdma_write,  // rdma_write
+        WcOpcode::rdma_write,  // rdma_write_imm
+        WcOpcode::send,        // send
+        WcOpcode::send,        // send_imm
+        WcOpcode::rdma_read,   // rdma_read
+        WcOpcode::comp_swap,   // atomic_cmp_swp
+        WcOpcode::fetch_add,   // atomic_fetch_add
+        WcOpcode::local_inv,   // local_inv
+        WcOpcode::bind_mw,     // bind_mw
+        WcOpcode::send,        // send_inv
+    };
+    const WcOpcode wc = wr_opcode < std::size(kWcOf) ? kWcOf[wr_opcode] : WcOpcode::send;
+    return static_cast<std::uint8_t>(wc);
+}
 
 // SendWqe::flags (ibv_send_flags: FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8).
 inline constexpr std::uint8_t kWqeFence = 1;
@@ -200,9 +230,17 @@ struct QpControl {
     // both put a full fence between the two, so that one of them sees the other's store.
     std::uint32_t sleeping;
     QpRecvCounters recv;  // at offset 8; its 64-bit words 8-byte aligned
-    std::uint8_t pad[32];
+    // Ring indices up to which snicd is done with the QP's WQEs: every send WQE before
+    // `sq_done` (taken and completed, signaled or not, flushed, or dropped by Reset), and every
+    // receive WQE of its own RQ before `rq_done` (not used with an SRQ). What lies between
+    // them and the client's producer indices is outstanding: if snicd dies, libsnic completes
+    // exactly those WQEs with IBV_WC_WR_FLUSH_ERR, as an RNIC does on a fatal error.
+    std::uint32_t sq_done;
+    std::uint32_t rq_done;
+    std::uint8_t pad[24];
 };
 static_assert(sizeof(QpControl) == 64 && offsetof(QpControl, recv) == 8);
+static_assert(offsetof(QpControl, sq_done) == 32);
 
 // ---- doorbells ---------------------------------------------------------------------------------
 

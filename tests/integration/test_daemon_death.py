@@ -1,7 +1,9 @@
 """libsnic after its daemon dies: a busy-polling program learns it (as from an RNIC's fatal
 error) instead of spinning on an empty CQ forever. rdma-core's ibv_rc_pingpong, unmodified,
 between the two ports of one snicd; the daemon is SIGKILLed in the middle of the run; both
-ends must end, with ibv_poll_cq's failure (without the check they spin until killed)."""
+ends must end, with ibv_poll_cq's failure (without the check they spin until killed). And
+the work requests the daemon left outstanding complete with WR_FLUSH_ERR, exactly those and
+in order, before the CQ fails (tests/verbs/death_flush.cc)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import snictest as st
 
 SNIC_RUN = st.BUILD / "libclient" / "snic-run"
 SNICCTL = st.BUILD / "tools" / "snicctl" / "snicctl"
+DEATH_FLUSH = st.BUILD / "tests" / "verbs" / "snic-death-flush"
 
 
 def free_tcp_port() -> int:
@@ -27,7 +30,8 @@ def rts_qps(ctrl: str) -> int:
     return sum(1 for line in out.splitlines() if " state RTS " in f" {line} ")
 
 
-def test_busy_polling_pingpong_ends_when_the_daemon_is_killed(daemons, mem_args, tmp_path):
+def wire_daemon(daemons, mem_args, tmp_path) -> tuple[st.Daemon, dict]:
+    """A snicd with two ports on a virtual wire, and the environment of its clients."""
     name = st.unique("death", maxlen=24)
     sock_dir = tmp_path / "sockets"
     sock_dir.mkdir()
@@ -37,6 +41,12 @@ def test_busy_polling_pingpong_ends_when_the_daemon_is_killed(daemons, mem_args,
     d.wait_ready()
     env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir))
     env.pop("LD_PRELOAD", None)
+    return d, env
+
+
+def test_busy_polling_pingpong_ends_when_the_daemon_is_killed(daemons, mem_args, tmp_path):
+    d, env = wire_daemon(daemons, mem_args, tmp_path)
+    name = d.name
     port = str(free_tcp_port())
     # A run far longer than the test: only the daemon's death can end it.
     common = ["ibv_rc_pingpong", "-g", "0", "-p", port, "-s", "64", "-n", "1000000000"]
@@ -73,3 +83,28 @@ def test_busy_polling_pingpong_ends_when_the_daemon_is_killed(daemons, mem_args,
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_outstanding_work_requests_are_flushed_when_the_daemon_is_killed(daemons, mem_args,
+                                                                       tmp_path):
+    d, env = wire_daemon(daemons, mem_args, tmp_path)
+    proc = subprocess.Popen([str(DEATH_FLUSH), f"{d.name}_0", f"{d.name}_1"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        ready = proc.stdout.readline().strip()
+        if ready != "ready":
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            raise AssertionError(f"snic-death-flush never got ready ({ready!r}): {err}\n"
+                                 f"{d.describe()}")
+        d.signal(signal.SIGKILL)
+        d.wait()
+        out, err = proc.communicate("killed\n", timeout=60)
+        assert proc.returncode == 0, f"{out}\n{err}"
+        assert "flushed as expected" in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
