@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "daemon/client_memory.h"
+#include "proto/verbs/wr.h"
 
 namespace snic::daemon {
 
@@ -110,7 +111,7 @@ FlushResult flush_qp(Qp& qp) {
             shm::Cqe c{};
             c.wr_id = w.wr_id;
             c.status = IBV_WC_WR_FLUSH_ERR;
-            c.opcode = shm::send_wc_opcode(w.opcode);
+            c.opcode = static_cast<std::uint8_t>(verbs::send_wc_opcode(w.opcode));
             c.qp_num = qp.qpn.get();
             if (!post_cqe(*qp.send_cq.get(), c, true)) r.send_cq_overflow = true;
         });

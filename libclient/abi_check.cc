@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "proto/verbs/wr.h"
 #include "shm/control.h"
 #include "shm/wqe.h"
 
@@ -20,7 +21,8 @@ static_assert(static_cast<int>(WrOpcode::local_inv) == IBV_WR_LOCAL_INV);
 static_assert(static_cast<int>(WrOpcode::bind_mw) == IBV_WR_BIND_MW);
 static_assert(static_cast<int>(WrOpcode::send_inv) == IBV_WR_SEND_WITH_INV);
 
-using shm::WcOpcode;
+// The flush completions libsnic makes take their opcodes from proto/verbs' table.
+using verbs::WcOpcode;
 static_assert(static_cast<int>(WcOpcode::send) == IBV_WC_SEND);
 static_assert(static_cast<int>(WcOpcode::rdma_write) == IBV_WC_RDMA_WRITE);
 static_assert(static_cast<int>(WcOpcode::rdma_read) == IBV_WC_RDMA_READ);
@@ -28,6 +30,7 @@ static_assert(static_cast<int>(WcOpcode::comp_swap) == IBV_WC_COMP_SWAP);
 static_assert(static_cast<int>(WcOpcode::fetch_add) == IBV_WC_FETCH_ADD);
 static_assert(static_cast<int>(WcOpcode::bind_mw) == IBV_WC_BIND_MW);
 static_assert(static_cast<int>(WcOpcode::local_inv) == IBV_WC_LOCAL_INV);
+static_assert(static_cast<int>(verbs::WrOp::send_inv) == static_cast<int>(WrOpcode::send_inv));
 
 static_assert(shm::kWqeFence == IBV_SEND_FENCE);
 static_assert(shm::kWqeSignaled == IBV_SEND_SIGNALED);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "libclient/internal.h"
+#include "proto/verbs/wr.h"
 
 namespace snic::client {
 
@@ -75,7 +76,9 @@ void build_flush(Cq* cq) {
         if (b.send_cq == self && qp->sq) {
             std::lock_guard sq(qp->sq_lock);
             flush_ring(cq->flushed, *qp->sq, load_done(qp->control->sq_done), b.qp_num,
-                       [](const shm::SendWqe& w) { return shm::send_wc_opcode(w.opcode); });
+                       [](const shm::SendWqe& w) {
+                           return static_cast<std::uint8_t>(verbs::send_wc_opcode(w.opcode));
+                       });
         }
         if (b.recv_cq == self && qp->rq) {
             std::lock_guard rq(qp->rq_lock);

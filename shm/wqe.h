@@ -13,7 +13,6 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <type_traits>
 
 #include "shm/ring.h"
@@ -44,35 +43,6 @@ enum class WrOpcode : std::uint8_t {
     bind_mw = 8,
     send_inv = 9,
 };
-
-// The opcodes of send completions (ibv_wc_opcode's values).
-enum class WcOpcode : std::uint8_t {
-    send = 0,
-    rdma_write = 1,
-    rdma_read = 2,
-    comp_swap = 3,
-    fetch_add = 4,
-    bind_mw = 5,
-    local_inv = 6,
-};
-
-// The completion opcode of a send WQE of `wr_opcode` (a WrOpcode; `send` for any other value).
-inline std::uint8_t send_wc_opcode(std::uint8_t wr_opcode) {
-    constexpr WcOpcode kWcOf[] = {
-        WcOpcode::rdma_write,  // rdma_write
-        WcOpcode::rdma_write,  // rdma_write_imm
-        WcOpcode::send,        // send
-        WcOpcode::send,        // send_imm
-        WcOpcode::rdma_read,   // rdma_read
-        WcOpcode::comp_swap,   // atomic_cmp_swp
-        WcOpcode::fetch_add,   // atomic_fetch_add
-        WcOpcode::local_inv,   // local_inv
-        WcOpcode::bind_mw,     // bind_mw
-        WcOpcode::send,        // send_inv
-    };
-    const WcOpcode wc = wr_opcode < std::size(kWcOf) ? kWcOf[wr_opcode] : WcOpcode::send;
-    return static_cast<std::uint8_t>(wc);
-}
 
 // SendWqe::flags (ibv_send_flags: FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8).
 inline constexpr std::uint8_t kWqeFence = 1;

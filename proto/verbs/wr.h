@@ -205,4 +205,10 @@ constexpr const WrOpKind& wr_op_kind(WrOp op) {
     return kWrOpKinds[static_cast<std::size_t>(op)];
 }
 
+// The completion opcode of a send WQE whose opcode byte is `op`, checked or not (`send` for a
+// value out of range): what a flush reports.
+constexpr WcOpcode send_wc_opcode(std::uint8_t op) {
+    return op < kWrOpCount ? kWrOpKinds[op].wc : WcOpcode::send;
+}
+
 }  // namespace snic::verbs

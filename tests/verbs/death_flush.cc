@@ -94,8 +94,8 @@ void open_end(End& e, const char* name) {
     qa.qp_type = IBV_QPT_RC;
     qa.cap = {16, 16, 1, 1, 0};
     e.qp = ibv_create_qp(e.pd, &qa);
-    e.mr = ibv_reg_mr(e.pd, e.buf.data(), kLength,
-                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    e.mr =
+        ibv_reg_mr(e.pd, e.buf.data(), kLength, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (e.qp == nullptr || e.mr == nullptr) fail("%s: qp/mr: %s", name, std::strerror(errno));
 }
 
@@ -104,7 +104,8 @@ void connect_to(End& e, const End& peer) {
     q.qp_state = IBV_QPS_INIT;
     q.port_num = 1;
     q.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(e.qp, &q, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    if (ibv_modify_qp(e.qp, &q,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         fail("modify to INIT: %s", std::strerror(errno));
     q = {};
     q.qp_state = IBV_QPS_RTR;
@@ -118,8 +119,8 @@ void connect_to(End& e, const End& peer) {
     q.ah_attr.grh.hop_limit = 64;
     q.ah_attr.port_num = 1;
     if (ibv_modify_qp(e.qp, &q,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
         fail("modify to RTR: %s", std::strerror(errno));
     q = {};
     q.qp_state = IBV_QPS_RTS;
@@ -191,8 +192,9 @@ int main(int argc, char** argv) {
         wc.wr_id != 1 || wc.status != IBV_WC_SUCCESS)
         fail("WRITE 1 did not complete");
     // WR 2 asks for no completion; polling 3 says it is done too.
-    if (post(a, b, 2, IBV_WR_RDMA_WRITE, false) != 0 || post(a, b, 3, IBV_WR_RDMA_WRITE, true) != 0 ||
-        poll_one(a.send_cq, &wc) != 1 || wc.wr_id != 3 || wc.status != IBV_WC_SUCCESS)
+    if (post(a, b, 2, IBV_WR_RDMA_WRITE, false) != 0 ||
+        post(a, b, 3, IBV_WR_RDMA_WRITE, true) != 0 || poll_one(a.send_cq, &wc) != 1 ||
+        wc.wr_id != 3 || wc.status != IBV_WC_SUCCESS)
         fail("WRITE 3 did not complete");
     if (post(a, b, 4, IBV_WR_SEND, true) != 0 || post(a, b, 5, IBV_WR_SEND, false) != 0 ||
         post(a, b, 6, IBV_WR_RDMA_WRITE, true) != 0)
@@ -245,7 +247,8 @@ int main(int argc, char** argv) {
     n = poll_one(b.send_cq, &wc);
     expect(n == -1 && errno == EIO, "B's CQ, with nothing outstanding, to fail with EIO; got %d",
            n);
-    expect(post(a, b, 7, IBV_WR_RDMA_WRITE, true) == EIO, "a post after the death to fail with EIO");
+    expect(post(a, b, 7, IBV_WR_RDMA_WRITE, true) == EIO,
+           "a post after the death to fail with EIO");
     ibv_async_event ev{};
     expect(ibv_get_async_event(a.ctx, &ev) == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL,
            "IBV_EVENT_DEVICE_FATAL; got %s", ibv_event_type_str(ev.event_type));
