@@ -1,5 +1,5 @@
-"""Helpers for the snic integration tests: unique names, polling, daemons,
-network namespaces and DPDK telemetry.
+"""Helpers for the snic integration tests: unique names, polling, daemons, what a
+daemon holds and its QPs (snicctl), network namespaces and DPDK telemetry.
 
 Everything a helper creates is removed again by the fixtures in conftest.py,
 also when a test fails. Waiting is always done by polling with a bounded
@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
@@ -204,6 +205,124 @@ def telemetry_script(prefix: str, *cmds: str) -> list[dict]:
                              f"{len(replies)} replies for {len(cmds)} commands\n"
                              f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}")
     return replies
+
+
+# ------------------------------------------------------- what a daemon holds
+
+KINDS = ["pd", "mr", "mw", "channel", "cq", "srq", "qp"]  # snicctl resources' object kinds
+
+
+def snicctl(d: "Daemon", *args: str) -> str:
+    """`snicctl ARGS` on the daemon's control socket; its output, or a failure naming why."""
+    res = run([SNICCTL, "-s", d.ctrl, *args], timeout=10)
+    assert res.returncode == 0, (f"snicctl {' '.join(args)} exited {res.returncode}: {res.stderr}\n"
+                                 f"{d.describe()}")
+    return res.stdout
+
+
+def ctl_resources(d: "Daemon") -> dict:
+    """Parsed `snicctl resources`."""
+    out = snicctl(d, "resources")
+    r: dict = {"counts": {}, "per_client": {}, "per_daemon": {}}
+    for line in out.splitlines():
+        m = re.fullmatch(r"(\w+) count (\d+) per-client (\d+) per-daemon (\d+)", line)
+        if m:
+            r["counts"][m[1]] = int(m[2])
+            r["per_client"][m[1]] = int(m[3])
+            r["per_daemon"][m[1]] = int(m[4])
+            continue
+        m = re.fullmatch(r"(sessions|mappings|mapped_bytes|fds|faults_recovered) (\d+)", line)
+        assert m, f"unexpected snicctl resources line {line!r}:\n{out}"
+        r[m[1]] = int(m[2])
+    assert set(r["counts"]) == set(KINDS), out
+    return r
+
+
+def all_released(d: "Daemon") -> bool:
+    """No session and no object left, nothing of a client mapped or held open."""
+    r = ctl_resources(d)
+    return (all(v == 0 for v in r["counts"].values()) and r["sessions"] == 0
+            and r["mappings"] == 0 and r["mapped_bytes"] == 0 and r["fds"] == 0)
+
+
+def holdings(pid: int) -> tuple:
+    """What a client's objects leave in the daemon: its descriptors (by target) and its
+    file-backed mappings (by path). Anonymous mappings are left out: the allocator's own
+    mappings merge and split with placement, which says nothing about a leak."""
+    fds = sorted(os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd"))
+    maps = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            maps.append(fields[5])
+    return fds, sorted(maps)
+
+
+def wait_holdings_back_to(pid: int, base: tuple, tries: int = 50) -> None:
+    now = base
+    def back() -> bool:
+        nonlocal now
+        now = holdings(pid)
+        return now == base
+    try:
+        poll(back, "the daemon's fds and mappings back to their baseline", tries=tries)
+    except AssertionError as e:
+        # As multisets: a leaked mapping may have the name of one in the baseline.
+        gone = [sorted((Counter(b) - Counter(n)).elements()) for b, n in zip(base, now)]
+        extra = [sorted((Counter(n) - Counter(b)).elements()) for b, n in zip(base, now)]
+        raise AssertionError(f"{e}: fds/maps missing {gone}, left over {extra}") from None
+
+
+def hugetlb_kb(pid: int) -> int:
+    """The huge pages a process has mapped (its own DPDK memory and any client hugetlb
+    memory it maps), in kB: what it takes from HugePages_Free, whoever else takes some."""
+    text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    return sum(int(m[1]) for m in re.finditer(r"^(?:Shared|Private)_Hugetlb:\s+(\d+) kB", text, re.M))
+
+
+# -------------------------------------------------------------------- QPs
+
+QP_LINE = re.compile(r"qpn (\d+) device (\S+) session (\d+) pid (-?\d+) uid (\d+) type (\w+) "
+                     r"state (\w+) dest_qpn (\d+) peer (\S+)")
+
+
+def ctl_qps(d: "Daemon", user: list[str] = ()) -> list[dict]:
+    """`snicctl qp` (run through USER): one dict per line, every line in the documented format."""
+    res = run([*user, SNICCTL, "-s", d.ctrl, "qp"], timeout=10)
+    assert res.returncode == 0, f"snicctl qp exited {res.returncode}: {res.stderr}"
+    rows = []
+    for line in res.stdout.splitlines():
+        assert QP_LINE.fullmatch(line), f"unexpected snicctl qp line {line!r}"
+        toks = line.split()
+        rows.append(dict(zip(toks[::2], toks[1::2])))
+    return rows
+
+
+def ctl_qp(d: "Daemon", qpn: str, *flags: str, user: list[str] = ()) -> dict:
+    """`snicctl qp QPN`: its "key value" pairs (the lines made of them)."""
+    res = run([*user, SNICCTL, "-s", d.ctrl, "qp", qpn, *flags], timeout=10)
+    assert res.returncode == 0, f"snicctl qp {qpn} exited {res.returncode}: {res.stderr}"
+    kv = {}
+    for line in res.stdout.splitlines():
+        if "(" in line:  # a heading
+            continue
+        toks = line.split()
+        assert len(toks) % 2 == 0, f"unexpected snicctl qp {qpn} line {line!r}"
+        kv.update(zip(toks[::2], toks[1::2]))
+    return kv
+
+
+# ------------------------------------------------------ the tools' rendezvous
+
+def free_tcp_port() -> int:
+    """A TCP port nothing listens on now, for a verbs tool's own connection setup."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    return bool(run(["ss", "-Hltn", f"sport = :{port}"], check=True).stdout.strip())
 
 
 # ----------------------------------------------------------------- daemon

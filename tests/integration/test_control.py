@@ -36,7 +36,7 @@ OPS = {name: i + 1 for i, name in enumerate([
     "create_channel", "destroy_channel", "create_cq", "destroy_cq", "create_srq", "modify_srq",
     "query_srq", "destroy_srq", "create_qp", "modify_qp", "query_qp", "destroy_qp", "alloc_mw",
     "dealloc_mw", "clients", "resources", "qps", "qp"])}
-KINDS = ["pd", "mr", "mw", "channel", "cq", "srq", "qp"]
+KINDS = st.KINDS  # snicctl resources' order is ResourcesReply's
 NO_HANDLE = 0xFFFFFFFF
 PAGE = 4096
 MAX_SEGS = 16
@@ -330,63 +330,6 @@ def snicd(tmp_path_factory, mem_args):
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def holdings(pid: int) -> tuple:
-    """What a client's objects leave in the daemon: its descriptors (by target) and its
-    file-backed mappings (by path). Anonymous mappings are left out: the allocator's own
-    mappings merge and split with placement, which says nothing about a leak."""
-    fds = sorted(os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd"))
-    maps = []
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].startswith("/"):
-            maps.append(fields[5])
-    return fds, sorted(maps)
-
-
-def wait_holdings_back_to(pid: int, base: tuple) -> None:
-    now = base
-    def back() -> bool:
-        nonlocal now
-        now = holdings(pid)
-        return now == base
-    try:
-        st.poll(back, "the daemon's fds and mappings back to their baseline", tries=50)
-    except AssertionError as e:
-        gone = [sorted(set(b) - set(n)) for b, n in zip(base, now)]
-        extra = [sorted(set(n) - set(b)) for b, n in zip(base, now)]
-        raise AssertionError(f"{e}: fds/maps missing {gone}, left over {extra}") from None
-
-
-def snicctl(d: st.Daemon, cmd: str) -> str:
-    res = st.run([st.SNICCTL, "-s", d.ctrl, cmd], timeout=10)
-    assert res.returncode == 0, f"snicctl {cmd} exited {res.returncode}: {res.stderr}\n{d.describe()}"
-    return res.stdout
-
-
-def ctl_resources(d: st.Daemon) -> dict:
-    """Parsed `snicctl resources`."""
-    out = snicctl(d, "resources")
-    r: dict = {"counts": {}, "per_client": {}, "per_daemon": {}}
-    for line in out.splitlines():
-        m = re.fullmatch(r"(\w+) count (\d+) per-client (\d+) per-daemon (\d+)", line)
-        if m:
-            r["counts"][m[1]] = int(m[2])
-            r["per_client"][m[1]] = int(m[3])
-            r["per_daemon"][m[1]] = int(m[4])
-            continue
-        m = re.fullmatch(r"(sessions|mappings|mapped_bytes|fds|faults_recovered) (\d+)", line)
-        assert m, f"unexpected snicctl resources line {line!r}:\n{out}"
-        r[m[1]] = int(m[2])
-    assert set(r["counts"]) == set(KINDS), out
-    return r
-
-
-def all_released(d: st.Daemon) -> bool:
-    r = ctl_resources(d)
-    return (all(v == 0 for v in r["counts"].values()) and r["sessions"] == 0
-            and r["mappings"] == 0 and r["mapped_bytes"] == 0 and r["fds"] == 0)
 
 
 def build_everything(c: Conn) -> dict:
@@ -703,24 +646,24 @@ def test_close_releases_everything(snicd):
     # A first round warms the daemon's allocator up; the baseline is taken after it.
     with Conn(snicd.ctrl) as c:
         build_everything(c)
-    st.poll(lambda: all_released(snicd), "resources back to zero", tries=50)
-    base = holdings(snicd.pid)
+    st.poll(lambda: st.all_released(snicd), "resources back to zero", tries=50)
+    base = st.holdings(snicd.pid)
 
     with Conn(snicd.ctrl) as c:
         build_everything(c)
-        r = ctl_resources(snicd)
+        r = st.ctl_resources(snicd)
         assert r["sessions"] == 1 and r["fds"] == 2 and r["mappings"] == 6, r
         assert all(r["counts"][k] == 1 for k in KINDS), r
-        clients = snicctl(snicd, "clients")
+        clients = st.snicctl(snicd, "clients")
         line = next(l for l in clients.splitlines() if f" pid {os.getpid()} " in l)
         assert re.fullmatch(rf"session \d+ pid {os.getpid()} uid 0 gid 0 device {snicd.name}_0 "
                             r"pd 1 mr 1 mw 1 channel 1 cq 1 srq 1 qp 1 mapped \d+", line), clients
-        now = holdings(snicd.pid)
+        now = st.holdings(snicd.pid)
         assert len(now[0]) > len(base[0]) and len(now[1]) > len(base[1]), (base, now)
 
-    st.poll(lambda: all_released(snicd), "resources back to zero after close", tries=50)
-    wait_holdings_back_to(snicd.pid, base)
-    assert snicctl(snicd, "clients") == ""
+    st.poll(lambda: st.all_released(snicd), "resources back to zero after close", tries=50)
+    st.wait_holdings_back_to(snicd.pid, base)
+    assert st.snicctl(snicd, "clients") == ""
 
 
 def parse_qps_reply(body: bytes) -> tuple[tuple[int, ...], list[tuple]]:
@@ -801,21 +744,21 @@ def child_main(ctrl: str) -> None:
 
 
 def test_sigkill_of_a_client_releases_everything(snicd):
-    st.poll(lambda: all_released(snicd), "resources at zero before the test", tries=50)
-    base = holdings(snicd.pid)
+    st.poll(lambda: st.all_released(snicd), "resources at zero before the test", tries=50)
+    base = st.holdings(snicd.pid)
     for _ in range(3):
         child = subprocess.Popen([sys.executable, __file__, snicd.ctrl], stdout=subprocess.PIPE,
                                  text=True, cwd=Path(__file__).parent)
         try:
             assert child.stdout is not None
             assert child.stdout.readline().strip() == CHILD_READY
-            r = ctl_resources(snicd)
+            r = st.ctl_resources(snicd)
             assert r["counts"]["mr"] == 9 and r["counts"]["cq"] == 9, r
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=10)
-        st.poll(lambda: all_released(snicd), "resources back to zero after SIGKILL", tries=50)
-    wait_holdings_back_to(snicd.pid, base)
+        st.poll(lambda: st.all_released(snicd), "resources back to zero after SIGKILL", tries=50)
+    st.wait_holdings_back_to(snicd.pid, base)
 
 
 if __name__ == "__main__":

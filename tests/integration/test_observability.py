@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -26,9 +25,6 @@ SUBNET = "198.18.21"
 NOBODY = 65534
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 AS_OTHER = ["setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", "--"]
-
-LISTING_LINE = re.compile(r"qpn (\d+) device (\S+) session (\d+) pid (-?\d+) uid (\d+) type (\w+) "
-                          r"state (\w+) dest_qpn (\d+) peer (\S+)")
 
 # Every RoceCounters field and roce::Drop reason (daemon/roce_transport.h, proto/roce/packet.h).
 ROCE_COUNTERS = {"rx_packets", "tx_packets", "rx_unknown_qpn", "rx_bad_source", "rx_not_ipv4",
@@ -58,23 +54,13 @@ def wire(tmp_path_factory, mem_args, public_sock_dir):
         yield w
 
 
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    return bool(st.run(["ss", "-Hltn", f"sport = :{port}"], check=True).stdout.strip())
-
-
 @contextlib.contextmanager
 def live_pingpong(d: st.Daemon, sock_dir: Path, logdir: Path, server_as: list[str] = ()
                   ) -> Iterator[tuple[subprocess.Popen, subprocess.Popen]]:
     """ibv_rc_pingpong under snic-run, server on the daemon's first device (run through
     SERVER_AS), client on its second, for far more iterations than a test lasts; yields
     (server, client) once the client runs, and kills both on exit."""
-    port = free_tcp_port()
+    port = st.free_tcp_port()
     env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir))
     env.pop("LD_PRELOAD", None)
     common = ["-g", "0", "-p", str(port), "-s", "64", "-n", "10000000"]
@@ -85,7 +71,7 @@ def live_pingpong(d: st.Daemon, sock_dir: Path, logdir: Path, server_as: list[st
                 [*server_as, str(SNIC_RUN), "ibv_rc_pingpong", "-d", f"{d.name}_0", *common],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         server = procs[0]
-        st.poll(lambda: server.poll() is not None or listening(port), "the pingpong server to listen")
+        st.poll(lambda: server.poll() is not None or st.listening(port), "the pingpong server to listen")
         assert server.poll() is None, (logdir / "server.log").read_text()
         with open(logdir / "client.log", "wb") as out:
             procs.append(subprocess.Popen(
@@ -102,39 +88,13 @@ def ctl(d: st.Daemon, *args: str, user: list[str] = ()) -> subprocess.CompletedP
     return st.run([*user, st.SNICCTL, "-s", d.ctrl, *args], timeout=10)
 
 
-def ctl_qps(d: st.Daemon, user: list[str] = ()) -> list[dict]:
-    """`snicctl qp`: one dict per line, every line in the documented format."""
-    res = ctl(d, "qp", user=user)
-    assert res.returncode == 0, f"snicctl qp exited {res.returncode}: {res.stderr}"
-    rows = []
-    for line in res.stdout.splitlines():
-        assert LISTING_LINE.fullmatch(line), f"unexpected snicctl qp line {line!r}"
-        toks = line.split()
-        rows.append(dict(zip(toks[::2], toks[1::2])))
-    return rows
-
-
-def ctl_qp(d: st.Daemon, qpn: str, *flags: str, user: list[str] = ()) -> dict:
-    """`snicctl qp QPN`: its "key value" pairs (the lines made of them)."""
-    res = ctl(d, "qp", qpn, *flags, user=user)
-    assert res.returncode == 0, f"snicctl qp {qpn} exited {res.returncode}: {res.stderr}"
-    kv = {}
-    for line in res.stdout.splitlines():
-        if "(" in line:  # a heading
-            continue
-        toks = line.split()
-        assert len(toks) % 2 == 0, f"unexpected snicctl qp {qpn} line {line!r}"
-        kv.update(zip(toks[::2], toks[1::2]))
-    return kv
-
-
 def pingpong_qps(d: st.Daemon, server: subprocess.Popen, client: subprocess.Popen
                  ) -> Optional[tuple[dict, dict]]:
     """The server's and the client's QP once both are in RTS (the client's pid is the one
     that opened the device: snic-run and setpriv exec)."""
     for p in (server, client):
         assert p.poll() is None, f"ibv_rc_pingpong (pid {p.pid}) exited with {p.returncode}"
-    rows = {int(r["pid"]): r for r in ctl_qps(d)}
+    rows = {int(r["pid"]): r for r in st.ctl_qps(d)}
     s, c = rows.get(server.pid), rows.get(client.pid)
     if s and c and s["state"] == "RTS" and c["state"] == "RTS":
         return s, c
@@ -151,15 +111,15 @@ def test_snicctl_qp_shows_the_live_qps_of_a_pingpong(wire, tmp_path):
         assert s["type"] == c["type"] == "RC" and s["uid"] == c["uid"] == "0"
         assert s["session"] != c["session"]
 
-        first = ctl_qp(d, s["qpn"])
+        first = st.ctl_qp(d, s["qpn"])
         assert first["state"] == "RTS" and first["dest_qpn"] == c["qpn"], first
         assert first["path_mtu"] == "1024" and first["engine"] == "roce", first
         assert (first["failed"], first["error"]) == ("no", "none"), first
         # The QP number as the verbs tools print it works as well.
-        assert ctl_qp(d, hex(int(s["qpn"])))["qpn"] == s["qpn"]
+        assert st.ctl_qp(d, hex(int(s["qpn"])))["qpn"] == s["qpn"]
 
         def moved() -> Optional[dict]:
-            now = ctl_qp(d, s["qpn"])
+            now = st.ctl_qp(d, s["qpn"])
             return now if (now["next_psn"] != first["next_psn"]
                            and now["expected_psn"] != first["expected_psn"]
                            and int(now["tx_send_packets"]) > int(first.get("tx_send_packets", 0))
@@ -167,7 +127,7 @@ def test_snicctl_qp_shows_the_live_qps_of_a_pingpong(wire, tmp_path):
         later = st.poll(moved, "the server QP's PSNs and counters to move")
         assert int(later["msn"]) > int(first["msn"]), (first, later)
 
-        every = ctl_qp(d, s["qpn"], "-a")
+        every = st.ctl_qp(d, s["qpn"], "-a")
         assert every["timeouts"] == "0" and "tx_atomic_requests" in every, every
         assert "timeouts" not in later or later["timeouts"] != "0", "zero counters need -a"
 
@@ -223,14 +183,14 @@ def test_a_client_that_is_not_root_sees_only_its_own_qps(wire, tmp_path):
         theirs, ours = st.poll(lambda: pingpong_qps(d, server, client), "both pingpong QPs in RTS")
         assert (theirs["uid"], ours["uid"]) == (str(NOBODY), "0")
 
-        assert ctl_qps(d, user=AS_NOBODY) == [theirs], "nobody sees its own QP alone"
-        assert ctl_qps(d, user=AS_OTHER) == [], "a third user sees none"
-        assert ctl_qp(d, theirs["qpn"], user=AS_NOBODY)["state"] == "RTS"
+        assert st.ctl_qps(d, user=AS_NOBODY) == [theirs], "nobody sees its own QP alone"
+        assert st.ctl_qps(d, user=AS_OTHER) == [], "a third user sees none"
+        assert st.ctl_qp(d, theirs["qpn"], user=AS_NOBODY)["state"] == "RTS"
         res = ctl(d, "qp", ours["qpn"], user=AS_NOBODY)
         assert res.returncode == 1 and res.stdout == "", res
         assert f"no QP {ours['qpn']} (or it is not one of yours)" in res.stderr, res.stderr
         # Root sees both.
-        assert ctl_qp(d, theirs["qpn"])["uid"] == str(NOBODY)
+        assert st.ctl_qp(d, theirs["qpn"])["uid"] == str(NOBODY)
 
         # The same for the sessions themselves (snicctl clients): pids are nobody else's.
         def session_uids(user):
