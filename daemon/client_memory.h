@@ -55,7 +55,8 @@ struct ClientMemoryStats {
 };
 ClientMemoryStats client_memory_stats();
 
-// A client's descriptor snicd keeps (notification socket), counted in ClientMemoryStats::fds.
+// A client's descriptor snicd keeps (notification socket), counted in ClientMemoryStats::fds
+// (and, held by a KeptFd of daemon/resources.h, per client and per user).
 class ClientFd {
   public:
     ClientFd() = default;

@@ -740,12 +740,18 @@ CmSession::~CmSession() {
     service_.sessions_.erase(cookie_);
 }
 
-int CmSession::open(FdList& fds) {
+int CmSession::open(FdList& fds, Resources& resources) {
     constexpr const char* op = "cm_open";
     if (ring_) return refuse(EINVAL, op, "already open");
     if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: notification socket, memfd");
     if (!is_notify_socket(fds.get(0)))
         return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
+    auto notify = resources.keep_fd(fds.take(0), peer_.uid, fds_);
+    if (!notify) {
+        spdlog::warn("cm: connection of pid {} uid {}: {} refused ({}): {}", peer_.pid, peer_.uid,
+                     op, std::strerror(notify.error().code), notify.error().message);
+        return notify.error().code;
+    }
     const shm::Layout layout = shm::cm_event_layout();
     auto map = map_object(fds.get(1), layout.bytes, nullptr);
     if (!map) return refuse(map.error().code, op, map.error().message);
@@ -758,7 +764,7 @@ int CmSession::open(FdList& fds) {
                                   shm::kCmEventCapacity));
     map_ = std::move(*map);
     ring_ = *ring;
-    notify_ = ClientFd(fds.take(0));
+    notify_ = std::move(*notify);
     return 0;
 }
 

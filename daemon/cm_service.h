@@ -60,10 +60,12 @@ class CmSession {
     CmSession(const CmSession&) = delete;
     CmSession& operator=(const CmSession&) = delete;
 
-    // cm_open: the notification socket and the event ring's memfd.
-    int open(FdList& fds);
+    // cm_open: the notification socket and the event ring's memfd. The socket is counted
+    // in the client descriptors `resources` keeps per user (EMFILE past the quota).
+    int open(FdList& fds, Resources& resources);
 
     const Peer& peer() const { return peer_; }
+    std::uint32_t fds() const { return fds_; }  // descriptors kept: its notification socket
     std::uint64_t cookie() const { return cookie_; }
     std::uint32_t ids() const { return ids_; }
 
@@ -86,7 +88,8 @@ class CmSession {
     CmService& service_;
     Peer peer_;
     std::uint64_t cookie_;
-    ClientFd notify_;
+    std::uint32_t fds_ = 0;
+    KeptFd notify_;
     Mapping map_;
     std::optional<shm::RingProducer<shm::CmEvent>> ring_;
     std::uint32_t ids_ = 0;  // owned now

@@ -441,7 +441,7 @@ int ControlServer::dispatch_cm(Client& c, shm::CtrlOp op, const std::byte* in, s
         return run(std::type_identity<shm::Empty>{}, [&](const shm::Empty&) {
             if (c.session || c.cm) return EINVAL;  // one kind of connection, opened once
             auto s = cm_->new_session(c.peer);
-            if (const int err = s->open(fds); err != 0) return err;
+            if (const int err = s->open(fds, resources_); err != 0) return err;
             answer(shm::CmOpenReply{s->cookie()});
             c.cm = std::move(s);
             return 0;
@@ -520,6 +520,8 @@ std::size_t ControlServer::fill_resources(std::byte* body) const {
     r.mapped_bytes = m.mapped_bytes;
     r.mappings = m.mappings;
     r.fds = m.fds;
+    r.max_fds_per_client = l.max_fds_per_client;
+    r.max_fds_per_uid = l.max_fds_per_uid;
     r.faults_recovered = static_cast<std::uint32_t>(fault_guard::recovered());
     std::memcpy(body, &r, sizeof r);
     return sizeof r;

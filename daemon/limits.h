@@ -50,6 +50,11 @@ struct Limits {
     std::uint64_t max_mapped_per_uid;
     std::uint64_t max_mapped_per_daemon;
     std::uint32_t max_mappings_per_daemon;
+
+    // Client descriptors snicd keeps open (notification sockets), per client and per user
+    // (uid): the checks of Resources::keep_fd, EMFILE beyond them.
+    std::uint32_t max_fds_per_client;
+    std::uint32_t max_fds_per_uid;
     constexpr KindLimit of(shm::ObjKind k) const { return objects[static_cast<std::size_t>(k)]; }
 };
 
@@ -94,11 +99,27 @@ inline constexpr Limits kLimits{
     .max_mapped_per_uid = std::uint64_t{32} << 40,
     .max_mapped_per_daemon = std::uint64_t{64} << 40,
     .max_mappings_per_daemon = 49152,
+    // What a client leaves with snicd: the notification socket of its device (async events),
+    // of each completion channel and of each rdma_cm connection (memfds are closed once
+    // mapped; the control connection itself is bounded by the connection quotas, 64 per uid
+    // and 256 in all). A client: its device's socket and one for each of its 64 channels. A
+    // user: 512, half the daemon's 1,024 channels (as a user may map half the daemon's
+    // address space), which gives each of its 64 connections its own socket and 7 channels
+    // on average and leaves the other half to other users. In all, the object and
+    // connection limits bound what snicd keeps to 1,280 (256 devices' or rdma_cm
+    // connections' sockets, 1,024 channels'), beside the 256 control connections: within
+    // even the kernel's default hard RLIMIT_NOFILE (4,096), to which snicd raises its soft
+    // limit.
+    .max_fds_per_client = 1 + 64,
+    .max_fds_per_uid = 512,
 };
 
 static_assert(kLimits.max_cq_capacity > kLimits.max_cqe);
 static_assert(kLimits.max_wq_capacity >= kLimits.max_qp_wr &&
               kLimits.max_wq_capacity >= kLimits.max_srq_wr);
+static_assert(kLimits.max_fds_per_client >= 1 + kLimits.of(shm::ObjKind::channel).per_client,
+              "a client may keep its device's socket and one for each channel it may create");
+static_assert(kLimits.max_fds_per_uid >= kLimits.max_fds_per_client);
 static_assert(kLimits.of(shm::ObjKind::cq).per_client <= shm::kChannelCapacity,
               "a channel's ring must hold one notification of every CQ of its client");
 

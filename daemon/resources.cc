@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <spdlog/fmt/fmt.h>
+
 namespace snic::daemon {
 
 namespace {
@@ -178,6 +180,51 @@ void Resources::release(shm::ObjKind k, Counts& session) {
     assert(session[i] > 0 && counts_[i] > 0);
     --session[i];
     --counts_[i];
+}
+
+Result<KeptFd> Resources::keep_fd(Fd fd, std::uint32_t uid, std::uint32_t& client) {
+    const std::uint32_t of_uid = fds_of_uid(uid);
+    if (client >= limits_.max_fds_per_client)
+        return make_error(EMFILE, fmt::format("this client keeps {} descriptors, its quota is {}",
+                                              client, limits_.max_fds_per_client));
+    if (of_uid >= limits_.max_fds_per_uid)
+        return make_error(EMFILE,
+                          fmt::format("uid {} keeps {} descriptors over its clients, its quota is "
+                                      "{} (this client keeps {})",
+                                      uid, of_uid, limits_.max_fds_per_uid, client));
+    ++client;
+    ++fds_by_uid_[uid];
+    return KeptFd(ClientFd(std::move(fd)), *this, uid, client);
+}
+
+std::uint32_t Resources::fds_of_uid(std::uint32_t uid) const {
+    const auto it = fds_by_uid_.find(uid);
+    return it == fds_by_uid_.end() ? 0 : it->second;
+}
+
+void Resources::release_fd(std::uint32_t uid, std::uint32_t& client) {
+    const auto it = fds_by_uid_.find(uid);
+    assert(client > 0 && it != fds_by_uid_.end() && it->second > 0);
+    --client;
+    if (--it->second == 0) fds_by_uid_.erase(it);
+}
+
+KeptFd& KeptFd::operator=(KeptFd&& o) noexcept {
+    if (this != &o) {
+        release();
+        fd_ = std::move(o.fd_);
+        r_ = std::exchange(o.r_, nullptr);
+        uid_ = o.uid_;
+        client_ = std::exchange(o.client_, nullptr);
+    }
+    return *this;
+}
+
+void KeptFd::release() {
+    fd_ = ClientFd{};  // closed first: counted while it is open
+    if (r_ != nullptr) r_->release_fd(uid_, *client_);
+    r_ = nullptr;
+    client_ = nullptr;
 }
 
 std::uint32_t Resources::add_session(Session* s) {

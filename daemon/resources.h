@@ -1,6 +1,7 @@
 // What snicd shares between all client sessions: the one key space of MR and MW keys, the
-// QP and SRQ numbers, the object counts against the per-client and per-daemon limits, and
-// the list of sessions. Also the per-session handle table every session keeps per kind.
+// QP and SRQ numbers, the object counts against the per-client and per-daemon limits, the
+// client descriptors kept per user, and the list of sessions. Also the per-session handle
+// table every session keeps per kind.
 //
 // All of it is owned and changed by the control thread. The name tables are preallocated
 // arrays of slots that never move, so that a data lcore can resolve a key or a QP number
@@ -19,10 +20,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "common/result.h"
+#include "daemon/client_memory.h"
 #include "daemon/limits.h"
 #include "shm/control.h"
 
@@ -137,6 +141,34 @@ class NameLease {
     std::uint32_t name_ = 0;
 };
 
+class Resources;
+
+// A client's descriptor snicd keeps (a notification socket), counted daemon-wide (ClientFd),
+// in its client's count and in its user's while it is kept. Made by Resources::keep_fd.
+class KeptFd {
+  public:
+    KeptFd() = default;
+    KeptFd(KeptFd&& o) noexcept
+        : fd_(std::move(o.fd_)),
+          r_(std::exchange(o.r_, nullptr)),
+          uid_(o.uid_),
+          client_(std::exchange(o.client_, nullptr)) {}
+    KeptFd& operator=(KeptFd&& o) noexcept;
+    ~KeptFd() { release(); }
+    int get() const { return fd_.get(); }
+
+  private:
+    friend class Resources;
+    KeptFd(ClientFd fd, Resources& r, std::uint32_t uid, std::uint32_t& client)
+        : fd_(std::move(fd)), r_(&r), uid_(uid), client_(&client) {}
+    void release();
+
+    ClientFd fd_;
+    Resources* r_ = nullptr;
+    std::uint32_t uid_ = 0;
+    std::uint32_t* client_ = nullptr;
+};
+
 // The daemon-wide state shared by the sessions.
 class Resources {
   public:
@@ -153,6 +185,14 @@ class Resources {
     void release(shm::ObjKind k, Counts& session);
     std::uint32_t count(shm::ObjKind k) const { return counts_[static_cast<std::size_t>(k)]; }
     const Counts& counts() const { return counts_; }
+
+    // Keeps `fd` for a client of user `uid` that keeps `client` descriptors now: counted in
+    // both, or EMFILE (and `fd` closed) when the client's bound or the user's
+    // (max_fds_per_client, max_fds_per_uid) is reached; the message gives the figures.
+    // Checked before anything else is done with the descriptor: an op calls it first.
+    Result<KeptFd> keep_fd(Fd fd, std::uint32_t uid, std::uint32_t& client);
+    // The client descriptors kept for user `uid`'s clients (sessions and rdma_cm connections).
+    std::uint32_t fds_of_uid(std::uint32_t uid) const;
 
     NameTable& keys() { return keys_; }
     NameTable& qpns() { return qpns_; }
@@ -173,9 +213,13 @@ class Resources {
     }
 
   private:
+    friend class KeptFd;
+    void release_fd(std::uint32_t uid, std::uint32_t& client);
+
     std::function<void()> quiesce_;
     const Limits limits_;
     Counts counts_{};
+    std::map<std::uint32_t, std::uint32_t> fds_by_uid_;  // users keeping none are left out
     NameTable keys_;
     NameTable qpns_;
     NameTable srqns_;

@@ -132,6 +132,12 @@ int Session::refuse(int err, const char* op, std::string_view why) const {
     return err;
 }
 
+int Session::refuse_quota(int err, const char* op, std::string_view why) const {
+    spdlog::warn("control: session {} (pid {} uid {}): {} refused ({}): {}", id_, peer_.pid,
+                 peer_.uid, op, std::strerror(err), why);
+    return err;
+}
+
 shm::ClientInfo Session::info() const {
     shm::ClientInfo c{};
     c.session = id_;
@@ -140,6 +146,7 @@ shm::ClientInfo Session::info() const {
     c.gid = peer_.gid;
     if (port_ != nullptr) std::snprintf(c.device, sizeof c.device, "%s", device_name().c_str());
     std::copy(counts_.begin(), counts_.end(), c.counts);
+    c.fds = fds_;
     c.mapped_bytes = mapped_bytes_;
     return c;
 }
@@ -160,6 +167,8 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
         return refuse(EINVAL, op, "takes 2 fds: async notification socket, async memfd");
     if (!is_notify_socket(fds.get(0)))
         return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
+    auto notify = r_.keep_fd(fds.take(0), peer_.uid, fds_);
+    if (!notify) return refuse_quota(notify.error().code, op, notify.error().message);
 
     const shm::ContextLayout layout = shm::context_layout(shm::kAsyncCapacity);
     auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
@@ -173,7 +182,7 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     const DevicePort& port = ports_[req.port_index];
     events_.map = std::move(*map);
     events_.ring = *ring;
-    events_.notify = ClientFd(fds.take(0));
+    events_.notify = std::move(*notify);
     doorbells_ = doorbells;
     port_ = &port;
     iwarp_ = req.transport == shm::kTransportIwarp;
@@ -393,6 +402,8 @@ int Session::create_channel(const shm::Empty&, FdList& fds, shm::HandleReply& ou
     if (fds.size() != 2) return refuse(EINVAL, op, "takes 2 fds: notification socket, memfd");
     if (!is_notify_socket(fds.get(0)))
         return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
+    auto notify = r_.keep_fd(fds.take(0), peer_.uid, fds_);
+    if (!notify) return refuse_quota(notify.error().code, op, notify.error().message);
     if (!r_.reserve(ObjKind::channel, counts_)) return refuse(ENOMEM, op, "channel limit reached");
     auto ch = std::make_unique<Channel>();
     ch->counted = Counted(r_, ObjKind::channel, counts_);
@@ -405,7 +416,7 @@ int Session::create_channel(const shm::Empty&, FdList& fds, shm::HandleReply& ou
     if (!ring) return refuse(ring.error().code, op, ring.error().message);
     ch->map = std::move(*map);
     ch->ring = *ring;
-    ch->notify = ClientFd(fds.take(0));
+    ch->notify = std::move(*notify);
 
     const shm::Handle h = channels_.insert(std::move(ch));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");

@@ -140,7 +140,7 @@ struct Mw {
 // the notification socket that signals it. Produced on the lcore of the session's port only,
 // like CQEs (the control thread posts through a task there).
 struct AsyncEvents {
-    ClientFd notify;
+    KeptFd notify;
     Mapping map;
     std::optional<shm::RingProducer<shm::AsyncEvent>> ring;
     // Queues an event (ibv_event_type) about `handle` and signals the socket; false when the
@@ -151,7 +151,7 @@ struct AsyncEvents {
 struct Channel {
     Counted counted;
     shm::Handle handle = shm::kNoHandle;
-    ClientFd notify;  // the channel's notification socket
+    KeptFd notify;  // the channel's notification socket
     Mapping map;
     std::optional<shm::RingProducer<std::uint32_t>> ring;  // CQ handles, snicd produces
     std::uint32_t refs = 0;                                // CQs
@@ -247,6 +247,8 @@ class Session {
     bool opened() const { return port_ != nullptr; }
     const Counts& counts() const { return counts_; }
     std::uint64_t mapped_bytes() const { return mapped_bytes_; }
+    // The client's descriptors it keeps: the device's notification socket and each channel's.
+    std::uint32_t fds() const { return fds_; }
     // Whether `bytes` more of client memory in `mappings` more mmaps fit the quotas of
     // limits.h (this client, its uid, the daemon): 0, or ENOMEM with the reason logged.
     int check_address_space(std::uint64_t bytes, std::uint32_t mappings, const char* op) const;
@@ -262,7 +264,9 @@ class Session {
 
     // The ops. Each returns 0 and fills its reply, or a positive errno. `fds` are the
     // descriptors of the request in order; an op takes those it keeps, the caller closes
-    // the rest. Every op but open_device requires an opened device (the caller checks).
+    // the rest. One it keeps is counted against the client's and its user's descriptor
+    // quotas before anything else is done with it (EMFILE past them). Every op but
+    // open_device requires an opened device (the caller checks).
     int open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDeviceReply& out);
     int query_port(const shm::Empty& req, FdList& fds, shm::QueryPortReply& out);
     int alloc_pd(const shm::Empty& req, FdList& fds, shm::HandleReply& out);
@@ -292,6 +296,8 @@ class Session {
   private:
     // Logs why `op` was refused (debug level) and returns `err`.
     int refuse(int err, const char* op, std::string_view why) const;
+    // The same for a quota of the daemon's own resources, which the operator hears of (warn).
+    int refuse_quota(int err, const char* op, std::string_view why) const;
     int check_modify_values(std::uint32_t mask, const shm::QpAttr& a) const;
     int check_qp_caps(const shm::CreateQpReq& req, bool with_srq) const;
     // modify_srq with IBV_SRQ_MAX_WR: the SRQ moved to the area of fds[0]; `prod` is the new
@@ -317,6 +323,7 @@ class Session {
     // Declared before the tables: the objects update them as they go.
     Counts counts_{};
     std::uint64_t mapped_bytes_ = 0;
+    std::uint32_t fds_ = 0;
 
     const DevicePort* port_ = nullptr;  // set by open_device
     bool iwarp_ = false;                // the port's iWARP device, not its RoCEv2 one

@@ -24,8 +24,9 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-// 6: CmStatusReply::no_room; 5: MrSegment kinds (SysV, hugetlb); 4: SRQ resize, QpControl::recv
-inline constexpr std::uint16_t kAbiVersion = 6;
+// 7: ClientInfo::fds, ResourcesReply's descriptor quotas; 6: CmStatusReply::no_room;
+// 5: MrSegment kinds (SysV, hugetlb); 4: SRQ resize, QpControl::recv
+inline constexpr std::uint16_t kAbiVersion = 7;
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
@@ -411,7 +412,7 @@ struct ClientInfo {
     std::uint32_t gid;
     char device[kNameLen];  // "" until it opens one
     std::uint32_t counts[kObjKinds];
-    std::uint32_t reserved;
+    std::uint32_t fds;           // its descriptors snicd keeps (notification sockets)
     std::uint64_t mapped_bytes;  // memory of this client snicd has mapped
 };
 struct ClientsReply {
@@ -430,6 +431,9 @@ struct ResourcesReply {
     // SIGBUS faults in client memory snicd survived (daemon/fault_guard.h): huge pages a
     // client punched out with no page left in the pool to replace them.
     std::uint32_t faults_recovered;
+    // The client descriptors snicd keeps at most for one client and for one user (uid).
+    std::uint32_t max_fds_per_client;
+    std::uint32_t max_fds_per_uid;
 };
 
 // ---- snicctl qp: the sessions' QPs, as `rdma resource show qp` lists a kernel RNIC's ----

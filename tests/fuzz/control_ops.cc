@@ -96,10 +96,17 @@ FdList pick_fds(Input& in) {
                 (void)shm::RingProducer<shm::RecvWqe>::init(m.subspan(l.ring1), cap);
             })});
         }
-        case 4: {
+        case 4: {  // a notification socket and a memfd: a channel's ring, or any bytes
             int sv[2];
             SNIC_FUZZ_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
             ::close(sv[0]);
+            if ((in.u8() & 1) != 0) {
+                const shm::Layout l = shm::channel_layout(shm::kChannelCapacity);
+                return fds_of({sv[1], memfd(l.bytes, [&](std::span<std::byte> m) {
+                                   (void)shm::RingConsumer<std::uint32_t>::init(
+                                       m.subspan(l.ring0), shm::kChannelCapacity);
+                               })});
+            }
             return fds_of({sv[1], memfd(std::size_t{in.u16()} * 64)});
         }
         default:
@@ -227,6 +234,11 @@ void session_run(Resources& r, std::span<const DevicePort> p, Input& in) {
         }
         for (std::size_t k = 0; k < shm::kObjKinds; ++k)
             SNIC_FUZZ_REQUIRE(s.counts()[k] <= r.counts()[k]);
+        // The descriptors it keeps are its device's socket and its channels', all counted.
+        SNIC_FUZZ_REQUIRE(s.fds() ==
+                          1 + s.counts()[static_cast<std::size_t>(shm::ObjKind::channel)]);
+        SNIC_FUZZ_REQUIRE(s.fds() <= r.limits().max_fds_per_client);
+        SNIC_FUZZ_REQUIRE(r.fds_of_uid(s.peer().uid) == s.fds());
     }
 }
 
@@ -241,7 +253,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // The session is gone: nothing of it is left.
     for (std::size_t k = 0; k < shm::kObjKinds; ++k) SNIC_FUZZ_REQUIRE(resources.counts()[k] == 0);
     const ClientMemoryStats m = client_memory_stats();
-    SNIC_FUZZ_REQUIRE(m.mapped_bytes == 0 && m.mappings == 0);
+    SNIC_FUZZ_REQUIRE(m.mapped_bytes == 0 && m.mappings == 0 && m.fds == 0);
+    SNIC_FUZZ_REQUIRE(resources.fds_of_uid(1000) == 0);
     SNIC_FUZZ_REQUIRE(open_fds() == fds_before);
     return 0;
 }

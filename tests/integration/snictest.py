@@ -231,7 +231,11 @@ def ctl_resources(d: "Daemon") -> dict:
             r["per_client"][m[1]] = int(m[3])
             r["per_daemon"][m[1]] = int(m[4])
             continue
-        m = re.fullmatch(r"(sessions|mappings|mapped_bytes|fds|faults_recovered) (\d+)", line)
+        m = re.fullmatch(r"fds (\d+) per-client (\d+) per-uid (\d+)", line)
+        if m:
+            r["fds"], r["fds_per_client"], r["fds_per_uid"] = int(m[1]), int(m[2]), int(m[3])
+            continue
+        m = re.fullmatch(r"(sessions|mappings|mapped_bytes|faults_recovered) (\d+)", line)
         assert m, f"unexpected snicctl resources line {line!r}:\n{out}"
         r[m[1]] = int(m[2])
     assert set(r["counts"]) == set(KINDS), out

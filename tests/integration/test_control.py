@@ -29,7 +29,7 @@ import snictest as st
 # ---------------------------------------------------------------- the ABI
 
 MAGIC = 0x43494E53
-ABI = 6
+ABI = 7
 HDR = struct.Struct("<IHHIiII")  # magic, abi_version, op, seq, status, length, reserved
 OPS = {name: i + 1 for i, name in enumerate([
     "status", "open_device", "query_port", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr",
@@ -69,8 +69,9 @@ REG_MR_REPLY = struct.Struct("<IIII")
 CREATE_CQ_REPLY = struct.Struct("<II")
 CREATE_QP_REPLY = struct.Struct("<II5III")  # handle, qpn, cap, doorbell, reserved
 MODIFY_QP_REPLY = struct.Struct("<II")
-RESOURCES_REPLY = struct.Struct("<I7I7I7IQIII4x")
-CLIENT_INFO = struct.Struct("<IiII64s7I4xQ")
+RESOURCES_REPLY = struct.Struct("<I7I7I7IQIIIII4x")
+CLIENT_INFO = struct.Struct("<IiII64s7IIQ")  # session pid uid gid device counts fds mapped
+CLIENTS_REPLY_HEAD = struct.Struct("<II")  # nclients listed
 # QpAttr (144 bytes): ten u32, QpCap, reserved, two AhAttr, two u16, twelve u8.
 AH_ATTR = struct.Struct("<16sIBBBBHBBBB2x")
 QP_ATTR_HEAD = struct.Struct("<10I5II")
@@ -261,8 +262,24 @@ class Conn:
     def modify_qp(self, qp: int, mask: int, **attr) -> int:
         return self.status_of("modify_qp", modify_body(qp, mask, **attr))
 
+    def destroy_channel(self, channel: int) -> None:
+        self.call("destroy_channel", HANDLE.pack(channel, 0))
+
     def resources(self) -> dict:
         return parse_resources_reply(self.call("resources"))
+
+    def clients(self) -> list[dict]:
+        """The sessions this connection may see (the clients op, as snicctl clients asks)."""
+        body = self.call("clients")
+        nclients, listed = CLIENTS_REPLY_HEAD.unpack_from(body)
+        out = []
+        for i in range(listed):
+            v = CLIENT_INFO.unpack_from(body, CLIENTS_REPLY_HEAD.size + i * CLIENT_INFO.size)
+            out.append({"session": v[0], "pid": v[1], "uid": v[2], "gid": v[3],
+                        "device": v[4].rstrip(b"\0").decode(), "counts": dict(zip(KINDS, v[5:12])),
+                        "fds": v[12], "mapped_bytes": v[13]})
+        assert nclients >= listed
+        return out
 
 
 def mr_body(pd: int, access: int, addr: int, length: int, segs: list[tuple[int, int, int]],
@@ -295,7 +312,8 @@ def parse_resources_reply(body: bytes) -> dict:
     v = RESOURCES_REPLY.unpack(body)
     return {"sessions": v[0], "counts": dict(zip(KINDS, v[1:8])),
             "per_client": dict(zip(KINDS, v[8:15])), "per_daemon": dict(zip(KINDS, v[15:22])),
-            "mapped_bytes": v[22], "mappings": v[23], "fds": v[24], "faults_recovered": v[25]}
+            "mapped_bytes": v[22], "mappings": v[23], "fds": v[24], "faults_recovered": v[25],
+            "fds_per_client": v[26], "fds_per_uid": v[27]}
 
 
 def v4mapped(ip: str) -> bytes:
@@ -330,6 +348,20 @@ def snicd(tmp_path_factory, mem_args):
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.fixture
+def baseline(snicd):
+    """Takes the daemon's holdings as a test's baseline, through a connection the test keeps
+    open until it ends: snicd drops a closed connection (a previous test's, snicctl's) in the
+    turn of its loop that sees it closed, so two round trips on a connection made after it
+    make sure that none closed before is still counted in the baseline."""
+    with Conn(snicd.ctrl) as c:
+        def take() -> tuple:
+            c.call("resources")
+            c.call("resources")
+            return st.holdings(snicd.pid)
+        yield take
 
 
 def build_everything(c: Conn) -> dict:
@@ -642,12 +674,12 @@ def test_srq_limit_resize_and_busy(snicd):
         assert c.status_of("query_srq", HANDLE.pack(srq, 0)) == errno.EINVAL
 
 
-def test_close_releases_everything(snicd):
+def test_close_releases_everything(snicd, baseline):
     # A first round warms the daemon's allocator up; the baseline is taken after it.
     with Conn(snicd.ctrl) as c:
         build_everything(c)
     st.poll(lambda: st.all_released(snicd), "resources back to zero", tries=50)
-    base = st.holdings(snicd.pid)
+    base = baseline()
 
     with Conn(snicd.ctrl) as c:
         build_everything(c)
@@ -657,13 +689,148 @@ def test_close_releases_everything(snicd):
         clients = st.snicctl(snicd, "clients")
         line = next(l for l in clients.splitlines() if f" pid {os.getpid()} " in l)
         assert re.fullmatch(rf"session \d+ pid {os.getpid()} uid 0 gid 0 device {snicd.name}_0 "
-                            r"pd 1 mr 1 mw 1 channel 1 cq 1 srq 1 qp 1 mapped \d+", line), clients
+                            r"pd 1 mr 1 mw 1 channel 1 cq 1 srq 1 qp 1 mapped \d+ fds 2", line), clients
         now = st.holdings(snicd.pid)
         assert len(now[0]) > len(base[0]) and len(now[1]) > len(base[1]), (base, now)
 
     st.poll(lambda: st.all_released(snicd), "resources back to zero after close", tries=50)
     st.wait_holdings_back_to(snicd.pid, base)
     assert st.snicctl(snicd, "clients") == ""
+
+
+def ctl_session_fds(d: st.Daemon) -> dict[int, int]:
+    """Each session's kept descriptors, from `snicctl clients` (session number -> fds N)."""
+    out = {}
+    for line in st.snicctl(d, "clients").splitlines():
+        m = re.fullmatch(r"session (\d+) pid \d+ .* mapped \d+ fds (\d+)", line)
+        assert m, f"unexpected snicctl clients line {line!r}"
+        out[int(m[1])] = int(m[2])
+    return out
+
+
+def fill_with_channels(c: Conn, at_most: int) -> tuple[list[int], int]:
+    """Creates channels until one is refused (or `at_most` are made): their handles and the
+    errno of the refusal (0: none)."""
+    made = []
+    while len(made) < at_most:
+        try:
+            made.append(c.create_channel())
+        except Refused as e:
+            return made, e.status
+    return made, 0
+
+
+def test_kept_descriptors_are_counted_per_client(snicd):
+    """The device's notification socket and each channel's are the client's descriptors snicd
+    keeps: counted in its session (snicctl clients: fds N, and the clients op) and in the
+    daemon's, up as channels are made and down as they go."""
+    st.poll(lambda: st.all_released(snicd), "resources at zero before the test", tries=50)
+    with Conn(snicd.ctrl) as c, Conn(snicd.ctrl) as other:
+        c.open_device()
+        other.open_device()
+        assert sorted(ctl_session_fds(snicd).values()) == [1, 1]
+        chans = [c.create_channel() for _ in range(3)]
+        ours = next(x for x in c.clients() if x["fds"] != 1)
+        assert (ours["fds"], ours["counts"]["channel"], ours["pid"]) == (4, 3, os.getpid()), ours
+        fds = ctl_session_fds(snicd)
+        assert fds[ours["session"]] == 4 and sorted(fds.values()) == [1, 4], fds
+        assert st.ctl_resources(snicd)["fds"] == 5
+        for h in chans[:2]:
+            c.destroy_channel(h)
+        assert ctl_session_fds(snicd)[ours["session"]] == 2
+        assert st.ctl_resources(snicd)["fds"] == 3
+        # A refused channel (its socket is no notification socket) is not counted.
+        mfd = memfd(channel_layout_bytes())
+        r, w = os.pipe()
+        try:
+            assert c.status_of("create_channel", b"", (w, mfd)) == errno.EINVAL
+        finally:
+            for fd in (mfd, r, w):
+                os.close(fd)
+        assert ctl_session_fds(snicd)[ours["session"]] == 2
+    st.poll(lambda: st.all_released(snicd), "resources back to zero after close", tries=50)
+
+
+def test_a_client_keeps_at_most_its_quota_of_descriptors(snicd, baseline):
+    """Past its quota (its device's socket and one per channel it may make) a client's
+    channel is refused with EMFILE, as a kernel provider's is out of descriptors; the daemon
+    says why, and keeps nothing more of it."""
+    st.poll(lambda: st.all_released(snicd), "resources at zero before the test", tries=50)
+    base = baseline()
+    quota = st.ctl_resources(snicd)["fds_per_client"]
+    with Conn(snicd.ctrl) as c:
+        c.open_device()
+        chans, err = fill_with_channels(c, quota)
+        assert (len(chans), err) == (quota - 1, errno.EMFILE), (len(chans), err)
+        session = c.clients()[0]
+        assert (session["fds"], session["counts"]["channel"]) == (quota, quota - 1), session
+        r = st.ctl_resources(snicd)
+        assert (r["fds"], r["counts"]["channel"]) == (quota, quota - 1), r
+        assert (f"create_channel refused (Too many open files): this client keeps {quota} "
+                f"descriptors, its quota is {quota}") in snicd.stdout(), snicd.describe()
+        held = baseline()  # a refusal keeps nothing: the reply comes after snicd closed it all
+        assert fill_with_channels(c, 1) == ([], errno.EMFILE)
+        assert st.holdings(snicd.pid) == held
+        # One given back makes room for one.
+        c.destroy_channel(chans.pop())
+        chans.append(c.create_channel())
+        assert fill_with_channels(c, 1) == ([], errno.EMFILE)
+    st.poll(lambda: st.all_released(snicd), "resources back to zero after close", tries=50)
+    st.wait_holdings_back_to(snicd.pid, base)
+
+
+def test_a_users_clients_share_its_quota_of_descriptors(snicd, baseline):
+    """A user's sessions together keep at most the user's quota: a client of a user whose
+    other clients keep nearly all of it gets what is left, then EMFILE, and a new one cannot
+    even open its device; a client that goes gives its share back."""
+    st.poll(lambda: st.all_released(snicd), "resources at zero before the test", tries=50)
+    base = baseline()
+    r = st.ctl_resources(snicd)
+    per_client, per_uid = r["fds_per_client"], r["fds_per_uid"]
+    assert per_uid > per_client, r
+    conns: list[Conn] = []
+    try:
+        kept = 0
+        while per_uid - kept >= per_client:  # clients full to their own quota
+            c = Conn(snicd.ctrl)
+            conns.append(c)
+            c.open_device()
+            chans, err = fill_with_channels(c, per_client - 1)
+            assert (len(chans), err) == (per_client - 1, 0)
+            kept += per_client
+        last = Conn(snicd.ctrl)
+        conns.append(last)
+        last.open_device()
+        chans, err = fill_with_channels(last, per_client)
+        assert err == errno.EMFILE and kept + 1 + len(chans) == per_uid, (kept, len(chans), err)
+        assert len(chans) < per_client - 1  # the user's quota, below the client's
+        assert st.ctl_resources(snicd)["fds"] == per_uid
+        assert sum(ctl_session_fds(snicd).values()) == per_uid
+        assert (f"uid 0 keeps {per_uid} descriptors over its clients, its quota is {per_uid} "
+                f"(this client keeps {1 + len(chans)})") in snicd.stdout(), snicd.describe()
+        with Conn(snicd.ctrl) as more:
+            size = async_layout_bytes()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            mfd = memfd(size)
+            try:
+                format_ring(mfd, size, 0, ASYNC_CAPACITY, ASYNC_EVENT_SIZE)
+                assert more.status_of("open_device", struct.pack("<II", 0, 0),
+                                      (theirs.fileno(), mfd)) == errno.EMFILE
+            finally:
+                ours.close()
+                theirs.close()
+                os.close(mfd)
+        # The first client goes: the others may keep what it kept.
+        conns.pop(0).close()
+        st.poll(lambda: st.ctl_resources(snicd)["fds"] == per_uid - per_client or None,
+                "the closed client's descriptors given back")
+        last.create_channel()
+        assert st.ctl_resources(snicd)["fds"] == per_uid - per_client + 1
+    finally:
+        for c in conns:
+            c.close()
+    st.poll(lambda: st.all_released(snicd), "resources back to zero after close", tries=50)
+    st.wait_holdings_back_to(snicd.pid, base)
 
 
 def parse_qps_reply(body: bytes) -> tuple[tuple[int, ...], list[tuple]]:
@@ -743,9 +910,9 @@ def child_main(ctrl: str) -> None:
     signal.pause()
 
 
-def test_sigkill_of_a_client_releases_everything(snicd):
+def test_sigkill_of_a_client_releases_everything(snicd, baseline):
     st.poll(lambda: st.all_released(snicd), "resources at zero before the test", tries=50)
-    base = st.holdings(snicd.pid)
+    base = baseline()
     for _ in range(3):
         child = subprocess.Popen([sys.executable, __file__, snicd.ctrl], stdout=subprocess.PIPE,
                                  text=True, cwd=Path(__file__).parent)

@@ -32,9 +32,11 @@ int usage(FILE* out, int code) {
         "  status     the daemon, its ports and their RDMA devices\n"
         "  clients    one line per client session: session N pid N uid N gid N device NAME\n"
         "             (root sees every session, anyone else those of its own uid)\n"
-        "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES\n"
+        "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES fds N (the\n"
+        "             descriptors snicd keeps for it: its notification sockets)\n"
         "  resources  one line per object kind: KIND count N per-client N per-daemon N;\n"
-        "             then sessions N, mappings N, mapped_bytes N, fds N, faults_recovered N\n"
+        "             then sessions N, mappings N, mapped_bytes N, fds N per-client N\n"
+        "             per-uid N (kept in all, and the quotas), faults_recovered N\n"
         "  cm         rdma_cm: ids N, then state NAME N per id state, the CM service's\n"
         "             counters, and per port its MADs, retransmits and connections\n"
         "  tcp        snic's own TCP (iWARP's byte stream), as ss -tin shows it: one line per\n"
@@ -161,7 +163,7 @@ int clients(const std::string& path) {
         for (std::size_t k = 0; k < snic::shm::kObjKinds; ++k)
             line +=
                 std::string(" ") + snic::shm::kObjKindNames[k] + " " + std::to_string(c.counts[k]);
-        line += " mapped " + std::to_string(c.mapped_bytes);
+        line += " mapped " + std::to_string(c.mapped_bytes) + " fds " + std::to_string(c.fds);
         std::printf("%s\n", line.c_str());
     }
     if (r.nclients > r.listed)
@@ -177,9 +179,11 @@ int resources(const std::string& path) {
     for (std::size_t k = 0; k < snic::shm::kObjKinds; ++k)
         std::printf("%s count %u per-client %u per-daemon %u\n", snic::shm::kObjKindNames[k],
                     r.counts[k], r.max_per_client[k], r.max_per_daemon[k]);
-    std::printf("sessions %u\nmappings %u\nmapped_bytes %llu\nfds %u\nfaults_recovered %u\n",
-                r.sessions, r.mappings, static_cast<unsigned long long>(r.mapped_bytes), r.fds,
-                r.faults_recovered);
+    std::printf(
+        "sessions %u\nmappings %u\nmapped_bytes %llu\nfds %u per-client %u per-uid %u\n"
+        "faults_recovered %u\n",
+        r.sessions, r.mappings, static_cast<unsigned long long>(r.mapped_bytes), r.fds,
+        r.max_fds_per_client, r.max_fds_per_uid, r.faults_recovered);
     return 0;
 }
 

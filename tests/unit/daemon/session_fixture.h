@@ -87,6 +87,26 @@ struct Client {
         shm::OpenDeviceReply out{};
         return session.open_device({0, 0}, fds, out);
     }
+    // A completion channel as ibv_create_comp_channel makes it: 0 and its handle in `out`, or
+    // the errno.
+    int channel(Handle& out) {
+        const shm::Layout l = shm::channel_layout(shm::kChannelCapacity);
+        ClientMemfd m(l.bytes);
+        EXPECT_TRUE(shm::RingConsumer<std::uint32_t>::init(m.span(l.ring0), shm::kChannelCapacity));
+        int sv[2];
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        FdList fds = fds_of({sv[1], m.fd()});
+        ::close(sv[0]);
+        ::close(sv[1]);
+        shm::HandleReply rep{};
+        const int err = session.create_channel(none, fds, rep);
+        out = rep.handle;
+        return err;
+    }
+    int destroy_channel(Handle h) {
+        FdList fds;
+        return session.destroy_channel({h, 0}, fds, none);
+    }
     Handle pd() {
         FdList fds;
         shm::HandleReply out{};

@@ -104,6 +104,46 @@ TEST_F(CmServiceTest, ids_are_bounded_per_connection_and_per_user) {
     EXPECT_NE(create(*again), shm::kNoHandle);
 }
 
+// A CM connection keeps its notification socket: counted for its user together with the
+// sessions' (Resources::keep_fd), EMFILE when the user's quota is full, given back when the
+// connection goes.
+TEST_F(CmServiceTest, a_connection_keeps_its_socket_within_the_users_descriptor_quota) {
+    Limits l = kLimits;
+    l.max_fds_per_uid = 2;
+    Resources r(l);
+    auto open = [&](CmSession& s) {
+        const shm::Layout lay = shm::cm_event_layout();
+        fixture::ClientMemfd m(lay.bytes);
+        EXPECT_TRUE(shm::RingConsumer<shm::CmEvent>::init(m.span(), shm::kCmEventCapacity));
+        int sv[2];
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        FdList fds = fixture::fds_of({sv[1], m.fd()});
+        ::close(sv[0]);
+        ::close(sv[1]);
+        return s.open(fds, r);
+    };
+    const ClientMemoryStats before = client_memory_stats();
+    auto a = service.new_session(Peer{100, 1000, 1000});
+    ASSERT_EQ(open(*a), 0);
+    EXPECT_EQ(a->fds(), 1u);
+    fixture::Client session(r, ports, Peer{101, 1000, 1000});  // a device of the same user
+    ASSERT_EQ(session.open(), 0);
+    EXPECT_EQ(r.fds_of_uid(1000), 2u);
+    auto b = service.new_session(Peer{102, 1000, 1000});
+    EXPECT_EQ(open(*b), EMFILE);
+    EXPECT_EQ(b->fds(), 0u);
+    EXPECT_EQ(client_memory_stats().fds, before.fds + 2);
+    auto other = service.new_session(Peer{300, 2000, 2000});
+    EXPECT_EQ(open(*other), 0);
+    a.reset();
+    EXPECT_EQ(r.fds_of_uid(1000), 1u);
+    EXPECT_EQ(open(*b), 0);
+    b.reset();
+    other.reset();
+    EXPECT_EQ(r.fds_of_uid(1000), 1u);
+    EXPECT_EQ(r.fds_of_uid(2000), 0u);
+}
+
 TEST_F(CmServiceTest, migrating_keeps_the_id_within_one_process) {
     auto a = service.new_session(Peer{100, 1000, 1000});
     auto b = service.new_session(Peer{100, 1000, 1000});

@@ -529,6 +529,66 @@ TEST_F(SessionTest, limits_give_enomem) {
     EXPECT_EQ(b.session.alloc_pd(b.none, fds, out), 0);
 }
 
+constexpr Limits few_fds() {
+    Limits l = kLimits;
+    l.max_fds_per_client = 3;  // the device's socket and two channels'
+    l.max_fds_per_uid = 5;
+    return l;
+}
+
+// Each notification socket snicd keeps counts against its client and its user before it is
+// kept: past either quota the op fails with EMFILE and nothing of it is kept, mapped or
+// counted; what one client gives back, another of the user may keep.
+TEST_F(SessionTest, kept_descriptors_stop_at_the_client_and_user_quotas) {
+    const ClientMemoryStats before = client_memory_stats();
+    {
+        Resources r(few_fds());
+        Client a(r, ports, Peer{100, 1000, 1000});
+        ASSERT_EQ(a.open(), 0);
+        EXPECT_EQ(a.session.fds(), 1u);
+        Handle ch0 = kNoHandle, ch1 = kNoHandle, h = kNoHandle;
+        ASSERT_EQ(a.channel(ch0), 0);
+        ASSERT_EQ(a.channel(ch1), 0);
+        EXPECT_EQ(a.session.fds(), 3u);
+        EXPECT_EQ(a.session.info().fds, 3u);
+        const std::uint64_t mapped = a.session.mapped_bytes();
+        const std::uint32_t mappings = client_memory_stats().mappings;
+        EXPECT_EQ(a.channel(h), EMFILE);  // the client's quota
+        EXPECT_EQ(a.session.fds(), 3u);
+        EXPECT_EQ(a.session.mapped_bytes(), mapped);
+        EXPECT_EQ(client_memory_stats().mappings, mappings);
+        EXPECT_EQ(r.count(ObjKind::channel), 2u);
+        EXPECT_EQ(client_memory_stats().fds, before.fds + 3);
+
+        // A second client of the same user has what is left of the user's quota.
+        Client b(r, ports, Peer{101, 1000, 1000});
+        ASSERT_EQ(b.open(), 0);
+        ASSERT_EQ(b.channel(h), 0);
+        EXPECT_EQ(r.fds_of_uid(1000), 5u);
+        EXPECT_EQ(b.channel(h), EMFILE);  // the user's quota, below the client's
+        EXPECT_EQ(b.session.fds(), 2u);
+        Client c(r, ports, Peer{102, 1000, 1000});
+        EXPECT_EQ(c.open(), EMFILE);  // not even its device
+        EXPECT_FALSE(c.session.opened());
+        EXPECT_EQ(c.session.fds(), 0u);
+        EXPECT_EQ(client_memory_stats().fds, before.fds + 5);
+
+        // Another user is not held up by it.
+        Client other(r, ports, Peer{200, 2000, 2000});
+        ASSERT_EQ(other.open(), 0);
+        ASSERT_EQ(other.channel(h), 0);
+        EXPECT_EQ(r.fds_of_uid(2000), 2u);
+
+        EXPECT_EQ(a.destroy_channel(ch0), 0);
+        EXPECT_EQ(a.session.fds(), 2u);
+        EXPECT_EQ(r.fds_of_uid(1000), 4u);
+        EXPECT_EQ(b.channel(h), 0);
+        EXPECT_EQ(b.session.fds(), 3u);
+        EXPECT_EQ(c.open(), EMFILE);
+    }
+    EXPECT_EQ(client_memory_stats().fds, before.fds);
+}
+
 TEST_F(SessionTest, closing_a_session_releases_everything) {
     const ClientMemoryStats before = client_memory_stats();
     {
@@ -545,6 +605,8 @@ TEST_F(SessionTest, closing_a_session_releases_everything) {
         EXPECT_EQ(resources.sessions().size(), 1u);
         EXPECT_GT(c.session.mapped_bytes(), 8 * shm::kPageSize);
         EXPECT_EQ(client_memory_stats().fds, before.fds + 1);
+        EXPECT_EQ(c.session.fds(), 1u);
+        EXPECT_EQ(resources.fds_of_uid(0), 1u);
         EXPECT_EQ(client_memory_stats().mappings, before.mappings + 4);
         EXPECT_EQ(c.session.info().counts[static_cast<std::size_t>(ObjKind::mr)], 1u);
     }
@@ -552,6 +614,7 @@ TEST_F(SessionTest, closing_a_session_releases_everything) {
     EXPECT_TRUE(resources.sessions().empty());
     EXPECT_EQ(resources.keys().live(), 0u);
     EXPECT_EQ(resources.qpns().live(), 0u);
+    EXPECT_EQ(resources.fds_of_uid(0), 0u);
     const ClientMemoryStats after = client_memory_stats();
     EXPECT_EQ(after.fds, before.fds);
     EXPECT_EQ(after.mappings, before.mappings);
