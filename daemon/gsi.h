@@ -40,7 +40,7 @@ struct GsiCounters {
     Counter tx_dropped;  // the outbound queue was full (control thread side)
 };
 
-class GsiPort : public LcorePoller {
+class GsiPort final : public LcorePoller {
   public:
     // Sends one UD packet from QP1 on the port's lcore; false when it was not sent.
     using SendFn = bool (*)(void* ctx, std::uint32_t ip, std::uint32_t qpn, std::uint32_t qkey,

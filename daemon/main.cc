@@ -392,7 +392,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
             r.lcores[0]->add_poller(selftest.get());
         }
 
-        constexpr std::chrono::milliseconds kTelemetryWait{1000};
+        static constexpr std::chrono::milliseconds kTelemetryWait{1000};
         TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}};
         for (const auto& p : r.ports) tel.ports.push_back(p.get());
         for (const auto& t : r.tcp) tel.tcp.push_back(t.get());
