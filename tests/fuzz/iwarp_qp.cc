@@ -124,10 +124,11 @@ class IwDriver {
         call([&] { did = qp_->poll(now_); });
         return did;
     }
-    // Stream bytes to the QP, cut where the input says.
+    // Stream bytes to the QP, cut where the input says; the rest at once when the input has
+    // run out (not byte by byte: a 64 KiB FPDU would take 65,536 engine calls, each checked).
     void deliver(std::span<const std::uint8_t> bytes, Input& in) {
         while (!bytes.empty()) {
-            const std::size_t n = 1 + in.u16() % bytes.size();
+            const std::size_t n = in.empty() ? bytes.size() : 1 + in.u16() % bytes.size();
             call([&] { qp_->on_bytes(bytes.first(n), now_); });
             bytes = bytes.subspan(n);
         }
