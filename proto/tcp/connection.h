@@ -68,8 +68,9 @@
 
 namespace snic::tcp {
 
-// The least MSS (options included) path MTU discovery may lower a connection to: Linux's
-// tcp_min_snd_mss default, so a forged ICMP cannot make a connection send 8-byte segments.
+// The least MSS (options included) path MTU discovery may lower a connection to, and the
+// least the peer's MSS option counts as: Linux's tcp_min_snd_mss default, so a forged ICMP
+// or a peer cannot make a connection send 8-byte segments.
 inline constexpr std::uint32_t kMinSendMss = 48;
 
 class TcpConnection {

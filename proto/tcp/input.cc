@@ -22,7 +22,10 @@ void TcpConnection::take_syn_options(const Segment& seg) {
         ts_recent_ = o.ts_val;
         ts_recent_time_ = last_rx_;
     }
-    if (o.has_mss && o.mss > 0) peer_mss_ = o.mss;
+    // Never below kMinSendMss (Linux's tcp_min_snd_mss): a peer MSS under the 12 bytes of
+    // timestamps would leave no payload (or wrap mss_ around), and a tiny one would cut the
+    // stream into segments of a few bytes.
+    if (o.has_mss && o.mss > 0) peer_mss_ = std::max<std::uint32_t>(o.mss, kMinSendMss);
     mss_ = max_segment() - (ts_ok_ ? 12 : 0);
     cc_.init(mss_, sack_ok_);
 }

@@ -95,6 +95,28 @@ TEST(TcpRules, passive_open_answers_only_the_options_the_syn_offered) {
     EXPECT_EQ(s.node.conn.mss(), 1000u);  // the peer's MSS bounds our segments
 }
 
+// A peer MSS below the 12 bytes of timestamps each segment carries left mss() wrapped
+// around to ~4 GB (found by tests/fuzz/tcp_connection.cc): segments as large as the peer's
+// window. As Linux does (tcp_min_snd_mss), the peer's MSS counts as at least kMinSendMss.
+TEST(TcpRules, peer_mss_below_the_least_send_mss_is_raised_to_it) {
+    for (const bool timestamps : {true, false}) {
+        Script s;
+        TcpOptions o;
+        o.has_mss = true;
+        o.mss = 2;
+        o.has_timestamps = timestamps;
+        o.ts_val = 1000;
+        s.establish(o);
+        ASSERT_EQ(s.node.conn.state(), TcpState::established);
+        EXPECT_EQ(s.node.conn.mss(), kMinSendMss - (timestamps ? 12u : 0u));
+        ASSERT_TRUE(send_bytes(s.node.conn, pattern(500)));
+        s.poll();
+        for (const Parsed& p : s.out()) {
+            EXPECT_LE(p.seg.payload.size() + p.seg.header_length - kTcpMinHdrLen, kMinSendMss);
+        }
+    }
+}
+
 TEST(TcpRules, duplicate_syn_in_syn_received_gets_the_syn_ack_again) {
     Script s;
     s.passive_next = true;
