@@ -878,6 +878,24 @@ TEST(TcpRules, fin_follows_queued_data) {
     EXPECT_FALSE(send_bytes(s.node.conn, pattern(1)));
 }
 
+// Once the FIN is acknowledged SND.UNA is past the last byte queued: info().queued wrapped
+// around to 2^64 - 1 and send_space() to the buffer plus one (found by
+// tests/fuzz/tcp_connection.cc).
+TEST(TcpRules, nothing_is_queued_once_our_fin_is_acknowledged) {
+    Script s;
+    s.establish();
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.node.conn.close();
+    s.poll();
+    const Parsed f = s.one();
+    ASSERT_TRUE(f.seg.has(flag::fin));
+    s.data(f.seg.seq + 101, {});
+    EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    EXPECT_EQ(s.node.conn.info().unacked, 0u);
+    EXPECT_EQ(s.node.conn.info().queued, 0u);
+    EXPECT_LE(s.node.conn.send_space(), s.node.cfg.send_buffer);
+}
+
 TEST(TcpRules, time_wait_lasts_2msl) {
     Script s;
     const Seq iss = s.establish();
