@@ -108,8 +108,9 @@ void TcpConnection::on_segment(const Segment& seg, TcpTime now) {
 
 void TcpConnection::input_syn_sent(const Segment& seg, TcpTime now) {
     const bool ack = seg.has(flag::ack);
-    if (ack && seg.ack != seq_of(iss_, 1)) {
-        // An ACK of something we never sent: RST unless it is one (§3.10.7.3).
+    if (ack && (snd_max_ == 0 || seg.ack != seq_of(iss_, 1))) {
+        // An ACK of something we never sent (SEG.ACK > SND.NXT, or the SYN has not left
+        // yet): RST unless it is one (§3.10.7.3).
         if (!seg.has(flag::rst)) {
             queue_rst(seg.ack);
         }

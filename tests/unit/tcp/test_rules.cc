@@ -140,6 +140,20 @@ TEST(TcpRules, syn_sent_ack_of_something_never_sent_gets_rst) {
     EXPECT_EQ(s.node.conn.state(), TcpState::syn_sent);
 }
 
+// RFC 9293 §3.10.7.3: SEG.ACK > SND.NXT is not acceptable. A SYN-ACK acknowledging a SYN
+// still waiting for room on the wire was taken: SND.UNA passed SND.MAX and the flight
+// wrapped around (found by tests/fuzz/tcp_connection.cc).
+TEST(TcpRules, syn_ack_for_a_syn_not_yet_sent_is_not_taken) {
+    Script s;
+    s.node.wire.full = true;
+    s.node.conn.open_active(s.now);
+    s.poll();
+    s.inject(s.spec(flag::syn | flag::ack, P - 1, s.node.conn.iss() + 1));
+    EXPECT_EQ(s.node.conn.state(), TcpState::syn_sent);
+    EXPECT_EQ(s.node.conn.info().unacked, 0u);
+    EXPECT_FALSE(s.node.saw(EventKind::connected));
+}
+
 TEST(TcpRules, rst_acking_our_syn_is_connection_refused) {
     Script s;
     s.node.conn.open_active(s.now);
