@@ -5,7 +5,7 @@
 // - negotiation: an MpaInitiator and an MpaResponder with chosen configs (revision, CRC
 //   policy, IRD/ORD, peer-to-peer and RTR kinds, valid or not) and private data, the
 //   request and reply passed between them cut anywhere with stream bytes after them, the
-//   responder accepting (IRD/ORD chosen) or rejecting; or the initiator fed any bytes;
+//   responder accepting (IRD/ORD chosen) or rejecting; or either side fed any bytes;
 // - deframing any byte stream, and deframing a stream of FPDUs built by write_fpdu() (one
 //   byte corrupt or not), with a chosen max ULPDU and CRCs on or off, cut anywhere.
 // Asserts: a decoded frame lies inside the input (its private data ends where its length
@@ -106,9 +106,9 @@ void check_decode(std::span<const std::uint8_t> bytes, FrameKind kind, std::size
     const std::size_t n = encode_frame(out, f);
     SNIC_FUZZ_REQUIRE(n == f.length);
     SNIC_FUZZ_REQUIRE(std::memcmp(out.data(), bytes.data(), kMpaKeyLen) == 0);
-    const std::uint8_t kept = static_cast<std::uint8_t>(
-        mpa_flag::kMarkers | mpa_flag::kCrc | mpa_flag::kReject |
-        (f.enhanced ? mpa_flag::kEnhanced : 0));
+    const std::uint8_t kept =
+        static_cast<std::uint8_t>(mpa_flag::kMarkers | mpa_flag::kCrc | mpa_flag::kReject |
+                                  (f.enhanced ? mpa_flag::kEnhanced : 0));
     SNIC_FUZZ_REQUIRE(out[16] == (flags & kept));
     SNIC_FUZZ_REQUIRE(std::memcmp(out.data() + 17, bytes.data() + 17, n - 17) == 0);
     const MpaDecoded again = decode_frame(std::span(out).first(n), kind);
@@ -116,8 +116,7 @@ void check_decode(std::span<const std::uint8_t> bytes, FrameKind kind, std::size
     SNIC_FUZZ_REQUIRE(encode_frame(std::span(out).first(n - 1), f) == 0);
     // Any shorter prefix is a frame still to come.
     SNIC_FUZZ_REQUIRE(decode_frame(bytes.first(f.length - 1), kind).error == MpaError::truncated);
-    SNIC_FUZZ_REQUIRE(decode_frame(bytes.first(cut % f.length), kind).error ==
-                      MpaError::truncated);
+    SNIC_FUZZ_REQUIRE(decode_frame(bytes.first(cut % f.length), kind).error == MpaError::truncated);
 }
 
 // A FrameReader fed `bytes` in cuts ends as decode_frame() of all of them.
@@ -163,7 +162,8 @@ void frames(Input& in) {
 MpaConfig pick_config(Input& in) {
     MpaConfig c;
     const std::uint8_t a = in.u8();
-    c.revision = (a & 0x80) ? static_cast<std::uint8_t>(a % 4) : static_cast<std::uint8_t>(1 + (a & 1));
+    c.revision =
+        (a & 0x80) ? static_cast<std::uint8_t>(a % 4) : static_cast<std::uint8_t>(1 + (a & 1));
     c.crc = static_cast<CrcPolicy>((a >> 1) % 3);
     c.peer_to_peer = (a & 8) != 0;
     const std::uint8_t b = in.u8();
@@ -186,8 +186,8 @@ bool config_ok(const MpaConfig& c, bool initiator) {
 // Feeds `frame` and then `after` (the first FPDUs) to a side, in cuts. Returns how many
 // bytes it took.
 template <typename Side>
-std::size_t feed(Side& side, std::span<const std::uint8_t> frame, std::span<const std::uint8_t> after,
-                 Cutter cut) {
+std::size_t feed(Side& side, std::span<const std::uint8_t> frame,
+                 std::span<const std::uint8_t> after, Cutter cut) {
     Bytes all(frame.begin(), frame.end());
     all.insert(all.end(), after.begin(), after.end());
     std::size_t at = 0;
@@ -212,11 +212,12 @@ void negotiation(Input& in) {
     const std::span<const std::uint8_t> after = in.bytes(in.u8() % 16);
 
     MpaInitiator init(ic, ipd);
-    const bool ic_ok =
-        config_ok(ic, true) && ipd.size() + (ic.revision == 2 ? kMpaIrdOrdLen : 0) <= kMpaMaxPrivateData;
+    const bool ic_ok = config_ok(ic, true) &&
+                       ipd.size() + (ic.revision == 2 ? kMpaIrdOrdLen : 0) <= kMpaMaxPrivateData;
     SNIC_FUZZ_REQUIRE((init.state() == MpaState::awaiting_frame) == ic_ok);
     if (!ic_ok) {
-        SNIC_FUZZ_REQUIRE(init.state() == MpaState::failed && init.error() == MpaError::bad_argument);
+        SNIC_FUZZ_REQUIRE(init.state() == MpaState::failed &&
+                          init.error() == MpaError::bad_argument);
         return;
     }
     // The request is a frame saying what the config asked for.
@@ -234,6 +235,36 @@ void negotiation(Input& in) {
     }
 
     const std::uint8_t mode = in.u8();
+    if (mode >= 240 && config_ok(rc, false)) {
+        // A responder fed anything: it takes at most one frame and answers what it took.
+        MpaResponder resp(rc);
+        const std::span<const std::uint8_t> junk = in.rest();
+        const std::size_t took = feed(resp, junk, {}, Cutter(cuts));
+        const MpaDecoded d = decode_frame(junk, FrameKind::request);
+        SNIC_FUZZ_REQUIRE(took <= junk.size());
+        if (d.error != MpaError::none) {
+            SNIC_FUZZ_REQUIRE(resp.error() ==
+                              (d.error == MpaError::truncated ? MpaError::none : d.error));
+            SNIC_FUZZ_REQUIRE(resp.reply().empty());
+            return;
+        }
+        SNIC_FUZZ_REQUIRE(took == d.frame.length);
+        if (resp.state() == MpaState::failed) {
+            SNIC_FUZZ_REQUIRE(resp.error() == MpaError::markers_requested ||
+                              resp.error() == MpaError::crc_refused);
+            const MpaDecoded rej = decode_frame(resp.reply(), FrameKind::reply);
+            SNIC_FUZZ_REQUIRE(rej.error == MpaError::none && rej.frame.reject &&
+                              !rej.frame.markers);
+            return;
+        }
+        SNIC_FUZZ_REQUIRE(resp.state() == MpaState::request_received);
+        if (resp.accept({}, ic.ird, ic.ord) != MpaError::none) return;
+        const MpaDecoded rep = decode_frame(resp.reply(), FrameKind::reply);
+        SNIC_FUZZ_REQUIRE(rep.error == MpaError::none && !rep.frame.reject);
+        SNIC_FUZZ_REQUIRE(rep.frame.revision <= d.frame.revision);
+        if (rep.frame.enhanced) SNIC_FUZZ_REQUIRE(rep.frame.ird_ord.ord <= d.frame.ird_ord.ird);
+        return;
+    }
     if (mode >= 224) {
         // The initiator fed anything: it ends in a state that holds together.
         const std::span<const std::uint8_t> junk = in.rest();
@@ -252,14 +283,16 @@ void negotiation(Input& in) {
 
     MpaResponder resp(rc);
     if (!config_ok(rc, false)) {
-        SNIC_FUZZ_REQUIRE(resp.state() == MpaState::failed && resp.error() == MpaError::bad_argument);
+        SNIC_FUZZ_REQUIRE(resp.state() == MpaState::failed &&
+                          resp.error() == MpaError::bad_argument);
         return;
     }
     const std::size_t took = feed(resp, init.request(), after, Cutter(cuts));
     SNIC_FUZZ_REQUIRE(took == init.request().size());  // the request, not the FPDUs after it
     const bool refused = req.frame.crc && rc.crc == CrcPolicy::refuse;
     if (refused) {
-        SNIC_FUZZ_REQUIRE(resp.state() == MpaState::failed && resp.error() == MpaError::crc_refused);
+        SNIC_FUZZ_REQUIRE(resp.state() == MpaState::failed &&
+                          resp.error() == MpaError::crc_refused);
         const MpaDecoded rej = decode_frame(resp.reply(), FrameKind::reply);
         SNIC_FUZZ_REQUIRE(rej.error == MpaError::none && rej.frame.reject && !rej.frame.markers);
         return;
@@ -276,7 +309,8 @@ void negotiation(Input& in) {
     }();
     bool rejected = false;
     if (act % 4 == 0) {
-        SNIC_FUZZ_REQUIRE(resp.reject(rpd) == MpaError::none || rpd.size() + 4 > kMpaMaxPrivateData);
+        SNIC_FUZZ_REQUIRE(resp.reject(rpd) == MpaError::none ||
+                          rpd.size() + 4 > kMpaMaxPrivateData);
         rejected = resp.state() == MpaState::rejected;
     } else {
         const MpaError e = resp.accept(rpd, ird, ord);
@@ -366,7 +400,8 @@ Deframed deframe_whole(std::span<const std::uint8_t> stream, std::size_t max, bo
             SNIC_FUZZ_REQUIRE(left >= kFpduLengthLen && be16(&stream[pos]) > limit);
             break;
         case FpduDeframer::Status::crc_error:
-            SNIC_FUZZ_REQUIRE(crc && left >= kFpduLengthLen && left >= fpdu_size(be16(&stream[pos])));
+            SNIC_FUZZ_REQUIRE(crc && left >= kFpduLengthLen &&
+                              left >= fpdu_size(be16(&stream[pos])));
             break;
         case FpduDeframer::Status::fpdu:
             SNIC_FUZZ_REQUIRE(false);

@@ -13,13 +13,15 @@
 // connection's ports; its payload is our stream at its offset, never past what was queued,
 // within mss() (options included), and new data within the peer's window; SYN is at the
 // ISS, FIN right after the data queued before close(); its ACK field is RCV.NXT (received()
-// and the peer's FIN); its window (scaled) never above recv_window; mss() stays between 1
-// and the MSS we announce. The bytes in the posted buffers up to received() are the peer's
-// stream in order, and past it hold either the peer's byte for that place or what was there;
-// buffers complete in posting order with min(length, received() - start) bytes, short only
-// once the stream ended; readable totals never fall; one terminal event, none after it.
-// send() takes a record of at most send_space() bytes while the connection is open for
-// sending; post_receive() refuses only with the ring full or the stream over.
+// and the peer's FIN); its window (scaled) never above recv_window; mss() (with options)
+// stays between kMinSendMss and the MSS we announce; what info() counts as queued and
+// unacknowledged is what the application gave, and send_space() within the send buffer. The bytes
+// in the posted buffers up to received() are the peer's stream in order, and past it hold either
+// the peer's byte for that place or what was there; buffers complete in posting order with
+// min(length, received() - start) bytes, short only once the stream ended; readable totals never
+// fall; one terminal event, none after it. send() takes a record of at most send_space() bytes
+// while the connection is open for sending; post_receive() refuses only with the ring full or the
+// stream over.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -267,7 +269,9 @@ class TcpDriver {
                 SNIC_FUZZ_REQUIRE((std::uint64_t{s.window} << shift) <= cfg_.recv_window);
             }
         }
-        SNIC_FUZZ_REQUIRE(conn_->mss() >= 1 && conn_->mss() <= announce_);
+        // Between the least a peer or a path may impose (kMinSendMss with options) and ours.
+        SNIC_FUZZ_REQUIRE(conn_->mss() + (info.timestamps ? 12u : 0u) >= kMinSendMss);
+        SNIC_FUZZ_REQUIRE(conn_->mss() <= announce_);
     }
 
     // The in-order bytes placed since the last check are the peer's, at their places.
@@ -353,7 +357,10 @@ class TcpDriver {
     void check_views() {
         const TcpInfo i = conn_->info();
         SNIC_FUZZ_REQUIRE(i.unacked <= snd_max_);
-        SNIC_FUZZ_REQUIRE(i.queued <= app_sent_ + (fin_set_ ? 1 : 0) + 1);
+        // Data queued and not acknowledged, of what the application gave; in flight, that
+        // data and at most the SYN and the FIN.
+        SNIC_FUZZ_REQUIRE(i.queued <= app_sent_ && i.unacked <= i.queued + 2);
+        SNIC_FUZZ_REQUIRE(conn_->send_space() <= cfg_.send_buffer);
         if (i.unacked > 0) {
             SNIC_FUZZ_REQUIRE(conn_->sent_unacked(conn_->iss() + static_cast<Seq>(snd_una_now())));
             SNIC_FUZZ_REQUIRE(!conn_->sent_unacked(conn_->iss() + static_cast<Seq>(snd_max_)));
@@ -386,7 +393,9 @@ class TcpDriver {
 
     void app_send(Input& in) {
         const std::uint8_t how = in.u8();
-        const std::size_t n = how < 64 ? conn_->mss() : how < 128 ? 1 + in.u8() : 1 + in.u16() % 4096;
+        const std::size_t n = how < 64    ? conn_->mss()
+                              : how < 128 ? 1 + in.u8()
+                                          : 1 + in.u16() % 4096;
         std::vector<std::uint8_t> rec(n);
         for (std::size_t i = 0; i < n; ++i) rec[i] = our_byte(1 + app_sent_ + i);
         const std::size_t space = conn_->send_space();
@@ -475,7 +484,8 @@ class TcpDriver {
             case 0:
                 return iss + static_cast<Seq>(snd_max_);
             case 1:
-                return iss + static_cast<Seq>(una) + static_cast<Seq>(static_cast<std::int8_t>(in.u8()));
+                return iss + static_cast<Seq>(una) +
+                       static_cast<Seq>(static_cast<std::int8_t>(in.u8()));
             case 2:
                 return in.u32();
             default:
@@ -529,7 +539,8 @@ class TcpDriver {
             o.nsack = static_cast<std::uint8_t>(1 + in.u8() % kMaxSackBlocks);
             const std::uint64_t una = snd_una_now();
             for (std::size_t i = 0; i < o.nsack; ++i) {
-                const Seq l = conn_->iss() + static_cast<Seq>(una + in.u16() % (snd_max_ - una + 1));
+                const Seq l =
+                    conn_->iss() + static_cast<Seq>(una + in.u16() % (snd_max_ - una + 1));
                 o.sack[i] = SackBlock{l, l + in.u16() % 4096};
             }
             while (o.nsack > 0 && header_length(s) > kTcpMaxHdrLen) --o.nsack;
@@ -538,8 +549,8 @@ class TcpDriver {
         std::vector<std::uint8_t> bytes(header_length(s) + len);
         std::vector<std::uint8_t> payload(len);
         fill_payload(payload, s.seq + (syn ? 1 : 0));
-        const std::uint32_t pseudo = pseudo_sum(cfg_.remote.addr, cfg_.local.addr,
-                                                static_cast<std::uint32_t>(bytes.size()));
+        const std::uint32_t pseudo =
+            pseudo_sum(cfg_.remote.addr, cfg_.local.addr, static_cast<std::uint32_t>(bytes.size()));
         SNIC_FUZZ_REQUIRE(write_segment(bytes, s, payload, {}, pseudo) == bytes.size());
         if (ob & 32) {
             // One corrupt byte: the checksum (or the header's own checks) catches it.
@@ -566,8 +577,8 @@ class TcpDriver {
             SNIC_FUZZ_REQUIRE(seg.opts.ts_val == o.ts_val && seg.opts.ts_ecr == o.ts_ecr);
         SNIC_FUZZ_REQUIRE(seg.opts.nsack == o.nsack);
         for (std::size_t i = 0; i < o.nsack; ++i) SNIC_FUZZ_REQUIRE(seg.opts.sack[i] == o.sack[i]);
-        SNIC_FUZZ_REQUIRE(std::equal(seg.payload.begin(), seg.payload.end(), payload.begin(),
-                                     payload.end()));
+        SNIC_FUZZ_REQUIRE(
+            std::equal(seg.payload.begin(), seg.payload.end(), payload.begin(), payload.end()));
         deliver(seg);
     }
 
@@ -588,8 +599,8 @@ class TcpDriver {
         }
         const Seq seq = load32(&bytes[4]);
         fill_payload(std::span(bytes).subspan(hlen), seq + ((bytes[13] & flag::syn) ? 1 : 0));
-        const std::uint32_t pseudo = pseudo_sum(cfg_.remote.addr, cfg_.local.addr,
-                                                static_cast<std::uint32_t>(bytes.size()));
+        const std::uint32_t pseudo =
+            pseudo_sum(cfg_.remote.addr, cfg_.local.addr, static_cast<std::uint32_t>(bytes.size()));
         const bool good_sum = (how & 0x20) == 0;
         if (good_sum) {
             bytes[16] = bytes[17] = 0;
