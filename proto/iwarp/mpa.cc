@@ -90,7 +90,10 @@ MpaDecoded decode_frame(std::span<const std::uint8_t> bytes, FrameKind kind) noe
     MpaDecoded d;
     const std::string_view key = key_of(kind);
     const std::size_t seen = std::min(bytes.size(), kMpaKeyLen);
-    if (std::memcmp(bytes.data(), key.data(), seen) != 0) return {MpaError::bad_key, {}};
+    // (seen > 0: an empty span may have no address, and memcmp wants one.)
+    if (seen > 0 && std::memcmp(bytes.data(), key.data(), seen) != 0) {
+        return {MpaError::bad_key, {}};
+    }
     if (bytes.size() < kMpaFrameHeaderLen) return {MpaError::truncated, {}};
     const std::uint8_t flags = bytes[16];
     const std::size_t pd_len = load_be16(&bytes[18]);

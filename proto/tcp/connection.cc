@@ -78,7 +78,7 @@ bool TcpConnection::open_passive(const Segment& syn, TcpTime now) {
 // --- the byte stream ---------------------------------------------------------------------------
 
 std::size_t TcpConnection::send_space() const {
-    const std::uint64_t held = write_end_ - std::max<std::uint64_t>(snd_una_, 1);
+    const std::uint64_t held = queued();
     if (rec_tail_ - rec_head_ >= rec_cap_) return 0;
     return sbuf_cap_ - held;
 }
@@ -386,7 +386,7 @@ TcpInfo TcpConnection::info() const {
     i.timestamps = ts_ok_;
     i.in_recovery = cc_.in_recovery();
     i.unacked = snd_max_ - snd_una_;
-    i.queued = write_end_ - std::max<std::uint64_t>(snd_una_, 1);
+    i.queued = queued();
     i.sacked_blocks = static_cast<std::uint32_t>(sb_.size());
     i.ooo_blocks = static_cast<std::uint32_t>(ooo_.size());
     i.ooo_bytes = ooo_.bytes();

@@ -68,8 +68,9 @@
 
 namespace snic::tcp {
 
-// The least MSS (options included) path MTU discovery may lower a connection to: Linux's
-// tcp_min_snd_mss default, so a forged ICMP cannot make a connection send 8-byte segments.
+// The least MSS (options included) path MTU discovery may lower a connection to, and the
+// least the peer's MSS option counts as: Linux's tcp_min_snd_mss default, so a forged ICMP
+// or a peer cannot make a connection send 8-byte segments.
 inline constexpr std::uint32_t kMinSendMss = 48;
 
 class TcpConnection {
@@ -202,6 +203,11 @@ class TcpConnection {
                state_ == TcpState::last_ack;
     }
     std::uint64_t flight() const { return snd_max_ - snd_una_; }
+    // Data bytes queued and not yet acknowledged (SND.UNA passes the data by one once our
+    // FIN is acknowledged).
+    std::uint64_t queued() const {
+        return write_end_ - std::min(std::max<std::uint64_t>(snd_una_, 1), write_end_);
+    }
     // Payload and options in one segment: the least of the peer's MSS, ours, the path's.
     std::uint32_t max_segment() const {
         return std::min(std::min(peer_mss_, mss_announce_), path_mss_);

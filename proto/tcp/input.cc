@@ -22,7 +22,10 @@ void TcpConnection::take_syn_options(const Segment& seg) {
         ts_recent_ = o.ts_val;
         ts_recent_time_ = last_rx_;
     }
-    if (o.has_mss && o.mss > 0) peer_mss_ = o.mss;
+    // Never below kMinSendMss (Linux's tcp_min_snd_mss): a peer MSS under the 12 bytes of
+    // timestamps would leave no payload (or wrap mss_ around), and a tiny one would cut the
+    // stream into segments of a few bytes.
+    if (o.has_mss && o.mss > 0) peer_mss_ = std::max<std::uint32_t>(o.mss, kMinSendMss);
     mss_ = max_segment() - (ts_ok_ ? 12 : 0);
     cc_.init(mss_, sack_ok_);
 }
@@ -105,8 +108,9 @@ void TcpConnection::on_segment(const Segment& seg, TcpTime now) {
 
 void TcpConnection::input_syn_sent(const Segment& seg, TcpTime now) {
     const bool ack = seg.has(flag::ack);
-    if (ack && seg.ack != seq_of(iss_, 1)) {
-        // An ACK of something we never sent: RST unless it is one (§3.10.7.3).
+    if (ack && (snd_max_ == 0 || seg.ack != seq_of(iss_, 1))) {
+        // An ACK of something we never sent (SEG.ACK > SND.NXT, or the SYN has not left
+        // yet): RST unless it is one (§3.10.7.3).
         if (!seg.has(flag::rst)) {
             queue_rst(seg.ack);
         }

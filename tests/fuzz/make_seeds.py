@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/) from the real rxe
-captures in tests/vectors: the frames and RoCEv2 packets as they are, and, for the targets
-that read a stream of choices (rc_*, ud_qp, cm_agent), the same packets wrapped in the
-commands those targets understand. Deterministic; run it again after changing a target's
+and siw captures in tests/vectors: the frames and RoCEv2 packets as they are, and, for the
+targets that read a stream of choices (rc_*, ud_qp, cm_agent, tcp_connection, mpa_frames),
+the same packets wrapped in the commands those targets understand. Deterministic; run it again after changing a target's
 input format:
 
     tests/fuzz/make_seeds.py [--vectors DIR] [--out DIR]
@@ -46,6 +46,30 @@ def roce_payload(frame):
     if dport != ROCE_PORT:
         return None
     return frame[udp + 8:udp + ulen]
+
+
+def tcp_segment(frame):
+    """(TCP header through payload, header length) of an IPv4 or IPv6 TCP frame, or None."""
+    etype = struct.unpack(">H", frame[12:14])[0]
+    if etype == 0x0800 and frame[23] == 6:
+        ihl = (frame[14] & 0x0F) * 4
+        end = 14 + struct.unpack(">H", frame[16:18])[0]
+        seg = frame[14 + ihl:end]
+    elif etype == 0x86DD and frame[20] == 6:
+        seg = frame[54:54 + struct.unpack(">H", frame[18:20])[0]]
+    else:
+        return None
+    return seg, (seg[12] >> 4) * 4
+
+
+def siw_segments(vectors, cap):
+    """The TCP segments of a siw capture, in order: (segment, header length)."""
+    out = []
+    for fr in frames(os.path.join(vectors, cap)):
+        t = tcp_segment(fr)
+        if t is not None:
+            out.append(t)
+    return out
 
 
 def u8(v):
@@ -154,6 +178,102 @@ def main():
           u8(1) + u8(0) + u32(0x789) + u8(3) + u64(1) + u8(0) +  # REP to our REQ
           u8(5) + u8(0) +  # confirm: RTU
           u8(11) + u8(0) + u32(1000))  # time
+
+    tcp_seeds(args)
+    mpa_seeds(args)
+
+
+def tcp_config(open_mode):
+    # tcp_connection's TcpDriver: IPv4, SACK, timestamps and window scaling offered, no
+    # keepalive; mtu 1500, send buffer 8256, 16 records, window 16384, 4 receive buffers,
+    # 5 retries, 2 SYN retries, burst 16; the peer's ISS; three buffers posted.
+    return (u8(open_mode << 5) + u16(1372) + u16(8192) + u8(15) + u16(16383) + u8(3) + u8(5) +
+            u8(2) + u8(15) + u32(0x12345678) + u8(3))
+
+
+def tcp_built(flags, ack_flag=True, seq=b"", syn_seq=False, ts=True, syn_opts=False, length=0):
+    # A built segment: sel (ACK forced or not; sequence and acknowledgment at the peer's
+    # RCV.NXT and our SND.MAX), flags, options, payload length.
+    sel = 0x01 if ack_flag else 0x00
+    ob = (0x0F if syn_opts else 0x08) if ts else (0x07 if syn_opts else 0x00)
+    out = u8(0) + u8(sel) + u8(flags) + (b"" if syn_seq else u8(0))
+    out += u8(ob)
+    if syn_opts:
+        out += u8(7)  # window scale
+    if ts:
+        out += u8(5) + u32(0)  # TSval steps by 5, TSecr 0
+    if length == 0:
+        out += u8(0)
+    else:
+        out += u8(100) + u8(length)
+    return out
+
+
+def tcp_seeds(args):
+    write(args.out, "tcp_connection", "active-open-data-close",
+          tcp_config(0) + u8(8) + u16(1023) +
+          tcp_built(0x12, syn_seq=True, syn_opts=True) +  # SYN-ACK
+          u8(6) + u8(200) + u16(999) +  # a 1000-byte record
+          u8(9) + u8(0) +  # to the next deadline
+          tcp_built(0x18, length=200) +  # data, acknowledging ours
+          u8(11) + u8(0) +  # close
+          tcp_built(0x11) +  # the peer's FIN
+          u8(9) + u8(0))
+    write(args.out, "tcp_connection", "passive-open-data",
+          tcp_config(1) +
+          tcp_built(0x02, ack_flag=False, syn_seq=True, syn_opts=True) +  # SYN
+          tcp_built(0x10) +  # ACK of the SYN-ACK
+          tcp_built(0x18, length=150) + tcp_built(0x18, length=150) +
+          u8(6) + u8(100) + u8(99) +  # a 100-byte record
+          u8(9) + u8(0))
+    segs = siw_segments(args.vectors, "siw_real_crc.pcap")
+    syn = next(sg for sg, hl in segs if sg[13] == 0x02)
+    hlen = (syn[12] >> 4) * 4
+    # The captured SYN's header (Linux's options) opens a passive connection; then an ACK.
+    write(args.out, "tcp_connection", "siw-syn-passive",
+          tcp_config(1) + u8(4) + u8(0x80 | (hlen - 20) // 4) + syn[:hlen] + u8(0) +
+          tcp_built(0x10) + tcp_built(0x18, length=64))
+    # Captured segments to the parser alone (their checksums are partial: not verified).
+    for i, (sg, hl) in enumerate([x for x in segs if len(x[0]) <= 255][:6]):
+        write(args.out, "tcp_connection", f"siw-parse-{i}",
+              tcp_config(3) + u8(5) + u8(0) + u32(0) + u8(len(sg)) + sg)
+
+
+def mpa_seeds(args):
+    for cap, tag in (("siw_real_crc.pcap", "rev2"), ("siw_real_crc_mpav1.pcap", "rev1")):
+        segs = siw_segments(args.vectors, cap)
+        payloads = [sg[hl:] for sg, hl in segs if len(sg) > hl]
+        req = next(p for p in payloads if p.startswith(b"MPA ID Req Frame"))
+        rep = next(p for p in payloads if p.startswith(b"MPA ID Rep Frame"))
+        # frames: no cut, no cuts, no key prefix, then the frame.
+        write(args.out, "mpa_frames", f"siw-{tag}-request", u8(0) + u16(7) + u8(0) + u8(0) + req)
+        write(args.out, "mpa_frames", f"siw-{tag}-reply", u8(0) + u16(7) + u8(0) + u8(0) + rep)
+        # deframe_raw: the FPDUs that follow the first request's connection (CRCs on).
+        start = segs.index(next(x for x in segs if x[0][x[1]:] == req))
+        port = segs[start][0][:4]
+        stream = b""
+        for sg, hl in segs[start + 1:]:
+            if sg[:4] == port and len(sg) > hl:
+                stream += sg[hl:]
+            if len(stream) > 1024:
+                break
+        write(args.out, "mpa_frames", f"siw-{tag}-fpdus", u8(2) + u8(0) + u8(1) + u8(0) + stream)
+    # negotiation: revision 2, CRC required, IRD/ORD 4/4 (max IRD 8) both sides, 8 bytes of
+    # private data, cut in two, 4 bytes of stream after each frame; accepted or rejected.
+    side = u8(0x01) + u8(0) + u8(4) + u8(4) + u8(8)
+    p2p = u8(0x09) + u8(0x06) + u8(4) + u8(4) + u8(8)  # peer-to-peer, Write or Read RTR
+    tail = u8(2) + b"\x05\x09" + u8(4) + b"\x00\x02\x00\x00"
+    pd = u8(0) + u8(8) + b"snic-pd!"
+    write(args.out, "mpa_frames", "negotiate-accept",
+          u8(1) + side + side + pd + tail + u8(0) + u8(1) + u8(4) + u8(4) + u8(0) + u8(4) + b"rep!")
+    write(args.out, "mpa_frames", "negotiate-p2p",
+          u8(1) + p2p + p2p + pd + tail + u8(0) + u8(1) + u8(0) + u8(4) + u8(0) + u8(0))
+    write(args.out, "mpa_frames", "negotiate-reject",
+          u8(1) + side + side + pd + tail + u8(0) + u8(0) + u8(0) + u8(0) + u8(0) + u8(3) + b"no!")
+    # deframe_built: three ULPDUs (CRCs on), cut at three points.
+    write(args.out, "mpa_frames", "built-fpdus",
+          u8(3) + u8(0) + u8(1) + u8(3) + b"\x02\x07\x01" +
+          u8(20) + bytes(range(20)) + u8(0) + u8(33) + bytes(range(33)))
 
 
 if __name__ == "__main__":

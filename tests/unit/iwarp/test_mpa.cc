@@ -134,6 +134,14 @@ TEST(MpaFrame, revision_1_has_no_ird_ord_header_even_with_the_enhanced_bit) {
     EXPECT_EQ(d.frame.private_data.size(), 4u);
 }
 
+// No bytes yet: a frame still to come. An empty span may have no address; decode_frame
+// passed it to memcmp, which UBSan reports (found by tests/fuzz/mpa_frames.cc; this test
+// fails under -fsanitize=undefined with halt_on_error=1 before the fix).
+TEST(MpaFrame, no_bytes_is_truncated) {
+    EXPECT_EQ(decode_frame({}, FrameKind::request).error, MpaError::truncated);
+    EXPECT_EQ(decode_frame({}, FrameKind::reply).error, MpaError::truncated);
+}
+
 TEST(MpaFrame, bad_key_is_told_as_soon_as_a_key_byte_differs) {
     MpaFrame f;
     f.kind = FrameKind::reply;

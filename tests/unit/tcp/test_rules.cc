@@ -95,6 +95,28 @@ TEST(TcpRules, passive_open_answers_only_the_options_the_syn_offered) {
     EXPECT_EQ(s.node.conn.mss(), 1000u);  // the peer's MSS bounds our segments
 }
 
+// A peer MSS below the 12 bytes of timestamps each segment carries left mss() wrapped
+// around to ~4 GB (found by tests/fuzz/tcp_connection.cc): segments as large as the peer's
+// window. As Linux does (tcp_min_snd_mss), the peer's MSS counts as at least kMinSendMss.
+TEST(TcpRules, peer_mss_below_the_least_send_mss_is_raised_to_it) {
+    for (const bool timestamps : {true, false}) {
+        Script s;
+        TcpOptions o;
+        o.has_mss = true;
+        o.mss = 2;
+        o.has_timestamps = timestamps;
+        o.ts_val = 1000;
+        s.establish(o);
+        ASSERT_EQ(s.node.conn.state(), TcpState::established);
+        EXPECT_EQ(s.node.conn.mss(), kMinSendMss - (timestamps ? 12u : 0u));
+        ASSERT_TRUE(send_bytes(s.node.conn, pattern(500)));
+        s.poll();
+        for (const Parsed& p : s.out()) {
+            EXPECT_LE(p.seg.payload.size() + p.seg.header_length - kTcpMinHdrLen, kMinSendMss);
+        }
+    }
+}
+
 TEST(TcpRules, duplicate_syn_in_syn_received_gets_the_syn_ack_again) {
     Script s;
     s.passive_next = true;
@@ -116,6 +138,20 @@ TEST(TcpRules, syn_sent_ack_of_something_never_sent_gets_rst) {
     EXPECT_EQ(r.seg.flags, flag::rst);  // <SEQ=SEG.ACK><CTL=RST>
     EXPECT_EQ(r.seg.seq, iss + 5);
     EXPECT_EQ(s.node.conn.state(), TcpState::syn_sent);
+}
+
+// RFC 9293 §3.10.7.3: SEG.ACK > SND.NXT is not acceptable. A SYN-ACK acknowledging a SYN
+// still waiting for room on the wire was taken: SND.UNA passed SND.MAX and the flight
+// wrapped around (found by tests/fuzz/tcp_connection.cc).
+TEST(TcpRules, syn_ack_for_a_syn_not_yet_sent_is_not_taken) {
+    Script s;
+    s.node.wire.full = true;
+    s.node.conn.open_active(s.now);
+    s.poll();
+    s.inject(s.spec(flag::syn | flag::ack, P - 1, s.node.conn.iss() + 1));
+    EXPECT_EQ(s.node.conn.state(), TcpState::syn_sent);
+    EXPECT_EQ(s.node.conn.info().unacked, 0u);
+    EXPECT_FALSE(s.node.saw(EventKind::connected));
 }
 
 TEST(TcpRules, rst_acking_our_syn_is_connection_refused) {
@@ -854,6 +890,24 @@ TEST(TcpRules, fin_follows_queued_data) {
     EXPECT_TRUE(f.seg.has(flag::fin));
     EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_1);
     EXPECT_FALSE(send_bytes(s.node.conn, pattern(1)));
+}
+
+// Once the FIN is acknowledged SND.UNA is past the last byte queued: info().queued wrapped
+// around to 2^64 - 1 and send_space() to the buffer plus one (found by
+// tests/fuzz/tcp_connection.cc).
+TEST(TcpRules, nothing_is_queued_once_our_fin_is_acknowledged) {
+    Script s;
+    s.establish();
+    ASSERT_TRUE(send_bytes(s.node.conn, pattern(100)));
+    s.node.conn.close();
+    s.poll();
+    const Parsed f = s.one();
+    ASSERT_TRUE(f.seg.has(flag::fin));
+    s.data(f.seg.seq + 101, {});
+    EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    EXPECT_EQ(s.node.conn.info().unacked, 0u);
+    EXPECT_EQ(s.node.conn.info().queued, 0u);
+    EXPECT_LE(s.node.conn.send_space(), s.node.cfg.send_buffer);
 }
 
 TEST(TcpRules, time_wait_lasts_2msl) {
