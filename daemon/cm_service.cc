@@ -149,7 +149,7 @@ struct CmService::PortCm final : cm::Sink {
     }
     void deliver(const cm::Event& e) override {
         Queued q{e, {}, std::min(e.private_data.size(), shm::kCmMaxPrivate)};
-        std::memcpy(q.data.data(), e.private_data.data(), q.len);
+        std::ranges::copy(e.private_data.first(q.len), q.data.begin());
         q.event.private_data = {};
         queued.push_back(q);
     }
@@ -317,7 +317,8 @@ bool CmService::deliver(Id& id, std::uint32_t type, std::int32_t status, const c
     if (e != nullptr) fill_param(ev.param, e->peer);
     if (id.sidr) ev.param.qp_type = kQptUd;
     const std::size_t n = std::min(private_data.size(), sizeof ev.param.private_data);
-    std::memcpy(ev.param.private_data, private_data.data(), n);
+    // Not memcpy: an empty span's data() may be null, which memcpy must never be given.
+    std::ranges::copy(private_data.first(n), ev.param.private_data);
     ev.param.private_data_len = static_cast<std::uint8_t>(n);
     if (id.owner != nullptr && id.owner->push(ev)) {
         ++counters_.events;

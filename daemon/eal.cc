@@ -107,6 +107,21 @@ void add_default_file_prefix(std::vector<std::string>& eal, std::string_view nam
     eal.emplace_back("--file-prefix=snic-" + std::string(name));
 }
 
+void add_sanitizer_base_virtaddr([[maybe_unused]] std::vector<std::string>& eal) {
+#if defined(__SANITIZE_ADDRESS__)  // gcc's -fsanitize=address (clang: __has_feature)
+    constexpr bool asan = true;
+#elif defined(__has_feature)
+    constexpr bool asan = __has_feature(address_sanitizer);
+#else
+    constexpr bool asan = false;
+#endif
+    if constexpr (asan) {
+        for (const auto& a : eal)
+            if (a.starts_with("--base-virtaddr")) return;
+        eal.emplace_back("--base-virtaddr=" + std::string(kAsanBaseVirtaddr));
+    }
+}
+
 void route_dpdk_log() {
     g_sink.logger = spdlog::default_logger()->clone("dpdk");
     cookie_io_functions_t io{};

@@ -20,6 +20,15 @@ SplitArgs split_args(int argc, char** argv);
 // Adds --file-prefix snic-<name> unless the EAL arguments choose a prefix or --in-memory.
 void add_default_file_prefix(std::vector<std::string>& eal, std::string_view name);
 
+// In a build with AddressSanitizer only: adds --base-virtaddr kAsanBaseVirtaddr unless the EAL
+// arguments choose one. EAL's own hint (4 GiB) lies in ASan's shadow gap, so the kernel puts
+// DPDK's memory among the libraries instead, and a secondary process (dpdk-dumpcap), which
+// must map it at the same addresses, finds them taken by its own libraries. ASan's high
+// application memory begins at 0x10007fff8000; 32 TiB is inside it, and free in a process
+// without ASan too.
+inline constexpr std::string_view kAsanBaseVirtaddr = "0x200000000000";
+void add_sanitizer_base_virtaddr(std::vector<std::string>& eal);
+
 // Routes DPDK's log into spdlog (logger "dpdk") from now on.
 void route_dpdk_log();
 

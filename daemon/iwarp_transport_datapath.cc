@@ -1,8 +1,8 @@
 // The iWARP transport on the port's lcore: its connections' TCP events, MPA, the stream into
 // the QPs' engines and their FPDUs out. No syscalls, locks or logs but the eventfd signal of
 // a connection's event to the CM; no allocation but a connection's own when it is made.
+#include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "daemon/iwarp_transport.h"
 
@@ -74,7 +74,8 @@ void IwarpTransport::emit(IwConn& c, IwCmEvent::Kind kind, std::int32_t status,
     e.ird = ird;
     e.ord = ord;
     e.pd_len = static_cast<std::uint16_t>(std::min(pd.size(), e.pd.size()));
-    std::memcpy(e.pd.data(), pd.data(), e.pd_len);
+    // Not memcpy: most events carry no private data, and an empty span's data() may be null.
+    std::ranges::copy(pd.first(e.pd_len), e.pd.begin());
     if (!events_.push(e)) {
         counters_.events_lost.add();
         return;

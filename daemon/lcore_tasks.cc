@@ -4,6 +4,8 @@
 #include <rte_ring.h>
 #include <time.h>
 
+#include <cstdlib>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -11,19 +13,28 @@ namespace snic::daemon {
 
 namespace {
 std::atomic<unsigned> g_rings{0};
-}
+constexpr unsigned kSlots = 64;
+}  // namespace
 
 LcoreTasks::LcoreTasks() {
     const std::string name = "snic_tasks_" + std::to_string(g_rings.fetch_add(1));
-    // One producer (the control thread), one consumer (the lcore).
-    ring_ = rte_ring_create(name.c_str(), 64, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-    if (ring_ == nullptr)
+    // One producer (the control thread), one consumer (the lcore). The ring lives in this
+    // process's own heap, not in a memzone: nothing outside snicd looks it up, and it needs
+    // no EAL (the unit tests run it between two threads).
+    const auto bytes = static_cast<std::size_t>(rte_ring_get_memsize(kSlots));
+    ring_ = static_cast<rte_ring*>(
+        std::aligned_alloc(RTE_CACHE_LINE_SIZE, RTE_ALIGN_CEIL(bytes, RTE_CACHE_LINE_SIZE)));
+    if (ring_ == nullptr) throw std::bad_alloc();
+    if (const int err = rte_ring_init(ring_, name.c_str(), kSlots, RING_F_SP_ENQ | RING_F_SC_DEQ);
+        err != 0) {
+        std::free(ring_);
         throw std::runtime_error("cannot create the lcore task ring: " +
-                                 std::string(rte_strerror(rte_errno)));
+                                 std::string(rte_strerror(-err)));
+    }
 }
 
 LcoreTasks::~LcoreTasks() {
-    rte_ring_free(ring_);
+    std::free(ring_);
 }
 
 void LcoreTasks::run(const std::function<void()>& fn) {

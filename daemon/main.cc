@@ -357,6 +357,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
     if (!control) return fail(kExitRuntime, control.error().message);
 
     add_default_file_prefix(eal_args, cfg.name);
+    add_sanitizer_base_virtaddr(eal_args);
     route_dpdk_log();
     // The CPUs snicd was given, before EAL pins this thread to the main lcore.
     cpu_set_t given;

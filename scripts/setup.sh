@@ -20,6 +20,8 @@ SNIC_PACKAGES=(
     libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils rdma-core
     iproute2 iputils-ping tshark ethtool perftest gnuplot-nox valgrind clang-format
     clang libclang-rt-14-dev
+    # gcc's sanitizer runtimes, for scripts/test.sh's sanitizer builds (g++ depends on them too)
+    libasan8 libubsan1 libtsan2
     dapl2-utils libdapl2 libdapl-dev
     ucx-utils openmpi-bin libopenmpi-dev libfabric-bin
     python3 python3-pytest python3-scapy

@@ -226,9 +226,11 @@ SNIC_CLMUL std::uint32_t fold_narrow(std::uint32_t reg, const std::uint8_t* p, s
 // lanes of each at once by x^(2048+-32)), folded into one by x^(512+-32), whose four lanes
 // are then fold_tail's accumulators. n >= 256 and a multiple of 16.
 // GCC 12's AVX-512 headers start some results from _mm512_undefined_*(), which
-// -Wuninitialized reports inside the headers: a false positive, silenced here only.
+// -Wuninitialized reports inside the headers (-Wmaybe-uninitialized in the TSan build): a
+// false positive, silenced here only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define SNIC_WIDE __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1")))
 SNIC_WIDE inline __m512i fold4(__m512i acc, __m512i k, __m512i next) {
     const __m512i lo = _mm512_clmulepi64_epi128(acc, k, 0x00);

@@ -16,6 +16,16 @@ import pytest
 import snictest as st
 
 
+def pytest_configure(config):
+    # A sanitized build (SNIC_BUILD=build-asan): every process the tests start gets the
+    # sanitizers' options (snictest.SANITIZER_OPTIONS).
+    st.export_sanitizer_options()
+
+
+def pytest_report_header(config):
+    return f"snic build: {st.BUILD} ({'+'.join(st.SANITIZERS) or 'no sanitizer'})"
+
+
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="the integration tests need root (namespaces, veths, DPDK)")
@@ -68,8 +78,8 @@ def daemons(binaries, tmp_path):
         try:
             d.cleanup()
         except Exception as e:  # keep cleaning the others
-            errors.append(f"{d.name}: {e!r}")
-    assert not errors, "cleanup failed: " + "; ".join(errors)
+            errors.append(f"{d.name}: {type(e).__name__}: {e}")
+    assert not errors, "cleanup failed:\n" + "\n".join(errors)
 
 
 @dataclass

@@ -84,7 +84,8 @@ def base_env(sock_dir, dat_conf: Path) -> dict:
     for k in ("LD_PRELOAD", "SNIC_CM_RESPONSE_TIMEOUT", "SNIC_CM_RETRIES", "DAT_DBG_TYPE",
               "DAPL_DBG_TYPE"):
         env.pop(k, None)
-    return env
+    # A sanitized build's libdaplsnic in libdat2's unsanitized programs.
+    return st.preload_sanitizer(env)
 
 
 def provider(kind: str, devices: list[str], sock_dir, dat_conf: Path,

@@ -43,6 +43,99 @@ POLL_INTERVAL = 0.1
 
 _counter = itertools.count()
 
+
+# ------------------------------------------------------------- sanitizers
+
+def build_sanitizers(build: Path = BUILD) -> tuple[str, ...]:
+    """The sanitizers the build in `build` was configured with (meson's b_sanitize), e.g.
+    ("address", "undefined"); () for a plain build."""
+    try:
+        opts = json.loads((build / "meson-info" / "intro-buildoptions.json").read_text())
+    except (OSError, ValueError):
+        return ()
+    value = next((o["value"] for o in opts if o.get("name") == "b_sanitize"), "none")
+    names = value if isinstance(value, list) else str(value).split(",")
+    return tuple(n for n in names if n and n != "none")
+
+
+SANITIZERS = build_sanitizers()
+# Tests that cannot run under a sanitizer are skipped with
+# pytest.mark.skipif(st.SANITIZED, reason=...), the reason saying why.
+SANITIZED = bool(SANITIZERS)
+# What a sanitizer found, in a process's stderr.
+SANITIZER_REPORT = re.compile(r"^(?:==\d+==ERROR: \w+Sanitizer|==\d+==\w+Sanitizer has encountered"
+                              r"|WARNING: ThreadSanitizer|SUMMARY: \w+Sanitizer|.*: runtime error: )",
+                              re.M)
+
+
+def _sanitizer_runtime() -> Optional[str]:
+    """The sanitizer runtime the build's libsnic links (libasan, libtsan), which a program
+    built without it must preload before libsnic; None for a plain build."""
+    if not SANITIZED:
+        return None
+    res = subprocess.run(["ldd", str(BUILD / "libclient" / "libsnic.so")], capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL, timeout=CMD_TIMEOUT)
+    m = re.search(r"=> (\S*/lib(?:asan|tsan|ubsan)\.so[.\d]*) ", res.stdout)
+    return m[1] if m else None
+
+
+SANITIZER_RUNTIME = _sanitizer_runtime()
+
+
+def preload_sanitizer(env: dict) -> dict:
+    """`env` with the build's sanitizer runtime first in LD_PRELOAD, for an unsanitized
+    program that loads a library of this build itself (python's ctypes, libdat2 loading
+    libdaplsnic); snic-run does it for the programs it runs. `env` as it is for a plain build."""
+    if SANITIZER_RUNTIME:
+        env["LD_PRELOAD"] = " ".join(filter(None, [SANITIZER_RUNTIME, env.get("LD_PRELOAD")]))
+    return env
+
+
+# The sanitizers' options for every process of a sanitized run: the first finding ends the
+# process (abort: a signal, never a quiet exit code), with its stack. Leaks are looked for
+# in snicd only (Daemon): the clients are mostly programs that are not ours (python,
+# rdma-core's and perftest's tools) run with the runtime preloaded.
+SANITIZER_OPTIONS = {
+    "ASAN_OPTIONS": "halt_on_error=1:abort_on_error=1:detect_leaks=0",
+    "UBSAN_OPTIONS": "halt_on_error=1:abort_on_error=1:print_stacktrace=1",
+    "TSAN_OPTIONS": "halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:"
+                    f"suppressions={REPO / 'tests' / 'sanitizers' / 'tsan.supp'}",
+}
+# snicd stops on SIGTERM by returning from main: what it still holds then is a leak.
+SNICD_SANITIZER_OPTIONS = {"ASAN_OPTIONS": "detect_leaks=1"}
+
+
+def sanitizer_env(extra: Optional[dict] = None) -> dict[str, str]:
+    """The sanitizer variables for a process: SANITIZER_OPTIONS, then `extra`'s, then those
+    already in the environment (which win: later options override earlier ones). Empty for a
+    plain build."""
+    if not SANITIZED:
+        return {}
+    env = {}
+    for var, opts in SANITIZER_OPTIONS.items():
+        parts = [opts, (extra or {}).get(var), _OUTER_OPTIONS.get(var)]
+        env[var] = ":".join(p for p in parts if p)
+    return env
+
+
+# The sanitizer options this process was started with, before export_sanitizer_options.
+_OUTER_OPTIONS = {var: os.environ.get(var) for var in SANITIZER_OPTIONS}
+
+
+def export_sanitizer_options() -> None:
+    """Puts sanitizer_env() into this process's environment, for everything it starts."""
+    os.environ.update(sanitizer_env())
+
+
+def sanitizer_findings(text: str, limit: int = 20000) -> str:
+    """The sanitizer reports in a process's stderr `text` (from the first one on, at most
+    `limit` characters), or ""."""
+    m = SANITIZER_REPORT.search(text)
+    if not m:
+        return ""
+    found = text[m.start():]
+    return found if len(found) <= limit else found[:limit] + "\n[... cut; the whole log is kept]"
+
 T = TypeVar("T")
 
 
@@ -352,7 +445,9 @@ class Daemon:
             # Own session: a ^C to pytest does not reach the daemon; the
             # fixture stops it.
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         env=dict(os.environ,
+                                                  **sanitizer_env(SNICD_SANITIZER_OPTIONS)))
         return self
 
     @property
@@ -411,9 +506,14 @@ class Daemon:
         return self.returncode
 
     def cleanup(self) -> None:
-        """Stops the daemon and removes what a crash may leave behind."""
+        """Stops the daemon and removes what a crash may leave behind; then fails with what a
+        sanitizer reported in its stderr, if anything (a sanitized build)."""
         self.stop()
         remove_daemon_leftovers(self.name, self.ctrl)
+        found = sanitizer_findings(self.stderr())
+        if found:
+            raise AssertionError(f"snicd {self.name} (exit code {self.returncode}): a sanitizer "
+                                 f"reported, in {self.err_path}:\n{found}")
 
 
 def remove_daemon_leftovers(name: str, ctrl: Optional[str] = None) -> None:

@@ -74,7 +74,8 @@ CHANNELS = textwrap.dedent("""
 def opener(sock_dir, n: int, program: str = OPENER) -> subprocess.Popen:
     env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir))
     env.pop("LD_PRELOAD", None)
-    return subprocess.Popen([sys.executable, "-c", program, str(LIBSNIC), str(n)], env=env,
+    return subprocess.Popen([sys.executable, "-c", program, str(LIBSNIC), str(n)],
+                            env=st.preload_sanitizer(env),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -224,7 +224,8 @@ int main(void) {
     st.run(["cc", "-o", exe, src, *flags.stdout.split(), f"-Wl,-rpath,{LIBCLIENT}"], check=True)
     ldd = st.run(["ldd", exe], check=True).stdout
     assert "libsnic.so" in ldd and "libibverbs" not in ldd, ldd
-    res = run([exe], sock_dir)
+    # Built here without the sanitizer: a sanitized build's libsnic needs its runtime preloaded.
+    res = st.run([exe], timeout=60, env=st.preload_sanitizer(env_for(sock_dir)))
     assert res.returncode == 0, res.stderr
     lines = sorted(res.stdout.split("\n")[:-1])
     assert lines == sorted(f"{d.name}_{kind}{p.id} 4" for p in status.ports

@@ -63,8 +63,12 @@ class Windows : public ::testing::Test {
         for (Side& s : side_) {
             auto expect_ok = [](int rc, const char* what) { EXPECT_EQ(rc, 0) << what; };
             if (s.qp != nullptr) expect_ok(ibv_destroy_qp(s.qp), "ibv_destroy_qp");
-            for (ibv_mw* mw : windows_)
-                if (mw->context == s.ctx) expect_ok(ibv_dealloc_mw(mw), "ibv_dealloc_mw");
+            // Each window once, with its side: one freed with side A is not read again for B.
+            std::erase_if(windows_, [&](ibv_mw* mw) {
+                if (mw->context != s.ctx) return false;
+                expect_ok(ibv_dealloc_mw(mw), "ibv_dealloc_mw");
+                return true;
+            });
             if (s.mr != nullptr) expect_ok(ibv_dereg_mr(s.mr), "ibv_dereg_mr");
             if (s.cq != nullptr) expect_ok(ibv_destroy_cq(s.cq), "ibv_destroy_cq");
             if (s.pd != nullptr) expect_ok(ibv_dealloc_pd(s.pd), "ibv_dealloc_pd");

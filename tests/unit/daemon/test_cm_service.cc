@@ -185,5 +185,28 @@ TEST_F(CmServiceTest, connecting_needs_an_idle_id_and_a_reachable_address) {
     EXPECT_EQ(ids(), 0u);
 }
 
+// A REQ nobody answers (no wire here) ends, after the agent's retries, in UNREACHABLE: an
+// event with no private data, whose empty span must reach the event without a memcpy from
+// a null pointer (UBSan stopped snicd there under the integration suite).
+TEST_F(CmServiceTest, a_req_nobody_answers_ends_unreachable_with_no_private_data) {
+    auto a = service.new_session(Peer{100, 1000, 1000});
+    const shm::Handle h = create(*a);
+    shm::CmConnectReq req{};
+    req.id = h;
+    req.dst_ip = 0xc6120002;
+    req.dst_port = 7000;
+    ASSERT_EQ(a->connect(req), 0);
+    shm::CmStatusReply r;
+    const std::uint64_t start = CmService::now_ns();
+    for (std::uint64_t t = start; t < start + 3600'000'000'000ull; t += 100'000'000) {
+        service.run(t);
+        service.fill_status(r);
+        if (r.states[2] == 0) break;  // no longer connecting
+    }
+    EXPECT_EQ(r.states[2], 0u) << "the REQ is given up within an hour";
+    EXPECT_EQ(r.states[0], 1u) << "idle again";
+    EXPECT_EQ(r.events + r.events_lost, 1u) << "one event (lost: the session has no ring here)";
+}
+
 }  // namespace
 }  // namespace snic::daemon
