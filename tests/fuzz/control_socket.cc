@@ -9,7 +9,8 @@
 // to past the largest message, filled from the input (its first word optionally a handle an
 // earlier reply gave); or raw bytes; each with 0 to 19 descriptors attached (memfds of any
 // size, formatted as the rings the ops want or not, notification sockets, /dev/null, a pipe),
-// more than any op takes included. A message may also be sent and its client closed unread.
+// more than any op takes included. A message may also be sent and its client closed unread,
+// or its answer read only after other clients' messages were sent.
 // Asserts, after each message (a reply or a hang-up within 2 s, never silence): a message
 // too short, too long, of another magic or whose length is not its size gets the connection
 // closed; another ABI gets EPROTO; a body of the wrong size for a known op gets the
@@ -38,6 +39,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -387,6 +389,7 @@ Expect expect(std::span<const std::uint8_t> msg, std::size_t nfds) {
 struct Client {
     int sock = -1;
     std::vector<std::uint32_t> handles;  // from its replies
+    std::optional<Expect> pending;       // a message sent whose answer is not read yet
 };
 
 void connect_client(Client& c, const std::string& path) {
@@ -403,6 +406,7 @@ void close_client(Client& c) {
     if (c.sock >= 0) ::close(c.sock);
     c.sock = -1;
     c.handles.clear();
+    c.pending.reset();
 }
 
 void send_msg(Client& c, std::span<const std::uint8_t> msg, const std::vector<int>& fds) {
@@ -483,6 +487,13 @@ bool check_answer(Client& c, const Expect& e) {
         }
     }
     return true;
+}
+
+// Reads the answer left pending.
+void resolve(Client& c) {
+    const Expect e = *c.pending;
+    c.pending.reset();
+    if (!check_answer(c, e)) close_client(c);
 }
 
 // One message of the input's choosing: a header and a body, or raw bytes.
@@ -586,7 +597,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     Input in(data, size);
     std::array<Client, kClients> clients;
     for (std::size_t step = 0; step < kSteps && !in.empty(); ++step) {
-        Client& c = clients[in.u8() % kClients];
+        const std::uint8_t who = in.u8();
+        Client& c = clients[(who & 0x7F) % kClients];
+        if (c.pending) resolve(c);
         if (c.sock < 0) connect_client(c, served.path());
         bool close_unread = false;
         const std::vector<std::uint8_t> msg = make_message(in, c, ++seq, close_unread);
@@ -598,9 +611,36 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             close_client(c);
             continue;
         }
+        if ((who & 0x80) != 0) {  // read later: several clients' messages wait at once
+            c.pending = e;
+            continue;
+        }
         if (!check_answer(c, e)) close_client(c);
     }
-    for (Client& c : clients) close_client(c);
+    for (Client& c : clients) {
+        if (c.pending) resolve(c);
+        close_client(c);
+    }
+    // A connection closed right after its message may still wait in the listener's queue,
+    // counted nowhere yet. The server accepts in the queue's order: once a last connection's
+    // status request is answered, it has accepted every one before it, and the wait below
+    // sees them released.
+    {
+        Client last;
+        connect_client(last, served.path());
+        const shm::CtrlHeader h{shm::kCtrlMagic,
+                                shm::kAbiVersion,
+                                static_cast<std::uint16_t>(CtrlOp::status),
+                                ++seq,
+                                0,
+                                static_cast<std::uint32_t>(kHdr),
+                                0};
+        std::array<std::uint8_t, kHdr> msg;
+        std::memcpy(msg.data(), &h, kHdr);
+        send_msg(last, msg, {});
+        SNIC_FUZZ_REQUIRE(check_answer(last, expect(msg, 0)));
+        close_client(last);
+    }
 
     // Everything the connections held is released, soon: poll the server until then.
     const auto deadline = std::chrono::steady_clock::now() + kSettle;

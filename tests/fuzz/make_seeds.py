@@ -216,6 +216,12 @@ def control_socket_seeds(out):
           u8(FD_DEVNULL) * 17 + ctl_msg(0, OP["resources"]))
     # Raw bytes: a header's worth of the magic and nothing right after it.
     write(out, t, "raw", u8(0) + u8(0x0F) + u16(24) + u32(CTRL_MAGIC) + bytes(20) + u8(0))
+    # Three clients' messages waiting at once (client byte 0x80: the answer read later).
+    write(out, t, "three-at-once",
+          ctl_msg(0x80, OP["status"]) +
+          ctl_msg(0x81, OP["open_device"], u32(0) + u32(0), fds=ctx) +
+          ctl_msg(0x82, OP["status"], flags=0x01, extra=u32(0x100)) + ctl_msg(0, OP["clients"]) +
+          ctl_msg(1, OP["alloc_pd"]))
     # A session closed with its open_device's reply unread (flags 0x80).
     write(out, t, "close-unread",
           ctl_msg(0, OP["open_device"], u32(0) + u32(0), flags=0x80, fds=ctx) +
