@@ -516,9 +516,12 @@ std::vector<std::uint8_t> make_message(Input& in, const Client& c, std::uint32_t
     switch ((flags >> 4) & 3) {
         case 0:
             break;
-        case 1: {
-            const auto d = static_cast<std::int8_t>(in.u8());
-            body = d < 0 && static_cast<std::size_t>(-d) > body ? 0 : body + d;
+        case 1: {  // off by a little (-8..8), or by a multiple of 4 up to 256 either way
+            const std::uint8_t b = in.u8();
+            const int d = b < 0x80 ? b % 17 - 8 : (b - 0xC0) * 4;
+            body = d < 0 && static_cast<std::size_t>(-d) > body
+                       ? 0
+                       : body + static_cast<std::size_t>(d);
             break;
         }
         case 2:

@@ -206,9 +206,10 @@ def control_socket_seeds(out):
           ctl_msg(0, OP["status"], flags=0x04, extra=u8(4)) + ctl_msg(1, OP["status"]))
     write(out, t, "bad-magic", ctl_msg(0, OP["status"], flags=0x01, extra=u32(0x100)))
     write(out, t, "old-abi", ctl_msg(0, OP["status"], flags=0x02, extra=u16(CTRL_ABI - 1)))
-    # open_device with a body a byte short (flags 0x10, delta -1): the connection closes.
+    # open_device with a body a byte short (flags 0x10, delta 7 % 17 - 8): the connection
+    # closes.
     write(out, t, "short-body",
-          ctl_msg(0, OP["open_device"], u32(0) + u8(0) * 3, flags=0x10, extra=u8(0xFF),
+          ctl_msg(0, OP["open_device"], u32(0) + u8(0) * 3, flags=0x10, extra=u8(7),
                   fds=ctx) + ctl_msg(1, OP["status"]))
     # 17 descriptors (one more than any message takes) to alloc_pd after open_device.
     write(out, t, "too-many-fds",
