@@ -553,10 +553,15 @@ std::vector<std::uint8_t> make_message(Input& in, const Client& c, std::uint32_t
     std::memcpy(msg.data(), &h, kHdr);
     const auto b = in.bytes(body);
     std::memcpy(msg.data() + kHdr, b.data(), b.size());
-    // Often aim the body's first word at a handle an earlier reply gave.
+    // Often aim the body's first word at a handle an earlier reply gave, and sometimes the
+    // next two as well (create_qp's PD, send CQ and receive CQ).
     if ((flags & 0x40) != 0 && body >= 4 && !c.handles.empty()) {
-        const std::uint32_t handle = c.handles[in.u8() % c.handles.size()];
-        std::memcpy(msg.data() + kHdr, &handle, sizeof handle);
+        const std::uint8_t pick = in.u8();
+        const std::size_t words = (pick & 0x80) != 0 && body >= 12 ? 3 : 1;
+        for (std::size_t w = 0; w < words; ++w) {
+            const std::uint32_t handle = c.handles[(w == 0 ? pick : in.u8()) % c.handles.size()];
+            std::memcpy(msg.data() + kHdr + 4 * w, &handle, sizeof handle);
+        }
     }
     close_unread = (flags & 0x80) != 0;
     return msg;

@@ -161,12 +161,12 @@ def main():
 
 # control_socket: CtrlOp values (shm/control.h) and the target's input format.
 OP = {"status": 1, "open_device": 2, "query_port": 3, "alloc_pd": 4, "dealloc_pd": 5,
-      "create_cq": 10, "destroy_cq": 11, "clients": 22, "resources": 23, "qps": 24, "qp": 25,
-      "cm_open": 26, "cm_status": 36, "tcp_conns": 37}
+      "create_cq": 10, "destroy_cq": 11, "create_qp": 16, "clients": 22, "resources": 23,
+      "qps": 24, "qp": 25, "cm_open": 26, "cm_status": 36, "tcp_conns": 37}
 CTRL_MAGIC = 0x43494E53
 CTRL_ABI = 7
 NO_HANDLE = 0xFFFFFFFF
-FD_CONTEXT, FD_CQ_RING, FD_SOCKET, FD_DEVNULL = 1, 2, 5, 6
+FD_CONTEXT, FD_CQ_RING, FD_QP_RING, FD_SOCKET, FD_DEVNULL = 1, 2, 3, 5, 6
 
 
 def ctl_msg(client, op, body=b"", flags=0, extra=b"", fds=b"\x00"):
@@ -200,6 +200,17 @@ def control_socket_seeds(out):
                   fds=ctl_fds(u8(FD_CQ_RING) + u8(4))) +
           ctl_msg(0, OP["destroy_cq"], u32(0) + u32(0) + u8(1), flags=0x40) +
           ctl_msg(1, OP["resources"]))
+    # open_device, a PD, a CQ, an RC QP on them (flag 0x40 with 0x80: its first three words
+    # the handles replies gave, PD then CQ twice), then the connection closes with them all.
+    cq_req = u32(15) + u32(16) + u32(NO_HANDLE) + u32(0)
+    qp_req = (u32(0) * 3 + u32(NO_HANDLE) + u32(2) + u32(0) + u32(16) + u32(16) + u32(1) +
+              u32(1) + u32(0) + u32(16) + u32(16))
+    write(out, t, "qp",
+          open_dev + ctl_msg(0, OP["alloc_pd"]) +
+          ctl_msg(0, OP["create_cq"], cq_req, fds=ctl_fds(u8(FD_CQ_RING) + u8(4))) +
+          ctl_msg(0, OP["create_qp"], qp_req + u8(0x80) + u8(1) + u8(1), flags=0x40,
+                  fds=ctl_fds(u8(FD_QP_RING) + u8(4))) +
+          ctl_msg(0, OP["resources"]))
     # Malformed: a length 4 past the datagram (flags 0x04, delta), then a well-formed status
     # on another connection; another magic (0x01); another ABI (0x02: EPROTO).
     write(out, t, "bad-length",
