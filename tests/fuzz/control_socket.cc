@@ -63,8 +63,10 @@ using namespace snic::daemon;
 using fuzz::Input;
 using shm::CtrlOp;
 
-// The server answers in well under a millisecond; the bound leaves room for a loaded machine
-// (2 s ran out once, under a load of 9 on 2 cores, and never again on replay).
+// The server answers in well under a millisecond. NOT SETTLED: in long runs a message now and
+// then goes unanswered (3 times in some 400,000 runs since QPs are made through the socket,
+// none in 385,000 before; at 2 s and at 5 s alike) while the server thread still polls and
+// answers ask() with its connections; not reproducible from the input alone, cause unknown.
 constexpr int kReplyTimeoutMs = 5000;
 constexpr auto kSettle = std::chrono::seconds(10);
 constexpr std::size_t kClients = 3;
