@@ -54,6 +54,9 @@ class ControlServer {
     }
     // Closes every client connection, releasing their sessions (after serve() returned).
     void disconnect_all() { clients_.clear(); }
+    // The client connections open now (sessions, CM connections and idle ones). The control
+    // thread's: from another thread, through ask() while it serves.
+    std::size_t connections() const { return clients_.size(); }
 
     Status listen();
     // Answers requests until `stop` is set (checked at least every 100 ms).

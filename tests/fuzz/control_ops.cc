@@ -4,10 +4,10 @@
 // body of arbitrary bytes (copied into the op's request struct as control.cc copies it) and
 // descriptors the input chooses (none, a memfd of a chosen size, formatted as a ring or not,
 // a socket). No DPDK and no socket: the framing control.cc checks before an op (magic,
-// length, body size, descriptor count) is not reached from here. Asserts: every op answers
-// 0 or an errno; the session's objects stay within the daemon's counts; and when the session
-// goes, everything it held is released: no object counted, no client memory mapped, no
-// descriptor left open.
+// length, body size, descriptor count) is not reached from here; control_socket.cc fuzzes it
+// through a served socket. Asserts: every op answers 0 or an errno; the session's objects stay
+// within the daemon's counts; and when the session goes, everything it held is released: no
+// object counted, no client memory mapped, no descriptor left open.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>

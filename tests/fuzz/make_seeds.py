@@ -2,8 +2,9 @@
 """Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/) from the real rxe
 and siw captures in tests/vectors: the frames and RoCEv2 packets as they are, and, for the
 targets that read a stream of choices (rc_*, ud_qp, cm_agent, tcp_connection, mpa_frames),
-the same packets wrapped in the commands those targets understand. Deterministic; run it again after changing a target's
-input format:
+the same packets wrapped in the commands those targets understand; and control_socket's
+message sequences, built from the control protocol's layouts (shm/control.h).
+Deterministic; run it again after changing a target's input format:
 
     tests/fuzz/make_seeds.py [--vectors DIR] [--out DIR]
 """
@@ -181,6 +182,7 @@ def main():
 
     tcp_seeds(args)
     mpa_seeds(args)
+    control_socket_seeds(args.out)
 
 
 def tcp_config(open_mode):
@@ -274,6 +276,87 @@ def mpa_seeds(args):
     write(args.out, "mpa_frames", "built-fpdus",
           u8(3) + u8(0) + u8(1) + u8(3) + b"\x02\x07\x01" +
           u8(20) + bytes(range(20)) + u8(0) + u8(33) + bytes(range(33)))
+
+
+# control_socket: CtrlOp values (shm/control.h) and the target's input format.
+OP = {"status": 1, "open_device": 2, "query_port": 3, "alloc_pd": 4, "dealloc_pd": 5,
+      "create_cq": 10, "destroy_cq": 11, "create_qp": 16, "clients": 22, "resources": 23,
+      "qps": 24, "qp": 25, "cm_open": 26, "cm_status": 36, "tcp_conns": 37}
+CTRL_MAGIC = 0x43494E53
+CTRL_ABI = 7
+NO_HANDLE = 0xFFFFFFFF
+FD_CONTEXT, FD_CQ_RING, FD_QP_RING, FD_SOCKET, FD_DEVNULL = 1, 2, 3, 5, 6
+
+
+def ctl_msg(client, op, body=b"", flags=0, extra=b"", fds=b"\x00"):
+    """One step: a framed message (the header the target builds from op and flags, `extra`
+    the bytes its flags read), its body, then its descriptors."""
+    return u8(client) + u8(0) + u8(op) + u8(flags) + extra + body + fds
+
+
+def ctl_fds(*kinds):
+    return u8(len(kinds)) + b"".join(kinds)
+
+
+def control_socket_seeds(out):
+    t = "control_socket"
+    ctx = ctl_fds(u8(FD_SOCKET), u8(FD_CONTEXT))
+    open_dev = ctl_msg(0, OP["open_device"], u32(0) + u32(0), fds=ctx)
+    write(out, t, "status", ctl_msg(0, OP["status"]))
+    write(out, t, "snicctl",
+          ctl_msg(0, OP["status"]) + ctl_msg(0, OP["clients"]) + ctl_msg(0, OP["resources"]) +
+          ctl_msg(0, OP["qps"], u32(0) + u32(0)) + ctl_msg(0, OP["qp"], u32(17) + u32(0)) +
+          ctl_msg(0, OP["tcp_conns"], u32(0) + u32(0)) + ctl_msg(0, OP["cm_status"]) +
+          ctl_msg(0, OP["cm_open"], fds=ctx) + ctl_msg(0, 39))
+    write(out, t, "open-device",
+          open_dev + ctl_msg(0, OP["query_port"]) + ctl_msg(0, OP["alloc_pd"]) +
+          ctl_msg(1, OP["clients"]) + ctl_msg(1, OP["resources"]))
+    # open_device, a PD, a CQ on a formatted ring, then destroy_cq aimed at the CQ's handle
+    # (the second handle replies gave: flag 0x40, index 1).
+    write(out, t, "cq",
+          open_dev + ctl_msg(0, OP["alloc_pd"]) +
+          ctl_msg(0, OP["create_cq"], u32(15) + u32(16) + u32(NO_HANDLE) + u32(0),
+                  fds=ctl_fds(u8(FD_CQ_RING) + u8(4))) +
+          ctl_msg(0, OP["destroy_cq"], u32(0) + u32(0) + u8(1), flags=0x40) +
+          ctl_msg(1, OP["resources"]))
+    # open_device, a PD, a CQ, an RC QP on them (flag 0x40 with 0x80: its first three words
+    # the handles replies gave, PD then CQ twice), then the connection closes with them all.
+    cq_req = u32(15) + u32(16) + u32(NO_HANDLE) + u32(0)
+    qp_req = (u32(0) * 3 + u32(NO_HANDLE) + u32(2) + u32(0) + u32(16) + u32(16) + u32(1) +
+              u32(1) + u32(0) + u32(16) + u32(16))
+    write(out, t, "qp",
+          open_dev + ctl_msg(0, OP["alloc_pd"]) +
+          ctl_msg(0, OP["create_cq"], cq_req, fds=ctl_fds(u8(FD_CQ_RING) + u8(4))) +
+          ctl_msg(0, OP["create_qp"], qp_req + u8(0x80) + u8(1) + u8(1), flags=0x40,
+                  fds=ctl_fds(u8(FD_QP_RING) + u8(4))) +
+          ctl_msg(0, OP["resources"]))
+    # Malformed: a length 4 past the datagram (flags 0x04, delta), then a well-formed status
+    # on another connection; another magic (0x01); another ABI (0x02: EPROTO).
+    write(out, t, "bad-length",
+          ctl_msg(0, OP["status"], flags=0x04, extra=u8(4)) + ctl_msg(1, OP["status"]))
+    write(out, t, "bad-magic", ctl_msg(0, OP["status"], flags=0x01, extra=u32(0x100)))
+    write(out, t, "old-abi", ctl_msg(0, OP["status"], flags=0x02, extra=u16(CTRL_ABI - 1)))
+    # open_device with a body a byte short (flags 0x10, delta 7 % 17 - 8): the connection
+    # closes.
+    write(out, t, "short-body",
+          ctl_msg(0, OP["open_device"], u32(0) + u8(0) * 3, flags=0x10, extra=u8(7),
+                  fds=ctx) + ctl_msg(1, OP["status"]))
+    # 17 descriptors (one more than any message takes) to alloc_pd after open_device.
+    write(out, t, "too-many-fds",
+          open_dev + u8(0) + u8(0) + u8(OP["alloc_pd"]) + u8(0) + u8(197) +
+          u8(FD_DEVNULL) * 17 + ctl_msg(0, OP["resources"]))
+    # Raw bytes: a header's worth of the magic and nothing right after it.
+    write(out, t, "raw", u8(0) + u8(0x0F) + u16(24) + u32(CTRL_MAGIC) + bytes(20) + u8(0))
+    # Three clients' messages waiting at once (client byte 0x80: the answer read later).
+    write(out, t, "three-at-once",
+          ctl_msg(0x80, OP["status"]) +
+          ctl_msg(0x81, OP["open_device"], u32(0) + u32(0), fds=ctx) +
+          ctl_msg(0x82, OP["status"], flags=0x01, extra=u32(0x100)) + ctl_msg(0, OP["clients"]) +
+          ctl_msg(1, OP["alloc_pd"]))
+    # A session closed with its open_device's reply unread (flags 0x80).
+    write(out, t, "close-unread",
+          ctl_msg(0, OP["open_device"], u32(0) + u32(0), flags=0x80, fds=ctx) +
+          ctl_msg(0, OP["status"]))
 
 
 if __name__ == "__main__":
