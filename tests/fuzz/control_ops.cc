@@ -8,7 +8,6 @@
 // through a served socket. Asserts: every op answers 0 or an errno; the session's objects stay
 // within the daemon's counts; and when the session goes, everything it held is released: no
 // object counted, no client memory mapped, no descriptor left open.
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -24,6 +23,7 @@
 #include "daemon/session.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
+#include "tests/fuzz/daemon_support.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace {
@@ -31,41 +31,13 @@ namespace {
 using namespace snic;
 using namespace snic::daemon;
 using fuzz::Input;
-
-std::size_t open_fds() {
-    std::size_t n = 0;
-    if (DIR* d = ::opendir("/proc/self/fd")) {
-        while (::readdir(d) != nullptr) ++n;
-        ::closedir(d);
-    }
-    return n;
-}
-
-// A memfd as libsnic makes it, sealed against shrinking; `fmt` formats rings in it.
-int memfd(std::size_t bytes, const std::function<void(std::span<std::byte>)>& fmt = {}) {
-    const int fd = ::memfd_create("snic-fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    SNIC_FUZZ_REQUIRE(fd >= 0);
-    SNIC_FUZZ_REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
-    ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
-    if (fmt && bytes != 0) {
-        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        SNIC_FUZZ_REQUIRE(p != MAP_FAILED);
-        fmt({static_cast<std::byte*>(p), bytes});
-        ::munmap(p, bytes);
-    }
-    return fd;
-}
+using fuzz::memfd;
+using fuzz::open_fds;
 
 FdList fds_of(std::initializer_list<int> fds) {
     FdList l;
     for (int fd : fds) l.push(fd);
     return l;
-}
-
-std::vector<DevicePort> ports() {
-    return {DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
-                           return LinkInfo{true, 10000};
-                       }}};
 }
 
 void require_errno(int err) {
@@ -246,7 +218,7 @@ void session_run(Resources& r, std::span<const DevicePort> p, Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     static Resources resources;
-    static const std::vector<DevicePort> devices = ports();
+    static const std::vector<DevicePort> devices = fuzz::fake_ports();
     const std::size_t fds_before = open_fds();
     Input in(data, size);
     session_run(resources, devices, in);

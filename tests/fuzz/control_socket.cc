@@ -21,7 +21,6 @@
 // success is the op's reply. After the clients close, within 10 s: no connection, no session,
 // no object counted, no client memory mapped, no client descriptor kept or counted for the
 // uid, and the process has as many descriptors open as before the input.
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -55,6 +54,7 @@
 #include "shm/control.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
+#include "tests/fuzz/daemon_support.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace {
@@ -62,6 +62,8 @@ namespace {
 using namespace snic;
 using namespace snic::daemon;
 using fuzz::Input;
+using fuzz::memfd;
+using fuzz::open_fds;
 using shm::CtrlOp;
 
 // The server answers in well under a millisecond.
@@ -73,21 +75,6 @@ constexpr std::size_t kHdr = sizeof(shm::CtrlHeader);
 // A header followed by an empty Msg<Empty>'s padding counts as a body-less request.
 constexpr std::size_t kEmptyPadding = sizeof(shm::Msg<shm::Empty>) - kHdr;
 constexpr std::uint16_t kLastOp = static_cast<std::uint16_t>(CtrlOp::tcp_conns);
-
-std::size_t open_fds() {
-    std::size_t n = 0;
-    if (DIR* d = ::opendir("/proc/self/fd")) {
-        while (::readdir(d) != nullptr) ++n;
-        ::closedir(d);
-    }
-    return n;
-}
-
-std::vector<DevicePort> ports() {
-    return {DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
-                           return LinkInfo{true, 10000};
-                       }}};
-}
 
 // The server, once per process: serves on its own thread until exit, then is stopped and
 // joined, and its directory removed.
@@ -102,7 +89,7 @@ class Served {
         auto s = ControlServer::claim(path_, 0600);
         SNIC_FUZZ_REQUIRE(s.ok());
         server_ = std::move(*s);
-        server_->set_devices(ports());
+        server_->set_devices(fuzz::fake_ports());
         SNIC_FUZZ_REQUIRE(server_->listen().ok());
         thread_ = std::thread(
             [this] { server_->serve(stop_, [this](shm::StatusReply& r) { fill_status(r); }); });
@@ -135,21 +122,6 @@ class Served {
     std::atomic<bool> stop_{false};
     std::thread thread_;
 };
-
-// A memfd as libsnic makes it, sealed against shrinking; `fmt` formats rings in it.
-int memfd(std::size_t bytes, const std::function<void(std::span<std::byte>)>& fmt = {}) {
-    const int fd = ::memfd_create("snic-fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    SNIC_FUZZ_REQUIRE(fd >= 0);
-    SNIC_FUZZ_REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
-    ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
-    if (fmt && bytes != 0) {
-        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        SNIC_FUZZ_REQUIRE(p != MAP_FAILED);
-        fmt({static_cast<std::byte*>(p), bytes});
-        ::munmap(p, bytes);
-    }
-    return fd;
-}
 
 // One end of a notification socketpair (the other closed, as if the client had gone).
 int notify_socket() {
