@@ -49,7 +49,7 @@ bool AsyncEvents::post(std::uint32_t type, std::uint32_t handle) {
 void Srq::check_limit(AsyncEvents* to) {
     std::atomic_ref<std::uint32_t> armed(limit);
     std::uint32_t at = armed.load(std::memory_order_acquire);
-    if (at == 0 || ring->size() >= at) return;
+    if (at == 0 || ring->size(at) >= at) return;  // reads at most `at` seqs
     // Disarmed whether or not the event fits (the client re-arms after reading it); a
     // modify_srq that re-armed meanwhile wins.
     if (armed.compare_exchange_strong(at, 0, std::memory_order_acq_rel) && to != nullptr)

@@ -183,14 +183,14 @@ void QpGlue::publish_sleeping(bool asleep) {
 }
 
 bool QpGlue::send_pending() {
-    return sending_ && qp_.sq && qp_.sq->size() != 0;
+    return sending_ && qp_.sq && qp_.sq->ready();
 }
 
 bool QpGlue::try_sleep() {
     if (send_pending()) return false;
     publish_sleeping(true);
-    // Against the client's post: it stores the producer index, fences and reads `sleeping`;
-    // we store `sleeping`, fence and read the producer index. One of us sees the other.
+    // Against the client's post: it stores the WQE's seq, fences and reads `sleeping`; we
+    // store `sleeping`, fence and read the next slot's seq. One of us sees the other.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!send_pending()) return true;
     publish_sleeping(false);

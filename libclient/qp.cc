@@ -103,9 +103,9 @@ bool recv_state_ok(const Qp* q) {
     return load_state(q) != IBV_QPS_RESET;
 }
 
-// After send WQEs were pushed (their producer index stored): if snicd no longer watches the
-// QP's send queue, ring its doorbell. The fence keeps the load of `sleeping` after the store
-// of the index, as snicd keeps its load of the index after its store of `sleeping`.
+// After send WQEs were pushed (each one's seq stored): if snicd no longer watches the QP's send
+// queue, ring its doorbell. The fence keeps the load of `sleeping` after the stores of the
+// seqs, as snicd keeps its load of the next seq after its store of `sleeping`.
 void send_posted(const Qp* q) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (std::atomic_ref<std::uint32_t>(q->control->sleeping).load(std::memory_order_relaxed) != 0 &&
@@ -265,7 +265,6 @@ int build_recv(std::uint32_t max_sge, const ibv_recv_wr* wr, shm::RecvWqe* w) {
         return EINVAL;
     w->wr_id = wr->wr_id;
     w->num_sge = static_cast<std::uint32_t>(wr->num_sge);
-    w->reserved = 0;
     for (int i = 0; i < wr->num_sge; ++i)
         w->sge[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
     return 0;
@@ -748,12 +747,13 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         alignas(64) shm::SendWqe w;
         for (; wr != nullptr; wr = wr->next) {
             if ((err = build_send(q, wr, &w)) != 0) break;
-            if (!q->sq->try_push(w)) {
+            if (!q->sq->try_stage(w)) {
                 err = ENOMEM;
                 break;
             }
             pushed = true;
         }
+        if (pushed) q->sq->publish();  // one index store per list; each WQE's seq publishes it
     }
     q->sq_lock.unlock();
     if (pushed) send_posted(q);
@@ -778,11 +778,12 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     shm::RecvWqe w;
     for (; wr != nullptr; wr = wr->next) {
         if ((err = build_recv(q->cap.max_recv_sge, wr, &w)) != 0) break;
-        if (!q->rq->try_push(w)) {
+        if (!q->rq->try_stage(w)) {
             err = ENOMEM;
             break;
         }
     }
+    q->rq->publish();
     q->rq_lock.unlock();
     if (err != 0) *bad_wr = wr, errno = err;
     return err;

@@ -96,14 +96,14 @@ int post_srq_recv(ibv_srq* s, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         }
         w.wr_id = wr->wr_id;
         w.num_sge = static_cast<std::uint32_t>(wr->num_sge);
-        w.reserved = 0;
         for (int i = 0; i < wr->num_sge; ++i)
             w.sge[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-        if (!srq->ring->try_push(w)) {
+        if (!srq->ring->try_stage(w)) {
             err = ENOMEM;
             break;
         }
     }
+    srq->ring->publish();
     srq->lock.unlock();
     if (err != 0) *bad_wr = wr, errno = err;
     return err;

@@ -22,13 +22,28 @@
 // store of its index; the consumer acquires it before reading slots, and releases its own index
 // after it has copied the entries out, which the producer acquires before reusing those slots.
 //
+// Entries that carry their own publication word (a `std::uint32_t seq` member: SendWqe, RecvWqe,
+// Cqe) are sequenced: the producer writes the entry, then stores `index + 1` into its seq with
+// release, and the consumer takes the slot at its index when (and only when) the slot's seq
+// holds exactly that tag, with acquire. So a consumer never reads the producer's index line:
+// polling an empty ring reads the next slot, which stays in the consumer's cache until the
+// producer writes it, and each hand-over moves the entry's own lines and nothing else, as an
+// RNIC's owner bit does in its CQEs. Format stamps every slot's seq with the tag of the lap
+// before, so that nothing left in the memory reads as an entry. A sequenced entry may also name
+// how much of it is in use (`used_bytes()`, read from its first kRingCacheLine bytes): only
+// that much is copied in and out, so a SEND with one SGE moves two lines, not the whole slot.
+// The producer index is still stored (once per burst or publish()) for size() and
+// diagnostics; nothing on the fast path reads it.
+//
 // Each view keeps its own index and the geometry privately and never reads them back from shared
-// memory after attaching; only the peer's index is loaded, and it is checked on every load.
+// memory after attaching; only the peer's index (or a slot's seq) is loaded, and it is checked
+// on every load.
 // Hot-path calls allocate nothing, make no syscalls, take no locks and throw nothing.
 #pragma once
 
 #include <atomic>
 #include <cassert>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -42,11 +57,23 @@ namespace snic::shm {
 // Identifies a formatted ring header ("SNRG" read as a little-endian word).
 inline constexpr std::uint32_t kRingMagic = 0x47524e53u;
 // Layout version of RingHeader and the slot area; bump on any incompatible change.
-inline constexpr std::uint32_t kRingVersion = 1;
+// 2: sequenced entries (a seq word in the slot publishes it).
+inline constexpr std::uint32_t kRingVersion = 2;
 // Cache line size the layout is built around.
 inline constexpr std::size_t kRingCacheLine = 64;
 // Largest capacity the free-running 32-bit indices can tell apart from empty.
 inline constexpr std::uint32_t kRingMaxCapacity = std::uint32_t{1} << 31;
+
+// An entry type whose slots carry their own publication word (see the top of this file).
+template <class T>
+concept SequencedEntry = std::is_same_v<decltype(T::seq), std::uint32_t>;
+
+// A sequenced entry that says how many of its bytes are in use, from its first line.
+template <class T>
+concept SizedEntry = SequencedEntry<T> && requires(const T& t) {
+    { t.used_bytes() }
+    noexcept->std::same_as<std::size_t>;
+};
 
 // The ring header at the start of the shared mapping. Plain fixed-width words, so its layout is
 // the same in every process and compiler; the indices are accessed through std::atomic_ref.
@@ -201,9 +228,15 @@ inline RingError check_span(std::span<std::byte> mem) noexcept {
     return RingError::ok;
 }
 
-// Formats a fresh ring in `mem` with both indices at `start`.
+// No seq word in the entries (ring_format's seq_offset).
+inline constexpr std::size_t kNoSeq = ~std::size_t{0};
+
+// Formats a fresh ring in `mem` with both indices at `start`. With entries that carry a seq
+// word at `seq_offset`, every slot gets the tag of the lap before its first index, so that no
+// byte left in the memory publishes an entry.
 inline RingResult<RingMapping> ring_format(std::span<std::byte> mem, std::uint32_t capacity,
-                                           std::uint32_t entry_size, std::uint32_t start) noexcept {
+                                           std::uint32_t entry_size, std::uint32_t start,
+                                           std::size_t seq_offset = kNoSeq) noexcept {
     if (RingError e = check_span(mem); e != RingError::ok) return e;
     if (!ring_capacity_ok(capacity)) return RingError::bad_capacity;
     const std::uint64_t bytes = ring_bytes(capacity, entry_size);
@@ -218,9 +251,18 @@ inline RingResult<RingMapping> ring_format(std::span<std::byte> mem, std::uint32
     hdr->bytes = bytes;
     store_relaxed(hdr->prod, start);
     store_relaxed(hdr->cons, start);
+    std::byte* slots = mem.data() + sizeof(RingHeader);
+    if (seq_offset != kNoSeq) {
+        for (std::uint32_t i = 0; i < capacity; ++i) {
+            const std::uint32_t index = start + i;
+            std::uint32_t stale = index + 1 - capacity;
+            std::memcpy(slots + std::size_t{index & (capacity - 1)} * entry_size + seq_offset,
+                        &stale, sizeof stale);
+        }
+    }
     // Magic last, with release: a peer that sees it sees a complete header.
     store_release(hdr->magic, kRingMagic);
-    return RingMapping{hdr, mem.data() + sizeof(RingHeader), capacity, capacity - 1, start, start};
+    return RingMapping{hdr, slots, capacity, capacity - 1, start, start};
 }
 
 // Validates a header the peer formatted (and may since have scribbled on) and copies its
@@ -250,6 +292,31 @@ inline RingResult<RingMapping> ring_validate(std::span<std::byte> mem,
     return RingMapping{hdr, mem.data() + sizeof(RingHeader), capacity, mask, prod, cons};
 }
 
+template <class T>
+constexpr std::size_t seq_offset() noexcept {
+    if constexpr (SequencedEntry<T>)
+        return offsetof(T, seq);
+    else
+        return kNoSeq;
+}
+
+// The bytes of `e` to copy: all of it, or what a sized entry says it uses, within
+// [kRingCacheLine, sizeof(T)] whatever it says.
+template <class T>
+std::size_t entry_bytes(const T& e) noexcept {
+    if constexpr (SizedEntry<T>) {
+        const std::size_t n = e.used_bytes();
+        return n < kRingCacheLine ? kRingCacheLine : n > sizeof(T) ? sizeof(T) : n;
+    } else {
+        return sizeof(T);
+    }
+}
+
+template <class T>
+std::uint32_t& slot_seq(std::byte* slot) noexcept {
+    return std::launder(reinterpret_cast<T*>(slot))->seq;
+}
+
 }  // namespace detail
 
 // The producing side of a ring: copies entries into slots and publishes them.
@@ -267,7 +334,7 @@ class RingProducer {
     // `start` is the initial value of both indices (tests start near UINT32_MAX to wrap).
     static RingResult<RingProducer> init(std::span<std::byte> mem, std::uint32_t capacity,
                                          std::uint32_t start = 0) noexcept {
-        auto m = detail::ring_format(mem, capacity, sizeof(T), start);
+        auto m = detail::ring_format(mem, capacity, sizeof(T), start, detail::seq_offset<T>());
         if (!m) return m.error();
         return RingProducer(*m);
     }
@@ -279,16 +346,26 @@ class RingProducer {
         return RingProducer(*m);
     }
 
-    // Copies one entry in; false if the ring is full or corrupt.
+    // Copies one entry in and publishes it; false if the ring is full or corrupt.
     bool try_push(const T& item) noexcept {
-        if (prod_ - cons_cache_ == capacity_ && free_after_refresh() == 0) return false;
-        std::memcpy(slot(prod_), &item, sizeof(T));
-        ++prod_;
-        detail::store_release(hdr_->prod, prod_);
+        if (!try_stage(item)) return false;
+        publish();
         return true;
     }
 
-    // Copies in as many leading entries of `items` as fit and returns how many.
+    // Copies one entry in without storing the producer index (publish() does): a sequenced
+    // entry is visible to the consumer at once, so a list of posts stores the index once.
+    bool try_stage(const T& item) noexcept {
+        if (prod_ - cons_cache_ == capacity_ && free_after_refresh() == 0) return false;
+        write(prod_, item);
+        ++prod_;
+        return true;
+    }
+
+    // Stores the producer index: what try_stage wrote is then visible to every consumer.
+    void publish() noexcept { detail::store_release(hdr_->prod, prod_); }
+
+    // Copies in as many leading entries of `items` as fit, publishes them and returns how many.
     std::uint32_t push_burst(std::span<const T> items) noexcept {
         std::uint32_t n =
             items.size() < capacity_ ? static_cast<std::uint32_t>(items.size()) : capacity_;
@@ -298,12 +375,16 @@ class RingProducer {
             if (free < n) n = free;
         }
         if (n == 0) return 0;
-        const std::uint32_t idx = prod_ & mask_;
-        const std::uint32_t first = n < capacity_ - idx ? n : capacity_ - idx;
-        std::memcpy(slots_ + std::size_t{idx} * sizeof(T), items.data(), first * sizeof(T));
-        std::memcpy(slots_, items.data() + first, std::size_t{n - first} * sizeof(T));
+        if constexpr (SequencedEntry<T>) {
+            for (std::uint32_t i = 0; i < n; ++i) write(prod_ + i, items[i]);
+        } else {
+            const std::uint32_t idx = prod_ & mask_;
+            const std::uint32_t first = n < capacity_ - idx ? n : capacity_ - idx;
+            std::memcpy(slots_ + std::size_t{idx} * sizeof(T), items.data(), first * sizeof(T));
+            std::memcpy(slots_, items.data() + first, std::size_t{n - first} * sizeof(T));
+        }
         prod_ += n;
-        detail::store_release(hdr_->prod, prod_);
+        publish();
         return n;
     }
 
@@ -335,6 +416,23 @@ class RingProducer {
 
     std::byte* slot(std::uint32_t index) const noexcept {
         return slots_ + std::size_t{index & mask_} * sizeof(T);
+    }
+
+    // Writes `item` into the slot of `index`; a sequenced entry's seq last, with release, and
+    // never through the copy, so that the consumer cannot see the tag before the entry.
+    void write(std::uint32_t index, const T& item) noexcept {
+        std::byte* s = slot(index);
+        if constexpr (SequencedEntry<T>) {
+            constexpr std::size_t off = offsetof(T, seq);
+            constexpr std::size_t after = off + sizeof(std::uint32_t);
+            const std::size_t n = detail::entry_bytes(item);
+            const auto* src = reinterpret_cast<const std::byte*>(&item);
+            std::memcpy(s, src, off);
+            std::memcpy(s + after, src + after, n - after);
+            detail::store_release(detail::slot_seq<T>(s), index + 1);
+        } else {
+            std::memcpy(s, &item, sizeof(T));
+        }
     }
 
     // Reloads the consumer index and returns the free slots. An honest consumer's index only
@@ -378,7 +476,7 @@ class RingConsumer {
     // `start` is the initial value of both indices (tests start near UINT32_MAX to wrap).
     static RingResult<RingConsumer> init(std::span<std::byte> mem, std::uint32_t capacity,
                                          std::uint32_t start = 0) noexcept {
-        auto m = detail::ring_format(mem, capacity, sizeof(T), start);
+        auto m = detail::ring_format(mem, capacity, sizeof(T), start, detail::seq_offset<T>());
         if (!m) return m.error();
         return RingConsumer(*m);
     }
@@ -392,8 +490,12 @@ class RingConsumer {
 
     // Copies the oldest entry out into `out`; false if the ring is empty or corrupt.
     bool try_pop(T& out) noexcept {
-        if (prod_cache_ == cons_ && avail_after_refresh() == 0) return false;
-        std::memcpy(&out, slot(cons_), sizeof(T));
+        if constexpr (SequencedEntry<T>) {
+            if (!read(cons_, out)) return false;
+        } else {
+            if (prod_cache_ == cons_ && avail_after_refresh() == 0) return false;
+            std::memcpy(&out, slot(cons_), sizeof(T));
+        }
         ++cons_;
         detail::store_release(hdr_->cons, cons_);
         return true;
@@ -403,23 +505,52 @@ class RingConsumer {
     std::uint32_t pop_burst(std::span<T> out) noexcept {
         std::uint32_t n =
             out.size() < capacity_ ? static_cast<std::uint32_t>(out.size()) : capacity_;
-        std::uint32_t avail = prod_cache_ - cons_;
-        if (avail < n) {
-            avail = avail_after_refresh();
-            if (avail < n) n = avail;
+        if constexpr (SequencedEntry<T>) {
+            std::uint32_t got = 0;
+            while (got < n && read(cons_ + got, out[got])) ++got;
+            n = got;
+        } else {
+            std::uint32_t avail = prod_cache_ - cons_;
+            if (avail < n) {
+                avail = avail_after_refresh();
+                if (avail < n) n = avail;
+            }
+            if (n == 0) return 0;
+            const std::uint32_t idx = cons_ & mask_;
+            const std::uint32_t first = n < capacity_ - idx ? n : capacity_ - idx;
+            std::memcpy(out.data(), slots_ + std::size_t{idx} * sizeof(T), first * sizeof(T));
+            std::memcpy(out.data() + first, slots_, std::size_t{n - first} * sizeof(T));
         }
         if (n == 0) return 0;
-        const std::uint32_t idx = cons_ & mask_;
-        const std::uint32_t first = n < capacity_ - idx ? n : capacity_ - idx;
-        std::memcpy(out.data(), slots_ + std::size_t{idx} * sizeof(T), first * sizeof(T));
-        std::memcpy(out.data() + first, slots_, std::size_t{n - first} * sizeof(T));
         cons_ += n;
         detail::store_release(hdr_->cons, cons_);
         return n;
     }
 
-    // Entries ready to pop (reloads the producer index); 0 once corrupt.
-    std::uint32_t size() noexcept { return avail_after_refresh(); }
+    // True if an entry is ready to pop. A sequenced ring reads only the next slot's seq, so
+    // this is what a poll of an empty ring costs.
+    bool ready() noexcept {
+        if constexpr (SequencedEntry<T>)
+            return detail::load_acquire(detail::slot_seq<T>(slot(cons_))) == cons_ + 1;
+        else
+            return prod_cache_ != cons_ || avail_after_refresh() != 0;
+    }
+
+    // Entries ready to pop (reloads the producer index); 0 once corrupt. A sequenced ring
+    // counts the slots whose seq publishes them, up to `most` of them.
+    std::uint32_t size(std::uint32_t most = UINT32_MAX) noexcept {
+        if constexpr (SequencedEntry<T>) {
+            if (most > capacity_) most = capacity_;
+            std::uint32_t n = 0;
+            while (n < most &&
+                   detail::load_acquire(detail::slot_seq<T>(slot(cons_ + n))) == cons_ + n + 1)
+                ++n;
+            return n;
+        } else {
+            const std::uint32_t n = avail_after_refresh();
+            return n < most ? n : most;
+        }
+    }
     // Slots the producer could still fill (reloads the producer index).
     std::uint32_t free_space() noexcept { return capacity_ - size(); }
     std::uint32_t capacity() const noexcept { return capacity_; }
@@ -437,8 +568,24 @@ class RingConsumer {
           cons_(m.cons),
           prod_cache_(m.prod) {}
 
-    const std::byte* slot(std::uint32_t index) const noexcept {
+    std::byte* slot(std::uint32_t index) const noexcept {
         return slots_ + std::size_t{index & mask_} * sizeof(T);
+    }
+
+    // Copies the entry at `index` out if its seq publishes it: its first line, then as much
+    // more as that copy says it uses (bounded by entry_bytes), never trusting the slot twice.
+    bool read(std::uint32_t index, T& out) noexcept {
+        std::byte* s = slot(index);
+        if (detail::load_acquire(detail::slot_seq<T>(s)) != index + 1) return false;
+        auto* dst = reinterpret_cast<std::byte*>(&out);
+        if constexpr (SizedEntry<T>) {
+            std::memcpy(dst, s, kRingCacheLine);
+            const std::size_t n = detail::entry_bytes(out);
+            std::memcpy(dst + kRingCacheLine, s + kRingCacheLine, n - kRingCacheLine);
+        } else {
+            std::memcpy(dst, s, sizeof(T));
+        }
+        return true;
     }
 
     // Reloads the producer index and returns the entries available. An honest producer's
@@ -459,7 +606,7 @@ class RingConsumer {
     }
 
     RingHeader* hdr_;
-    const std::byte* slots_;
+    std::byte* slots_;
     std::uint32_t capacity_;
     std::uint32_t mask_;
     std::uint32_t cons_;        // our index; the shared copy is written, never read back

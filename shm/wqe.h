@@ -87,7 +87,7 @@ struct SendWqe {
     std::uint8_t reserved0;
     std::uint32_t ex;  // imm_data (network order, as posted) or the rkey to invalidate
     std::uint32_t inline_length;
-    std::uint32_t reserved1;
+    std::uint32_t seq;  // the ring's publication tag (shm/ring.h): the producer writes it last
     union {
         WqeRdma rdma;
         WqeAtomic atomic;
@@ -99,18 +99,33 @@ struct SendWqe {
         Sge sge[kMaxSge];
         std::uint8_t inline_data[kMaxInline];
     };
+
+    // The bytes in use, from the first line: the ring copies only these (a SEND with one SGE or
+    // a few inline bytes crosses between the cores as two lines, not five).
+    std::size_t used_bytes() const noexcept {
+        return offsetof(SendWqe, sge) +
+               ((flags & kWqeInline) != 0 ? std::size_t{inline_length} : num_sge * sizeof(Sge));
+    }
 };
 static_assert(sizeof(SendWqe) == 64 + kMaxSge * sizeof(Sge));
+static_assert(offsetof(SendWqe, sge) == kRingCacheLine && SizedEntry<SendWqe>);
+static_assert(offsetof(SendWqe, seq) == 20);
 static_assert(sizeof(WqeUd) == sizeof(WqeRdma) && offsetof(SendWqe, ud) == 24);
 static_assert(std::is_trivially_copyable_v<SendWqe>);
 
 struct RecvWqe {
     std::uint64_t wr_id;
     std::uint32_t num_sge;
-    std::uint32_t reserved;
+    std::uint32_t seq;  // the ring's publication tag (shm/ring.h): the producer writes it last
     Sge sge[kMaxSge];
+
+    // The bytes in use (the header and num_sge SGEs); the ring copies at least the first line.
+    std::size_t used_bytes() const noexcept {
+        return offsetof(RecvWqe, sge) + std::size_t{num_sge} * sizeof(Sge);
+    }
 };
-static_assert(sizeof(RecvWqe) == 16 + kMaxSge * sizeof(Sge));
+static_assert(sizeof(RecvWqe) == 16 + kMaxSge * sizeof(Sge) && SizedEntry<RecvWqe>);
+static_assert(offsetof(RecvWqe, seq) == 12);
 
 // CQE: ibv_wc in a fixed layout. status, opcode and wc_flags hold ibv_wc_status,
 // ibv_wc_opcode and ibv_wc_flags values.
@@ -130,9 +145,11 @@ struct Cqe {
     std::uint8_t dlid_path_bits;
     std::uint8_t reserved[3];
     std::uint64_t timestamp;
-    std::uint64_t reserved2[2];
+    std::uint64_t reserved2;
+    std::uint32_t reserved3;
+    std::uint32_t seq;  // the ring's publication tag (shm/ring.h), last in the line, written last
 };
-static_assert(sizeof(Cqe) == 64);
+static_assert(sizeof(Cqe) == 64 && SequencedEntry<Cqe> && offsetof(Cqe, seq) == 60);
 
 // An asynchronous event (ibv_event_type) about one object of the context.
 struct AsyncEvent {

@@ -29,7 +29,7 @@ import snictest as st
 # ---------------------------------------------------------------- the ABI
 
 MAGIC = 0x43494E53
-ABI = 7
+ABI = 8
 HDR = struct.Struct("<IHHIiII")  # magic, abi_version, op, seq, status, length, reserved
 OPS = {name: i + 1 for i, name in enumerate([
     "status", "open_device", "query_port", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr",
@@ -47,6 +47,9 @@ CQE_SIZE = 64
 SEND_WQE_SIZE = 64 + 16 * 16
 RECV_WQE_SIZE = 16 + 16 * 16
 ASYNC_EVENT_SIZE = 8
+RING_VERSION = 2
+# Where a sequenced entry keeps its publication tag (shm/wqe.h: Cqe, SendWqe, RecvWqe).
+SEQ_OFFSET = {CQE_SIZE: 60, SEND_WQE_SIZE: 20, RECV_WQE_SIZE: 12}
 ASYNC_CAPACITY = 1024
 CHANNEL_CAPACITY = 4096
 
@@ -126,12 +129,17 @@ def memfd(size: int, seal: bool = True, name: str = "snic-test") -> int:
 
 
 def format_ring(fd: int, size: int, offset: int, capacity: int, entry: int) -> None:
-    """Formats an empty ring as shm/ring.h's init does (magic written last)."""
+    """Formats an empty ring as shm/ring.h's init does (slots' tags of the lap before, magic
+    written last)."""
     with mmap.mmap(fd, size) as m:
-        struct.pack_into("<IIIIIIQ", m, offset, 0, 1, capacity, capacity - 1, entry, 0,
-                         ring_bytes(capacity, entry))
+        struct.pack_into("<IIIIIIQ", m, offset, 0, RING_VERSION, capacity, capacity - 1, entry,
+                         0, ring_bytes(capacity, entry))
         struct.pack_into("<I", m, offset + 64, 0)
         struct.pack_into("<I", m, offset + 128, 0)
+        if entry in SEQ_OFFSET:
+            for i in range(capacity):
+                struct.pack_into("<I", m, offset + RING_HDR + i * entry + SEQ_OFFSET[entry],
+                                 (i + 1 - capacity) % 2**32)
         struct.pack_into("<I", m, offset, RING_MAGIC)
 
 

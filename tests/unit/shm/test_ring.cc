@@ -1,6 +1,8 @@
 // Unit tests of the shared-memory SPSC ring (shm/ring.h), one test per rule.
 #include "shm/ring.h"
 
+#include "shm/wqe.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,12 +20,15 @@
 
 namespace {
 
+using snic::shm::Cqe;
 using snic::shm::kRingMagic;
+using snic::shm::RecvWqe;
 using snic::shm::ring_bytes;
 using snic::shm::RingConsumer;
 using snic::shm::RingError;
 using snic::shm::RingHeader;
 using snic::shm::RingProducer;
+using snic::shm::SendWqe;
 
 // 64-byte aligned backing store standing in for a shared mapping.
 class Mem {
@@ -497,6 +502,204 @@ TEST(RingStress, two_threads_deliver_multiword_entries_untorn) {
         [](const Entry& e, std::uint64_t i) {
             return e.seq == i && e.neg == ~i && e.lo == static_cast<std::uint32_t>(i) &&
                    e.hi == static_cast<std::uint32_t>(i >> 32);
+        });
+}
+
+// ---- sequenced entries: the slot's seq publishes it -------------------------------------------
+
+// Both views of a ring of sequenced entries.
+template <class T>
+struct SeqPair {
+    explicit SeqPair(std::uint32_t capacity, std::uint32_t start = 0)
+        : mem(ring_bytes<T>(capacity)),
+          prod(RingProducer<T>::init(mem.span(), capacity, start).value()),
+          cons(RingConsumer<T>::attach(mem.span()).value()) {}
+    std::byte* slot(std::uint32_t index) {
+        const std::uint32_t mask = mem.header().mask;
+        return mem.span().data() + sizeof(RingHeader) + std::size_t{index & mask} * sizeof(T);
+    }
+    Mem mem;
+    RingProducer<T> prod;
+    RingConsumer<T> cons;
+};
+
+RecvWqe recv_wqe(std::uint64_t id, std::uint32_t num_sge = 1) {
+    RecvWqe w{};
+    w.wr_id = id;
+    w.num_sge = num_sge;
+    for (std::uint32_t i = 0; i < num_sge; ++i) w.sge[i] = {id * 100 + i, 64, 7};
+    return w;
+}
+
+TEST(RingSeq, the_consumer_never_reads_the_producer_index) {
+    SeqPair<Cqe> r(8);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        Cqe c{};
+        c.wr_id = i;
+        ASSERT_TRUE(r.prod.try_push(c));
+    }
+    // Whatever the producer index says, the slots' seqs decide.
+    r.mem.header().prod = 0xdead'beefu;
+    Cqe out{};
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        ASSERT_TRUE(r.cons.try_pop(out));
+        EXPECT_EQ(out.wr_id, i);
+    }
+    EXPECT_FALSE(r.cons.try_pop(out));
+    EXPECT_FALSE(r.cons.ready());
+    EXPECT_FALSE(r.cons.corrupt());
+}
+
+TEST(RingSeq, an_entry_is_not_taken_before_its_seq_is_stored) {
+    SeqPair<Cqe> r(4);
+    std::byte* s = r.slot(0);
+    // A producer half-way through its write: the body is there, the seq is not yet.
+    Cqe c{};
+    c.wr_id = 42;
+    c.seq = 0xffff'fffdu;  // the stale tag format left (index 0 of a 4-slot ring: 1 - 4)
+    std::memcpy(s, &c, sizeof c);
+    Cqe out{};
+    EXPECT_FALSE(r.cons.ready());
+    EXPECT_FALSE(r.cons.try_pop(out));
+    c.seq = 1;  // index 0's tag
+    std::memcpy(s, &c, sizeof c);
+    EXPECT_TRUE(r.cons.ready());
+    ASSERT_TRUE(r.cons.try_pop(out));
+    EXPECT_EQ(out.wr_id, 42u);
+}
+
+TEST(RingSeq, format_stamps_every_slot_so_no_left_over_byte_is_an_entry) {
+    for (const std::uint32_t start : {0u, std::numeric_limits<std::uint32_t>::max() - 2}) {
+        constexpr std::uint32_t kCap = 8;
+        Mem mem(ring_bytes<Cqe>(kCap));
+        // What an earlier ring left: every slot carrying the tag its first index would take,
+        // and, for the ring that starts at 2^32 - 3, zeroes (index 2^32 - 1's tag is 0).
+        auto* slots = reinterpret_cast<Cqe*>(mem.span().data() + sizeof(RingHeader));
+        for (std::uint32_t i = 0; i < kCap; ++i) {
+            const std::uint32_t index = start + i;
+            slots[index & (kCap - 1)].seq = start == 0 ? index + 1 : 0;
+        }
+        auto p = RingProducer<Cqe>::init(mem.span(), kCap, start);
+        auto c = RingConsumer<Cqe>::attach(mem.span());
+        ASSERT_TRUE(p && c);
+        Cqe out{};
+        EXPECT_FALSE(c->try_pop(out)) << "start " << start;
+        EXPECT_EQ(c->size(), 0u);
+        // And the ring then works across the wrap of its indices.
+        for (std::uint64_t round = 0; round < 3 * kCap; ++round) {
+            Cqe in{};
+            in.wr_id = round;
+            ASSERT_TRUE(p->try_push(in));
+            ASSERT_TRUE(c->try_pop(out));
+            EXPECT_EQ(out.wr_id, round);
+            EXPECT_FALSE(c->try_pop(out));
+        }
+    }
+}
+
+TEST(RingSeq, a_send_with_one_sge_moves_two_lines_and_nothing_more) {
+    SeqPair<SendWqe> r(2);
+    std::byte* s = r.slot(0);
+    std::memset(s + 64, 0xab, sizeof(SendWqe) - 64);  // what an older WQE left in the slot
+    SendWqe w{};
+    w.wr_id = 7;
+    w.num_sge = 1;
+    w.sge[0] = {0x1000, 8, 3};
+    std::memset(&w.sge[1], 0xcd, sizeof(SendWqe) - 80);  // garbage past the SGEs in use
+    ASSERT_TRUE(r.prod.try_push(w));
+    // The producer wrote the header line and one SGE; the rest of the slot is untouched.
+    for (std::size_t i = 80; i < sizeof(SendWqe); ++i)
+        ASSERT_EQ(s[i], std::byte{0xab}) << "byte " << i;
+    SendWqe out;
+    std::memset(&out, 0x11, sizeof out);
+    ASSERT_TRUE(r.cons.try_pop(out));
+    EXPECT_EQ(out.wr_id, 7u);
+    EXPECT_EQ(out.num_sge, 1u);
+    EXPECT_EQ(out.sge[0].addr, 0x1000u);
+    EXPECT_EQ(out.sge[0].length, 8u);
+    EXPECT_EQ(out.sge[0].lkey, 3u);
+    const auto* o = reinterpret_cast<const std::byte*>(&out);
+    for (std::size_t i = 80; i < sizeof(SendWqe); ++i)
+        ASSERT_EQ(o[i], std::byte{0x11}) << "byte " << i << " was copied";
+}
+
+TEST(RingSeq, inline_data_crosses_as_far_as_its_length) {
+    SeqPair<SendWqe> r(2);
+    SendWqe w{};
+    w.flags = snic::shm::kWqeInline;
+    w.inline_length = 100;
+    for (std::uint32_t i = 0; i < 100; ++i) w.inline_data[i] = static_cast<std::uint8_t>(i);
+    ASSERT_TRUE(r.prod.try_push(w));
+    SendWqe out;
+    std::memset(&out, 0x11, sizeof out);
+    ASSERT_TRUE(r.cons.try_pop(out));
+    for (std::uint32_t i = 0; i < 100; ++i) ASSERT_EQ(out.inline_data[i], i);
+    EXPECT_EQ(out.inline_data[100], 0x11);
+}
+
+TEST(RingSeq, a_hostile_size_is_bounded_by_the_slot) {
+    // The ring's only slot ends where the memory ends: a copy past it is caught by ASan.
+    SeqPair<SendWqe> r(1);
+    for (const auto& [flags, num_sge, inline_length] :
+         {std::tuple{std::uint8_t{0}, std::uint8_t{255}, 0u},
+          std::tuple{snic::shm::kWqeInline, std::uint8_t{0}, 0xffff'ffffu}}) {
+        SendWqe w{};
+        w.flags = flags;
+        w.num_sge = num_sge;
+        w.inline_length = inline_length;
+        std::memcpy(r.slot(0), &w, 64);  // a client writes its slot by hand
+        const std::uint32_t tag = r.cons.consumed() + 1;
+        std::memcpy(r.slot(0) + offsetof(SendWqe, seq), &tag, sizeof tag);
+        SendWqe out{};
+        ASSERT_TRUE(r.cons.try_pop(out));
+        EXPECT_EQ(out.num_sge, num_sge);
+    }
+}
+
+TEST(RingSeq, staged_entries_are_ready_before_the_index_is_published) {
+    SeqPair<RecvWqe> r(8);
+    ASSERT_TRUE(r.prod.try_stage(recv_wqe(1)));
+    ASSERT_TRUE(r.prod.try_stage(recv_wqe(2)));
+    EXPECT_EQ(r.mem.header().prod, 0u) << "staging stores no index";
+    EXPECT_TRUE(r.cons.ready());
+    EXPECT_EQ(r.cons.size(), 2u);
+    EXPECT_EQ(r.cons.size(1), 1u);
+    r.prod.publish();
+    EXPECT_EQ(r.mem.header().prod, 2u);
+    RecvWqe out{};
+    ASSERT_TRUE(r.cons.try_pop(out));
+    EXPECT_EQ(out.wr_id, 1u);
+    EXPECT_EQ(out.sge[0].addr, 100u);
+    EXPECT_EQ(r.cons.size(), 1u);
+}
+
+TEST(RingSeq, a_full_ring_refuses_until_the_consumer_frees_a_slot) {
+    SeqPair<RecvWqe> r(4);
+    std::array<RecvWqe, 6> in{};
+    for (std::uint32_t i = 0; i < in.size(); ++i) in[i] = recv_wqe(i);
+    EXPECT_EQ(r.prod.push_burst(in), 4u);
+    EXPECT_FALSE(r.prod.try_stage(in[4]));
+    std::array<RecvWqe, 3> out{};
+    ASSERT_EQ(r.cons.pop_burst(out), 3u);
+    EXPECT_EQ(out[2].wr_id, 2u);
+    EXPECT_EQ(r.prod.push_burst(std::span(in).subspan(4)), 2u);
+    ASSERT_EQ(r.cons.pop_burst(out), 3u);
+    EXPECT_EQ(out[0].wr_id, 3u);
+    EXPECT_EQ(out[1].wr_id, 4u);
+    EXPECT_EQ(out[2].wr_id, 5u);
+}
+
+TEST(RingStress, two_threads_deliver_sequenced_sized_entries_untorn) {
+    // RecvWqe: the seq in its first line, a size from num_sge; the indices wrap in the run.
+    stress<RecvWqe>(
+        16, std::numeric_limits<std::uint32_t>::max() - 100, 1'000'000,
+        [](std::uint64_t i) { return recv_wqe(i, static_cast<std::uint32_t>(i % 17)); },
+        [](const RecvWqe& w, std::uint64_t i) {
+            const std::uint32_t n = static_cast<std::uint32_t>(i % 17);
+            if (w.wr_id != i || w.num_sge != n) return false;
+            for (std::uint32_t k = 0; k < n; ++k)
+                if (w.sge[k].addr != i * 100 + k || w.sge[k].length != 64) return false;
+            return true;
         });
 }
 
