@@ -128,11 +128,12 @@ def memfd(size: int, seal: bool = True, name: str = "snic-test") -> int:
     return fd
 
 
-def format_ring(fd: int, size: int, offset: int, capacity: int, entry: int) -> None:
+def format_ring(fd: int, size: int, offset: int, capacity: int, entry: int,
+                version: int = RING_VERSION) -> None:
     """Formats an empty ring as shm/ring.h's init does (slots' tags of the lap before, magic
     written last)."""
     with mmap.mmap(fd, size) as m:
-        struct.pack_into("<IIIIIIQ", m, offset, 0, RING_VERSION, capacity, capacity - 1, entry,
+        struct.pack_into("<IIIIIIQ", m, offset, 0, version, capacity, capacity - 1, entry,
                          0, ring_bytes(capacity, entry))
         struct.pack_into("<I", m, offset + 64, 0)
         struct.pack_into("<I", m, offset + 128, 0)
@@ -409,12 +410,32 @@ def test_status_names_the_devices(snicd):
                                                  f"{snicd.name}_1,{snicd.name}_iw1"], status
 
 
-def test_abi_mismatch_gets_eproto(snicd):
+@pytest.mark.parametrize("other", [pytest.param(ABI - 1, id="older-client"),
+                                   pytest.param(ABI + 1, id="newer-client")])
+def test_abi_mismatch_gets_eproto(snicd, other):
+    """A client of the ABI before the sequenced rings (or of a later one) is told EPROTO and
+    the version snicd speaks, as libsnic reports it; nothing else happens."""
     with Conn(snicd.ctrl) as c:
-        status, abi, body = c.request("status", abi=ABI + 1)
+        status, abi, body = c.request("status", abi=other)
         assert (status, abi, body) == (errno.EPROTO, ABI, b"")
         # The connection stays usable with the right version.
         assert c.status_of("resources") == 0
+
+
+def test_a_ring_of_the_old_layout_is_refused(snicd):
+    """A CQ ring formatted with the layout before sequenced entries (version 1) is refused
+    with EINVAL, and the session goes on."""
+    with Conn(snicd.ctrl) as c:
+        c.open_device()
+        ring0, size = cq_layout(16)
+        fd = memfd(size)
+        try:
+            format_ring(fd, size, ring0, 16, CQE_SIZE, version=1)
+            status = c.status_of("create_cq", struct.pack("<IIII", 15, 16, NO_HANDLE, 0), (fd,))
+        finally:
+            os.close(fd)
+        assert status == errno.EINVAL
+        assert c.create_cq() >= 0
 
 
 @pytest.mark.parametrize("payload", [
