@@ -28,8 +28,8 @@ bool post_cqe(Cq& cq, const shm::Cqe& cqe, bool solicited) {
         std::atomic_ref<std::uint32_t>(cq.control->overflow).store(1, std::memory_order_release);
         return false;
     }
-    // The producer index is stored; now load the arm. The client stores the arm, then loads
-    // the producer index when it polls: a full fence on each side (libsnic has its own) makes
+    // The CQE's seq is stored; now load the arm. The client stores the arm, then loads the
+    // next CQE's seq when it polls: a full fence on each side (libsnic has its own) makes
     // sure one of us sees the other, so that no CQE is left without an event (lost wakeup).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // An unsuccessful completion wakes a CQ armed for solicited completions too.

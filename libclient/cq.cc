@@ -302,8 +302,8 @@ int req_notify_cq(ibv_cq* c, int solicited_only) {
     } else {
         arm.store(shm::kArmNext, std::memory_order_release);
     }
-    // Store the arm, then (in the caller's next poll) load the producer index; snicd stores
-    // the producer index, then loads the arm. Without a full fence on both sides each could
+    // Store the arm, then (in the caller's next poll) load the next CQE's seq; snicd stores
+    // the CQE's seq, then loads the arm. Without a full fence on both sides each could
     // miss the other's store: a CQE nobody polls and no event for it (a lost wakeup).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return 0;

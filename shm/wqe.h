@@ -208,15 +208,19 @@ inline bool read_recv_counters(QpRecvCounters& shared, std::uint64_t& taken,
     return std::atomic_ref<std::uint32_t>(shared.seq).load(std::memory_order_relaxed) == before;
 }
 
-// Shared words at the start of a QP's memfd, written by snicd only.
-struct QpControl {
+// Shared words at the start of a QP's memfd, written by snicd only. Two lines: the first holds
+// what the client reads on every post and snicd writes seldom (the state, `sleeping`); the
+// second what snicd writes on every completion and the client reads seldom (the counters), so
+// that a completion does not take from the client's core the line its next post reads.
+struct alignas(kRingCacheLine) QpControl {
     std::uint32_t state;  // QpState: the client reads it to see an asynchronous move to ERR
     // Nonzero while snicd does not watch the QP's send queue: a client that pushed send WQEs
     // then rings the QP's doorbell (ring_doorbell below). snicd stores it and then reads the
-    // send ring's producer index; the client stores the producer index and then reads it;
+    // seq of the send ring's next slot; the client stores its WQEs' seqs and then reads it;
     // both put a full fence between the two, so that one of them sees the other's store.
     std::uint32_t sleeping;
-    QpRecvCounters recv;  // at offset 8; its 64-bit words 8-byte aligned
+    std::uint8_t pad0[56];
+    QpRecvCounters recv;  // at offset 64; its 64-bit words 8-byte aligned
     // Ring indices up to which snicd is done with the QP's WQEs: every send WQE before
     // `sq_done` (taken and completed, signaled or not, flushed, or dropped by Reset), and every
     // receive WQE of its own RQ before `rq_done` (not used with an SRQ). What lies between
@@ -224,10 +228,10 @@ struct QpControl {
     // exactly those WQEs with IBV_WC_WR_FLUSH_ERR, as an RNIC does on a fatal error.
     std::uint32_t sq_done;
     std::uint32_t rq_done;
-    std::uint8_t pad[24];
+    std::uint8_t pad1[32];
 };
-static_assert(sizeof(QpControl) == 64 && offsetof(QpControl, recv) == 8);
-static_assert(offsetof(QpControl, sq_done) == 32);
+static_assert(sizeof(QpControl) == 2 * kRingCacheLine && offsetof(QpControl, recv) == 64);
+static_assert(offsetof(QpControl, sq_done) == 88);
 
 // ---- doorbells ---------------------------------------------------------------------------------
 
@@ -310,6 +314,8 @@ constexpr Layout qp_layout(std::uint32_t sq_capacity, std::uint32_t rq_capacity)
                                              : ring1 + ring_bytes<RecvWqe>(rq_capacity);
     return {0, ring0, ring1, round_up(end, kPageSize)};
 }
+
+static_assert(qp_layout(1, 1).ring0 >= sizeof(QpControl));
 
 constexpr Layout srq_layout(std::uint32_t capacity) {
     return {0, 0, 0, round_up(ring_bytes<RecvWqe>(capacity), kPageSize)};
