@@ -272,7 +272,10 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
     RTE_LCORE_FOREACH_WORKER(worker) r.lcore_ids.push_back(worker);
     const std::size_t n = r.lcore_ids.size();
     r.owned.assign(n, {});
-    for (std::size_t i = 0; i < r.ports.size(); ++i) r.owned[i % n].push_back(r.ports[i].get());
+    for (std::size_t i = 0; i < r.ports.size(); ++i) {
+        r.owned[i % n].push_back(r.ports[i].get());
+        r.ports[i]->set_lcore(r.lcore_ids[i % n]);
+    }
     r.transports.resize(r.ports.size());
     r.gsi.resize(r.ports.size());
     r.tcp.resize(r.ports.size());

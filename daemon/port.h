@@ -63,6 +63,9 @@ class Port {
     std::uint16_t mtu() const { return mtu_; }
     bool link_up() const;
     const PortCounters& counters() const { return counters_; }
+    // The EAL lcore that polls the port and runs its transports (set once, before it runs).
+    unsigned lcore() const { return lcore_; }
+    void set_lcore(unsigned id) { lcore_ = id; }
 
     void set_roce_hook(RxHook h) { roce_hook_ = h; }
     void set_tcp_hook(RxHook h) { tcp_hook_ = h; }
@@ -112,6 +115,7 @@ class Port {
 
     const std::uint16_t id_;
     const std::string name_;
+    unsigned lcore_ = 0;
     const net::Ipv4Prefix ip_;
     const net::LocalIf local_;
     const std::uint16_t mtu_;

@@ -99,6 +99,7 @@ int cmd_port_stats(const char*, const char* params, rte_tel_data* d) {
     const auto i = find_port(*info, params);
     if (!i) return -EINVAL;
     rte_tel_data_start_dict(d);
+    add_u64(d, "lcore", info->ports[*i]->lcore());
     for_each_counter(info->ports[*i]->counters(),
                      [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
     return 0;
