@@ -181,22 +181,10 @@ SNIC_CLMUL inline __m128i fold(__m128i acc, __m128i k, __m128i next) {
     return _mm_xor_si128(_mm_xor_si128(lo, hi), next);
 }
 
-// From four accumulators of consecutive 16-byte lanes (the register already folded in) and
-// the n bytes after them (a multiple of 16): the CRC register.
+// One accumulator (the register folded in, every lane folded into it) to the CRC register.
 template <const Engine& e>
-SNIC_CLMUL std::uint32_t fold_tail(__m128i a0, __m128i a1, __m128i a2, __m128i a3,
-                                   const std::uint8_t* p, std::size_t n) {
-    const __m128i k512 = constant(e.by512);
-    for (; n >= 64; p += 64, n -= 64) {
-        a0 = fold(a0, k512, load(p));
-        a1 = fold(a1, k512, load(p + 16));
-        a2 = fold(a2, k512, load(p + 32));
-        a3 = fold(a3, k512, load(p + 48));
-    }
+SNIC_CLMUL std::uint32_t reduce(__m128i x) {
     const __m128i k128 = constant(e.by128);
-    __m128i x = fold(fold(fold(a0, k128, a1), k128, a2), k128, a3);
-    for (; n >= 16; p += 16, n -= 16) x = fold(x, k128, load(p));
-
     // What is left is the register the lane's bytes give: lane * x^32 mod P.
     // 128 -> 96 bits: the low half times x^96 mod P (by128.hi) plus the high half, which
     // reads as lane * x^32.
@@ -212,6 +200,34 @@ SNIC_CLMUL std::uint32_t fold_tail(__m128i a0, __m128i a1, __m128i a2, __m128i a
     __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), pm, 0x10);
     t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), pm, 0x00);
     return static_cast<std::uint32_t>(_mm_extract_epi32(_mm_xor_si128(t, x), 1));
+}
+
+// From four accumulators of consecutive 16-byte lanes (the register already folded in) and
+// the n bytes after them (a multiple of 16): the CRC register.
+template <const Engine& e>
+SNIC_CLMUL std::uint32_t fold_tail(__m128i a0, __m128i a1, __m128i a2, __m128i a3,
+                                   const std::uint8_t* p, std::size_t n) {
+    const __m128i k512 = constant(e.by512);
+    for (; n >= 64; p += 64, n -= 64) {
+        a0 = fold(a0, k512, load(p));
+        a1 = fold(a1, k512, load(p + 16));
+        a2 = fold(a2, k512, load(p + 32));
+        a3 = fold(a3, k512, load(p + 48));
+    }
+    const __m128i k128 = constant(e.by128);
+    __m128i x = fold(fold(fold(a0, k128, a1), k128, a2), k128, a3);
+    for (; n >= 16; p += 16, n -= 16) x = fold(x, k128, load(p));
+    return reduce<e>(x);
+}
+
+// n in [16, 64) and a multiple of 16: one accumulator from the start, the same reduction
+// (a RoCEv2 pseudo-header through the BTH is 48 bytes).
+template <const Engine& e>
+SNIC_CLMUL std::uint32_t fold_short(std::uint32_t reg, const std::uint8_t* p, std::size_t n) {
+    const __m128i k128 = constant(e.by128);
+    __m128i x = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(reg)));
+    for (p += 16, n -= 16; n >= 16; p += 16, n -= 16) x = fold(x, k128, load(p));
+    return reduce<e>(x);
 }
 
 // n >= 64 and a multiple of 16.
@@ -276,10 +292,14 @@ const bool kHaveWideFold =
 
 template <const Engine& e>
 std::uint32_t by_best(std::uint32_t reg, std::span<const std::uint8_t> bytes) noexcept {
-    if (!kHaveFold || bytes.size() < 64) return by_table<e>(reg, bytes);
+    if (!kHaveFold || bytes.size() < 16) return by_table<e>(reg, bytes);
     const std::size_t folded = bytes.size() & ~std::size_t{15};
-    reg = kHaveWideFold && folded >= 256 ? fold_wide<e>(reg, bytes.data(), folded)
-                                         : fold_narrow<e>(reg, bytes.data(), folded);
+    if (folded < 64)
+        reg = fold_short<e>(reg, bytes.data(), folded);
+    else if (kHaveWideFold && folded >= 256)
+        reg = fold_wide<e>(reg, bytes.data(), folded);
+    else
+        reg = fold_narrow<e>(reg, bytes.data(), folded);
     return by_table<e>(reg, bytes.subspan(folded));
 }
 
