@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,10 @@ WIRE_SUBNET = "198.18.46"  # the snic rows' wire: port 0 at .1, port 1 at .2
 KP_NS = ("snic-kping-a", "snic-kping-b")
 KP_SERVER = "198.18.7.2"
 UDP_MAX = 65507
+VETH_NS = "snic-bench-veth"  # the veth rows: both ends of one pair, one snicd on both
+VETH_IFACES = ("sbv-a", "sbv-b")
+VETH_SUBNET = "198.18.47"
+VETH_ROUNDS = 3  # each driver measured this many times, interleaved with the other
 DAEMON_CPU, CLIENT_CPU = 0, 1  # snicd's lcore (-l) and the client's core, with two CPUs or more
 PINGPONG_ITERS = 200000
 
@@ -97,15 +102,19 @@ def json_lines(text: str) -> list[dict]:
 class WireDaemon:
     """One snicd with the virtual wire, busy-polling core DAEMON_CPU; stopped on exit."""
 
-    def __init__(self, name: str, extra: list[str] | None = None):
+    def __init__(self, name: str, extra: list[str] | None = None,
+                 ports: list[str] | None = None, wrap: list[str] | None = None):
+        """The virtual wire's two ports, or PORTS (EAL --vdev arguments, then snicd's
+        --port arguments) run under WRAP (e.g. ip netns exec NS)."""
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix="bench.", dir="/run/snic"))
         self.sock = self.dir / f"{name}.sock"
-        daemon_core, _ = cores()
-        cmd = [str(SNICD), "-l", str(DAEMON_CPU), "--no-pci", *mem_args(), "--", "--name", name,
-               "--ctrl", str(self.sock), "--wire",
-               "--port", f"wire0,ip={WIRE_SUBNET}.1/24,mtu={WIRE_MTU}",
-               "--port", f"wire1,ip={WIRE_SUBNET}.2/24,mtu={WIRE_MTU}", *(extra or [])]
+        ports = ports or ["--", "--wire", "--port", f"wire0,ip={WIRE_SUBNET}.1/24,mtu={WIRE_MTU}",
+                          "--port", f"wire1,ip={WIRE_SUBNET}.2/24,mtu={WIRE_MTU}"]
+        split = ports.index("--")
+        cmd = [*(wrap or []), str(SNICD), "-l", str(DAEMON_CPU), "--no-pci", *mem_args(),
+               *ports[:split], "--", "--name", name, "--ctrl", str(self.sock),
+               *ports[split + 1:], *(extra or [])]
         self.log = open(self.dir / "snicd.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -283,6 +292,38 @@ class KernelNet:
         raise RuntimeError(f"the kping {proto} server is not bound to port {port}")
 
 
+class VethPair:
+    """Both ends of one veth pair in namespace VETH_NS, for one snicd on both (as the
+    virtual wire, but through the kernel's veth); removed on exit."""
+
+    def __enter__(self):
+        self.__exit__()
+        run(["ip", "netns", "add", VETH_NS])
+        run(["ip", "link", "add", VETH_IFACES[0], "netns", VETH_NS, "type", "veth", "peer",
+             "name", VETH_IFACES[1], "netns", VETH_NS])
+        for ifc in (*VETH_IFACES, "lo"):
+            run(["ip", "-n", VETH_NS, "link", "set", ifc, "up"])
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["ip", "netns", "delete", VETH_NS], capture_output=True)
+
+    @staticmethod
+    def daemon(pmd: str) -> WireDaemon:
+        """One snicd driving both ends with net_PMD (af_packet or af_xdp)."""
+        ports = [f"--vdev=net_{pmd}0,iface={VETH_IFACES[0]}",
+                 f"--vdev=net_{pmd}1,iface={VETH_IFACES[1]}", "--",
+                 "--port", f"0,ip={VETH_SUBNET}.1/24", "--port", f"1,ip={VETH_SUBNET}.2/24"]
+        return WireDaemon(f"snic-veth-{pmd}".replace("_", "-"), ports=ports,
+                          wrap=["ip", "netns", "exec", VETH_NS])
+
+
+def veth_pmds() -> list[str]:
+    """af_packet, and af_xdp where this machine has it (scripts/lib.sh's snic_veth_pmd)."""
+    pick = run(["bash", "-c", f". {ROOT}/scripts/lib.sh && SNIC_VETH_PMD= snic_veth_pmd"])
+    return ["af_packet", "af_xdp"] if pick.strip() == "af_xdp" else ["af_packet"]
+
+
 def perftest_row(d: WireDaemon, tool: str, args: list[str], port: int) -> dict:
     out = run(["bash", "-c", f'. {ROOT}/scripts/lib.sh && snic_perftest "$@"', "perftest",
                str(d.dir), f"{d.name}_0", f"{d.name}_1", str(port), tool, *args])
@@ -378,6 +419,16 @@ def print_table(r: dict) -> None:
                   f"{ratio(row['median_us'], one):>7}")
         print(f"snicd memory per idle QP: {i['daemon_anon_bytes_per_idle_qp']} B of its own, "
               f"plus {i['shared_ring_bytes_per_idle_qp']} B of rings shared with the client")
+    if r["veth"]:
+        print()
+        print(f"Across a veth pair (one snicd on both ends, MTU 1500; median of {VETH_ROUNDS} "
+              "interleaved runs):")
+        for pmd, v in r["veth"].items():
+            lat = statistics.median(x["rtt_us"]["median"] for x in v["lat8"])
+            p99 = statistics.median(x["rtt_us"]["p99"] for x in v["lat8"])
+            bw = statistics.median(x["bw_gbps"] for x in v["bw64k"])
+            print(f"  net_{pmd:<9}  8 B SEND {lat:.2f} / {p99:.2f} us (median / p99), "
+                  f"64 KiB WRITE {bw:.2f} Gb/s")
     if r["perftest"]:
         print()
         print("perftest under snic-run (two processes, one per port; see docs/PERFORMANCE.md):")
@@ -443,6 +494,7 @@ def main() -> int:
     ap.add_argument("--no-perftest", action="store_true", help="skip the perftest rows")
     ap.add_argument("--no-scale", action="store_true", help="skip the idle QP rows")
     ap.add_argument("--no-iwarp", action="store_true", help="skip the iWARP rows")
+    ap.add_argument("--no-veth", action="store_true", help="skip the veth rows (af_packet, af_xdp)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -457,7 +509,7 @@ def main() -> int:
     r = {"quick": a.quick, "wire_mtu": WIRE_MTU, "lat_iters": lat_iters, "bw_iters": bw_iters,
          "bw_sizes": bw_sizes, "snic_lat": {}, "floor_lat": {}, "tcp_lat": {}, "udp_lat": {},
          "snic_bw": {}, "floor_bw": {}, "perftest": [], "iw_lat": {}, "iw_bw": {},
-         "cacheline": None, "arch_floor_lat": {}}
+         "cacheline": None, "arch_floor_lat": {}, "veth": {}}
 
     log("floor: snicd raw-ping / raw-bw self-tests over the virtual wire")
     for s in SIZES:
@@ -508,6 +560,21 @@ def main() -> int:
                 port += 1
     finally:
         d.stop()
+
+    if not a.no_veth:
+        pmds = veth_pmds()
+        log(f"veth: snic-perf across a veth pair, one snicd on both ends, with {' and '.join(pmds)}")
+        with VethPair():
+            for _ in range(VETH_ROUNDS):
+                for pmd in pmds:
+                    d = VethPair.daemon(pmd)
+                    try:
+                        r["veth"].setdefault(pmd, {"lat8": [], "bw64k": []})
+                        r["veth"][pmd]["lat8"].append(snic_perf(d, "send_lat", 8, lat_iters))
+                        r["veth"][pmd]["bw64k"].append(
+                            snic_perf(d, "write_bw", 65536, max(bw_iters // 10, 500)))
+                    finally:
+                        d.stop()
 
     log("kernel: TCP and UDP ping-pong over a veth pair between two namespaces")
     with KernelNet() as net:

@@ -4,13 +4,14 @@
 # scripts/bench.py: snic-perf --loopback over one snicd's virtual wire, the raw
 # frame floor over the same wire (snicd self-tests), kernel TCP and UDP
 # ping-pong over a veth pair between two namespaces, perftest under snic-run,
-# the 8 B round trip beside 1, 1,000 and 10,000 idle RC QPs, and the snic rows again
-# over the ports' iWARP devices (snic-perf -R --loopback). Prints one
+# the 8 B round trip beside 1, 1,000 and 10,000 idle RC QPs, the snic rows again
+# over the ports' iWARP devices (snic-perf -R --loopback), and one snicd across a veth
+# pair with net_af_packet and (where the kernel allows) net_af_xdp. Prints one
 # table, writes build/bench/results.json and two plots (latency CDF at 8 B,
 # bandwidth by size). Run as root.
 #
 #   scripts/bench.sh [--quick] [--no-deps] [--no-build] [--out DIR] [--no-perftest] [--no-scale]
-#                    [--no-iwarp]
+#                    [--no-iwarp] [--no-veth]
 #
 # --quick takes about 1 minute, the full run about 2 minutes on this project's 2-core machines
 # (connecting and destroying the 10,000 idle QPs of the scale rows is part of it).
@@ -28,7 +29,7 @@ bench_args=()
 while (($#)); do
     case $1 in
         --no-deps | --no-build) setup_args+=("$1") ;;
-        --quick | --no-perftest | --no-scale | --no-iwarp) bench_args+=("$1") ;;
+        --quick | --no-perftest | --no-scale | --no-iwarp | --no-veth) bench_args+=("$1") ;;
         --out) bench_args+=("$1" "${2:?--out needs a directory}"); shift ;;
         -h | --help) usage; exit 0 ;;
         *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;

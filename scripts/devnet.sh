@@ -9,8 +9,10 @@
 #   snicA  198.18.0.1/24  on snicA-v  lcore 0  control socket /run/snic/snicA.sock
 #   snicB  198.18.0.2/24  on snicB-v  lcore 1  control socket /run/snic/snicB.sock
 #
-# Logs and pid files: /run/snic/devnet/. `up` recovers from an unclean stop;
-# `down` is idempotent. Run as root.
+# Each daemon drives its veth end with net_af_xdp where the kernel has XDP sockets,
+# else net_af_packet (SNIC_VETH_PMD=af_packet|af_xdp chooses). Logs and pid files:
+# /run/snic/devnet/. `up` recovers from an unclean stop; `down` is idempotent. Run
+# as root.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -25,7 +27,7 @@ declare -A LCORE=([snicA]=0 [snicB]=1)
 READY_TRIES=300 # x 0.1 s
 
 usage() {
-    sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 ctrl_sock() { printf '/run/snic/%s.sock\n' "$1"; }
@@ -105,13 +107,13 @@ start_daemon() {
     # nohup and `ip netns exec` exec in place, so $! is snicd's pid (which
     # wait_daemon checks against the pid snicd reports).
     nohup ip netns exec "$NETNS" "$SNICD" -l "${LCORE[$n]}" --no-pci \
-        "--vdev=net_af_packet0,iface=${IFACE[$n]}" "${mem[@]}" -- \
+        "$(snic_veth_vdev "${IFACE[$n]}")" "${mem[@]}" -- \
         --name "$n" --ctrl "$(ctrl_sock "$n")" \
         --port "0,ip=${IP[$n]}" --idle-backoff 100 \
         </dev/null >"$log" 2>&1 &
     pid=$!
     printf '%s\n' "$pid" >"$(pid_file "$n")"
-    snic_log "started $n (pid $pid, log $log)"
+    snic_log "started $n (pid $pid, $(snic_veth_pmd) on ${IFACE[$n]}, log $log)"
 }
 
 # Fails with the log tail when daemon $1 does not answer within the bound.

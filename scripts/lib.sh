@@ -82,6 +82,33 @@ snic_eal_mem_args() {
     fi
 }
 
+# snic_veth_pmd: the DPDK driver snicd should drive a veth end with, af_xdp or
+# af_packet. AF_XDP (net_af_xdp) where the kernel has XDP sockets and DPDK has the
+# driver: it takes frames from the veth's XDP hook into a ring snicd shares with the
+# kernel, which is faster than af_packet's copies through a packet socket; else
+# af_packet, which every kernel has. SNIC_VETH_PMD=af_packet|af_xdp chooses.
+snic_veth_pmd() {
+    case ${SNIC_VETH_PMD:-} in
+        af_xdp | af_packet) printf '%s\n' "$SNIC_VETH_PMD"; return 0 ;;
+        '') ;;
+        *) snic_die "SNIC_VETH_PMD is af_xdp or af_packet, not '$SNIC_VETH_PMD'" ;;
+    esac
+    local libdir
+    libdir=$(pkg-config --variable=libdir libdpdk 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)
+    if compgen -G "$libdir/dpdk/pmds-*/librte_net_af_xdp.so*" >/dev/null &&
+        python3 -c 'import socket; socket.socket(44, socket.SOCK_RAW).close()' 2>/dev/null; then
+        printf 'af_xdp\n'  # 44: AF_XDP
+    else
+        printf 'af_packet\n'
+    fi
+}
+
+# snic_veth_vdev IFACE: the EAL --vdev argument for port 0 on veth end IFACE, with the
+# driver snic_veth_pmd picks.
+snic_veth_vdev() {
+    printf -- '--vdev=net_%s0,iface=%s\n' "$(snic_veth_pmd)" "$1"
+}
+
 # snic_pid_alive PID: true while PID exists and is not a zombie.
 snic_pid_alive() {
     local pid=$1 state

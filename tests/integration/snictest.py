@@ -536,6 +536,16 @@ def remove_daemon_leftovers(name: str, ctrl: Optional[str] = None) -> None:
 
 # ----------------------------------------------------------------- netns
 
+def af_xdp_supported() -> bool:
+    """Whether snicd can drive a veth end with net_af_xdp here: the kernel makes XDP sockets
+    and DPDK has the driver (scripts/lib.sh's snic_veth_pmd asks the same)."""
+    try:
+        socket.socket(44, socket.SOCK_RAW).close()  # 44: AF_XDP
+    except OSError:
+        return False
+    return any(Path("/usr/lib/x86_64-linux-gnu/dpdk").glob("pmds-*/librte_net_af_xdp.so*"))
+
+
 def netns_exists(ns: str) -> bool:
     return ns in run(["ip", "netns", "list"], check=True).stdout.split()
 

@@ -6,7 +6,10 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
+
 import snictest as st
+import test_rc as rc
 
 STATE = Path("/run/snic/devnet")
 EXPECT = {"snicA": "198.18.0.1/24", "snicB": "198.18.0.2/24"}
@@ -66,3 +69,23 @@ def test_devnet_recovers_after_kill(devnet):
     assert set(new.values()).isdisjoint(pids.values()), (pids, new)
     check(devnet("down"), "down")
     assert not st.netns_exists("snic-devnet")
+
+
+@pytest.mark.parametrize("pmd", ["default", "af_xdp", "af_packet"])
+def test_devnet_carries_rc_traffic_with_each_veth_driver(devnet, monkeypatch, pmd):
+    """The daemons drive their veth ends with net_af_xdp where this machine allows it (the
+    default), or with the driver SNIC_VETH_PMD names; rdma-core's ibv_rc_pingpong checks its
+    data between them either way."""
+    want = pmd if pmd != "default" else "af_xdp" if st.af_xdp_supported() else "af_packet"
+    if want == "af_xdp" and not st.af_xdp_supported():
+        pytest.skip("no XDP sockets or no net_af_xdp driver on this machine")
+    if pmd == "default":
+        monkeypatch.delenv("SNIC_VETH_PMD", raising=False)
+    else:
+        monkeypatch.setenv("SNIC_VETH_PMD", pmd)
+    check(devnet("up"), "up")
+    check_up(devnet)
+    for name in EXPECT:
+        assert st.ctl_status_ok(f"/run/snic/{name}.sock").ports[0].device == f"net_{want}0"
+    rc.pingpong("ibv_rc_pingpong", "snicA_0", "snicB_0", Path("/run/snic"),
+                ["-s", "4096", "-n", "200"])
