@@ -555,7 +555,8 @@ def main() -> int:
                                ("ib_read_lat", ["-s", "8", "-n", n_lat]),
                                ("ib_read_lat", ["-s", "8", "-n", n_lat, "--use_old_post_send"]),
                                ("ib_write_bw", ["-s", "65536", "-n", n_bw]),
-                               ("ib_write_bw", ["-s", "65536", "-n", n_bw, "--use_old_post_send"])):
+                               ("ib_write_bw", ["-s", "65536", "-n", n_bw, "--use_old_post_send"]),
+                               ("ib_write_bw", ["-s", "64", "-n", n_bw, "-q", "4", "--report-both"])):
                 r["perftest"].append(perftest_row(d, tool, args, port))
                 port += 1
     finally:

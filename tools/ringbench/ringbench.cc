@@ -3,7 +3,10 @@
 // In one run, for each ring: ping-pong round-trip latency between two threads on two cores
 // (min/median/p99/max), and one-way throughput with bursts. Both rings carry 8-byte entries
 // (uint64_t in the snic ring, void* in rte_ring) and both live in ordinary 4 KiB pages: the snic
-// ring in a memfd mapping as a client's would, rte_ring in EAL --no-huge memory.
+// ring in a memfd mapping as a client's would, rte_ring in EAL --no-huge memory. Then the snic
+// ring with 64-byte entries twice: published through the producer index (the consumer reads
+// the index's line, then the entry's), and sequenced as snic's CQEs are (the consumer reads
+// the entry's line alone).
 #include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "shm/ring.h"
+#include "shm/wqe.h"
 
 namespace {
 
@@ -200,27 +204,60 @@ class SharedMapping {
     std::byte* base_ = nullptr;
 };
 
-// One direction through a snic ring: the producer view for the sending thread and the consumer
-// view for the receiving one, formatted and attached as snicd and a client would.
+// A 64-byte entry published through the producer index (no seq word): one CQE's size.
+struct IndexedLine {
+    std::uint64_t value;
+    std::uint8_t pad[56];
+};
+static_assert(sizeof(IndexedLine) == 64 && !snic::shm::SequencedEntry<IndexedLine>);
+// The same size, published by its own seq word as snic's CQEs are (shm/wqe.h).
+using SequencedLine = snic::shm::Cqe;
+static_assert(snic::shm::SequencedEntry<SequencedLine>);
+
+// How each entry type carries the benchmark's sequence number.
+template <class T>
+struct Entry;
+template <>
+struct Entry<std::uint64_t> {
+    static std::uint64_t make(std::uint64_t seq) { return seq; }
+    static std::uint64_t seq(std::uint64_t v) { return v; }
+};
+template <>
+struct Entry<IndexedLine> {
+    static IndexedLine make(std::uint64_t seq) { return {seq, {}}; }
+    static std::uint64_t seq(const IndexedLine& v) { return v.value; }
+};
+template <>
+struct Entry<SequencedLine> {
+    static SequencedLine make(std::uint64_t seq) {
+        SequencedLine c{};
+        c.wr_id = seq;
+        return c;
+    }
+    static std::uint64_t seq(const SequencedLine& v) { return v.wr_id; }
+};
+
+// One direction through a snic ring of T: the producer view for the sending thread and the
+// consumer view for the receiving one, formatted and attached as snicd and a client would.
+template <class T>
 class SnicLink {
   public:
-    using value_type = std::uint64_t;
-    static value_type make(std::uint64_t seq) { return seq; }
-    static std::uint64_t seq(value_type v) { return v; }
+    using value_type = T;
+    static value_type make(std::uint64_t seq) { return Entry<T>::make(seq); }
+    static std::uint64_t seq(const value_type& v) { return Entry<T>::seq(v); }
 
-    explicit SnicLink(std::uint32_t capacity)
-        : mem_(snic::shm::ring_bytes<std::uint64_t>(capacity)) {
+    explicit SnicLink(std::uint32_t capacity) : mem_(snic::shm::ring_bytes<T>(capacity)) {
         if (!mem_.ok()) return;
-        auto c = snic::shm::RingConsumer<std::uint64_t>::init(mem_.span(), capacity);
+        auto c = snic::shm::RingConsumer<T>::init(mem_.span(), capacity);
         if (!c) return;
-        auto p = snic::shm::RingProducer<std::uint64_t>::attach(mem_.span());
+        auto p = snic::shm::RingProducer<T>::attach(mem_.span());
         if (!p) return;
         rx_.emplace(*c);
         tx_.emplace(*p);
     }
     bool ok() const { return tx_.has_value() && rx_.has_value(); }
 
-    bool send(value_type v) { return tx_->try_push(v); }
+    bool send(const value_type& v) { return tx_->try_push(v); }
     bool recv(value_type& v) { return rx_->try_pop(v); }
     unsigned send_burst(const value_type* v, unsigned n) { return tx_->push_burst({v, n}); }
     unsigned recv_burst(value_type* v, unsigned n) { return rx_->pop_burst({v, n}); }
@@ -229,8 +266,8 @@ class SnicLink {
     SharedMapping mem_;
     // Each view is written by its own thread (in snic, by its own process): keep them on
     // separate cache lines so that the benchmark does not add false sharing.
-    alignas(64) std::optional<snic::shm::RingProducer<std::uint64_t>> tx_;
-    alignas(64) std::optional<snic::shm::RingConsumer<std::uint64_t>> rx_;
+    alignas(64) std::optional<snic::shm::RingProducer<T>> tx_;
+    alignas(64) std::optional<snic::shm::RingConsumer<T>> rx_;
 };
 
 // One direction through an rte_ring created single-producer/single-consumer.
@@ -446,15 +483,18 @@ int main(int argc, char** argv) {
     } else {
         std::printf("no two cores to pin to: threads unpinned, waits yield\n");
     }
-    std::printf("ring size %u (rte_ring holds %u), 8-byte entries, TSC %.3f GHz\n", o.ring_size,
-                o.ring_size - 1, static_cast<double>(rte_get_tsc_hz()) / 1e9);
+    std::printf("ring size %u (rte_ring holds %u), 8-byte entries (64 B rows: 64), TSC %.3f GHz\n",
+                o.ring_size, o.ring_size - 1, static_cast<double>(rte_get_tsc_hz()) / 1e9);
     std::printf("ping-pong: %" PRIu64 " round trips; one-way: %" PRIu64
                 " entries, bursts of %u\n\n",
                 o.roundtrips, o.messages, o.burst);
 
-    SnicLink snic_ab(o.ring_size), snic_ba(o.ring_size);
+    SnicLink<std::uint64_t> snic_ab(o.ring_size), snic_ba(o.ring_size);
+    SnicLink<IndexedLine> line_ab(o.ring_size), line_ba(o.ring_size);
+    SnicLink<SequencedLine> seq_ab(o.ring_size), seq_ba(o.ring_size);
     RteLink rte_ab("ringbench_ab", o.ring_size), rte_ba("ringbench_ba", o.ring_size);
-    if (!snic_ab.ok() || !snic_ba.ok()) {
+    if (!snic_ab.ok() || !snic_ba.ok() || !line_ab.ok() || !line_ba.ok() || !seq_ab.ok() ||
+        !seq_ba.ok()) {
         std::fprintf(stderr, "cannot set up the snic rings: %s\n", std::strerror(errno));
         return 1;
     }
@@ -470,6 +510,8 @@ int main(int argc, char** argv) {
     for (unsigned r = 0; r < o.repeats; ++r) {
         ok = run_row("snic shm ring", snic_ab, snic_ba, o, pl) && ok;
         ok = run_row("rte_ring SP/SC", rte_ab, rte_ba, o, pl) && ok;
+        ok = run_row("64 B, index", line_ab, line_ba, o, pl) && ok;
+        ok = run_row("64 B, seq", seq_ab, seq_ba, o, pl) && ok;
     }
     return ok ? 0 : 1;
 }
