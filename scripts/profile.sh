@@ -63,6 +63,7 @@ workloads=(
     "send-8B-roundtrip|$iters|ib_send_lat -s 8 -e -n $iters"
     "write-64KiB|$iters|ib_write_bw -s 65536 -n $iters"
     "read-4KiB|$iters|ib_read_lat -s 4096 -n $iters"
+    "write-64B|$((iters * 10))|ib_write_bw -s 64 -n $((iters * 10))"
 )
 port=18650
 summary=()

@@ -227,6 +227,7 @@ void RcQp::resp_write(const Packet& pkt, RcTime now) {
         resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
         return;
     }
+    RemoteRegion whole;  // the first packet's check of the whole message
     if (info.has(kFirst)) {
         const Reth& reth = *pkt.reth();
         const std::uint32_t dma_len = reth.dma_len.host();
@@ -235,11 +236,12 @@ void RcQp::resp_write(const Packet& pkt, RcTime now) {
             return;
         }
         // The whole message is checked at its first packet: nothing is written otherwise.
-        if (dma_len != 0 &&
-            mem_.remote(reth.rkey.host(), reth.va.host(), dma_len, RemoteNeed::write).check !=
-                RemoteCheck::ok) {
-            resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
-            return;
+        if (dma_len != 0) {
+            whole = mem_.remote(reth.rkey.host(), reth.va.host(), dma_len, RemoteNeed::write);
+            if (whole.check != RemoteCheck::ok) {
+                resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
+                return;
+            }
         }
         write_va_ = reth.va.host();
         write_rkey_ = reth.rkey.host();
@@ -259,9 +261,13 @@ void RcQp::resp_write(const Packet& pkt, RcTime now) {
         return;
     }
     if (len != 0) {
-        // Checked again for each packet: a key may be invalidated while the message flows.
-        const RemoteRegion r = mem_.remote(write_rkey_, write_va_ + write_done_,
-                                           static_cast<std::uint32_t>(len), RemoteNeed::write);
+        // Checked again for each later packet: a key may be invalidated while the message
+        // flows. The first packet uses its check of the whole message (one key lookup for a
+        // message of one packet) when that found the message in one piece of memory.
+        const RemoteRegion r =
+            whole.ptr != nullptr ? whole
+                                 : mem_.remote(write_rkey_, write_va_ + write_done_,
+                                               static_cast<std::uint32_t>(len), RemoteNeed::write);
         if (r.check != RemoteCheck::ok || r.ptr == nullptr) {
             resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
             return;
