@@ -65,14 +65,14 @@ verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
             break;
         case verbs::WrKind::atomic:
             wr.remote_addr = w.atomic.remote_addr;
-            wr.rkey = w.atomic.rkey;
+            wr.rkey = w.ex;
             wr.compare_add = w.atomic.compare_add;
             wr.swap = w.atomic.swap;
             break;
         case verbs::WrKind::local:
             if (wr.op == verbs::WrOp::bind_mw)
                 wr.bind = {w.bind.mw_handle, w.bind.new_rkey, w.bind.mr_lkey,
-                           w.bind.access,    w.bind.addr,     w.bind.length};
+                           w.bind.access,    w.bind.addr,     w.bind_length};
             break;
         case verbs::WrKind::send:
             if (qp.type == verbs::QpType::ud) {

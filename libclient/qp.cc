@@ -152,7 +152,7 @@ int fill_bind(const Qp* q, ibv_mw* mw, std::uint32_t new_rkey, const ibv_mw_bind
     w->bind.mr_lkey = info.mr != nullptr && info.length != 0 ? info.mr->lkey : 0;
     w->bind.access = info.mw_access_flags;
     w->bind.addr = info.addr;
-    w->bind.length = info.length;
+    w->bind_length = info.length;
     return 0;
 }
 
@@ -212,7 +212,7 @@ int build_send(const Qp* q, const ibv_send_wr* wr, shm::SendWqe* w) {
         case IBV_WR_ATOMIC_CMP_AND_SWP:
         case IBV_WR_ATOMIC_FETCH_AND_ADD:
             w->atomic.remote_addr = wr->wr.atomic.remote_addr;
-            w->atomic.rkey = wr->wr.atomic.rkey;
+            w->ex = wr->wr.atomic.rkey;
             w->atomic.compare_add = wr->wr.atomic.compare_add;
             w->atomic.swap = wr->wr.atomic.swap;
             if (nsge != 1 || wr->sg_list[0].length != 8) return EINVAL;
@@ -374,7 +374,7 @@ void wr_atomic(ibv_qp_ex* x, ibv_wr_opcode op, std::uint32_t rkey, std::uint64_t
                std::uint64_t compare_add, std::uint64_t swap) {
     if (shm::SendWqe* w = stage(x, op)) {
         w->atomic.remote_addr = addr;
-        w->atomic.rkey = rkey;
+        w->ex = rkey;
         w->atomic.compare_add = compare_add;
         w->atomic.swap = swap;
     }

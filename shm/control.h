@@ -24,7 +24,8 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-// 8: sequenced SQ, RQ, SRQ and CQ entries (shm/ring.h version 2), QpControl in two lines; 7:
+// 8: sequenced SQ, RQ, SRQ and CQ entries (shm/ring.h version 2), a send WQE's first SGE
+// in its first line, QpControl in two lines; 7:
 // ClientInfo::fds, ResourcesReply's descriptor quotas; 6: CmStatusReply::no_room; 5: MrSegment
 // kinds (SysV, hugetlb); 4: SRQ resize, QpControl::recv
 inline constexpr std::uint16_t kAbiVersion = 8;

@@ -50,33 +50,30 @@ inline constexpr std::uint8_t kWqeSignaled = 2;
 inline constexpr std::uint8_t kWqeSolicited = 4;
 inline constexpr std::uint8_t kWqeInline = 8;
 
+// The operation's own fields, 24 bytes after the WQE's header, so that the first SGE (or the
+// first 16 inline bytes) shares the WQE's first cache line: a WQE with one SGE is one line.
 struct WqeRdma {  // rdma_write(_imm), rdma_read
     std::uint64_t remote_addr;
     std::uint32_t rkey;
     std::uint32_t reserved;
-    std::uint64_t reserved2[2];
+    std::uint64_t reserved2;
 };
-struct WqeAtomic {  // atomic_cmp_swp, atomic_fetch_add
+struct WqeAtomic {  // atomic_cmp_swp, atomic_fetch_add; the rkey is in SendWqe::ex
     std::uint64_t remote_addr;
-    std::uint32_t rkey;
-    std::uint32_t reserved;
     std::uint64_t compare_add;
     std::uint64_t swap;
 };
-struct WqeBind {              // bind_mw
+struct WqeBind {              // bind_mw; the length is in SendWqe::bind_length
     std::uint32_t mw_handle;  // the window, as the client's handle
     std::uint32_t new_rkey;   // the rkey the window takes once bound
     std::uint32_t mr_lkey;    // the MR it is bound to
     std::uint32_t access;     // ibv_access_flags
     std::uint64_t addr;
-    std::uint64_t length;
 };
-
 struct WqeUd {                  // send, send_imm on a UD QP
     std::uint8_t dgid[16];      // the address handle's destination GID (::ffff:a.b.c.d)
     std::uint32_t remote_qpn;   // 24 bits
     std::uint32_t remote_qkey;  // high bit set: the QP's own Q_Key (controlled Q_Key)
-    std::uint64_t reserved;
 };
 
 struct SendWqe {
@@ -85,7 +82,8 @@ struct SendWqe {
     std::uint8_t flags;   // kWqe*
     std::uint8_t num_sge;
     std::uint8_t reserved0;
-    std::uint32_t ex;  // imm_data (network order, as posted) or the rkey to invalidate
+    // imm_data (network order, as posted), the rkey to invalidate, or an atomic's rkey
+    std::uint32_t ex;
     std::uint32_t inline_length;
     std::uint32_t seq;  // the ring's publication tag (shm/ring.h): the producer writes it last
     union {
@@ -94,23 +92,27 @@ struct SendWqe {
         WqeBind bind;
         WqeUd ud;
     };
-    std::uint64_t reserved2;
     union {
         Sge sge[kMaxSge];
         std::uint8_t inline_data[kMaxInline];
+        std::uint64_t bind_length;  // a bind has no SGEs
     };
+    std::uint8_t reserved1[16];
 
-    // The bytes in use, from the first line: the ring copies only these (a SEND with one SGE or
-    // a few inline bytes crosses between the cores as two lines, not five).
+    // The bytes in use, from the first line: the ring copies only these, and at least that
+    // line (a SEND with one SGE, or up to 16 inline bytes, crosses between the cores as one
+    // line; a bind's length is in it too).
     std::size_t used_bytes() const noexcept {
         return offsetof(SendWqe, sge) +
                ((flags & kWqeInline) != 0 ? std::size_t{inline_length} : num_sge * sizeof(Sge));
     }
 };
 static_assert(sizeof(SendWqe) == 64 + kMaxSge * sizeof(Sge));
-static_assert(offsetof(SendWqe, sge) == kRingCacheLine && SizedEntry<SendWqe>);
-static_assert(offsetof(SendWqe, seq) == 20);
-static_assert(sizeof(WqeUd) == sizeof(WqeRdma) && offsetof(SendWqe, ud) == 24);
+static_assert(offsetof(SendWqe, sge) == 48 && SizedEntry<SendWqe>);
+static_assert(offsetof(SendWqe, sge) + sizeof(Sge) == kRingCacheLine);
+static_assert(offsetof(SendWqe, seq) == 20 && offsetof(SendWqe, rdma) == 24);
+static_assert(sizeof(WqeRdma) == 24 && sizeof(WqeAtomic) == 24 && sizeof(WqeBind) == 24 &&
+              sizeof(WqeUd) == 24);
 static_assert(std::is_trivially_copyable_v<SendWqe>);
 
 struct RecvWqe {

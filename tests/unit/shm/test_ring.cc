@@ -597,7 +597,7 @@ TEST(RingSeq, format_stamps_every_slot_so_no_left_over_byte_is_an_entry) {
     }
 }
 
-TEST(RingSeq, a_send_with_one_sge_moves_two_lines_and_nothing_more) {
+TEST(RingSeq, a_send_with_one_sge_moves_one_line_and_nothing_more) {
     SeqPair<SendWqe> r(2);
     std::byte* s = r.slot(0);
     std::memset(s + 64, 0xab, sizeof(SendWqe) - 64);  // what an older WQE left in the slot
@@ -605,10 +605,10 @@ TEST(RingSeq, a_send_with_one_sge_moves_two_lines_and_nothing_more) {
     w.wr_id = 7;
     w.num_sge = 1;
     w.sge[0] = {0x1000, 8, 3};
-    std::memset(&w.sge[1], 0xcd, sizeof(SendWqe) - 80);  // garbage past the SGEs in use
+    std::memset(&w.sge[1], 0xcd, sizeof(SendWqe) - 64);  // garbage past the SGE in use
     ASSERT_TRUE(r.prod.try_push(w));
-    // The producer wrote the header line and one SGE; the rest of the slot is untouched.
-    for (std::size_t i = 80; i < sizeof(SendWqe); ++i)
+    // The producer wrote the first line (header and SGE); the rest of the slot is untouched.
+    for (std::size_t i = 64; i < sizeof(SendWqe); ++i)
         ASSERT_EQ(s[i], std::byte{0xab}) << "byte " << i;
     SendWqe out;
     std::memset(&out, 0x11, sizeof out);
@@ -619,8 +619,24 @@ TEST(RingSeq, a_send_with_one_sge_moves_two_lines_and_nothing_more) {
     EXPECT_EQ(out.sge[0].length, 8u);
     EXPECT_EQ(out.sge[0].lkey, 3u);
     const auto* o = reinterpret_cast<const std::byte*>(&out);
-    for (std::size_t i = 80; i < sizeof(SendWqe); ++i)
+    for (std::size_t i = 64; i < sizeof(SendWqe); ++i)
         ASSERT_EQ(o[i], std::byte{0x11}) << "byte " << i << " was copied";
+}
+
+TEST(RingSeq, a_send_with_two_sges_moves_two_lines) {
+    SeqPair<SendWqe> r(2);
+    std::byte* s = r.slot(0);
+    std::memset(s + 64, 0xab, sizeof(SendWqe) - 64);
+    SendWqe w{};
+    w.num_sge = 2;
+    w.sge[0] = {0x1000, 8, 3};
+    w.sge[1] = {0x2000, 16, 4};
+    ASSERT_TRUE(r.prod.try_push(w));
+    EXPECT_EQ(s[80], std::byte{0xab}) << "nothing past the second SGE is written";
+    SendWqe out{};
+    ASSERT_TRUE(r.cons.try_pop(out));
+    EXPECT_EQ(out.sge[1].addr, 0x2000u);
+    EXPECT_EQ(out.sge[1].lkey, 4u);
 }
 
 TEST(RingSeq, inline_data_crosses_as_far_as_its_length) {
