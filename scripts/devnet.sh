@@ -100,20 +100,21 @@ do_down() {
 }
 
 start_daemon() {
-    local n=$1 log pid
+    local n=$1 log pid pmd
     local -a mem
     read -r -a mem <<<"$(snic_eal_mem_args)"
     log=$(log_file "$n")
+    pmd=$(snic_veth_pmd)
     # nohup and `ip netns exec` exec in place, so $! is snicd's pid (which
     # wait_daemon checks against the pid snicd reports).
     nohup ip netns exec "$NETNS" "$SNICD" -l "${LCORE[$n]}" --no-pci \
-        "$(snic_veth_vdev "${IFACE[$n]}")" "${mem[@]}" -- \
+        "--vdev=net_${pmd}0,iface=${IFACE[$n]}" "${mem[@]}" -- \
         --name "$n" --ctrl "$(ctrl_sock "$n")" \
         --port "0,ip=${IP[$n]}" --idle-backoff 100 \
         </dev/null >"$log" 2>&1 &
     pid=$!
     printf '%s\n' "$pid" >"$(pid_file "$n")"
-    snic_log "started $n (pid $pid, $(snic_veth_pmd) on ${IFACE[$n]}, log $log)"
+    snic_log "started $n (pid $pid, $pmd on ${IFACE[$n]}, log $log)"
 }
 
 # Fails with the log tail when daemon $1 does not answer within the bound.

@@ -103,12 +103,6 @@ snic_veth_pmd() {
     fi
 }
 
-# snic_veth_vdev IFACE: the EAL --vdev argument for port 0 on veth end IFACE, with the
-# driver snic_veth_pmd picks.
-snic_veth_vdev() {
-    printf -- '--vdev=net_%s0,iface=%s\n' "$(snic_veth_pmd)" "$1"
-}
-
 # snic_pid_alive PID: true while PID exists and is not a zombie.
 snic_pid_alive() {
     local pid=$1 state

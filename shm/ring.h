@@ -31,7 +31,7 @@
 // RNIC's owner bit does in its CQEs. Format stamps every slot's seq with the tag of the lap
 // before, so that nothing left in the memory reads as an entry. A sequenced entry may also name
 // how much of it is in use (`used_bytes()`, read from its first kRingCacheLine bytes): only
-// that much is copied in and out, so a SEND with one SGE moves two lines, not the whole slot.
+// that much is copied in and out, so a send WQE with one SGE moves one line, not the whole slot.
 // The producer index is still stored (once per burst or publish()) for size() and
 // diagnostics; nothing on the fast path reads it.
 //
@@ -228,6 +228,11 @@ inline RingError check_span(std::span<std::byte> mem) noexcept {
     return RingError::ok;
 }
 
+// The seq that publishes the entry at `index`: the one rule both sides apply.
+constexpr std::uint32_t seq_tag(std::uint32_t index) noexcept {
+    return index + 1;
+}
+
 // No seq word in the entries (ring_format's seq_offset).
 inline constexpr std::size_t kNoSeq = ~std::size_t{0};
 
@@ -255,7 +260,7 @@ inline RingResult<RingMapping> ring_format(std::span<std::byte> mem, std::uint32
     if (seq_offset != kNoSeq) {
         for (std::uint32_t i = 0; i < capacity; ++i) {
             const std::uint32_t index = start + i;
-            std::uint32_t stale = index + 1 - capacity;
+            std::uint32_t stale = seq_tag(index - capacity);
             std::memcpy(slots + std::size_t{index & (capacity - 1)} * entry_size + seq_offset,
                         &stale, sizeof stale);
         }
@@ -305,6 +310,7 @@ constexpr std::size_t seq_offset() noexcept {
 template <class T>
 std::size_t entry_bytes(const T& e) noexcept {
     if constexpr (SizedEntry<T>) {
+        static_assert(sizeof(T) >= kRingCacheLine, "a sized entry is copied a line at least");
         const std::size_t n = e.used_bytes();
         return n < kRingCacheLine ? kRingCacheLine : n > sizeof(T) ? sizeof(T) : n;
     } else {
@@ -429,7 +435,7 @@ class RingProducer {
             const auto* src = reinterpret_cast<const std::byte*>(&item);
             std::memcpy(s, src, off);
             std::memcpy(s + after, src + after, n - after);
-            detail::store_release(detail::slot_seq<T>(s), index + 1);
+            detail::store_release(detail::slot_seq<T>(s), detail::seq_tag(index));
         } else {
             std::memcpy(s, &item, sizeof(T));
         }
@@ -531,7 +537,7 @@ class RingConsumer {
     // this is what a poll of an empty ring costs.
     bool ready() noexcept {
         if constexpr (SequencedEntry<T>)
-            return detail::load_acquire(detail::slot_seq<T>(slot(cons_))) == cons_ + 1;
+            return published(cons_);
         else
             return prod_cache_ != cons_ || avail_after_refresh() != 0;
     }
@@ -542,9 +548,7 @@ class RingConsumer {
         if constexpr (SequencedEntry<T>) {
             if (most > capacity_) most = capacity_;
             std::uint32_t n = 0;
-            while (n < most &&
-                   detail::load_acquire(detail::slot_seq<T>(slot(cons_ + n))) == cons_ + n + 1)
-                ++n;
+            while (n < most && published(cons_ + n)) ++n;
             return n;
         } else {
             const std::uint32_t n = avail_after_refresh();
@@ -572,11 +576,16 @@ class RingConsumer {
         return slots_ + std::size_t{index & mask_} * sizeof(T);
     }
 
+    // Whether the slot of `index` holds the entry of that index (its seq says so).
+    bool published(std::uint32_t index) noexcept {
+        return detail::load_acquire(detail::slot_seq<T>(slot(index))) == detail::seq_tag(index);
+    }
+
     // Copies the entry at `index` out if its seq publishes it: its first line, then as much
     // more as that copy says it uses (bounded by entry_bytes), never trusting the slot twice.
     bool read(std::uint32_t index, T& out) noexcept {
+        if (!published(index)) return false;
         std::byte* s = slot(index);
-        if (detail::load_acquire(detail::slot_seq<T>(s)) != index + 1) return false;
         auto* dst = reinterpret_cast<std::byte*>(&out);
         if constexpr (SizedEntry<T>) {
             std::memcpy(dst, s, kRingCacheLine);

@@ -537,13 +537,11 @@ def remove_daemon_leftovers(name: str, ctrl: Optional[str] = None) -> None:
 # ----------------------------------------------------------------- netns
 
 def af_xdp_supported() -> bool:
-    """Whether snicd can drive a veth end with net_af_xdp here: the kernel makes XDP sockets
-    and DPDK has the driver (scripts/lib.sh's snic_veth_pmd asks the same)."""
-    try:
-        socket.socket(44, socket.SOCK_RAW).close()  # 44: AF_XDP
-    except OSError:
-        return False
-    return any(Path("/usr/lib/x86_64-linux-gnu/dpdk").glob("pmds-*/librte_net_af_xdp.so*"))
+    """Whether snicd can drive a veth end with net_af_xdp here, as scripts/lib.sh's
+    snic_veth_pmd decides when SNIC_VETH_PMD does not choose: the kernel makes XDP sockets
+    and DPDK has the driver."""
+    res = run(["bash", "-c", f"SNIC_VETH_PMD= && . {LIB_SH} && snic_veth_pmd"], check=True)
+    return res.stdout.strip() == "af_xdp"
 
 
 def netns_exists(ns: str) -> bool:

@@ -10,7 +10,6 @@ their turns."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -96,17 +95,10 @@ def test_perftest_with_four_qps_on_each_lcore(two_lcores):
     assert rows and all(float(v) > 0 for v in rows[0][2:]), out
 
 
-def test_rping_over_iwarp_across_the_lcores(two_lcores, tmp_path):
+def test_rping_over_iwarp_across_the_lcores(two_lcores, tmp_path, monkeypatch):
     d, sock_dir = two_lcores
-    saved = os.environ.get("SNIC_DEVICES")
-    os.environ["SNIC_DEVICES"] = f"{d.name}_iw0,{d.name}_iw1"
-    try:
-        rcm.client_server(d, sock_dir, tmp_path,
-                          ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19901", "-C", "500", "-V"],
-                          ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", "19901",
-                           "-C", "500", "-V"])
-    finally:
-        if saved is None:
-            os.environ.pop("SNIC_DEVICES", None)
-        else:
-            os.environ["SNIC_DEVICES"] = saved
+    monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
+    rcm.client_server(d, sock_dir, tmp_path,
+                      ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19901", "-C", "500", "-V"],
+                      ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", "19901",
+                       "-C", "500", "-V"])

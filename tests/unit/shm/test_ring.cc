@@ -45,17 +45,24 @@ class Mem {
     std::vector<Line> buf_;
 };
 
-// Both views of one ring of uint64_t, formatted by the producer and attached by the consumer,
-// as snicd and a client would do.
-struct Pair {
-    Pair(std::uint32_t capacity, std::uint32_t start = 0)
-        : mem(ring_bytes<std::uint64_t>(capacity)),
-          prod(RingProducer<std::uint64_t>::init(mem.span(), capacity, start).value()),
-          cons(RingConsumer<std::uint64_t>::attach(mem.span()).value()) {}
+// Both views of one ring of T, formatted by the producer and attached by the consumer, as snicd
+// and a client would do.
+template <class T>
+struct RingPair {
+    explicit RingPair(std::uint32_t capacity, std::uint32_t start = 0)
+        : mem(ring_bytes<T>(capacity)),
+          prod(RingProducer<T>::init(mem.span(), capacity, start).value()),
+          cons(RingConsumer<T>::attach(mem.span()).value()) {}
+    // The bytes of the slot of `index`, as the peer's memory holds them.
+    std::byte* slot(std::uint32_t index) {
+        const std::uint32_t mask = mem.header().mask;
+        return mem.span().data() + sizeof(RingHeader) + std::size_t{index & mask} * sizeof(T);
+    }
     Mem mem;
-    RingProducer<std::uint64_t> prod;
-    RingConsumer<std::uint64_t> cons;
+    RingProducer<T> prod;
+    RingConsumer<T> cons;
 };
+using Pair = RingPair<std::uint64_t>;
 
 TEST(Ring, header_layout_puts_each_index_on_its_own_cache_line) {
     EXPECT_EQ(sizeof(RingHeader), 256u);
@@ -507,22 +514,6 @@ TEST(RingStress, two_threads_deliver_multiword_entries_untorn) {
 
 // ---- sequenced entries: the slot's seq publishes it -------------------------------------------
 
-// Both views of a ring of sequenced entries.
-template <class T>
-struct SeqPair {
-    explicit SeqPair(std::uint32_t capacity, std::uint32_t start = 0)
-        : mem(ring_bytes<T>(capacity)),
-          prod(RingProducer<T>::init(mem.span(), capacity, start).value()),
-          cons(RingConsumer<T>::attach(mem.span()).value()) {}
-    std::byte* slot(std::uint32_t index) {
-        const std::uint32_t mask = mem.header().mask;
-        return mem.span().data() + sizeof(RingHeader) + std::size_t{index & mask} * sizeof(T);
-    }
-    Mem mem;
-    RingProducer<T> prod;
-    RingConsumer<T> cons;
-};
-
 RecvWqe recv_wqe(std::uint64_t id, std::uint32_t num_sge = 1) {
     RecvWqe w{};
     w.wr_id = id;
@@ -532,7 +523,7 @@ RecvWqe recv_wqe(std::uint64_t id, std::uint32_t num_sge = 1) {
 }
 
 TEST(RingSeq, the_consumer_never_reads_the_producer_index) {
-    SeqPair<Cqe> r(8);
+    RingPair<Cqe> r(8);
     for (std::uint64_t i = 0; i < 3; ++i) {
         Cqe c{};
         c.wr_id = i;
@@ -551,7 +542,7 @@ TEST(RingSeq, the_consumer_never_reads_the_producer_index) {
 }
 
 TEST(RingSeq, an_entry_is_not_taken_before_its_seq_is_stored) {
-    SeqPair<Cqe> r(4);
+    RingPair<Cqe> r(4);
     std::byte* s = r.slot(0);
     // A producer half-way through its write: the body is there, the seq is not yet.
     Cqe c{};
@@ -598,7 +589,7 @@ TEST(RingSeq, format_stamps_every_slot_so_no_left_over_byte_is_an_entry) {
 }
 
 TEST(RingSeq, a_send_with_one_sge_moves_one_line_and_nothing_more) {
-    SeqPair<SendWqe> r(2);
+    RingPair<SendWqe> r(2);
     std::byte* s = r.slot(0);
     std::memset(s + 64, 0xab, sizeof(SendWqe) - 64);  // what an older WQE left in the slot
     SendWqe w{};
@@ -624,7 +615,7 @@ TEST(RingSeq, a_send_with_one_sge_moves_one_line_and_nothing_more) {
 }
 
 TEST(RingSeq, a_send_with_two_sges_moves_two_lines) {
-    SeqPair<SendWqe> r(2);
+    RingPair<SendWqe> r(2);
     std::byte* s = r.slot(0);
     std::memset(s + 64, 0xab, sizeof(SendWqe) - 64);
     SendWqe w{};
@@ -640,7 +631,7 @@ TEST(RingSeq, a_send_with_two_sges_moves_two_lines) {
 }
 
 TEST(RingSeq, inline_data_crosses_as_far_as_its_length) {
-    SeqPair<SendWqe> r(2);
+    RingPair<SendWqe> r(2);
     SendWqe w{};
     w.flags = snic::shm::kWqeInline;
     w.inline_length = 100;
@@ -655,7 +646,7 @@ TEST(RingSeq, inline_data_crosses_as_far_as_its_length) {
 
 TEST(RingSeq, a_hostile_size_is_bounded_by_the_slot) {
     // The ring's only slot ends where the memory ends: a copy past it is caught by ASan.
-    SeqPair<SendWqe> r(1);
+    RingPair<SendWqe> r(1);
     for (const auto& [flags, num_sge, inline_length] :
          {std::tuple{std::uint8_t{0}, std::uint8_t{255}, 0u},
           std::tuple{snic::shm::kWqeInline, std::uint8_t{0}, 0xffff'ffffu}}) {
@@ -673,7 +664,7 @@ TEST(RingSeq, a_hostile_size_is_bounded_by_the_slot) {
 }
 
 TEST(RingSeq, staged_entries_are_ready_before_the_index_is_published) {
-    SeqPair<RecvWqe> r(8);
+    RingPair<RecvWqe> r(8);
     ASSERT_TRUE(r.prod.try_stage(recv_wqe(1)));
     ASSERT_TRUE(r.prod.try_stage(recv_wqe(2)));
     EXPECT_EQ(r.mem.header().prod, 0u) << "staging stores no index";
@@ -690,7 +681,7 @@ TEST(RingSeq, staged_entries_are_ready_before_the_index_is_published) {
 }
 
 TEST(RingSeq, a_full_ring_refuses_until_the_consumer_frees_a_slot) {
-    SeqPair<RecvWqe> r(4);
+    RingPair<RecvWqe> r(4);
     std::array<RecvWqe, 6> in{};
     for (std::uint32_t i = 0; i < in.size(); ++i) in[i] = recv_wqe(i);
     EXPECT_EQ(r.prod.push_burst(in), 4u);
