@@ -69,6 +69,9 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
       peer_(peer),
       src_port_(roce_source_port(config.qpn, config.dest_qpn)),
       loopback_(peer == transport.port().ip().addr),
+      flow_({transport.port().mac(), net::MacAddr::zero(), transport.port().ip().addr, peer,
+             src_port_, net::kRoceV2Port},
+            config.pkey, config.dest_qpn),
       engine_(config, glue_, glue_, *this, &slots) {}
 
 void RoceQp::start_sending(const shm::QpAttr& a) {

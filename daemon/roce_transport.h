@@ -134,6 +134,7 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
     const net::Ipv4Addr peer_;
     const std::uint16_t src_port_;  // UDP source port: flow entropy from the QP numbers
     const bool loopback_;           // the peer is this port: frames go back to its rx path
+    const roce::FlowFrame flow_;    // the headers of this QP's frames, prepared once
     roce::RcQp engine_;             // last: built from the interfaces above
 };
 
@@ -229,6 +230,12 @@ class RoceTransport final : public Transport {
     // last) towards `dst` and sends it, or loops it back when `dst` is this port. False, with
     // `m` freed and counted, when the peer's MAC is not resolved yet. Takes `m` in every case.
     bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, std::uint16_t src_port);
+    // The same for a connected QP's packet, framed by its prepared headers.
+    bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
+                  const roce::FlowFrame& flow);
+    // What both do around the framing: `frame(out, mac)` writes the frame, returns its length.
+    template <typename FrameFn>
+    bool transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, FrameFn&& frame);
 
     Port& port_;
     LcoreTasks& tasks_;

@@ -50,7 +50,7 @@ std::span<std::uint8_t> RoceQpBase::alloc_packet(std::size_t len) {
 void RoceQp::tx_send(std::size_t len) {
     rte_mbuf* m = std::exchange(tx_m_, nullptr);
     if (m == nullptr) return;
-    transport_.transmit(m, len + roce::kIcrcLen, peer_, src_port_);
+    transport_.transmit(m, len + roce::kIcrcLen, peer_, flow_);
 }
 
 bool RoceUdQp::tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn) {
@@ -126,8 +126,8 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     rte_pktmbuf_free(m);
 }
 
-bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
-                             std::uint16_t src_port) {
+template <typename FrameFn>
+bool RoceTransport::transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, FrameFn&& frame) {
     const bool loopback = dst == port_.ip().addr;
     std::optional<net::MacAddr> mac =
         loopback ? std::optional(port_.mac()) : port_.resolve(dst, now_tsc_);
@@ -136,9 +136,8 @@ bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr 
         counters_.tx_unresolved.add();
         return false;
     }
-    const net::UdpFlow flow{port_.mac(), *mac, port_.ip().addr, dst, src_port, net::kRoceV2Port};
-    const std::size_t frame_len = roce::frame_ipv4(
-        {rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)}, flow, packet_len);
+    const std::size_t frame_len =
+        frame(std::span(rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)), *mac);
     if (frame_len == 0) {  // cannot happen: the sender made room for it
         rte_pktmbuf_free(m);
         counters_.tx_no_mbuf.add();
@@ -159,6 +158,21 @@ bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr 
     loop_[(loop_head_ + loop_count_++) % kLoopSlots] = m;
     counters_.loopback_packets.add();
     return true;
+}
+
+bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
+                             std::uint16_t src_port) {
+    return transmit_framed(m, dst, [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
+        const net::UdpFlow flow{port_.mac(), mac, port_.ip().addr, dst, src_port, net::kRoceV2Port};
+        return roce::frame_ipv4(out, flow, packet_len);
+    });
+}
+
+bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
+                             const roce::FlowFrame& flow) {
+    return transmit_framed(m, dst, [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
+        return flow.frame(out, mac, packet_len);
+    });
 }
 
 bool RoceTransport::send_gsi(std::uint32_t dst_ip, std::uint32_t dst_qpn, std::uint32_t qkey,

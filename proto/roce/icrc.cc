@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 
 #include "proto/roce/bth.h"
 
@@ -23,6 +24,23 @@ constexpr std::uint8_t kProtoUdp = 17;
 
 std::optional<IcrcStart> icrc_begin(std::span<const std::uint8_t> l3) noexcept {
     if (l3.empty()) return std::nullopt;
+    constexpr std::size_t kShortEnd = kIpv4MinHdr + kUdpHdr + kBthLen;
+    if (l3[0] == 0x45 && l3.size() >= kShortEnd) {
+        // IPv4 without options, every packet snicd and the kernel's drivers send: fixed
+        // offsets, so the copy and masks are constant moves.
+        if (l3[9] != kProtoUdp) return std::nullopt;
+        const std::size_t ip_end = load_be16(&l3[2]);
+        if (ip_end < kShortEnd + kIcrcLen) return std::nullopt;
+        std::array<std::uint8_t, kLrhOnes + kShortEnd> pseudo;
+        std::memset(pseudo.data(), 0xff, kLrhOnes);
+        std::memcpy(pseudo.data() + kLrhOnes, l3.data(), kShortEnd);
+        std::uint8_t* ip = pseudo.data() + kLrhOnes;
+        ip[1] = ip[8] = ip[10] = ip[11] = 0xff;               // TOS, TTL, header checksum
+        ip[kIpv4MinHdr + 6] = ip[kIpv4MinHdr + 7] = 0xff;     // UDP checksum
+        ip[kIpv4MinHdr + kUdpHdr + kBthResv8aOffset] = 0xff;  // BTH resv8a
+        return IcrcStart{crc32_update(kCrc32Init, pseudo), static_cast<std::uint16_t>(kShortEnd),
+                         static_cast<std::uint16_t>(ip_end)};
+    }
     // The pseudo-packet's headers, masked in a copy: at most 8 + 60 + 8 + 12 bytes.
     std::array<std::uint8_t, kLrhOnes + kIpv4MaxHdr + kUdpHdr + kBthLen> pseudo;
     std::uint8_t* ip = pseudo.data() + kLrhOnes;
@@ -99,6 +117,64 @@ bool icrc_fill(std::span<std::uint8_t> l3) noexcept {
     const auto c = compute(l3);
     if (c) icrc_store(&l3[c->at], c->icrc);
     return c.has_value();
+}
+
+// ---- IcrcFlow ---------------------------------------------------------------------------------
+
+namespace {
+
+// The per-packet bytes of the IPv4 + UDP + BTH headers, as offsets in l3.
+constexpr std::array<std::uint8_t, 10> kPacketFields = {
+    2,  3,           // IPv4 total length
+    24, 25,          // UDP length
+    28, 29,          // BTH opcode; SE, MigReq, PadCnt, TVer
+    36, 37, 38, 39,  // BTH AckReq; PSN
+};
+constexpr std::size_t kPseudoLead = kLrhOnes;  // l3 offset o is pseudo-header offset o + 8
+
+// contribution[i][v]: what byte value v at l3 offset kPacketFields[i] adds to the register
+// after the pseudo-header, from a register of zero (the linear part alone).
+struct Contributions {
+    std::array<std::array<std::uint32_t, 256>, kPacketFields.size()> by_field;
+
+    Contributions() noexcept {
+        std::array<std::uint8_t, IcrcFlow::kPseudoLen> block{};
+        for (std::size_t i = 0; i < kPacketFields.size(); ++i) {
+            const std::size_t at = kPseudoLead + kPacketFields[i];
+            for (std::size_t v = 0; v < 256; ++v) {
+                block[at] = static_cast<std::uint8_t>(v);
+                by_field[i][v] = crc32_update_table(0, {block.data() + at, block.size() - at});
+            }
+            block[at] = 0;
+        }
+    }
+};
+
+const Contributions kContributions;
+
+}  // namespace
+
+std::optional<IcrcFlow> IcrcFlow::prepare(std::span<const std::uint8_t> l3) noexcept {
+    if (l3.size() < kBthEnd || l3[0] != 0x45) return std::nullopt;
+    const auto start = icrc_begin(l3);
+    if (!start || start->bth_end != kBthEnd) return std::nullopt;
+    // The packet's register less what its own per-packet fields added: the seed.
+    IcrcFlow flow;
+    flow.seed_ = start->reg ^ flow.fields(l3.data());
+    return flow;
+}
+
+namespace {
+
+template <std::size_t... I>
+std::uint32_t fields_of(const std::uint8_t* l3, std::index_sequence<I...>) noexcept {
+    return (kContributions.by_field[I][l3[kPacketFields[I]]] ^ ...);
+}
+
+}  // namespace
+
+std::uint32_t IcrcFlow::fields(const std::uint8_t* l3) noexcept {
+    return fields_of(l3, std::make_index_sequence<kPacketFields.size()>());
 }
 
 }  // namespace snic::roce

@@ -5,27 +5,12 @@
 namespace snic::roce {
 namespace {
 
-// The spec member that carries extension header `e`, as bytes.
-const void* ext_source(const PacketSpec& spec, Ext e) {
-    switch (e) {
-        case Ext::deth:
-            return &spec.deth;
-        case Ext::reth:
-            return &spec.reth;
-        case Ext::atomic_eth:
-            return &spec.atomic_eth;
-        case Ext::aeth:
-            return &spec.aeth;
-        case Ext::atomic_ack_eth:
-            return &spec.atomic_ack_eth;
-        case Ext::immdt:
-            return &spec.immdt;
-        case Ext::ieth:
-            return &spec.ieth;
-        case Ext::count_:
-            break;
-    }
-    return nullptr;
+// Copies the spec member that carries extension header `e` when the opcode has it: a copy of
+// a constant size, so a few moves rather than a call.
+template <Ext E, typename H>
+void put_ext(std::uint8_t* out, const OpcodeInfo& info, const H& header) {
+    static_assert(sizeof(H) == kExtLen[static_cast<std::size_t>(E)]);
+    if (info.has(E)) std::memcpy(out + info.offset_of(E), &header, sizeof(H));
 }
 
 }  // namespace
@@ -84,11 +69,15 @@ std::size_t write_headers(std::span<std::uint8_t> out, const PacketSpec& spec,
     bth.pkey = spec.pkey;
     bth.dest_qp = spec.dest_qp;
     bth.psn = spec.psn;
-    for (std::size_t e = 0; e < kExtCount; ++e) {
-        const auto ext = static_cast<Ext>(e);
-        if (info.has(ext))
-            std::memcpy(out.data() + info.offset_of(ext), ext_source(spec, ext), kExtLen[e]);
-    }
+    std::uint8_t* p = out.data();
+    put_ext<Ext::deth>(p, info, spec.deth);
+    put_ext<Ext::reth>(p, info, spec.reth);
+    put_ext<Ext::atomic_eth>(p, info, spec.atomic_eth);
+    put_ext<Ext::aeth>(p, info, spec.aeth);
+    put_ext<Ext::atomic_ack_eth>(p, info, spec.atomic_ack_eth);
+    put_ext<Ext::immdt>(p, info, spec.immdt);
+    put_ext<Ext::ieth>(p, info, spec.ieth);
+    static_assert(kExtCount == 7, "a new extension header needs its put_ext line");
     return info.length;
 }
 
@@ -135,6 +124,43 @@ std::size_t build_ipv4_frame(std::span<std::uint8_t> out, const net::UdpFlow& fl
         udp.checksum = net::udp_checksum(flow.src_ip, flow.dst_ip, dgram);
     }
     return frame;
+}
+
+FlowFrame::FlowFrame(const net::UdpFlow& flow, std::uint16_t pkey, std::uint32_t dest_qp) noexcept {
+    // A packet of the flow with no payload: its headers are the template.
+    std::array<std::uint8_t, net::kUdpFrameOverhead + kBthLen + kIcrcLen> sample{};
+    auto& bth = *reinterpret_cast<Bth*>(sample.data() + net::kUdpFrameOverhead);
+    bth.pkey = pkey;
+    bth.dest_qp = dest_qp;
+    net::build_udp_frame(sample, flow, kBthLen + kIcrcLen, false);
+    std::memcpy(headers_.data(), sample.data(), headers_.size());
+    auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(headers_.data() + net::kEthHdrLen);
+    const std::uint16_t ip_length = ip.total_length.host();
+    ip.total_length = 0;
+    ip.checksum = 0;
+    ip_sum_ = net::csum_add({headers_.data() + net::kEthHdrLen, net::kIpv4MinHdrLen});
+    ip.total_length = ip_length;
+    icrc_ = *IcrcFlow::prepare({sample.data() + net::kEthHdrLen, sample.size() - net::kEthHdrLen});
+}
+
+std::size_t FlowFrame::frame(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
+                             std::size_t packet_length) const noexcept {
+    constexpr std::size_t kL4 = net::kIpv4MinHdrLen + net::kUdpHdrLen;
+    if (packet_length < kBthLen + kIcrcLen || packet_length > 0xffff - kL4 ||
+        out.size() < net::kUdpFrameOverhead + packet_length)
+        return 0;
+    std::uint8_t* eth = out.data();
+    std::memcpy(eth, headers_.data(), headers_.size());
+    std::memcpy(eth, dst_mac.bytes.data(), dst_mac.bytes.size());
+    std::uint8_t* l3 = eth + net::kEthHdrLen;
+    auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(l3);
+    auto& udp = *reinterpret_cast<net::UdpHdr*>(l3 + net::kIpv4MinHdrLen);
+    const auto ip_length = static_cast<std::uint16_t>(kL4 + packet_length);
+    ip.total_length = ip_length;
+    ip.checksum = net::csum_finish(ip_sum_ + ip_length);
+    udp.length = static_cast<std::uint16_t>(net::kUdpHdrLen + packet_length);
+    icrc_store(l3 + ip_length - kIcrcLen, icrc_.compute(l3, ip_length));
+    return net::kEthHdrLen + ip_length;
 }
 
 }  // namespace snic::roce

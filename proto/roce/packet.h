@@ -124,6 +124,27 @@ std::size_t build(std::span<std::uint8_t> out, const PacketSpec& spec) noexcept;
 std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
                        std::size_t packet_length) noexcept;
 
+// A connected flow's frame headers, prepared once (per RC QP): Ethernet, IPv4 and UDP as
+// frame_ipv4 writes them for `flow`, the IPv4 header's sum over its fields fixed for the
+// flow, and the flow's ICRC (IcrcFlow) for BTHs with this P_Key and destination QP. frame()
+// writes what frame_ipv4 would, byte for byte, without building or masking headers a packet.
+class FlowFrame {
+  public:
+    FlowFrame(const net::UdpFlow& flow, std::uint16_t pkey, std::uint32_t dest_qp) noexcept;
+
+    // Frames the transport packet already at out[net::kUdpFrameOverhead, + packet_length)
+    // (its BTH final; its last 4 bytes the ICRC's place) for
+    // the next hop `dst_mac`. The BTH's P_Key and destination QP must be the flow's. Returns
+    // the frame length, or 0 when it does not fit.
+    std::size_t frame(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
+                      std::size_t packet_length) const noexcept;
+
+  private:
+    std::array<std::uint8_t, net::kUdpFrameOverhead> headers_{};
+    std::uint32_t ip_sum_ = 0;  // IPv4 header words but the total length and checksum
+    IcrcFlow icrc_;
+};
+
 // Writes a whole RoCEv2 frame: Ethernet, IPv4 (DF, TTL 64, TOS 0, valid checksum), UDP
 // (flow's ports; checksum 0 as RFC 768 allows over IPv4, or computed when asked), the
 // transport packet and its ICRC. Returns the frame length, or 0 when it does not fit.

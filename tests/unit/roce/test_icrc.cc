@@ -336,5 +336,63 @@ TEST(Icrc, applies_only_to_ipv4_or_ipv6_udp_with_room_for_bth_and_icrc) {
     EXPECT_FALSE(icrc_fill(std::span(small).first(30)));
 }
 
+// ---- IcrcFlow: the invariant part folded once --------------------------------------------------
+
+// A packet of the flow `base` with another payload length and other per-packet fields (and
+// other masked bytes, which the ICRC ignores), its lengths consistent.
+std::vector<std::uint8_t> flow_packet(std::mt19937& rng, const std::vector<std::uint8_t>& base,
+                                      std::size_t payload) {
+    auto v = random_bytes(rng, 40 + payload + kIcrcLen);
+    std::copy_n(base.begin(), 40, v.begin());
+    const std::size_t len = v.size();
+    v[2] = static_cast<std::uint8_t>(len >> 8);
+    v[3] = static_cast<std::uint8_t>(len);
+    v[24] = static_cast<std::uint8_t>((len - 20) >> 8);
+    v[25] = static_cast<std::uint8_t>(len - 20);
+    for (const std::size_t at : {28, 29, 36, 37, 38, 39}) v[at] = static_cast<std::uint8_t>(rng());
+    for (const std::size_t at : {1, 8, 10, 11, 26, 27, 32})
+        v[at] = static_cast<std::uint8_t>(rng());
+    return v;
+}
+
+TEST(IcrcFlow, equals_the_full_computation_for_every_packet_of_the_flow) {
+    std::mt19937 rng(11);
+    for (int flow = 0; flow < 8; ++flow) {
+        const auto base = ipv4_packet(rng, 16);
+        const auto prepared = IcrcFlow::prepare(base);
+        ASSERT_TRUE(prepared.has_value());
+        for (std::size_t payload = 0; payload < 1100; payload += 1 + payload / 8) {
+            const auto p = flow_packet(rng, base, payload);
+            ASSERT_EQ(prepared->compute(p.data(), p.size()), reference_icrc(p))
+                << "flow " << flow << ", payload " << payload;
+        }
+    }
+}
+
+TEST(IcrcFlow, a_change_in_an_invariant_byte_changes_the_icrc) {
+    std::mt19937 rng(12);
+    const auto base = ipv4_packet(rng, 16);
+    const auto prepared = IcrcFlow::prepare(base);
+    ASSERT_TRUE(prepared.has_value());
+    // The addresses, ports, P_Key and destination QP are folded in the seed, not read.
+    for (const std::size_t at : {12, 19, 20, 23, 30, 31, 33, 35}) {
+        auto p = flow_packet(rng, base, 8);
+        p[at] ^= 0x01;
+        EXPECT_NE(prepared->compute(p.data(), p.size()), reference_icrc(p)) << at;
+    }
+}
+
+TEST(IcrcFlow, prepares_only_ipv4_without_options_carrying_udp) {
+    std::mt19937 rng(13);
+    EXPECT_FALSE(IcrcFlow::prepare(ipv4_packet(rng, 16, 4)).has_value());
+    EXPECT_FALSE(IcrcFlow::prepare(ipv6_packet(rng, 16)).has_value());
+    auto tcp = ipv4_packet(rng, 16);
+    tcp[9] = 6;
+    EXPECT_FALSE(IcrcFlow::prepare(tcp).has_value());
+    const auto ok = ipv4_packet(rng, 16);
+    EXPECT_FALSE(IcrcFlow::prepare(std::span(ok).first(39)).has_value());
+    EXPECT_TRUE(IcrcFlow::prepare(std::span(ok).first(40)).has_value());
+}
+
 }  // namespace
 }  // namespace snic::roce

@@ -383,5 +383,82 @@ TEST(PacketBuild, pad_brings_the_payload_to_a_multiple_of_four) {
     EXPECT_EQ(transport_length(Opcode::rc_rdma_write_only_with_immediate, 4096), 32u + 4096 + 4);
 }
 
+// ---- FlowFrame: the prepared headers write what frame_ipv4 writes -----------------------------
+
+// Every opcode an RC QP sends, each payload length class, flags and PSNs varied: byte for byte
+// the frame build_ipv4_frame writes, its ICRC included, and it verifies.
+TEST(FlowFrame, frames_what_frame_ipv4_frames_for_every_rc_opcode) {
+    const FlowFrame prepared(kFlow, 0x8001, 0xabcdef);
+    const auto payload = pattern(4096);
+    int compared = 0;
+    for (std::uint8_t code = 0; code < 0x20; ++code) {
+        const auto op = static_cast<Opcode>(code);
+        if (!opcode_info(code).known()) continue;
+        for (const std::size_t len : {0, 1, 2, 3, 4, 7, 8, 63, 64, 65, 1024, 4096}) {
+            if (len != 0 && !opcode_info(code).has(kHasPayload)) continue;
+            PacketSpec s = full_spec(op, std::span(payload).first(len));
+            s.psn = static_cast<std::uint32_t>(len * 0x010203u + code) & 0xffffff;
+            s.solicited = (len & 1) != 0;
+            s.ack_req = (len & 2) != 0;
+            s.mig_req = (code & 1) != 0;
+            s.becn = false;
+            std::vector<std::uint8_t> want(net::kUdpFrameOverhead + 64 + len + 8);
+            const std::size_t n = build_ipv4_frame(want, kFlow, s);
+            ASSERT_NE(n, 0u);
+            want.resize(n);
+
+            std::vector<std::uint8_t> got(want.size() + 16, 0xee);
+            const std::size_t packet = build(std::span(got).subspan(net::kUdpFrameOverhead), s);
+            ASSERT_EQ(prepared.frame(got, kFlow.dst_mac, packet), n);
+            got.resize(n);
+            EXPECT_EQ(got, want) << "opcode " << int{code} << ", " << len << " bytes";
+            EXPECT_TRUE(icrc_verify(std::span(got).subspan(net::kEthHdrLen)));
+            const auto& iph = *reinterpret_cast<const net::Ipv4Hdr*>(got.data() + 14);
+            EXPECT_TRUE(net::csum_ok(net::ipv4_header_bytes(iph)));
+            ++compared;
+        }
+    }
+    EXPECT_GT(compared, 100);
+}
+
+// The next hop is the caller's: an ARP change needs no new preparation.
+TEST(FlowFrame, writes_the_next_hop_it_is_given) {
+    const FlowFrame prepared(kFlow, kDefaultPkey, 0x12);
+    PacketSpec s;
+    s.opcode = Opcode::rc_acknowledge;
+    s.dest_qp = 0x12;
+    std::vector<std::uint8_t> got(128);
+    const std::size_t packet = build(std::span(got).subspan(net::kUdpFrameOverhead), s);
+    const net::MacAddr other = {{0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee}};
+    const std::size_t n = prepared.frame(got, other, packet);
+    ASSERT_NE(n, 0u);
+    EXPECT_TRUE(std::equal(other.bytes.begin(), other.bytes.end(), got.begin()));
+    EXPECT_TRUE(icrc_verify(std::span(got).first(n).subspan(net::kEthHdrLen)));
+}
+
+// The flow's P_Key and QP are folded in the seed: a BTH naming another QP gets an ICRC the
+// receiver rejects, which is why the prepared frame belongs to one connected QP.
+TEST(FlowFrame, seed_binds_the_destination_qp) {
+    const FlowFrame prepared(kFlow, kDefaultPkey, 0x12);
+    PacketSpec s;
+    s.opcode = Opcode::rc_acknowledge;
+    s.dest_qp = 0x13;
+    std::vector<std::uint8_t> got(128);
+    const std::size_t packet = build(std::span(got).subspan(net::kUdpFrameOverhead), s);
+    const std::size_t n = prepared.frame(got, kFlow.dst_mac, packet);
+    ASSERT_NE(n, 0u);
+    EXPECT_FALSE(icrc_verify(std::span(got).first(n).subspan(net::kEthHdrLen)));
+}
+
+TEST(FlowFrame, refuses_what_does_not_fit) {
+    const FlowFrame prepared(kFlow, kDefaultPkey, 0x12);
+    std::vector<std::uint8_t> out(net::kUdpFrameOverhead + 64);
+    EXPECT_EQ(prepared.frame(out, kFlow.dst_mac, 65), 0u);                      // past the buffer
+    EXPECT_EQ(prepared.frame(out, kFlow.dst_mac, kBthLen + kIcrcLen - 1), 0u);  // no BTH
+    std::vector<std::uint8_t> huge(0x10000 + 64);
+    EXPECT_EQ(prepared.frame(huge, kFlow.dst_mac, 0xffff - 28 + 1), 0u);  // longer than IPv4
+    EXPECT_NE(prepared.frame(out, kFlow.dst_mac, 64), 0u);
+}
+
 }  // namespace
 }  // namespace snic::roce
