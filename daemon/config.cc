@@ -280,6 +280,12 @@ Result<Config> parse_config(std::span<const std::string> args) {
             if (!us || *us > kMaxIdleBackoffUs)
                 return bad("--idle-backoff", "microseconds (0..100000)", *v);
             cfg.idle_backoff_us = *us;
+        } else if (arg == "--rx-burst" || arg == "--tx-burst") {
+            auto v = value();
+            if (!v) return missing();
+            auto n = parse_number<std::uint16_t>(*v);
+            if (!n || *n == 0 || *n > kMaxBurst) return bad(arg, "frames (1..128)", *v);
+            (arg == "--rx-burst" ? cfg.rx_burst : cfg.tx_burst) = *n;
         } else if (arg == "--arp-timeout") {
             auto v = value();
             if (!v) return missing();
@@ -341,6 +347,9 @@ snicd options:
   --no-dev-nodes         make no device nodes
   --idle-backoff USEC    an idle data lcore sleeps up to USEC us per empty poll (0: busy poll, default)
   --arp-timeout SEC      lifetime of ARP cache entries (default 60)
+  --rx-burst N           frames a port takes per rx poll, at most (1..128, default 32)
+  --tx-burst N           frames a port gathers before it transmits them (1..128, default 32);
+                         whatever a turn of the lcore sent goes out at its end in any case
   --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)
   --selftest SPEC        run a self-test from the first port to the second, print one line, exit:
                          arp-ping[,count=N]: resolve the second port's IP and ping it N times (10)

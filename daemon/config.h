@@ -46,6 +46,10 @@ struct SelftestSpec {
 inline constexpr std::uint64_t kMaxSelftestBytes = std::uint64_t{1} << 40;
 inline constexpr std::uint32_t kMaxSelftestSize = 8u << 20;
 
+// Frames per rx poll and per tx flush, at most (--rx-burst, --tx-burst).
+inline constexpr std::uint16_t kDefaultBurst = 32;
+inline constexpr std::uint16_t kMaxBurst = 128;
+
 struct Config {
     std::string name = "snic";
     std::vector<PortSpec> ports;
@@ -55,6 +59,8 @@ struct Config {
     std::string dev_dir = "/dev/infiniband";  // where device nodes go; empty: none
     std::uint32_t idle_backoff_us = 0;
     std::uint32_t arp_timeout_s = 60;
+    std::uint16_t rx_burst = kDefaultBurst;  // frames a port's rx poll takes at most
+    std::uint16_t tx_burst = kDefaultBurst;  // frames a port holds before it transmits them
     std::string log_level = "info";
     std::optional<SelftestSpec> selftest;
     bool help = false;

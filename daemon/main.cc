@@ -248,14 +248,14 @@ int open_ports(const Config& cfg, Running& r) {
                                       rte_strerror(rte_errno) +
                                       " (hugepages exhausted? try --no-huge -m 512)");
 
-    const PortTiming timing{rte_get_tsc_hz(), cfg.arp_timeout_s};
+    const PortSettings settings{rte_get_tsc_hz(), cfg.arp_timeout_s, cfg.rx_burst, cfg.tx_burst};
     for (const auto& spec : cfg.ports) {
         auto id = find_port(spec);
         if (!id) return fail(kExitRuntime, id.error().message);
         for (const auto& p : r.ports)
             if (p->id() == *id)
                 return fail(kExitUsage, "--port " + spec.port + ": port given twice");
-        auto port = Port::open(*id, spec, r.pool, timing);
+        auto port = Port::open(*id, spec, r.pool, settings);
         if (!port) return fail(kExitRuntime, port.error().message);
         r.ports.push_back(std::move(port.value()));
     }

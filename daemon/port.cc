@@ -3,6 +3,7 @@
 
 #include <rte_ethdev.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -33,14 +34,16 @@ net::MacAddr derived_mac(const std::string& port_name, std::uint16_t port_id) {
 }  // namespace
 
 Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
-           std::uint16_t mtu, rte_mempool* pool, const PortTiming& timing)
+           std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings)
     : id_(id),
       name_(std::move(name)),
       ip_(spec.ip),
       local_{mac, spec.ip.addr},
       mtu_(mtu),
       pool_(pool),
-      arp_(kArpEntries, timing.tsc_hz * timing.arp_timeout_s, timing.tsc_hz /* 1 s pacing */),
+      rx_burst_(std::clamp<std::uint16_t>(settings.rx_burst, 1, kMaxBurst)),
+      tx_burst_(std::clamp<std::uint16_t>(settings.tx_burst, 1, kMaxBurst)),
+      arp_(kArpEntries, settings.tsc_hz * settings.arp_timeout_s, settings.tsc_hz /* 1 s pacing */),
       rx_fault_{FaultInjector(spec.fault.rx, spec.fault.seed),
                 nullptr,
                 false,
@@ -57,7 +60,7 @@ Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAdd
                 &counters_.tx_fault_corrupted} {}
 
 Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& spec,
-                                         rte_mempool* pool, const PortTiming& timing) {
+                                         rte_mempool* pool, const PortSettings& settings) {
     char name_buf[RTE_ETH_NAME_MAX_LEN] = {};
     rte_eth_dev_get_name_by_port(port_id, name_buf);
     const std::string name = name_buf;
@@ -110,7 +113,7 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
 
     if (int rc = rte_eth_dev_start(port_id); rc != 0) return port_error(spec, "cannot start", rc);
 
-    std::unique_ptr<Port> port(new Port(port_id, name, spec, mac, mtu, pool, timing));
+    std::unique_ptr<Port> port(new Port(port_id, name, spec, mac, mtu, pool, settings));
     port->started_ = true;
     spdlog::info("port {} ({}): ip {} mac {} mtu {}{}", port_id, name, spec.ip.to_string(),
                  mac.to_string(), mtu, promiscuous ? " (software MAC filter)" : "");

@@ -40,18 +40,20 @@ class EchoListener {
     ~EchoListener() = default;
 };
 
-struct PortTiming {
+// What every port of the daemon shares: the clock, the ARP lifetime and the burst sizes
+// (1..kMaxBurst, config.h).
+struct PortSettings {
     std::uint64_t tsc_hz;
     std::uint32_t arp_timeout_s;
+    std::uint16_t rx_burst = kDefaultBurst;
+    std::uint16_t tx_burst = kDefaultBurst;
 };
 
 class Port {
   public:
-    static constexpr std::uint16_t kBurst = 32;
-
     // Configures and starts DPDK port `port_id` as `spec` says.
     static Result<std::unique_ptr<Port>> open(std::uint16_t port_id, const PortSpec& spec,
-                                              rte_mempool* pool, const PortTiming& timing);
+                                              rte_mempool* pool, const PortSettings& settings);
     ~Port();
     Port(const Port&) = delete;
     Port& operator=(const Port&) = delete;
@@ -93,7 +95,7 @@ class Port {
 
   private:
     Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
-         std::uint16_t mtu, rte_mempool* pool, const PortTiming& timing);
+         std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings);
 
     void handle(rte_mbuf* m, std::uint64_t now);
     void drop(rte_mbuf* m, net::Drop why);
@@ -120,6 +122,8 @@ class Port {
     const net::LocalIf local_;
     const std::uint16_t mtu_;
     rte_mempool* const pool_;
+    const std::uint16_t rx_burst_;  // 1..kMaxBurst
+    const std::uint16_t tx_burst_;
     bool started_ = false;
 
     ArpCache arp_;
@@ -134,7 +138,7 @@ class Port {
     FaultPath tx_fault_;
 
     std::uint16_t tx_count_ = 0;
-    rte_mbuf* tx_[kBurst];
+    rte_mbuf* tx_[kMaxBurst];
 };
 
 }  // namespace snic::daemon

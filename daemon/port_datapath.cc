@@ -15,10 +15,10 @@
 namespace snic::daemon {
 
 std::uint16_t Port::poll_rx(std::uint64_t now) {
-    rte_mbuf* pkts[2 * kBurst + 1];
-    std::uint16_t n = rte_eth_rx_burst(id_, 0, pkts, kBurst);
+    rte_mbuf* pkts[2 * kMaxBurst + 1];
+    std::uint16_t n = rte_eth_rx_burst(id_, 0, pkts, rx_burst_);
     if (rx_fault_.injector.active()) {
-        rte_mbuf* in[kBurst];
+        rte_mbuf* in[kMaxBurst];
         std::copy_n(pkts, n, in);
         n = inject(rx_fault_, in, n, pkts);
     }
@@ -98,13 +98,13 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
 }
 
 void Port::send(rte_mbuf* m) {
-    if (tx_count_ == kBurst) flush_tx();
+    if (tx_count_ == tx_burst_) flush_tx();
     tx_[tx_count_++] = m;
 }
 
 void Port::flush_tx() {
     if (tx_count_ == 0 && tx_fault_.held == nullptr) return;
-    rte_mbuf* faulted[2 * kBurst + 1];
+    rte_mbuf* faulted[2 * kMaxBurst + 1];
     rte_mbuf** out = tx_;
     std::uint16_t count = tx_count_;
     if (tx_fault_.injector.active()) {

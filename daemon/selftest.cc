@@ -133,7 +133,7 @@ void Pinger::start_round(std::uint64_t now) {
 
 bool Pinger::send_burst() {
     std::uint32_t n = 0;
-    while (n < Port::kBurst && sent_ < frames_ && sent_ - got_ < kMaxInFlight && send_frame()) ++n;
+    while (n < kDefaultBurst && sent_ < frames_ && sent_ - got_ < kMaxInFlight && send_frame()) ++n;
     last_burst_ = n;
     return n != 0;
 }
@@ -316,7 +316,7 @@ bool Streamer::poll(std::uint64_t now) {
             const net::UdpFlow flow{from_.mac(),   peer_mac_,    from_.ip().addr,
                                     to_.ip().addr, kDiscardPort, kDiscardPort};
             for (;
-                 last_burst_ < Port::kBurst && sent_ < total_frames_ && sent_ - got < kMaxInFlight;
+                 last_burst_ < kDefaultBurst && sent_ < total_frames_ && sent_ - got < kMaxInFlight;
                  ++last_burst_) {
                 rte_mbuf* m = from_.alloc();
                 if (m == nullptr) {  // the pool is busy: again on the next poll

@@ -19,7 +19,7 @@ TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key) {
     c.conn.mtu = port.mtu();
     c.conn.isn_key = key;
     // A burst per poll no larger than the port's tx buffer: the device takes it whole.
-    c.conn.max_burst = Port::kBurst;
+    c.conn.max_burst = kDefaultBurst;
     return c;
 }
 

@@ -166,6 +166,45 @@ def snic_perf(d: WireDaemon, test: str, size: int, iters: int, samples: Path | N
     return json_lines(run(cmd, env=env))[-1]
 
 
+BURSTS = (4, 8, 16, 32, 64, 128)
+
+
+def burst_sweep(rounds: int) -> dict:
+    """snicd's rx and tx burst (--rx-burst, --tx-burst, set alike) against the rows they
+    move: the 64 B WRITE message rate, 64 KiB WRITE bandwidth and 8 B SEND round trip. One
+    snicd per burst per round, the bursts in a rotated order each round so that the
+    machine's slow phases fall on all of them; medians over the rounds."""
+    res = {str(b): {"msg_mpps": [], "bw_gbps": [], "lat_us": []} for b in BURSTS}
+    for rnd in range(rounds):
+        order = BURSTS[rnd % len(BURSTS):] + BURSTS[:rnd % len(BURSTS)]
+        log(f"burst sweep: round {rnd + 1} of {rounds}")
+        for b in order:
+            d = WireDaemon(f"burst{b}", extra=["--rx-burst", str(b), "--tx-burst", str(b)])
+            try:
+                row = res[str(b)]
+                row["msg_mpps"].append(snic_perf(d, "write_bw", 64, 500000)["msg_rate_mpps"])
+                row["bw_gbps"].append(snic_perf(d, "write_bw", 65536, 2000)["bw_gbps"])
+                row["lat_us"].append(snic_perf(d, "send_lat", 8, 10000)["rtt_us"]["median"])
+            finally:
+                d.stop()
+    return res
+
+
+def print_burst_sweep(res: dict) -> None:
+    med = statistics.median
+    base = res[str(32)]
+    print(f"{'burst':>6} {'64 B msg/s':>12} {'x32':>6} {'64 KiB Gb/s':>12} {'x32':>6} "
+          f"{'8 B RTT us':>11} {'x32':>6}")
+    for b in BURSTS:
+        row = res[str(b)]
+        cols = []
+        for key in ("msg_mpps", "bw_gbps", "lat_us"):
+            cols.append(med(row[key]))
+            cols.append(med(row[key]) / med(base[key]))
+        print(f"{b:>6} {cols[0]:>10.2f} M {cols[1]:>6.2f} {cols[2]:>12.2f} {cols[3]:>6.2f} "
+              f"{cols[4]:>11.2f} {cols[5]:>6.2f}")
+
+
 def proc_kib(pid: int, field: str) -> int:
     """A size from /proc/PID/status, in KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -495,6 +534,8 @@ def main() -> int:
     ap.add_argument("--no-scale", action="store_true", help="skip the idle QP rows")
     ap.add_argument("--no-iwarp", action="store_true", help="skip the iWARP rows")
     ap.add_argument("--no-veth", action="store_true", help="skip the veth rows (af_packet, af_xdp)")
+    ap.add_argument("--burst-sweep", type=int, metavar="ROUNDS", default=0,
+                    help="only sweep snicd's rx/tx burst sizes, ROUNDS rounds, and print that table")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -503,6 +544,11 @@ def main() -> int:
         if not os.access(b, os.X_OK):
             log(f"{b} is not built (scripts/setup.sh)")
             return 1
+    if a.burst_sweep > 0:
+        res = burst_sweep(a.burst_sweep)
+        (out / "burst-sweep.json").write_text(json.dumps(res, indent=2) + "\n")
+        print_burst_sweep(res)
+        return 0
     lat_iters = 2000 if a.quick else 20000
     bw_iters = 2000 if a.quick else 20000
     bw_sizes = BW_SIZES_QUICK if a.quick else BW_SIZES_FULL

@@ -12,6 +12,8 @@
 #
 #   scripts/bench.sh [--quick] [--no-deps] [--no-build] [--out DIR] [--no-perftest] [--no-scale]
 #                    [--no-iwarp] [--no-veth]
+#   scripts/bench.sh --burst-sweep ROUNDS   (only: snicd's rx/tx burst sizes against
+#                    the 64 B message rate, 64 KiB bandwidth and 8 B round trip)
 #
 # --quick takes about 1 minute, the full run about 2 minutes on this project's 2-core machines
 # (connecting and destroying the 10,000 idle QPs of the scale rows is part of it).
@@ -21,7 +23,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 setup_args=()
@@ -31,6 +33,7 @@ while (($#)); do
         --no-deps | --no-build) setup_args+=("$1") ;;
         --quick | --no-perftest | --no-scale | --no-iwarp | --no-veth) bench_args+=("$1") ;;
         --out) bench_args+=("$1" "${2:?--out needs a directory}"); shift ;;
+        --burst-sweep) bench_args+=("$1" "${2:?--burst-sweep needs a number of rounds}"); shift ;;
         -h | --help) usage; exit 0 ;;
         *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;
     esac

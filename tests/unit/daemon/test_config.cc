@@ -290,6 +290,25 @@ TEST(Config, idle_backoff_bounds) {
               "--idle-backoff: invalid microseconds (0..100000) '99999999999'");
 }
 
+TEST(Config, burst_bounds) {
+    auto dflt = parse({"--port", kPort0});
+    ASSERT_TRUE(dflt.ok());
+    EXPECT_EQ(dflt->rx_burst, kDefaultBurst);
+    EXPECT_EQ(dflt->tx_burst, kDefaultBurst);
+    auto set = parse({"--port", kPort0, "--rx-burst", "1", "--tx-burst=128"});
+    ASSERT_TRUE(set.ok());
+    EXPECT_EQ(set->rx_burst, 1u);
+    EXPECT_EQ(set->tx_burst, kMaxBurst);
+    EXPECT_EQ(error_of({"--port", kPort0, "--rx-burst", "0"}),
+              "--rx-burst: invalid frames (1..128) '0'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--tx-burst", "129"}),
+              "--tx-burst: invalid frames (1..128) '129'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--rx-burst", "65537"}),
+              "--rx-burst: invalid frames (1..128) '65537'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--tx-burst", "many"}),
+              "--tx-burst: invalid frames (1..128) 'many'");
+}
+
 TEST(Config, arp_timeout_bounds) {
     EXPECT_EQ(error_of({"--port", kPort0, "--arp-timeout", "0"}),
               "--arp-timeout: invalid seconds (1..86400) '0'");
