@@ -479,11 +479,14 @@ def print_table(r: dict) -> None:
                       f"p99 {p['p99_us']:.2f} us")
     print()
     t = r["targets"]
+    rate64 = r["snic_bw"].get("64", {}).get("msg_rate_mpps")
     print("Targets: 8 B SEND median / architectural floor = {} (target <= 1.5x; / raw floor = {}, "
           "context); / kernel TCP = {} (target < 0.5x); 64 KiB WRITE bandwidth / floor = {} "
-          "(target >= 0.70); beside 10,000 idle QPs / beside 1 = {} (target <= 1.1x)".format(
+          "(target >= 0.50); 64 B WRITE messages/s on one data lcore = {} M (target >= 8 M); "
+          "beside 10,000 idle QPs / beside 1 = {} (target <= 1.1x); instructions per 8 B round "
+          "trip: scripts/profile.sh (target <= 5,000)".format(
               t["send8_over_arch_floor"], t["send8_over_floor"], t["send8_over_tcp"],
-              t["write64k_over_floor"], t.get("send8_idle10k_over_idle1", "-")))
+              t["write64k_over_floor"], fmt(rate64), t.get("send8_idle10k_over_idle1", "-")))
 
 
 def plot(out: Path, r: dict) -> None:
