@@ -89,23 +89,43 @@ def test_fi_info_lists_msg_rdm_and_dgram_endpoints_on_snic_devices(wire):
 CASES = [("msg", "64"), ("msg", "1048576"), ("rdm", "64"), ("rdm", "65536"), ("dgram", "all")]
 
 
+def teardown_crash(srv: dt.Proc, rows: list[str]) -> bool:
+    """The server finished every transfer (it printed a result row of 100 sent and 100
+    acknowledged for each size the client did) and then died by SIGSEGV inside libfabric: a
+    crash in its RxM teardown, seen twice in CI (libfabric 1.17, never reproduced by hand),
+    after the bytes were checked."""
+    out = srv.output()
+    done = [re.search(rf"^{re.escape(r.split()[0])}\s+100\s+=100\s", out, re.M) for r in rows]
+    return (bool(rows) and all(done) and "terminated with signal 11" in out
+            and "libfabric.so" in out)
+
+
 @pytest.mark.parametrize("ep,size", CASES, ids=[f"{e}-{s}" for e, s in CASES])
 def test_fi_pingpong_checks_every_byte(wire, tmp_path, ep, size):
     d, sock_dir, ns = wire
     pingpong = tool("fi_pingpong")
-    port = next(_ports)
     ns_exec = ["ip", "netns", "exec", ns]
     common = ["-p", "verbs", "-e", ep, "-c", "-I", "100", "-S", size]
     before = st.roce_packets(d)
-    with dt.serving(tmp_path / "server.out", [*ns_exec, SNIC_RUN, pingpong, *common, "-B", port],
-                    env_for(sock_dir, f"{d.name}_0"), lambda srv: dt.tcp_listening(port, ns),
-                    "fi_pingpong", ns) as srv:
-        res = dt.run([*ns_exec, SNIC_RUN, pingpong, *common, "-P", port, SERVER_IP],
-                     env_for(sock_dir, f"{d.name}_1"))
-        context = f"client:\n{dt.shown(res)}\nserver:\n{srv.describe()}\ndaemon:\n{d.describe()}"
-        assert res.returncode == 0, context
-        srv.wait(timeout=60)
-        assert srv.proc.returncode == 0, context
+    # A second run only when the first one's server crashed in libfabric's teardown after
+    # every transfer (teardown_crash); any other failure, or that crash twice, fails.
+    for attempt in (1, 2):
+        port = next(_ports)
+        with dt.serving(tmp_path / f"server{attempt}.out",
+                        [*ns_exec, SNIC_RUN, pingpong, *common, "-B", port],
+                        env_for(sock_dir, f"{d.name}_0"), lambda srv: dt.tcp_listening(port, ns),
+                        "fi_pingpong", ns) as srv:
+            res = dt.run([*ns_exec, SNIC_RUN, pingpong, *common, "-P", port, SERVER_IP],
+                         env_for(sock_dir, f"{d.name}_1"))
+            context = f"client:\n{dt.shown(res)}\nserver:\n{srv.describe()}\ndaemon:\n{d.describe()}"
+            assert res.returncode == 0, context
+            srv.wait(timeout=60)
+            rows = [r for r in res.stdout.splitlines() if re.match(r"^\S+\s+100\s+=100\s", r)]
+            if srv.proc.returncode != 0 and attempt == 1 and teardown_crash(srv, rows):
+                print(f"libfabric teardown crash after every transfer, run again:\n{srv.output()}")
+                continue
+            assert srv.proc.returncode == 0, context
+        break
     rows = re.findall(r"^(\S+)\s+100\s+=100\s+.*$", res.stdout, re.M)
     assert rows, context
     print(f"{ep}:\n" + "\n".join(l for l in res.stdout.splitlines() if "=100" in l))
