@@ -25,6 +25,7 @@ constexpr std::uint8_t kProtoUdp = 17;
 std::optional<IcrcStart> icrc_begin(std::span<const std::uint8_t> l3) noexcept {
     if (l3.empty()) return std::nullopt;
     constexpr std::size_t kShortEnd = kIpv4MinHdr + kUdpHdr + kBthLen;
+    static_assert(kShortEnd == IcrcFlow::kBthEnd && kLrhOnes + kShortEnd == IcrcFlow::kPseudoLen);
     if (l3[0] == 0x45 && l3.size() >= kShortEnd) {
         // IPv4 without options, every packet snicd and the kernel's drivers send: fixed
         // offsets, so the copy and masks are constant moves.

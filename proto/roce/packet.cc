@@ -133,14 +133,13 @@ FlowFrame::FlowFrame(const net::UdpFlow& flow, std::uint16_t pkey, std::uint32_t
     bth.pkey = pkey;
     bth.dest_qp = dest_qp;
     net::build_udp_frame(sample, flow, kBthLen + kIcrcLen, false);
+    icrc_ = *IcrcFlow::prepare({sample.data() + net::kEthHdrLen, sample.size() - net::kEthHdrLen});
+    // The template keeps the IPv4 total length and checksum zero: frame() writes both.
     std::memcpy(headers_.data(), sample.data(), headers_.size());
     auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(headers_.data() + net::kEthHdrLen);
-    const std::uint16_t ip_length = ip.total_length.host();
     ip.total_length = 0;
     ip.checksum = 0;
     ip_sum_ = net::csum_add({headers_.data() + net::kEthHdrLen, net::kIpv4MinHdrLen});
-    ip.total_length = ip_length;
-    icrc_ = *IcrcFlow::prepare({sample.data() + net::kEthHdrLen, sample.size() - net::kEthHdrLen});
 }
 
 std::size_t FlowFrame::frame(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
