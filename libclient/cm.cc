@@ -451,8 +451,10 @@ ibv_mtu port_mtu(CmId* i) {
 }
 
 // The attributes that take an id's QP to a->qp_state, as rdma_init_qp_attr gives them:
-// INIT from the id's port, RTR from the peer's QP (REQ or REP), RTS from this side's PSN
-// and the resources agreed on.
+// INIT from the id's port, RTR from the peer's QP (REQ or REP), RTS from the resources agreed
+// on. The PSNs follow the IBA (§12.7.20, §12.7.31) and Linux's CM: the Starting PSN a side
+// puts in its REQ or REP is the one it *receives* with (its rq_psn), so its send queue starts
+// at the PSN the peer's message carries.
 int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
     const ibv_qp_state want = a->qp_state;
     *a = ibv_qp_attr{};
@@ -476,7 +478,7 @@ int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
                 static_cast<ibv_mtu>(i->peer.path_mtu != 0 ? i->peer.path_mtu : int{IBV_MTU_4096});
             a->path_mtu = std::min(port_mtu(i), peer_mtu);
             a->dest_qp_num = i->peer.qpn;
-            a->rq_psn = i->peer.psn;
+            a->rq_psn = i->psn;
             a->max_dest_rd_atomic = i->responder_resources;
             a->min_rnr_timer = 12;
             a->ah_attr.is_global = 1;
@@ -490,7 +492,8 @@ int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
             return 0;
         }
         case IBV_QPS_RTS:
-            a->sq_psn = i->psn;
+            if (type != IBV_QPT_UD && i->peer.qpn == 0) return EINVAL;  // no REQ or REP yet
+            a->sq_psn = i->peer.psn;
             a->timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
             a->retry_cnt = i->retry_count;
             a->rnr_retry = i->rnr_retry_count;
@@ -524,7 +527,7 @@ int connect_qp(CmId* i) {
     if (std::getenv("SNIC_CM_DEBUG") != nullptr)
         say("cm: QP %u to RTR/RTS: dest %u rq_psn %u sq_psn %u mtu %d max_dest_rd_atomic %u "
             "max_rd_atomic %u",
-            qp->qp_num, a.dest_qp_num, a.rq_psn, i->psn, a.path_mtu, a.max_dest_rd_atomic,
+            qp->qp_num, a.dest_qp_num, a.rq_psn, i->peer.psn, a.path_mtu, a.max_dest_rd_atomic,
             i->initiator_depth);
     if (const int err = ibv_modify_qp(qp, &a, mask); err != 0) return err;
     a.qp_state = IBV_QPS_RTS;
