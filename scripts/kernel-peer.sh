@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# snic against the Linux kernel's own RDMA stacks: Debian 12's kernel in a QEMU guest with its
+# soft RoCE (rxe) or soft iWARP (siw) as the peer, on a bridge with one snicd, all inside a
+# network namespace of its own (nothing leaves the machine). rdma-core's ibv_rc_pingpong and
+# ibv_uc_pingpong, perftest with and without -R (send, write, read, atomics where the transport
+# has them, UC) and rping run with snic as the active and as the passive side; each case is
+# judged by the tools' exit codes, each peer's capture by Wireshark and the checksums (ICRC,
+# CRC32C). Too slow for CI (the guest runs under TCG): run it by hand for every change to the
+# wire, the CM or MPA, and put its summary in docs/INTEROP.md.
+#
+#   scripts/kernel-peer.sh [--dev rxe|siw|both] [--only REGEX] [--side active|passive|both]
+#                          [--out DIR]
+#
+# The guest image is built once into $SNIC_KPEER_DIR (default /var/cache/snic/kpeer) from
+# Debian's registry (scripts/kpeer/build-guest.sh). Results: DIR (default
+# build/kernel-peer): summary.md, one log per case, a pcap per peer, the guest's console.
+# Exit 0 when every case and every capture passed.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+
+out=$SNIC_BUILD/kernel-peer
+run_args=()
+while (($#)); do
+    case $1 in
+        --dev | --only | --side) (($# >= 2)) || snic_die "$1 needs a value"; run_args+=("$1" "$2"); shift ;;
+        --out) (($# >= 2)) || snic_die "--out needs a directory"; out=$2; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; snic_die "unknown option $1" ;;
+    esac
+    shift
+done
+snic_require_root
+
+"$SNIC_ROOT/scripts/setup.sh"
+image=${SNIC_KPEER_DIR:-/var/cache/snic/kpeer}
+"$SNIC_ROOT/scripts/kpeer/build-guest.sh" "$image"
+command -v dumpcap >/dev/null || snic_die "dumpcap is missing (tshark's package)"
+
+ns=snic-kpeer
+br=kpbr0 tap=kptap0 veth=kpv0
+cleanup() {
+    if ip netns list | grep -qw "$ns"; then
+        local pids
+        pids=$(ip netns pids "$ns" || true)
+        [[ -z $pids ]] || kill $pids 2>/dev/null || true
+        sleep 0.5
+        pids=$(ip netns pids "$ns" || true)
+        [[ -z $pids ]] || kill -9 $pids 2>/dev/null || true
+        ip netns del "$ns"
+    fi
+}
+trap cleanup EXIT
+cleanup
+ip netns add "$ns"
+nx() { ip netns exec "$ns" "$@"; }
+nx ip link set lo up
+nx ip link add "$br" type bridge
+nx ip addr add 198.18.90.1/24 dev "$br"
+nx ip tuntap add dev "$tap" mode tap
+nx ip link add "$veth" type veth peer name "${veth}b"
+for l in "$tap" "${veth}b"; do nx ip link set "$l" master "$br"; nx ip link set "$l" up; done
+nx ip link set "$br" up
+nx ip link set "$veth" up
+# The bridge forwards at once (no STP delay) and the host's kernel stays quiet on it.
+nx sysctl -q -w net.ipv6.conf.all.disable_ipv6=1
+mkdir -p "$out"
+rm -f "$out"/*.log "$out"/*.txt "$out"/*.pcap "$out"/summary.md
+SNIC_EAL_MEM=$(snic_eal_mem_args) nx /usr/bin/python3 "$SNIC_ROOT/scripts/kpeer/run.py" \
+    --image "$image" --work "$out" --iface "$veth" --tap "$tap" --bridge "$br" "${run_args[@]}"

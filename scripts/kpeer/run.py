@@ -1,0 +1,416 @@
+#!/usr/bin/python3
+"""The kernel-peer run (scripts/kernel-peer.sh runs it inside its network namespace): one
+snicd on a veth whose other end is on a bridge, a QEMU guest running Debian's own kernel with
+its rxe or siw on a tap on the same bridge, and rdma-core's, perftest's and rdmacm-utils' own
+tools between them, snic as the active and as the passive side. Each case is judged by the
+tools' own exit codes, and each device's capture of the bridge by Wireshark (no malformed
+frame, no expert error) and by the checksums (RoCEv2's ICRC recomputed by scapy; MPA's
+CRC32C as tshark verifies it).
+
+The guest runs under TCG (10-50x slower than the host): every wait is for a line the guest
+prints or for a listener to appear, with long limits that only cut a hang short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("SNIC_BUILD", ROOT / "build"))
+SNICD = BUILD / "daemon" / "snicd"
+SNICCTL = BUILD / "tools" / "snicctl" / "snicctl"
+SNIC_RUN = BUILD / "libclient" / "snic-run"
+CHECK_ROCE = ROOT / "tests" / "interop" / "check_roce_pcap.py"
+
+NET = "198.18.90"
+BRIDGE_IP, GUEST_IP, SNIC_IP = f"{NET}.1", f"{NET}.2", f"{NET}.11"
+NAME = "kpeer"  # the daemon: devices kpeer_0 (RoCEv2) and kpeer_iw0 (iWARP)
+CASE_TIMEOUT = 240  # s; a client in the guest runs 10-50x slower than on the host
+GUEST_MAC = "52:54:00:12:90:02"
+
+
+def log(msg: str) -> None:
+    print(f"kernel-peer: {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------- the guest
+
+class Guest:
+    """A QEMU guest whose /kp/agent.sh runs our commands on its second serial port."""
+
+    def __init__(self, image: Path, dev: str, work: Path, tap: str):
+        self.dev, self.work = dev, work
+        self.console = work / f"guest-{dev}.log"
+        self.sock_path = work / f"agent-{dev}.sock"
+        self.sock_path.unlink(missing_ok=True)
+        append = f"console=ttyS0 panic=-1 quiet kp_ip={GUEST_IP}/24 kp_dev={dev}"
+        if dev == "siw":
+            append += " siw.mpa_crc_required=1"
+        self.proc = subprocess.Popen([
+            "qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", "1024",
+            "-smp", "1", "-display", "none", "-monitor", "none", "-no-reboot",
+            "-serial", f"file:{self.console}",
+            "-chardev", f"socket,id=agent,path={self.sock_path},server=on,wait=off",
+            "-serial", "chardev:agent",
+            "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.zst"),
+            "-append", append,
+            "-netdev", f"tap,id=n0,ifname={tap},script=no,downscript=no",
+            # No checksum offload: the guest's TCP segments must cross the bridge with their
+            # checksums filled in, as a real NIC's would (snic's TCP checks them).
+            "-device", f"virtio-net-pci,netdev=n0,csum=off,guest_csum=off,mac={GUEST_MAC}",
+        ], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.sock: Optional[socket.socket] = None
+        self.buf = b""
+        self.seq = 0
+
+    def _connect(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"qemu exited {self.proc.returncode}; console: {self.console}")
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(str(self.sock_path))
+                self.sock = s
+                return
+            except OSError:
+                s.close()
+                time.sleep(0.2)
+        raise RuntimeError("the guest's agent socket did not appear")
+
+    def _line(self, deadline: float) -> str:
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                raise TimeoutError("no answer from the guest")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                raise RuntimeError("the guest's agent hung up")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode(errors="replace").rstrip("\r")
+
+    def wait_ready(self, timeout: float = 300) -> str:
+        self._connect(60)
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._line(deadline)
+            if line.startswith("KPAGENT READY"):
+                return line
+
+    def run(self, cmd: str, timeout: float = CASE_TIMEOUT) -> tuple[int, str]:
+        """Runs `cmd` (bash, with the guest's /kp/lib.sh) in the guest; its exit code and
+        output. A command that outlives `timeout` raises TimeoutError."""
+        self.seq += 1
+        self.sock.sendall(f"{self.seq} {cmd}\n".encode())
+        deadline = time.monotonic() + timeout
+        out = []
+        while True:
+            line = self._line(deadline)
+            m = re.fullmatch(r"KPDONE (\d+) (\d+)", line)
+            if m and int(m.group(1)) == self.seq:
+                return int(m.group(2)), "\n".join(out)
+            out.append(line)
+
+    def stop(self) -> None:
+        if self.sock is not None and self.proc.poll() is None:
+            try:
+                self.sock.sendall(b"0 echo o > /proc/sysrq-trigger\n")
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.sock is not None:
+            self.sock.close()
+
+
+# ----------------------------------------------------------------------------- snic's side
+
+class Snic:
+    def __init__(self, work: Path, iface: str):
+        self.work = work
+        self.ctrl = f"/run/snic/{NAME}.sock"
+        self.out = open(work / "snicd.log", "wb")
+        mem = shlex.split(os.environ.get("SNIC_EAL_MEM", ""))
+        self.proc = subprocess.Popen(
+            [str(SNICD), "-l", "0", "--no-pci", f"--vdev=net_af_packet0,iface={iface}",
+             "--file-prefix", f"snic-{NAME}", *mem, "--", "--name", NAME, "--ctrl", self.ctrl,
+             "--port", f"0,ip={SNIC_IP}/24"],
+            stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        end = time.monotonic() + 60
+        while self.ctl("status")[0] != 0:
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"snicd did not start; see {work / 'snicd.log'}")
+            time.sleep(0.1)
+
+    def ctl(self, *args: str) -> tuple[int, str]:
+        r = subprocess.run([str(SNICCTL), "-s", self.ctrl, *args], capture_output=True,
+                           text=True, timeout=10)
+        return r.returncode, r.stdout
+
+    def listening(self) -> int:
+        rc, out = self.ctl("cm")
+        m = re.search(r"state listening (\d+)", out)
+        return int(m.group(1)) if rc == 0 and m else 0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+
+
+class Tool:
+    """A tool of snic's side under snic-run, its output in a file."""
+
+    def __init__(self, work: Path, name: str, cmd: list[str]):
+        self.log = work / f"{name}.log"
+        self.cmd = [str(SNIC_RUN), *cmd]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return 124
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def tcp_listening(port: int) -> bool:
+    r = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True)
+    return bool(r.stdout.strip())
+
+
+# ----------------------------------------------------------------------------- the cases
+
+@dataclass
+class Case:
+    """One tool between snic and the guest. `server` and `client` are the tool's
+    arguments; {dev}, {gid}, {port}, {addr} are filled per side: the device, the GID index,
+    a fresh port, and the address the client aims at (the server's RDMA address with
+    rdma_cm; the server's kernel address for a TCP side channel)."""
+    name: str
+    devs: tuple[str, ...]
+    server: str
+    client: str
+    side_channel: bool  # the server listens on kernel TCP (no rdma_cm)
+
+
+def cases() -> list[Case]:
+    out = [
+        Case("ibv_rc_pingpong", ("rxe",), "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -n 100 -s 4096 -c",
+             "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -n 100 -s 4096 -c {addr}", True),
+        Case("ibv_uc_pingpong", ("rxe",), "ibv_uc_pingpong -d {dev} -g {gid} -p {port} -n 100 -s 1024 -c",
+             "ibv_uc_pingpong -d {dev} -g {gid} -p {port} -n 100 -s 1024 -c {addr}", True),
+        Case("rping", ("rxe", "siw"), "rping -s -a {addr} -p {port} -C 10 -S 4096 -V",
+             "rping -c -a {addr} -p {port} -C 10 -S 4096 -V", False),
+    ]
+    lat = "-n 100 -s 64"
+    bw = "-n 200 -s 4096"
+    perf = [("ib_send_lat", lat), ("ib_send_bw", bw), ("ib_write_lat", lat),
+            ("ib_write_bw", bw), ("ib_read_lat", lat), ("ib_read_bw", bw)]
+    for tool, args in perf + [("ib_atomic_lat", "-n 100"), ("ib_atomic_bw", "-n 200")]:
+        out.append(Case(tool, ("rxe",), f"{tool} -d {{dev}} -x {{gid}} -p {{port}} {args}",
+                        f"{tool} -d {{dev}} -x {{gid}} -p {{port}} {args} {{addr}}", True))
+    for tool, args in perf + [("ib_atomic_lat", "-n 100")]:
+        devs = ("rxe",) if "atomic" in tool else ("rxe", "siw")
+        out.append(Case(f"{tool} -R", devs, f"{tool} -R -d {{dev}} -p {{port}} {args}",
+                        f"{tool} -R -d {{dev}} -p {{port}} {args} {{addr}}", False))
+    for tool, args in (("ib_send_lat", lat), ("ib_write_bw", bw), ("ib_write_lat", lat)):
+        out.append(Case(f"{tool} -c UC", ("rxe",), f"{tool} -c UC -d {{dev}} -x {{gid}} -p {{port}} {args}",
+                        f"{tool} -c UC -d {{dev}} -x {{gid}} -p {{port}} {args} {{addr}}", True))
+    return out
+
+
+@dataclass
+class Result:
+    dev: str
+    case: str
+    snic_side: str  # "active" (snic runs the client) or "passive" (snic runs the server)
+    ok: bool
+    why: str = ""
+    seconds: float = 0.0
+
+
+def fill(template: str, dev: str, gid: str, port: int, addr: str) -> str:
+    return template.format(dev=dev, gid=gid, port=port, addr=addr)
+
+
+def run_case(c: Case, dev: str, snic_active: bool, guest: Guest, snic: Snic, port: int,
+             gid: str, work: Path) -> Result:
+    side = "active" if snic_active else "passive"
+    snic_dev = f"{NAME}_0" if dev == "rxe" else f"{NAME}_iw0"
+    guest_dev = f"{dev}0"
+    t0 = time.monotonic()
+    tag = f"{dev}-{re.sub(r'[^A-Za-z0-9]+', '_', c.name)}-{side}"
+    if snic_active:  # the guest serves
+        server_addr = GUEST_IP
+        srv = fill(c.server, guest_dev, gid, port, GUEST_IP)
+        rc, out = guest.run(f"kp_bg srv timeout {CASE_TIMEOUT} {srv}; kp_listening {port} 120")
+        if rc != 0:
+            _, sout = guest.run("kp_wait srv 5")
+            return Result(dev, c.name, side, False, f"guest server not listening: {out}\n{sout}",
+                          time.monotonic() - t0)
+        cli = Tool(work, tag, shlex.split(fill(c.client, snic_dev, "0", port, server_addr)))
+        crc = cli.wait(CASE_TIMEOUT)
+        src, sout = guest.run("kp_wait srv 60", timeout=CASE_TIMEOUT)
+        cout = cli.output()
+    else:  # snic serves
+        before = snic.listening()
+        srv = Tool(work, tag, shlex.split(fill(c.server, snic_dev, "0", port, SNIC_IP)))
+        end = time.monotonic() + 60
+        while not (tcp_listening(port) if c.side_channel else snic.listening() > before):
+            if srv.proc.poll() is not None or time.monotonic() > end:
+                srv.wait(1)
+                return Result(dev, c.name, side, False,
+                              f"snic's server not listening:\n{srv.output()}", time.monotonic() - t0)
+            time.sleep(0.05)
+        # The client aims at the server's kernel address for a TCP side channel (the host's
+        # address on the bridge), at snic's address with rdma_cm.
+        addr = BRIDGE_IP if c.side_channel else SNIC_IP
+        crc, cout = guest.run(f"timeout {CASE_TIMEOUT} {fill(c.client, guest_dev, gid, port, addr)}",
+                              timeout=CASE_TIMEOUT + 30)
+        src = srv.wait(60)
+        sout = srv.output()
+    ok = crc == 0 and src == 0
+    why = "" if ok else f"client rc {crc}, server rc {src}\n--- client\n{cout}\n--- server\n{sout}"
+    (work / f"{tag}.txt").write_text(f"client rc {crc}\n{cout}\n--- server rc {src}\n{sout}\n")
+    return Result(dev, c.name, side, ok, why, time.monotonic() - t0)
+
+
+# ----------------------------------------------------------------------------- captures
+
+def tshark_errors(pcap: Path, extra: list[str]) -> list[str]:
+    r = subprocess.run(["tshark", "-r", str(pcap), *extra, "-T", "fields", "-e", "frame.number",
+                        "-e", "_ws.malformed", "-e", "_ws.expert.severity"],
+                       capture_output=True, text=True, timeout=600)
+    bad = []
+    for row in r.stdout.splitlines():
+        cols = row.split("\t") + ["", "", ""]
+        if cols[1] or "8388608" in cols[2]:  # malformed, or an expert error (PI_ERROR)
+            bad.append(cols[0])
+    return bad
+
+
+def judge_capture(dev: str, pcap: Path) -> tuple[bool, str]:
+    if dev == "rxe":
+        r = subprocess.run(["/usr/bin/python3", str(CHECK_ROCE), str(pcap)], capture_output=True,
+                           text=True, timeout=900)
+        return r.returncode == 0, (r.stdout + r.stderr).strip().splitlines()[-1] if (r.stdout + r.stderr).strip() else ""
+    args = ["--disable-heuristic", "rpcrdma_iwarp", "--disable-protocol", "rpcordma",
+            "-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"]
+    bad = tshark_errors(pcap, args)
+    text = subprocess.run(["tshark", "-r", str(pcap), *args, "-V"], capture_output=True,
+                          text=True, timeout=900).stdout
+    good_crc = len(re.findall(r"Good CRC32", text))
+    bad_crc = len(re.findall(r"Bad CRC32", text))
+    ok = not bad and bad_crc == 0 and good_crc > 0
+    return ok, (f"{good_crc} FPDUs with a good CRC32C, {bad_crc} bad; "
+                f"{len(bad)} frames malformed or with expert errors {bad[:10]}")
+
+
+# ----------------------------------------------------------------------------- main
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--image", type=Path, required=True)
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--iface", required=True, help="snicd's end of the veth")
+    ap.add_argument("--tap", required=True)
+    ap.add_argument("--bridge", required=True)
+    ap.add_argument("--dev", choices=("rxe", "siw", "both"), default="both")
+    ap.add_argument("--only", default="", help="run only the cases whose name matches this regex")
+    ap.add_argument("--side", choices=("active", "passive", "both"), default="both")
+    args = ap.parse_args()
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    devs = ("rxe", "siw") if args.dev == "both" else (args.dev,)
+    results: list[Result] = []
+    captures: dict[str, tuple[bool, str]] = {}
+    port = 18600
+    snic = Snic(work, args.iface)
+    try:
+        for dev in devs:
+            pcap = work / f"{dev}.pcap"
+            dump = subprocess.Popen(["dumpcap", "-q", "-P", "-i", args.bridge, "-w", str(pcap)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            guest = Guest(args.image, dev, work, args.tap)
+            try:
+                log(f"{dev}: booting the guest ({guest.console})")
+                ready = guest.wait_ready()
+                log(f"{dev}: guest ready ({ready})")
+                gid = "0"
+                if dev == "rxe":
+                    _, gid = guest.run("kp_gid")
+                    gid = gid.strip().splitlines()[-1]
+                for c in cases():
+                    if dev not in c.devs or (args.only and not re.search(args.only, c.name)):
+                        continue
+                    for active in (True, False):
+                        if args.side != "both" and (args.side == "active") != active:
+                            continue
+                        port += 1
+                        r = run_case(c, dev, active, guest, snic, port, gid, work)
+                        results.append(r)
+                        log(f"{dev} {c.name:<22} snic {r.snic_side:<7} "
+                            f"{'ok' if r.ok else 'FAILED'} ({r.seconds:.0f} s)")
+                        if not r.ok:
+                            print(r.why[-3000:], flush=True)
+            finally:
+                guest.stop()
+                dump.terminate()
+                dump.wait(timeout=30)
+            captures[dev] = judge_capture(dev, pcap)
+            log(f"{dev}: capture {pcap}: {'good' if captures[dev][0] else 'BAD'}: {captures[dev][1]}")
+    finally:
+        snic.stop()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "-uno"],
+                           capture_output=True, text=True).stdout.strip()
+    summary = [f"kernel-peer run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} UTC, "
+               f"commit {commit}{' (with uncommitted changes)' if dirty else ''}", "",
+               "| peer | case | snic is | result | seconds |", "|---|---|---|---|---|"]
+    for r in results:
+        summary.append(f"| {r.dev} | {r.case} | {r.snic_side} | {'pass' if r.ok else 'FAIL'} | {r.seconds:.0f} |")
+    summary.append("")
+    for dev, (ok, what) in captures.items():
+        summary.append(f"- {dev} capture: {'good' if ok else 'BAD'}: {what}")
+    passed = sum(r.ok for r in results)
+    summary.append(f"- {passed} of {len(results)} cases passed")
+    (work / "summary.md").write_text("\n".join(summary) + "\n")
+    print("\n".join(summary))
+    failed = len(results) - passed + sum(not ok for ok, _ in captures.values())
+    print(f"kernel-peer: {passed} passed, {failed} failed")
+    return 0 if failed == 0 and results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
