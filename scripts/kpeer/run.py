@@ -39,7 +39,8 @@ NAME = "kpeer"  # the daemon: devices kpeer_0 (RoCEv2) and kpeer_iw0 (iWARP)
 CASE_TIMEOUT = 240  # s; a client in the guest runs 10-50x slower than on the host
 GUEST_MAC = "52:54:00:12:90:02"
 LOST_RACE = "RDMA_CM_EVENT_REJECTED; error: 8"
-RACE_TRIES = 5
+BAD_CLOCK = "Correlation coefficient r^2"
+RETRY_TRIES = 5
 
 
 def log(msg: str) -> None:
@@ -56,7 +57,10 @@ class Guest:
         self.console = work / f"guest-{dev}{f'-{n}' if n else ''}.log"
         self.sock_path = work / f"agent-{dev}.sock"
         self.sock_path.unlink(missing_ok=True)
-        append = f"console=ttyS0 panic=-1 quiet kp_ip={GUEST_IP}/24 kp_dev={dev}"
+        # no_timer_check: under TCG on a busy host the kernel's check of the IO-APIC timer
+        # can fail and panic the boot ("IO-APIC + timer doesn't work!").
+        append = (f"console=ttyS0 panic=-1 quiet no_timer_check kp_ip={GUEST_IP}/24 "
+                  f"kp_dev={dev}")
         if dev == "siw":
             append += " siw.mpa_crc_required=1"
         self.proc = subprocess.Popen([
@@ -262,6 +266,12 @@ class Result:
     tries: int = 1
 
 
+def perftest_own(r: "Result", c: "Case", snic_active: bool) -> bool:
+    """A failure of perftest's own (see main): its clock calibration in the guest, or its
+    -R race lost by snic's client to the kernel's server (the REJ is the kernel's)."""
+    return BAD_CLOCK in r.why or (snic_active and " -R" in c.name and LOST_RACE in r.why)
+
+
 def fill(template: str, dev: str, gid: str, port: int, addr: str) -> str:
     return template.format(dev=dev, gid=gid, port=port, addr=addr)
 
@@ -343,9 +353,17 @@ def judge_capture(dev: str, pcap: Path) -> tuple[bool, str]:
 
 def boot(args, dev: str, work: Path, n: int) -> tuple[Guest, str]:
     """A guest with `dev` and its agent ready; the GID index of its RoCEv2 IPv4 GID."""
-    guest = Guest(args.image, dev, work, args.tap, n)
-    log(f"{dev}: booting the guest ({guest.console})")
-    log(f"{dev}: guest ready ({guest.wait_ready()})")
+    for attempt in range(3):
+        guest = Guest(args.image, dev, work, args.tap, n * 10 + attempt)
+        log(f"{dev}: booting the guest ({guest.console})")
+        try:
+            log(f"{dev}: guest ready ({guest.wait_ready()})")
+            break
+        except (TimeoutError, RuntimeError) as e:
+            log(f"{dev}: the guest did not come up ({e}); see its console")
+            guest.stop()
+    else:
+        raise RuntimeError(f"three {dev} guests did not come up")
     gid = "0"
     if dev == "rxe":
         _, out = guest.run("kp_gid")
@@ -388,15 +406,17 @@ def main() -> int:
                         t0 = time.monotonic()
                         try:
                             r = run_case(c, dev, active, guest, snic, port, gid, work)
-                            # perftest -R's own race (4.5+0.17, Debian 12's): after the
-                            # handshake its client connects at once while its server only
-                            # then listens; a client faster than the emulated guest's server
-                            # gets the kernel's REJ (reason 8, no listener), and perftest's
-                            # retry uses the ids it has just destroyed. Run such a case
-                            # again (fresh port), at most RACE_TRIES times, and say so.
+                            # Two failures of perftest's own, not of either peer, run
+                            # again (fresh port), at most RETRY_TRIES times, and said so:
+                            # - its -R listen race (4.5+0.17, Debian 12's): after the
+                            #   handshake its client connects at once while its server only
+                            #   then listens, so a client faster than the emulated guest's
+                            #   server gets the kernel's REJ (reason 8, no listener), and
+                            #   perftest's retry uses the ids it has just destroyed;
+                            # - its clock calibration in the guest (r^2 < 0.9 under TCG):
+                            #   that side exits without a report or the final handshake.
                             tries = 1
-                            while (not r.ok and active and " -R" in c.name
-                                   and LOST_RACE in r.why and tries < RACE_TRIES):
+                            while not r.ok and tries < RETRY_TRIES and perftest_own(r, c, active):
                                 tries += 1
                                 port += 1
                                 r = run_case(c, dev, active, guest, snic, port, gid, work)
