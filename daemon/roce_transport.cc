@@ -71,6 +71,7 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
       src_port_(roce_source_port(config.qpn, config.dest_qpn)),
       loopback_(peer == transport.port().ip().addr),
       peer_known_(loopback_ || config.service != roce::Transport::uc),
+      await_since_(kNever),
       flow_({transport.port().mac(), net::MacAddr::zero(), transport.port().ip().addr, peer,
              src_port_, net::kRoceV2Port},
             config.pkey, config.dest_qpn),
@@ -232,7 +233,7 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"rx_not_ipv4", c.rx_not_ipv4.get()});
     fn(ctx, {"tx_no_mbuf", c.tx_no_mbuf.get()});
     fn(ctx, {"tx_unresolved", c.tx_unresolved.get()});
-    fn(ctx, {"tx_held_unresolved", c.tx_held_unresolved.get()});
+    fn(ctx, {"tx_uc_held", c.tx_uc_held.get()});
     fn(ctx, {"loopback_packets", c.loopback_packets.get()});
     fn(ctx, {"loopback_full", c.loopback_full.get()});
     fn(ctx, {"turns", c.turns.get()});

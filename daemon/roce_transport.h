@@ -45,7 +45,7 @@ struct RoceCounters {
     Counter rx_not_ipv4;        // RoCEv2 over IPv6 is not spoken yet
     Counter tx_no_mbuf;         // the pool was empty: the engine retries
     Counter tx_unresolved;      // the peer's MAC is being resolved: the engine retransmits
-    Counter tx_held_unresolved;  // a UC QP held its packet: its peer's MAC is not known yet
+    Counter tx_uc_held;         // a UC QP held its packet: its peer's MAC is not known yet
     Counter loopback_packets;   // sent to a QP of this very port, without the wire
     Counter loopback_full;      // the loopback queue was full: dropped, the engine retransmits
     Counter turns;              // polls of the transport: turns of its lcore's loop
@@ -124,6 +124,7 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
     // How long a UC QP holds its packets while its peer's MAC is unknown (as a UD send waits):
     // UC does not retransmit, so a packet sent into an unresolved neighbour would be lost.
     static constexpr std::uint64_t kResolveWaitNs = roce::UdQp::kResolveWaitNs;
+    static constexpr std::uint64_t kNever = ~std::uint64_t{0};
 
     // RoceQpBase
     void on_packet(const roce::Packet& pkt, const net::RxFrame& f, const std::uint8_t* frame,
@@ -147,8 +148,7 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
     const std::uint16_t src_port_;  // UDP source port: flow entropy from the QP numbers
     const bool loopback_;           // the peer is this port: frames go back to its rx path
     bool peer_known_;               // RC, loopback, or a UC QP whose peer's MAC was known once
-    static constexpr std::uint64_t kNotAwaiting = ~std::uint64_t{0};
-    std::uint64_t await_since_ = kNotAwaiting;  // UC: when it first waited for the peer's MAC
+    std::uint64_t await_since_;     // UC: since when it waits for the peer's MAC (ns), or never
     const roce::FlowFrame flow_;    // the headers of this QP's frames, prepared once
     roce::RcQp engine_;             // last: built from the interfaces above
 };

@@ -54,9 +54,9 @@ bool RoceQp::await_peer() {
         return true;
     }
     const std::uint64_t now_ns = transport_.ns(now);
-    if (await_since_ == kNotAwaiting) await_since_ = now_ns;
+    if (await_since_ == kNever) await_since_ = now_ns;
     if (now_ns - await_since_ >= kResolveWaitNs) return true;
-    transport_.counters_.tx_held_unresolved.add();
+    transport_.counters_.tx_uc_held.add();
     return false;
 }
 

@@ -181,9 +181,9 @@ class RcWire {
 // --- configuration ---------------------------------------------------------------------------
 
 struct RcConfig {
-    // The service: RC, or UC (IBA vol 1 §9.8, unreliable service: the same packets in UC's opcode range, no
-    // ACKs, no retransmission; a WR completes once its last packet is on the wire, and the
-    // responder drops a message it cannot take whole). Anything else is taken as RC.
+    // The service: RC, or UC (IBA vol 1 §9.8, unreliable service: the same packets in UC's opcode
+    // range, no ACKs, no retransmission; a WR completes once its last packet is on the wire, and
+    // the responder drops a message it cannot take whole). Anything else is taken as RC.
     Transport service = Transport::rc;
     std::uint32_t qpn = 0;
     std::uint32_t dest_qpn = 0;

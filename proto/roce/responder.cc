@@ -91,13 +91,13 @@ void RcQp::resp_fault(ExecFault fault, std::uint32_t psn) {
         WcStatus recv_status;
     };
     constexpr Answer kAnswers[] = {
-        {NakCode::invalid_request, WcStatus::rem_inv_req_err},           // none (not used)
-        {NakCode::invalid_request, WcStatus::rem_inv_req_err},           // no_recv (not used)
-        {NakCode::invalid_request, WcStatus::rem_inv_req_err},           // bad_request
-        {NakCode::invalid_request, WcStatus::loc_len_err},               // too_long
-        {NakCode::remote_access_error, WcStatus::rem_access_err},        // no_access
-        {NakCode::remote_operational_error, WcStatus::loc_prot_err},     // local_memory
-        {NakCode::invalid_request, WcStatus::rem_inv_req_err},           // invalidate
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // none (not used)
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // no_recv (not used)
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // bad_request
+        {NakCode::invalid_request, WcStatus::loc_len_err},            // too_long
+        {NakCode::remote_access_error, WcStatus::rem_access_err},     // no_access
+        {NakCode::remote_operational_error, WcStatus::loc_prot_err},  // local_memory
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // invalidate
     };
     static_assert(std::size(kAnswers) == static_cast<std::size_t>(ExecFault::invalidate) + 1);
     if (fault == ExecFault::no_recv) {

@@ -580,7 +580,8 @@ TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
         a.pd = pd_;
         return a;
     };
-    for (ibv_qp_type type : {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV, IBV_QPT_DRIVER}) {
+    for (ibv_qp_type type :
+         {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV, IBV_QPT_DRIVER}) {
         ibv_qp_init_attr a{};
         a.send_cq = cq;
         a.recv_cq = cq;
@@ -673,10 +674,10 @@ TEST_F(Verbs, UcQpMovesSendsAndWritesWithImmediate) {
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
     ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
     a = rtr_attr(qp->qp_num);
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN),
-              0);
+    ASSERT_EQ(
+        ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN),
+        0);
     a = {};
     a.qp_state = IBV_QPS_RTS;
     a.sq_psn = 0x1234;  // the PSN its own receive side expects

@@ -105,8 +105,10 @@ TEST(UcTables, uc_sends_and_writes_use_the_rc_opcodes_moved_to_ucs_range) {
         EXPECT_EQ(uc.kind, rc.kind);
         EXPECT_EQ(uc.wc, rc.wc);
         if (!uc.has_payload() || !uc.offered) continue;
-        for (auto [u, r] : {std::pair{uc.first, rc.first}, {uc.middle, rc.middle},
-                            {uc.last, rc.last}, {uc.only, rc.only}}) {
+        for (auto [u, r] : {std::pair{uc.first, rc.first},
+                            {uc.middle, rc.middle},
+                            {uc.last, rc.last},
+                            {uc.only, rc.only}}) {
             EXPECT_EQ(static_cast<int>(u), static_cast<int>(r) + 0x20) << rc.name;
             EXPECT_EQ(transport_of(static_cast<std::uint8_t>(u)), Transport::uc);
             EXPECT_FALSE(opcode_info(u).has(kNeedsAck)) << opcode_info(u).name;
@@ -181,7 +183,7 @@ TEST(UcRequester, a_send_completes_once_its_last_packet_is_on_the_wire_without_a
     EXPECT_EQ(u.q.scq[0].byte_len, 2 * kMtu + 1);
     EXPECT_EQ(u.q.scq[1].wr_id, 9u);
     EXPECT_EQ(u.qp.send_wrs_held(), 0u);
-    EXPECT_EQ(u.qp.unacked_psn(), 105u);  // nothing waits for an acknowledgement
+    EXPECT_EQ(u.qp.unacked_psn(), 105u);        // nothing waits for an acknowledgement
     EXPECT_EQ(u.qp.next_deadline(), kRcNever);  // no timer: nothing is ever sent again
     u.now += 10'000'000'000;
     EXPECT_FALSE(u.poll());
@@ -340,8 +342,8 @@ TEST(UcResponder, write_with_immediate_writes_the_target_and_completes_a_receive
     EXPECT_EQ(std::memcmp(u.mem.host(u.target, 100), data.data(), data.size()), 0);
     // WRITE with immediate of one packet.
     u.post_recv(6, 0, 0);
-    u.write(Opcode::uc_rdma_write_only_with_immediate, kEpsn + 3, u.target, va, 4,
-            d.subspan(0, 4), imm);
+    u.write(Opcode::uc_rdma_write_only_with_immediate, kEpsn + 3, u.target, va, 4, d.subspan(0, 4),
+            imm);
     ASSERT_EQ(u.q.rcq.size(), 2u);
     EXPECT_EQ(u.q.rcq[1].wr_id, 6u);
     EXPECT_EQ(u.q.rcq[1].byte_len, 4u);
@@ -641,8 +643,8 @@ struct UcTraffic {
             EXPECT_EQ(c.byte_len, lens.at(idx));
             EXPECT_EQ(c.with_imm, idx % 3 == 0);
             const auto want = pair.a.mem.bytes(src, std::uint64_t{kSlot} * idx, lens[idx]);
-            EXPECT_EQ(std::memcmp(pair.b.mem.host(dst, std::uint64_t{kSlot} * c.wr_id),
-                                  want.data(), want.size()),
+            EXPECT_EQ(std::memcmp(pair.b.mem.host(dst, std::uint64_t{kSlot} * c.wr_id), want.data(),
+                                  want.size()),
                       0)
                 << "message " << idx;
         }
@@ -689,9 +691,9 @@ TEST(UcLink, over_a_lossy_link_each_message_arrives_whole_or_not_at_all_and_in_o
     ASSERT_TRUE(p.run_until([&] { return p.b.q.rcq.size() > before; }));
     const Completion& c = p.b.q.rcq.back();
     EXPECT_EQ(c.byte_len, 1000u);
-    EXPECT_EQ(std::memcmp(p.b.mem.host(t.dst, std::uint64_t{UcTraffic::kSlot} * c.wr_id),
-                          b.data(), 1000),
-              0);
+    EXPECT_EQ(
+        std::memcmp(p.b.mem.host(t.dst, std::uint64_t{UcTraffic::kSlot} * c.wr_id), b.data(), 1000),
+        0);
 }
 
 // A packet overtaken by the next message's is an old PSN when it comes: a MIDDLE or LAST drops
