@@ -638,7 +638,9 @@ struct UcTraffic {
             }
             EXPECT_FALSE(seen[idx]) << "message " << idx << " twice";
             seen[idx] = true;
-            if (ordered) EXPECT_GT(static_cast<std::int64_t>(idx), last) << "out of order";
+            if (ordered) {
+                EXPECT_GT(static_cast<std::int64_t>(idx), last) << "out of order";
+            }
             last = idx;
             EXPECT_EQ(c.byte_len, lens.at(idx));
             EXPECT_EQ(c.with_imm, idx % 3 == 0);
