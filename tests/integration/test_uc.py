@@ -1,6 +1,7 @@
 """UC QPs under snic-run, between the two ports of one snicd's virtual wire: rdma-core's
 ibv_uc_pingpong, unmodified, with every byte received checked (-c), in one packet and in many
-(multi-packet messages at a 1024-byte path MTU); perftest's UC runs (ib_write_bw, ib_send_lat,
+(multi-packet messages at a 1024-byte path MTU), polling and with completion events, and on one
+port (loopback); perftest's UC runs (ib_write_bw, ib_send_lat,
 ib_write_lat with -c UC) to completion with their result rows; and the packets on the wire
 captured and judged: UC opcodes only, no acknowledgement, every ICRC right (the same checker
 as the interop tests, tests/interop/check_roce_pcap.py).
@@ -33,11 +34,11 @@ def wire_daemon(tmp_path_factory, mem_args):
         yield wire
 
 
-@pytest.mark.parametrize("size", [1, 1024, 4096, 65536])
+@pytest.mark.parametrize("size", [1, 65536])
 def test_uc_pingpong_over_the_wire(wire_daemon, size):
     d, sock_dir = wire_daemon
     rc.pingpong("ibv_uc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
-                ["-s", str(size), "-n", "200" if size <= 4096 else "50"])
+                ["-s", str(size), "-n", "200" if size == 1 else "50"])
     assert d.running(), d.describe()
 
 
@@ -54,12 +55,11 @@ def test_uc_pingpong_loopback_on_one_port(wire_daemon):
                 ["-s", "4096", "-n", "100"])
 
 
+# Each tool once, multi-packet messages, both ways of posting (perftest's ibv_wr_* default and
+# --use_old_post_send); a few seconds each, most of it perftest's own set-up.
 @pytest.mark.parametrize("tool,args", [
-    ("ib_write_bw", ["-s", "65536", "-n", "500"]),
-    ("ib_write_bw", ["-s", "8", "-n", "1000", "--use_old_post_send"]),
-    ("ib_send_lat", ["-s", "8", "-n", "200"]),
+    ("ib_write_bw", ["-s", "65536", "-n", "300"]),
     ("ib_send_lat", ["-s", "4096", "-n", "100", "--use_old_post_send"]),
-    ("ib_write_lat", ["-s", "64", "-n", "200"]),
     ("ib_write_lat", ["-s", "4096", "-n", "100"]),
 ])
 def test_perftest_uc_completes_under_snic_run(wire_daemon, tool, args):
@@ -88,7 +88,7 @@ def test_uc_traffic_on_the_wire_is_uc_and_decodes(wire_daemon, mem_args, tmp_pat
                          "-P", "-f", "udp port 4791") as cap:
         for size in ("2500", "100"):
             rc.pingpong("ibv_uc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
-                        ["-s", size, "-n", "20"])
+                        ["-s", size, "-n", "10"])
     assert cap.received > 0 and cap.dropped == 0, cap
     # The checker needs Debian's scapy: /usr/bin/python3, as tests/interop runs it.
     res = st.run(["/usr/bin/python3", str(CHECKER), str(cap.pcap)], timeout=300)
