@@ -570,6 +570,14 @@ TEST_F(Verbs, QueuePairCreateReportsCapsAndRefusesBadOnes) {
 // skip on), never later; so is an ibv_wr_* operation the QP's type has not.
 TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
     ibv_cq* cq = make_cq();
+    const auto basic = [](ibv_cq* c, ibv_qp_type type) {
+        ibv_qp_init_attr a{};
+        a.send_cq = c;
+        a.recv_cq = c;
+        a.qp_type = type;
+        a.cap = {4, 4, 1, 1, 0};
+        return a;
+    };
     const auto attr = [&](ibv_qp_type type) {
         ibv_qp_init_attr_ex a{};
         a.send_cq = cq;
@@ -582,11 +590,7 @@ TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
     };
     for (ibv_qp_type type :
          {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV, IBV_QPT_DRIVER}) {
-        ibv_qp_init_attr a{};
-        a.send_cq = cq;
-        a.recv_cq = cq;
-        a.qp_type = type;
-        a.cap = {4, 4, 1, 1, 0};
+        ibv_qp_init_attr a = basic(cq, type);
         errno = 0;
         EXPECT_EQ(ibv_create_qp(pd_, &a), nullptr) << type;
         EXPECT_EQ(errno, EOPNOTSUPP) << type;
@@ -644,11 +648,7 @@ TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
     ibv_cq* icq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
     ASSERT_TRUE(pd != nullptr && icq != nullptr) << std::strerror(errno);
     for (ibv_qp_type type : {IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_RC}) {
-        ibv_qp_init_attr a{};
-        a.send_cq = icq;
-        a.recv_cq = icq;
-        a.qp_type = type;
-        a.cap = {4, 4, 1, 1, 0};
+        ibv_qp_init_attr a = basic(icq, type);
         errno = 0;
         ibv_qp* qp = ibv_create_qp(pd, &a);
         if (type == IBV_QPT_RC) {
