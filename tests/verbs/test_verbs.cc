@@ -121,6 +121,16 @@ class Verbs : public ::testing::Test {
         return qp;
     }
 
+    // A QP of `type` on `cq` with small queues.
+    static ibv_qp_init_attr plain_qp_attr(ibv_cq* cq, ibv_qp_type type) {
+        ibv_qp_init_attr a{};
+        a.send_cq = cq;
+        a.recv_cq = cq;
+        a.qp_type = type;
+        a.cap = {4, 4, 1, 1, 0};
+        return a;
+    }
+
     // Attributes of each valid step, against this port (loopback address).
     static ibv_qp_attr init_attr() {
         ibv_qp_attr a{};
@@ -528,14 +538,7 @@ TEST_F(Verbs, QueuePairCreateReportsCapsAndRefusesBadOnes) {
         const char* what;
         ibv_qp_init_attr attr;
     };
-    const auto base = [&] {
-        ibv_qp_init_attr b{};
-        b.send_cq = cq;
-        b.recv_cq = cq;
-        b.qp_type = IBV_QPT_RC;
-        b.cap = {4, 4, 1, 1, 0};
-        return b;
-    };
+    const auto base = [&] { return plain_qp_attr(cq, IBV_QPT_RC); };
     std::vector<Bad> bad;
     // A QP may have an empty send or receive queue (one-sided use), as on real NICs.
     for (const auto& [send, recv] : {std::pair{0u, 4u}, std::pair{4u, 0u}}) {
@@ -570,14 +573,6 @@ TEST_F(Verbs, QueuePairCreateReportsCapsAndRefusesBadOnes) {
 // skip on), never later; so is an ibv_wr_* operation the QP's type has not.
 TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
     ibv_cq* cq = make_cq();
-    const auto basic = [](ibv_cq* c, ibv_qp_type type) {
-        ibv_qp_init_attr a{};
-        a.send_cq = c;
-        a.recv_cq = c;
-        a.qp_type = type;
-        a.cap = {4, 4, 1, 1, 0};
-        return a;
-    };
     const auto attr = [&](ibv_qp_type type) {
         ibv_qp_init_attr_ex a{};
         a.send_cq = cq;
@@ -590,7 +585,7 @@ TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
     };
     for (ibv_qp_type type :
          {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV, IBV_QPT_DRIVER}) {
-        ibv_qp_init_attr a = basic(cq, type);
+        ibv_qp_init_attr a = plain_qp_attr(cq, type);
         errno = 0;
         EXPECT_EQ(ibv_create_qp(pd_, &a), nullptr) << type;
         EXPECT_EQ(errno, EOPNOTSUPP) << type;
@@ -648,7 +643,7 @@ TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
     ibv_cq* icq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
     ASSERT_TRUE(pd != nullptr && icq != nullptr) << std::strerror(errno);
     for (ibv_qp_type type : {IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_RC}) {
-        ibv_qp_init_attr a = basic(icq, type);
+        ibv_qp_init_attr a = plain_qp_attr(icq, type);
         errno = 0;
         ibv_qp* qp = ibv_create_qp(pd, &a);
         if (type == IBV_QPT_RC) {
