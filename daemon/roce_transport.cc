@@ -25,6 +25,7 @@ const char* roce_check_attr(std::uint32_t mask, const shm::QpAttr& a) {
 roce::RcConfig rc_config_of(const Qp& qp) {
     const shm::QpAttr& a = qp.attr;
     roce::RcConfig c;
+    c.service = qp.type == verbs::QpType::uc ? roce::Transport::uc : roce::Transport::rc;
     c.qpn = qp.qpn.get();
     c.dest_qpn = a.dest_qp_num;
     c.mtu = 128u << std::clamp<std::uint32_t>(a.path_mtu, 1, 5);
@@ -69,6 +70,8 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
       peer_(peer),
       src_port_(roce_source_port(config.qpn, config.dest_qpn)),
       loopback_(peer == transport.port().ip().addr),
+      peer_known_(loopback_ || config.service != roce::Transport::uc),
+      await_since_(kNever),
       flow_({transport.port().mac(), net::MacAddr::zero(), transport.port().ip().addr, peer,
              src_port_, net::kRoceV2Port},
             config.pkey, config.dest_qpn),
@@ -159,14 +162,12 @@ RoceQpBase& RoceTransport::of(Qp& qp) {
 Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
     std::unique_ptr<RoceQpBase> rt;
     std::optional<net::Ipv4Addr> peer;
-    if (qp.type == verbs::QpType::rc) {
+    if (qp.type == verbs::QpType::ud) {
+        rt = std::make_unique<RoceUdQp>(*this, qp, keys_, ud_config_of(qp, port_.mtu()));
+    } else {  // RC or UC: connected, one engine for both services
         peer = net::ipv4_from_mapped(qp.attr.ah_attr.dgid);
         if (!peer) return make_error(EINVAL, "the destination GID is not IPv4-mapped");
         rt = std::make_unique<RoceQp>(*this, qp, keys_, rc_config_of(qp), *peer, slots_);
-    } else if (qp.type == verbs::QpType::ud) {
-        rt = std::make_unique<RoceUdQp>(*this, qp, keys_, ud_config_of(qp, port_.mtu()));
-    } else {
-        return make_error(EOPNOTSUPP, "UC QPs do not run on RoCEv2 yet");
     }
     runner_.add(*rt, qp, [&](std::uint64_t now) {
         if (peer && *peer != port_.ip().addr) port_.resolve(*peer, now);  // ARP ahead of time
@@ -232,6 +233,7 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"rx_not_ipv4", c.rx_not_ipv4.get()});
     fn(ctx, {"tx_no_mbuf", c.tx_no_mbuf.get()});
     fn(ctx, {"tx_unresolved", c.tx_unresolved.get()});
+    fn(ctx, {"tx_uc_held", c.tx_uc_held.get()});
     fn(ctx, {"loopback_packets", c.loopback_packets.get()});
     fn(ctx, {"loopback_full", c.loopback_full.get()});
     fn(ctx, {"turns", c.turns.get()});

@@ -45,6 +45,7 @@ struct RoceCounters {
     Counter rx_not_ipv4;        // RoCEv2 over IPv6 is not spoken yet
     Counter tx_no_mbuf;         // the pool was empty: the engine retries
     Counter tx_unresolved;      // the peer's MAC is being resolved: the engine retransmits
+    Counter tx_uc_held;         // a UC QP held its packet: its peer's MAC is not known yet
     Counter loopback_packets;   // sent to a QP of this very port, without the wire
     Counter loopback_full;      // the loopback queue was full: dropped, the engine retransmits
     Counter turns;              // polls of the transport: turns of its lcore's loop
@@ -97,7 +98,7 @@ class RoceQpBase : public RunningQp {
     rte_mbuf* tx_m_ = nullptr;  // the frame being filled between tx_alloc and tx_send
 };
 
-// The RC QP an RC QpEngine is: the glue, the engine and this QP's end of the wire.
+// The RC or UC QP a connected QpEngine is: the glue, the engine and this QP's end of the wire.
 class RoceQp final : public RoceQpBase, public roce::RcWire {
   public:
     RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys, const roce::RcConfig& config,
@@ -110,12 +111,20 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
     void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;
 
     // RcWire
-    std::span<std::uint8_t> tx_alloc(std::size_t len) override { return alloc_packet(len); }
+    std::span<std::uint8_t> tx_alloc(std::size_t len) override {
+        if (!peer_known_ && !await_peer()) return {};
+        return alloc_packet(len);
+    }
     void tx_send(std::size_t len) override;
 
     // Schedulable
     bool sched_poll(std::uint64_t now_ns) override;
     std::uint64_t sched_deadline() const override { return engine_.next_deadline(); }
+
+    // How long a UC QP holds its packets while its peer's MAC is unknown (as a UD send waits):
+    // UC does not retransmit, so a packet sent into an unresolved neighbour would be lost.
+    static constexpr std::uint64_t kResolveWaitNs = roce::UdQp::kResolveWaitNs;
+    static constexpr std::uint64_t kNever = ~std::uint64_t{0};
 
     // RoceQpBase
     void on_packet(const roce::Packet& pkt, const net::RxFrame& f, const std::uint8_t* frame,
@@ -129,11 +138,17 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
     friend class RoceTransport;
     // The lcore, after each engine call: publishes a move to the error state.
     void note_state();
+    // UC, until the peer's MAC is first known: true when packets may go (the MAC is known, or
+    // kResolveWaitNs went by: then they go, and are lost as on a wire, until it is); false
+    // holds them in the engine, which tries again on its next poll.
+    bool await_peer();
 
     const roce::RcConfig config_;
     const net::Ipv4Addr peer_;
     const std::uint16_t src_port_;  // UDP source port: flow entropy from the QP numbers
     const bool loopback_;           // the peer is this port: frames go back to its rx path
+    bool peer_known_;               // RC, loopback, or a UC QP whose peer's MAC was known once
+    std::uint64_t await_since_;     // UC: since when it waits for the peer's MAC (ns), or never
     const roce::FlowFrame flow_;    // the headers of this QP's frames, prepared once
     roce::RcQp engine_;             // last: built from the interfaces above
 };

@@ -47,6 +47,19 @@ std::span<std::uint8_t> RoceQpBase::alloc_packet(std::size_t len) {
     return {rte_pktmbuf_mtod(m, std::uint8_t*) + kFrameHeaders, len};
 }
 
+bool RoceQp::await_peer() {
+    const std::uint64_t now = transport_.now_tsc_;
+    if (transport_.port_.resolve(peer_, now)) {
+        peer_known_ = true;
+        return true;
+    }
+    const std::uint64_t now_ns = transport_.ns(now);
+    if (await_since_ == kNever) await_since_ = now_ns;
+    if (now_ns - await_since_ >= kResolveWaitNs) return true;
+    transport_.counters_.tx_uc_held.add();
+    return false;
+}
+
 void RoceQp::tx_send(std::size_t len) {
     rte_mbuf* m = std::exchange(tx_m_, nullptr);
     if (m == nullptr) return;

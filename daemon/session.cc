@@ -697,7 +697,8 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     constexpr const char* op = "create_qp";
     const auto type = verbs::qp_type_from(req.qp_type);
     if (!type)
-        return refuse(EINVAL, op, fmt::format("QP type {} (RC 2, UC 3, UD 4 only)", req.qp_type));
+        return refuse(verbs::qp_type_refusal(req.qp_type), op,
+                      fmt::format("QP type {} (RC 2, UC 3, UD 4 only)", req.qp_type));
     if (iwarp_ && *type != verbs::QpType::rc)
         return refuse(EOPNOTSUPP, op,
                       fmt::format("{} QPs on an iWARP device (RC only: iWARP is connected)",

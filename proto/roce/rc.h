@@ -52,14 +52,22 @@ namespace rc_access = verbs::access;
 // --- the WR opcode table ---------------------------------------------------------------------
 
 // What each WR opcode becomes on the wire: its verbs kind and completion (proto/verbs/wr.h)
-// and the RC opcodes of its packets by place in the message (READ and atomics are one
-// request packet: `only`; local operations send nothing).
+// and the opcodes of its packets by place in the message (READ and atomics are one request
+// packet: `only`; local operations send nothing). `offered`: the service has the operation
+// (UC has no READ, atomics or Send with Invalidate: IBA §9.2, table of opcodes).
 struct WrOpInfo : verbs::WrOpKind {
     Opcode first = Opcode::rc_send_first;
     Opcode middle = Opcode::rc_send_middle;
     Opcode last = Opcode::rc_send_last;
     Opcode only = Opcode::rc_send_only;
+    bool offered = true;
 };
+
+// The UC opcode of an RC SEND or RDMA WRITE opcode: the same operation and place in UC's range
+// (IBA §9.2: the top three bits name the service, 001 for UC; the low five are RC's).
+constexpr Opcode uc_opcode(Opcode rc) {
+    return static_cast<Opcode>(static_cast<std::uint8_t>(rc) | 0x20);
+}
 
 namespace detail {
 struct RcOpcodes {
@@ -80,20 +88,53 @@ inline constexpr std::array<RcOpcodes, kWrOpCount> kRcWrOpcodes = {{
 }};
 // clang-format on
 
+// Reached only during constant evaluation of a bad UC row: the build fails there.
+void uc_wr_op_row_is_inconsistent();
+
 consteval std::array<WrOpInfo, kWrOpCount> make_wr_op_table() {
     std::array<WrOpInfo, kWrOpCount> t{};
     for (std::size_t i = 0; i < kWrOpCount; ++i) {
         const RcOpcodes& o = kRcWrOpcodes[i];
-        t[i] = WrOpInfo{verbs::kWrOpKinds[i], o.first, o.middle, o.last, o.only};
+        t[i] = WrOpInfo{verbs::kWrOpKinds[i], o.first, o.middle, o.last, o.only, true};
+    }
+    return t;
+}
+
+// UC: SEND and RDMA WRITE (with or without immediate) as RC's rows moved to UC's opcodes, the
+// local operations as RC's; READ, atomics and Send with Invalidate not offered. Each UC
+// opcode must be in the opcode table with RC's properties but the acknowledgement.
+consteval std::array<WrOpInfo, kWrOpCount> make_uc_wr_op_table() {
+    std::array<WrOpInfo, kWrOpCount> t = make_wr_op_table();
+    for (std::size_t i = 0; i < kWrOpCount; ++i) {
+        WrOpInfo& w = t[i];
+        if (w.rd_atomic() || static_cast<WrOp>(i) == WrOp::send_inv) {
+            w.offered = false;
+            continue;
+        }
+        if (w.kind == WrKind::local) continue;
+        for (Opcode* op : {&w.first, &w.middle, &w.last, &w.only}) {
+            const std::uint32_t rc_props = opcode_info(*op).props;
+            *op = uc_opcode(*op);
+            const OpcodeInfo& uc = opcode_info(*op);
+            if (transport_of(static_cast<std::uint8_t>(*op)) != Transport::uc || !uc.known() ||
+                (uc.props | kNeedsAck) != rc_props)
+                uc_wr_op_row_is_inconsistent();
+        }
     }
     return t;
 }
 }  // namespace detail
 
 inline constexpr std::array<WrOpInfo, kWrOpCount> kWrOpTable = detail::make_wr_op_table();
+inline constexpr std::array<WrOpInfo, kWrOpCount> kUcWrOpTable = detail::make_uc_wr_op_table();
 
 constexpr const WrOpInfo& wr_op_info(WrOp op) {
     return kWrOpTable[static_cast<std::size_t>(op)];
+}
+
+// The WR opcode table of a connected service: RC's, or UC's.
+constexpr const std::array<WrOpInfo, kWrOpCount>& wr_op_table(Transport service) {
+    return service == Transport::uc ? kUcWrOpTable : kWrOpTable;
 }
 
 // The send completion status a NAK's code means for the WR it names (IBA vol 1 §9.7.5;
@@ -140,6 +181,10 @@ class RcWire {
 // --- configuration ---------------------------------------------------------------------------
 
 struct RcConfig {
+    // The service: RC, or UC (IBA vol 1 §9.8, unreliable service: the same packets in UC's opcode
+    // range, no ACKs, no retransmission; a WR completes once its last packet is on the wire, and
+    // the responder drops a message it cannot take whole). Anything else is taken as RC.
+    Transport service = Transport::rc;
     std::uint32_t qpn = 0;
     std::uint32_t dest_qpn = 0;
     std::uint32_t mtu = 1024;  // path MTU in bytes: 256, 512, 1024, 2048 or 4096
@@ -200,6 +245,12 @@ struct RcCounters {
     RcCounter read_replays, atomic_replays;  // duplicate READ/atomic answered again
     // packets dropped before the engines looked at them
     RcCounter drop_qp_error, drop_bad_pkey, drop_bad_qpn, drop_bad_opcode, drop_bad_response;
+    // UC's responder, which answers nothing: packets it did not execute, messages it gave up
+    // (lost to a PSN gap, cut short by a new message, or refused), and why it refused one
+    RcCounter uc_drop_packets, uc_drop_messages;
+    RcCounter uc_drop_no_recv;      // a SEND or WRITE with immediate found no receive WR
+    RcCounter uc_drop_bad_access;   // a WRITE's rkey, bounds or rights (or the QP's) refused it
+    RcCounter uc_drop_bad_request;  // opcode sequence, lengths, a message too long to receive
 };
 
 struct RcCounterField {
@@ -207,7 +258,7 @@ struct RcCounterField {
     RcCounter RcCounters::*field;
 };
 
-inline constexpr std::array<RcCounterField, 38> kRcCounterFields = {{
+inline constexpr std::array<RcCounterField, 43> kRcCounterFields = {{
     {"tx_send_packets", &RcCounters::tx_send_packets},
     {"tx_write_packets", &RcCounters::tx_write_packets},
     {"tx_read_requests", &RcCounters::tx_read_requests},
@@ -246,6 +297,11 @@ inline constexpr std::array<RcCounterField, 38> kRcCounterFields = {{
     {"drop_bad_qpn", &RcCounters::drop_bad_qpn},
     {"drop_bad_opcode", &RcCounters::drop_bad_opcode},
     {"drop_bad_response", &RcCounters::drop_bad_response},
+    {"uc_drop_packets", &RcCounters::uc_drop_packets},
+    {"uc_drop_messages", &RcCounters::uc_drop_messages},
+    {"uc_drop_no_recv", &RcCounters::uc_drop_no_recv},
+    {"uc_drop_bad_access", &RcCounters::uc_drop_bad_access},
+    {"uc_drop_bad_request", &RcCounters::uc_drop_bad_request},
 }};
 
 // --- QP state --------------------------------------------------------------------------------

@@ -12,6 +12,8 @@
 namespace snic::roce {
 
 const char* rc_config_error(const RcConfig& c) {
+    if (c.service != Transport::rc && c.service != Transport::uc)
+        return "the service must be RC or UC";
     if (c.mtu != 256 && c.mtu != 512 && c.mtu != 1024 && c.mtu != 2048 && c.mtu != 4096)
         return "path MTU must be 256, 512, 1024, 2048 or 4096 bytes";
     if (c.qpn > kMask24 || c.dest_qpn > kMask24) return "QP numbers are 24-bit";
@@ -33,6 +35,8 @@ RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& w
     : cfg_(config), mem_(memory), queues_(queues), wire_(wire), pool_(pool) {
     // Clamp what rc_config_error() would refuse, so that a bad config cannot break the
     // engine's arithmetic.
+    if (cfg_.service != Transport::uc) cfg_.service = Transport::rc;
+    ops_ = &wr_op_table(cfg_.service);
     if (cfg_.mtu < 256) cfg_.mtu = 256;
     if (cfg_.mtu > 4096) cfg_.mtu = 4096;
     cfg_.mtu = std::bit_floor(cfg_.mtu);
@@ -53,7 +57,7 @@ RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& w
     cfg_.ack_req_every = std::max<std::uint32_t>(cfg_.ack_req_every, 1);
     cfg_.ack_every = std::max<std::uint32_t>(cfg_.ack_every, 1);
 
-    timeout_ns_ = ack_timeout_ns(cfg_.timeout);
+    timeout_ns_ = uc() ? kRcNever : ack_timeout_ns(cfg_.timeout);  // UC waits for nothing
     // WRs beyond depth_ wait in the client's ring: the ring keeps max_send_wr posts possible.
     depth_ = std::bit_ceil(std::min(cfg_.sq_depth, kMaxHeldWrs));
     chunk_ = std::min(depth_, kSlotChunk);
@@ -116,7 +120,7 @@ bool RcQp::start_requester(std::uint32_t sq_psn, std::uint8_t timeout, std::uint
     cfg_.retry_cnt = std::min<std::uint8_t>(retry_cnt, 7);
     cfg_.rnr_retry = std::min<std::uint8_t>(rnr_retry, 7);
     cfg_.max_rd_atomic = std::min(max_rd_atomic, kRcMaxRdAtomic);
-    timeout_ns_ = ack_timeout_ns(cfg_.timeout);
+    timeout_ns_ = uc() ? kRcNever : ack_timeout_ns(cfg_.timeout);
     next_psn_ = una_ = sent_end_ = cfg_.sq_psn;
     retry_left_ = cfg_.retry_cnt;
     rnr_left_ = cfg_.rnr_retry;
@@ -138,7 +142,7 @@ void RcQp::on_packet(const Packet& pkt, RcTime now) {
         return;
     }
     const Bth& bth = pkt.bth();
-    if (transport_of(bth.opcode) != Transport::rc) {
+    if (transport_of(bth.opcode) != cfg_.service) {
         counters_.drop_bad_opcode.add();
         return;
     }
@@ -150,7 +154,9 @@ void RcQp::on_packet(const Packet& pkt, RcTime now) {
         counters_.drop_bad_pkey.add();
         return;
     }
-    if (pkt.info->has(kRequest))
+    if (uc())
+        uc_on_packet(pkt);  // UC has requests only
+    else if (pkt.info->has(kRequest))
         resp_on_packet(pkt, now);
     else
         comp_on_packet(pkt, now);

@@ -4,6 +4,12 @@
 // the manner of the Linux soft-RoCE driver, tied together over the QP's QpMemory, QpQueues
 // and RcWire (rc.h). IBA vol 1 §9.7 (reliable service) is the rule book.
 //
+// The same QP runs the Unreliable Connection service (RcConfig::service, IBA vol 1 §9.8):
+// the requester's packets in UC's opcode range, each WR done once its last packet is on the
+// wire (no ACK, no timer, no retransmission); the responder's checks and placement, but no
+// answer: what it cannot execute (a PSN gap, a bad packet, no receive WR, a bad rkey) drops
+// the message, and it takes up again at the next FIRST or ONLY packet (uc.cc).
+//
 // Pure engine: no DPDK, no syscalls, no exceptions, no logs, no allocation after the
 // constructor (which sizes the READ/atomic resources). The send WRs it holds live in slots
 // borrowed from a SendSlotPool (send_slots.h) while they are held. The owner calls
@@ -97,6 +103,7 @@ class RcQp {
     void release_chunks();
 
     // --- shared ----------------------------------------------------------------------------
+    bool uc() const { return cfg_.service == Transport::uc; }
     void fail(RcError why);
     void flush();
     void complete_send_slot(const SendSlot& s, WcStatus status);
@@ -155,10 +162,24 @@ class RcQp {
         std::uint32_t msn = 0;
     };
 
+    // Why a SEND or RDMA WRITE packet at ePSN was not executed (nothing of it took effect).
+    // The service decides what follows: RC answers with a NAK (resp_fault), UC drops the
+    // message (uc_fault).
+    enum class ExecFault : std::uint8_t {
+        none,
+        no_recv,       // no receive WR (RC: RNR NAK)
+        bad_request,   // lengths, RETH, opcode sequence
+        too_long,      // more than the receive WR holds
+        no_access,     // the QP's rights, or the rkey, bounds, rights or PD of the region
+        local_memory,  // the receive WR's own memory failed
+        invalidate,    // Send with Invalidate may not invalidate that rkey
+    };
+
     void resp_on_packet(const Packet& pkt, RcTime now);
     void resp_duplicate(const Packet& pkt, RcTime now);
-    void resp_send(const Packet& pkt, RcTime now);
-    void resp_write(const Packet& pkt, RcTime now);
+    ExecFault resp_send(const Packet& pkt);
+    ExecFault resp_write(const Packet& pkt);
+    void resp_fault(ExecFault fault, std::uint32_t psn);
     void resp_read(const Packet& pkt);
     void resp_atomic(const Packet& pkt);
     bool resp_take_recv();
@@ -174,12 +195,18 @@ class RcQp {
     bool resp_send_res(RdAtomicRes& r);
     bool resp_ack_due(RcTime now) const;
 
+    // --- UC's responder (uc.cc) -------------------------------------------------------------
+    void uc_on_packet(const Packet& pkt);
+    void uc_fault(ExecFault fault);
+    void uc_drop_message();
+
     // --- state -----------------------------------------------------------------------------
     RcConfig cfg_;
     QpMemory& mem_;
     QpQueues& queues_;
     RcWire& wire_;
     RcCounters counters_;
+    const std::array<WrOpInfo, kWrOpCount>* ops_ = &kWrOpTable;  // the service's WR opcodes
     RcState state_ = RcState::ok;
     RcError error_ = RcError::none;
     RcTime timeout_ns_ = kRcNever;
@@ -219,6 +246,7 @@ class RcQp {
     std::uint64_t write_va_ = 0;
     std::uint32_t write_rkey_ = 0, write_len_ = 0, write_done_ = 0;
     bool seq_nak_sent_ = false;  // a NAK episode: PSNs ahead are dropped silently
+    bool uc_dropping_ = false;   // UC: a message is being dropped, up to the next FIRST/ONLY
     bool nak_pending_ = false, nak_fatal_ = false;
     std::uint8_t nak_syndrome_ = 0;
     std::uint32_t nak_psn_ = 0;

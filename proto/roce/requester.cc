@@ -11,6 +11,10 @@
 // The send cursor walks the started WRs packet by packet; going back (sequence NAK, RNR,
 // timeout, lost READ response) moves it back to a PSN, and what is sent again is read
 // again from the still-registered memory. Payload is gathered straight into the packet.
+//
+// UC: the same packets in UC's opcode range (without AckReq); a packet counts as
+// acknowledged once it is on the wire, so a WR completes when its last packet leaves and the
+// cursor never goes back.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -47,8 +51,12 @@ void RcQp::req_prepare(SendSlot& s) {
         req_fail_slot(s, WcStatus::loc_qp_op_err, RcError::local_error);
         return;
     }
-    s.op = &kWrOpTable[opv];
+    s.op = &(*ops_)[opv];
     const WrOpInfo& op = *s.op;
+    if (!op.offered) {  // UC: READ, atomics, Send with Invalidate
+        req_fail_slot(s, WcStatus::loc_qp_op_err, RcError::local_error);
+        return;
+    }
     if (op.kind == WrKind::local) return;
 
     std::uint64_t length = 0;
@@ -198,6 +206,12 @@ bool RcQp::req_emit_one(RcTime now) {
             ++cur_;
             cur_pkt_ = 0;
         }
+        if (uc()) {
+            // Nothing will acknowledge it: a packet is done once sent, a WR once its last
+            // packet is, and completes now (after every WR before it, all sent already).
+            comp_retire();
+            comp_update_una();
+        }
         return true;
     }
     return false;
@@ -264,7 +278,7 @@ bool RcQp::req_send(SendSlot& s, std::uint32_t k, RcTime now) {
             spec.reth.dma_len = s.length;
             spec.solicited =
                 wr.solicited && last && (op.kind == WrKind::send || wr.op == WrOp::rdma_write_imm);
-            spec.ack_req = last || (k + 1) % cfg_.ack_req_every == 0;
+            spec.ack_req = !uc() && (last || (k + 1) % cfg_.ack_req_every == 0);
             break;
         }
         case WrKind::read:
@@ -307,6 +321,11 @@ bool RcQp::req_send(SendSlot& s, std::uint32_t k, RcTime now) {
     }
     if (psn_lt(spec.psn, sent_end_)) counters_.tx_retransmits.add();
     if (psn_gt(end, sent_end_)) sent_end_ = end;
+    if (uc()) {
+        s.acked = k + 1;  // on the wire: all UC does for a packet
+        if (s.acked == s.npsn) s.state = SlotState::done;
+        return true;
+    }
     req_arm_timer(now);
     return true;
 }

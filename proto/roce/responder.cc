@@ -10,7 +10,9 @@
 // its resource (never executed twice). A request ahead of ePSN gets one sequence error NAK
 // and then silence until ePSN arrives. A SEND that finds no receive WR gets an RNR NAK and
 // is not consumed. Errors the requester caused (invalid request, remote access, remote
-// operational) are answered with a NAK and put the QP in the error state.
+// operational) are answered with a NAK and put the QP in the error state. SEND and WRITE
+// packets are executed by resp_send/resp_write, which UC's responder (uc.cc) shares: they
+// say what went wrong (ExecFault) and the service decides the answer (resp_fault for RC).
 //
 // Output order is PSN order: READ responses and ATOMIC ACKs (oldest first), then a NAK or
 // a coalesced ACK for everything up to ePSN - 1.
@@ -71,14 +73,40 @@ void RcQp::resp_on_packet(const Packet& pkt, RcTime now) {
         resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
         return;
     }
-    if (info.has(kSend))
-        resp_send(pkt, now);
-    else if (info.has(kWrite))
-        resp_write(pkt, now);
-    else if (info.has(kRead))
-        resp_read(pkt);
+    if (info.has(kRead)) return resp_read(pkt);
+    if (info.has(kAtomic)) return resp_atomic(pkt);
+    const ExecFault fault = info.has(kSend) ? resp_send(pkt) : resp_write(pkt);
+    if (fault == ExecFault::none)
+        resp_executed(pkt, now);
     else
-        resp_atomic(pkt);
+        resp_fault(fault, psn);
+}
+
+// RC's answer to a SEND or WRITE it could not execute: an RNR NAK for want of a receive WR
+// (the packet is not consumed: ePSN stays); otherwise the requester broke a rule, or our own
+// receive WR's memory failed: a NAK, the receive WR completes in error, the QP goes to error.
+void RcQp::resp_fault(ExecFault fault, std::uint32_t psn) {
+    struct Answer {
+        NakCode code;
+        WcStatus recv_status;
+    };
+    constexpr Answer kAnswers[] = {
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // none (not used)
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // no_recv (not used)
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // bad_request
+        {NakCode::invalid_request, WcStatus::loc_len_err},            // too_long
+        {NakCode::remote_access_error, WcStatus::rem_access_err},     // no_access
+        {NakCode::remote_operational_error, WcStatus::loc_prot_err},  // local_memory
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // invalidate
+    };
+    static_assert(std::size(kAnswers) == static_cast<std::size_t>(ExecFault::invalidate) + 1);
+    if (fault == ExecFault::no_recv) {
+        seq_nak_sent_ = true;  // packets after this one are dropped silently until it is back
+        resp_queue_nak(aeth_syndrome(AckType::rnr_nak, cfg_.min_rnr_timer), psn, false);
+        return;
+    }
+    const Answer& a = kAnswers[static_cast<std::size_t>(fault)];
+    resp_fatal(a.code, psn, a.recv_status);
 }
 
 // The request at ePSN was executed: the NAK episode ends, a pending NAK about the old ePSN
@@ -120,8 +148,13 @@ void RcQp::resp_fatal(NakCode code, std::uint32_t psn, WcStatus recv_status) {
     fail(RcError::responder_error);
 }
 
+// The receive WR for a message starting now: the one held (UC keeps the WR of a message it
+// dropped for the next one: placement starts over), else the next one of the RQ or SRQ.
 bool RcQp::resp_take_recv() {
-    if (have_recv_) return true;
+    if (have_recv_) {
+        recv_off_ = 0;
+        return true;
+    }
     if (!queues_.pop_recv(recv_)) return false;
     have_recv_ = true;
     recv_off_ = 0;
@@ -156,37 +189,22 @@ bool RcQp::resp_place(std::uint32_t off, std::span<const std::uint8_t> data) {
     return len == 0;
 }
 
-void RcQp::resp_send(const Packet& pkt, RcTime now) {
+// Executes a SEND packet at ePSN: checks, placement into the receive WR, and at LAST/ONLY
+// the receive completion. The caller answers (RC) or drops (UC) what it returns.
+RcQp::ExecFault RcQp::resp_send(const Packet& pkt) {
     const OpcodeInfo& info = *pkt.info;
     const Bth& bth = pkt.bth();
-    const std::uint32_t psn = bth.psn.host();
     const std::size_t len = pkt.payload.size();
     // Every packet but the last carries exactly one MTU; the last 1..MTU (ONLY: 0..MTU).
     const bool last = info.has(kLast);
     const bool length_ok = !last              ? len == cfg_.mtu
                            : info.has(kFirst) ? len <= cfg_.mtu
                                               : len >= 1 && len <= cfg_.mtu;
-    if (!length_ok) {
-        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
-        return;
-    }
-    if (info.has(kTakesRecvWqe) && !resp_take_recv()) {
-        seq_nak_sent_ = true;  // packets after this one are dropped silently until it is back
-        resp_queue_nak(aeth_syndrome(AckType::rnr_nak, cfg_.min_rnr_timer), psn, false);
-        return;
-    }
-    if (!have_recv_) {  // cannot happen after the sequence check; be safe
-        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
-        return;
-    }
-    if (recv_off_ + len > recv_cap_) {
-        resp_fatal(NakCode::invalid_request, psn, WcStatus::loc_len_err);
-        return;
-    }
-    if (!resp_place(recv_off_, pkt.payload)) {
-        resp_fatal(NakCode::remote_operational_error, psn, WcStatus::loc_prot_err);
-        return;
-    }
+    if (!length_ok) return ExecFault::bad_request;
+    if (info.has(kTakesRecvWqe) && !resp_take_recv()) return ExecFault::no_recv;
+    if (!have_recv_) return ExecFault::bad_request;  // cannot happen after the sequence check
+    if (recv_off_ + len > recv_cap_) return ExecFault::too_long;
+    if (!resp_place(recv_off_, pkt.payload)) return ExecFault::local_memory;
     recv_off_ += static_cast<std::uint32_t>(len);
     epsn_ = psn_add(epsn_, 1);
     in_msg_ = last ? InMsg::none : InMsg::send;
@@ -204,10 +222,7 @@ void RcQp::resp_send(const Packet& pkt, RcTime now) {
         }
         if (const Ieth* ieth = pkt.ieth()) {
             const std::uint32_t rkey = ieth->rkey.host();
-            if (!mem_.invalidate(rkey)) {
-                resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
-                return;
-            }
+            if (!mem_.invalidate(rkey)) return ExecFault::invalidate;
             c.imm_or_rkey = rkey;
             c.with_inv = true;
         }
@@ -215,33 +230,26 @@ void RcQp::resp_send(const Packet& pkt, RcTime now) {
         msn_ = psn_add(msn_, 1);
         queues_.complete_recv(c);
     }
-    resp_executed(pkt, now);
+    return ExecFault::none;
 }
 
-void RcQp::resp_write(const Packet& pkt, RcTime now) {
+// Executes an RDMA WRITE packet at ePSN: the key checks (of the whole message at its first
+// packet, then of each packet), the write, and for WRITE with immediate the receive WR taken
+// and completed at LAST/ONLY.
+RcQp::ExecFault RcQp::resp_write(const Packet& pkt) {
     const OpcodeInfo& info = *pkt.info;
     const Bth& bth = pkt.bth();
-    const std::uint32_t psn = bth.psn.host();
     const std::size_t len = pkt.payload.size();
-    if ((cfg_.remote_access & rc_access::remote_write) == 0) {
-        resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
-        return;
-    }
+    if ((cfg_.remote_access & rc_access::remote_write) == 0) return ExecFault::no_access;
     RemoteRegion whole;  // the first packet's check of the whole message
     if (info.has(kFirst)) {
         const Reth& reth = *pkt.reth();
         const std::uint32_t dma_len = reth.dma_len.host();
-        if (dma_len > kMaxMessage) {
-            resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
-            return;
-        }
+        if (dma_len > kMaxMessage) return ExecFault::bad_request;
         // The whole message is checked at its first packet: nothing is written otherwise.
         if (dma_len != 0) {
             whole = mem_.remote(reth.rkey.host(), reth.va.host(), dma_len, RemoteNeed::write);
-            if (whole.check != RemoteCheck::ok) {
-                resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
-                return;
-            }
+            if (whole.check != RemoteCheck::ok) return ExecFault::no_access;
         }
         write_va_ = reth.va.host();
         write_rkey_ = reth.rkey.host();
@@ -251,15 +259,8 @@ void RcQp::resp_write(const Packet& pkt, RcTime now) {
     const bool last = info.has(kLast);
     const std::uint64_t after = std::uint64_t{write_done_} + len;
     const bool length_ok = last ? after == write_len_ : len == cfg_.mtu && after < write_len_;
-    if (!length_ok) {
-        resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
-        return;
-    }
-    if (info.has(kTakesRecvWqe) && !resp_take_recv()) {
-        seq_nak_sent_ = true;
-        resp_queue_nak(aeth_syndrome(AckType::rnr_nak, cfg_.min_rnr_timer), psn, false);
-        return;
-    }
+    if (!length_ok) return ExecFault::bad_request;
+    if (info.has(kTakesRecvWqe) && !resp_take_recv()) return ExecFault::no_recv;
     if (len != 0) {
         // Checked again for each later packet: a key may be invalidated while the message
         // flows. The first packet uses its check of the whole message (one key lookup for a
@@ -268,10 +269,7 @@ void RcQp::resp_write(const Packet& pkt, RcTime now) {
             whole.ptr != nullptr ? whole
                                  : mem_.remote(write_rkey_, write_va_ + write_done_,
                                                static_cast<std::uint32_t>(len), RemoteNeed::write);
-        if (r.check != RemoteCheck::ok || r.ptr == nullptr) {
-            resp_fatal(NakCode::remote_access_error, psn, WcStatus::rem_access_err);
-            return;
-        }
+        if (r.check != RemoteCheck::ok || r.ptr == nullptr) return ExecFault::no_access;
         std::memcpy(r.ptr, pkt.payload.data(), len);
     }
     write_done_ = static_cast<std::uint32_t>(after);
@@ -293,7 +291,7 @@ void RcQp::resp_write(const Packet& pkt, RcTime now) {
             queues_.complete_recv(c);
         }
     }
-    resp_executed(pkt, now);
+    return ExecFault::none;
 }
 
 // The next resource of the ring. The requester keeps at most max_rd_atomic (<= our

@@ -5,6 +5,7 @@
 // (ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask), so that callers convert with a cast.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -27,6 +28,15 @@ constexpr std::optional<QpState> qp_state_from(std::uint32_t v) {
 constexpr std::optional<QpType> qp_type_from(std::uint32_t v) {
     if (v < 2 || v > 4) return std::nullopt;
     return static_cast<QpType>(v);
+}
+
+// Why a QP of ibv_qp_type `v` cannot be created: EOPNOTSUPP for the types verbs defines that
+// snic has no engine for (raw packet 8, XRC send 9 and receive 10, driver-specific 0xff), as
+// the Linux soft-RoCE and soft-iWARP drivers refuse what they do not offer; EINVAL for a value
+// that names no type (as the kernel's uverbs refuses one); 0 for RC, UC and UD.
+constexpr int qp_type_refusal(std::uint32_t v) {
+    if (qp_type_from(v)) return 0;
+    return v == 8 || v == 9 || v == 10 || v == 0xff ? EOPNOTSUPP : EINVAL;
 }
 
 const char* qp_state_name(QpState s);

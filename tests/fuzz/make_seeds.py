@@ -85,10 +85,10 @@ def u32(v):
     return struct.pack("<I", v & 0xFFFFFFFF)
 
 
-def rc_config():
+def rc_config(uc=False):
     # fuzz_config(): mtu 1024, PSNs 100/5000, retry 7, rnr 7, rd_atomic 4/4, all remote
-    # access, ACK every 16.
-    return u8(2) + u8(0) + u8(7) + u8(7) + u8(3) + u8(3) + u8(0x0E) + u8(15)
+    # access (the top bit: a UC QP), ACK every 16.
+    return u8(2) + u8(0) + u8(7) + u8(7) + u8(3) + u8(3) + u8(0x8E if uc else 0x0E) + u8(15)
 
 
 def rc_recv(length=4096):
@@ -152,6 +152,10 @@ def main():
               rc_config() + rc_recv() + rc_recv() + rc_raw(p, 0) + u8(5) + u16(10))
     write(args.out, "rc_responder", "rxe-all",
           rc_config() + rc_recv() + rc_recv() + b"".join(rc_raw(p, 0) for p in requests))
+    # A UC QP fed rxe's SEND and WRITE packets moved to UC's opcodes (RC's + 0x20).
+    uc = [bytes([p[0] | 0x20]) + p[1:] for p in requests if p[0] <= 0x0B]
+    write(args.out, "rc_responder", "rxe-uc-all",
+          rc_config(uc=True) + rc_recv() + rc_recv() + b"".join(rc_raw(p, 0) for p in uc))
     for i, p in enumerate(responses):
         # prime(): 3 send WRs (a SEND, a WRITE, a READ), then the captured response.
         prime = u8(2) + rc_send(2)[1:] + rc_send(0)[1:] + rc_send(4)[1:]

@@ -1,10 +1,12 @@
-// Drives one RC QP (proto/roce/rc_qp.h: requester, completer and responder) from the fuzzer's
-// bytes: packets built from chosen fields (every RC opcode, PSNs near the ones the QP
+// Drives one RC or UC QP (proto/roce/rc_qp.h: requester, completer and responder; UC's
+// responder in uc.cc) from the fuzzer's bytes: packets built from chosen fields (every RC
+// opcode, and every UC opcode for a UC QP, PSNs near the ones the QP
 // expects, keys of the fake memory and addresses near their regions) or taken raw, receive
 // and send WRs, time and polls. After every engine call it checks: the memory changed only
 // where the engine was granted write access (GuardedMemory), every completion is of a WR
 // outstanding, in order, within its buffers (CheckedQueues), and every packet the QP sent
-// parses, goes to its peer QP and carries at most one MTU of payload.
+// parses, goes to its peer QP and carries at most one MTU of payload (and, from a UC QP, is a
+// UC request: UC never answers).
 #pragma once
 
 #include <array>
@@ -47,6 +49,15 @@ inline constexpr std::array<Opcode, 23> kRcOpcodes = {
     Opcode::rc_fetch_add,
     Opcode::rc_send_last_with_invalidate,
     Opcode::rc_send_only_with_invalidate,
+};
+
+inline constexpr std::array<Opcode, 12> kUcOpcodes = {
+    Opcode::uc_send_first,       Opcode::uc_send_middle,
+    Opcode::uc_send_last,        Opcode::uc_send_last_with_immediate,
+    Opcode::uc_send_only,        Opcode::uc_send_only_with_immediate,
+    Opcode::uc_rdma_write_first, Opcode::uc_rdma_write_middle,
+    Opcode::uc_rdma_write_last,  Opcode::uc_rdma_write_last_with_immediate,
+    Opcode::uc_rdma_write_only,  Opcode::uc_rdma_write_only_with_immediate,
 };
 
 class RcDriver {
@@ -126,6 +137,9 @@ class RcDriver {
             SNIC_FUZZ_REQUIRE(p.ok());
             SNIC_FUZZ_REQUIRE(p.bth().dest_qp.host() == cfg_.dest_qpn);
             SNIC_FUZZ_REQUIRE(p.payload.size() <= cfg_.mtu);
+            if (cfg_.service == roce::Transport::uc)
+                SNIC_FUZZ_REQUIRE(roce::transport_of(p.opcode()) == roce::Transport::uc &&
+                                  p.info->has(roce::kRequest));
             ++sent;
         }
         std::uint64_t sent = 0;
@@ -164,7 +178,11 @@ class RcDriver {
 
     void deliver_built(Input& in) {
         roce::PacketSpec s;
-        s.opcode = kRcOpcodes[in.u8() % kRcOpcodes.size()];
+        // A UC QP mostly gets UC's opcodes, sometimes RC's (which it must drop).
+        const std::uint8_t pick = in.u8();
+        s.opcode = cfg_.service == roce::Transport::uc && pick < 224
+                       ? kUcOpcodes[pick % kUcOpcodes.size()]
+                       : kRcOpcodes[pick % kRcOpcodes.size()];
         const std::uint8_t flags = in.u8();
         s.solicited = flags & 1;
         s.ack_req = flags & 2;
@@ -223,7 +241,8 @@ class RcDriver {
     std::uint64_t next_wr_id_ = 1;
 };
 
-// A QP at RTS with the attributes the unit tests use; `mtu` and PSNs chosen by the input.
+// A QP at RTS with the attributes the unit tests use; `mtu`, PSNs, and RC or UC (the top bit
+// of the access byte) chosen by the input.
 inline roce::RcConfig fuzz_config(Input& in) {
     roce::RcConfig c;
     c.qpn = 0x11;
@@ -239,7 +258,9 @@ inline roce::RcConfig fuzz_config(Input& in) {
     c.min_rnr_timer = 1;
     c.max_rd_atomic = 1 + in.u8() % 8;
     c.max_dest_rd_atomic = 1 + in.u8() % 8;
-    c.remote_access = in.u8() & (kAll & ~verbs::access::local_write);
+    const std::uint8_t access = in.u8();
+    c.remote_access = access & (kAll & ~verbs::access::local_write);
+    if ((access & 0x80) != 0) c.service = roce::Transport::uc;
     c.sq_depth = 16;
     c.ack_every = 1 + in.u8() % 16;
     return c;

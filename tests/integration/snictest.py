@@ -289,6 +289,47 @@ def roce_packets(d: "Daemon", ports: tuple[int, ...] = (0, 1)) -> int:
     return sum(r["/snic/port_stats"]["roce_dispatched"] for r in replies)
 
 
+@dataclass
+class Capture:
+    pcap: Path
+    received: int = 0  # dpdk-dumpcap's own count of the frames it took
+    dropped: int = 0
+
+
+@contextlib.contextmanager
+def dpdk_dumpcap(d: "Daemon", port: str, pcap: Path, log: Path, *args: str):
+    """dpdk-dumpcap captures PORT (a DPDK port name, "net_ring_wire0") of the running daemon D
+    into PCAP (ARGS: more of dpdk-dumpcap's options) while the block runs; yields a Capture
+    whose counts are dumpcap's own once the block is done. dumpcap is a secondary process: it
+    needs hugepages, and the daemon must not run as EAL lcore 0 (wire_daemon's
+    cores=("--lcores", "1@0")): the two share the capture's mbuf pool, whose per-lcore caches
+    live in shared memory, and two lcore 0s would hand one mbuf out twice."""
+    cap = Capture(pcap)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["dpdk-dumpcap", f"--file-prefix={d.prefix}", "-i", port,
+                                 "-w", str(pcap), *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # dumpcap says "Packets captured" once the daemon has its capture turned on.
+        poll(lambda: proc.poll() is not None or "Packets captured" in log.read_text(),
+             "dpdk-dumpcap to start capturing")
+        assert proc.poll() is None, f"dpdk-dumpcap exited:\n{log.read_text()}"
+        yield cap
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert proc.returncode == 0, f"dpdk-dumpcap exited {proc.returncode}:\n{text}"
+    # Its closing line: "Packets received/dropped on interface 'X': R/D (...)".
+    m = re.search(rf"Packets received/dropped on interface '{port}': (\d+)/(\d+)", text)
+    assert m, f"no packet counts in dpdk-dumpcap's output:\n{text}"
+    cap.received, cap.dropped = int(m[1]), int(m[2])
+
+
 def telemetry_script(prefix: str, *cmds: str) -> list[dict]:
     """Same through dpdk-telemetry.py -f PREFIX, commands fed on stdin."""
     res = run([TELEMETRY_PY, "-f", prefix], input="".join(c + "\n" for c in cmds), timeout=30)

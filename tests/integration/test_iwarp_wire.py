@@ -16,10 +16,7 @@ The capture is made once for the module; each test checks one rule on it."""
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -39,20 +36,6 @@ RDMAP_OPCODES = {0x0: "RDMA Write", 0x1: "RDMA Read Request", 0x2: "RDMA Read Re
 PERFTEST_SIZE, PERFTEST_ITERS = "16384", "100"  # 1.6 MB each: a capture tshark reads quickly
 
 _ports = iter(range(20500, 20800))
-
-
-@dataclass
-class Capture:
-    pcap: Path
-    received: int  # dumpcap's own count of the frames it took
-    dropped: int
-
-
-def dumpcap_counts(log: str) -> tuple[int, int]:
-    """dumpcap's closing line "Packets received/dropped on interface 'X': R/D (...)"."""
-    m = re.search(rf"Packets received/dropped on interface '{CAPTURED_PORT}': (\d+)/(\d+)", log)
-    assert m, f"no packet counts in dpdk-dumpcap's output:\n{log}"
-    return int(m[1]), int(m[2])
 
 
 def run_tools(d: st.Daemon, sock_dir, tmp_path: Path) -> None:
@@ -78,7 +61,7 @@ def run_tools(d: st.Daemon, sock_dir, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def capture(tmp_path_factory, mem_args) -> Capture:
+def capture(tmp_path_factory, mem_args) -> st.Capture:
     for package, tools in {"rdmacm-utils": ("rping",),
                            "perftest": ("ib_send_bw", "ib_write_bw", "ib_read_bw"),
                            "tshark": ("tshark",), "dpdk": ("dpdk-dumpcap",)}.items():
@@ -87,49 +70,24 @@ def capture(tmp_path_factory, mem_args) -> Capture:
     if "--no-huge" in mem_args:
         pytest.skip("dpdk-dumpcap attaches as a secondary process, which needs hugepages")
     tmp = tmp_path_factory.mktemp("iwarp-wire")
-    pcap, log = tmp / "iwarp.pcapng", tmp / "dumpcap.log"
-    # snicd runs as EAL lcore 1 (on CPU 0): dumpcap, a secondary process, is lcore 0 of its
-    # own, and the two share the capture's mbuf pool, whose per-lcore caches live in shared
-    # memory. Were both lcore 0, each would take and give back mbufs through one cache with
-    # no lock between them: one mbuf then holds two frames at once, and the capture shows a
-    # later frame twice and loses the one it overwrote.
     with st.wire_daemon(tmp_path_factory, mem_args, "iwc", SUBNET,
                         cores=("--lcores", "1@0")) as (d, sock_dir):
-        with open(log, "w") as out:
-            # dumpcap's default snap length (2176 bytes) holds the wire's largest frame
-            # whole (test_capture_is_complete checks it): a cut FPDU has no CRC to check.
-            cap = subprocess.Popen(["dpdk-dumpcap", f"--file-prefix={d.prefix}", "-i",
-                                    CAPTURED_PORT, "-w", str(pcap)],
-                                   stdout=out, stderr=subprocess.STDOUT)
-        try:
-            # dumpcap says "Packets captured" once the daemon has its capture turned on.
-            st.poll(lambda: cap.poll() is not None or "Packets captured" in log.read_text(),
-                    "dpdk-dumpcap to start capturing")
-            assert cap.poll() is None, f"dpdk-dumpcap exited:\n{log.read_text()}"
+        # dumpcap's default snap length (2176 bytes) holds the wire's largest frame whole
+        # (test_capture_is_complete checks it): a cut FPDU has no CRC to check.
+        with st.dpdk_dumpcap(d, CAPTURED_PORT, tmp / "iwarp.pcapng", tmp / "dumpcap.log") as cap:
             run_tools(d, sock_dir, tmp)
             assert d.running(), d.describe()
-        finally:
-            if cap.poll() is None:
-                cap.send_signal(signal.SIGINT)
-            try:
-                cap.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                cap.kill()
-                cap.wait()
-        text = log.read_text()
-        assert cap.returncode == 0, f"dpdk-dumpcap exited {cap.returncode}:\n{text}"
-        received, dropped = dumpcap_counts(text)
-    print(f"dpdk-dumpcap on {CAPTURED_PORT}: {received} frames, {dropped} dropped")
-    return Capture(pcap, received, dropped)
+    print(f"dpdk-dumpcap on {CAPTURED_PORT}: {cap.received} frames, {cap.dropped} dropped")
+    return cap
 
 
-def tshark(c: Capture, *args: str) -> str:
+def tshark(c: st.Capture, *args: str) -> str:
     res = st.run(["tshark", "-r", str(c.pcap), *TSHARK, *args], timeout=600)
     assert res.returncode == 0, f"tshark exited {res.returncode}:\n{res.stderr}"
     return res.stdout
 
 
-def fields(c: Capture, *names: str) -> list[list[list[str]]]:
+def fields(c: st.Capture, *names: str) -> list[list[list[str]]]:
     """Per frame, per field, every occurrence (a frame may hold several FPDUs)."""
     out = tshark(c, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
                  *(a for n in names for a in ("-e", n)))

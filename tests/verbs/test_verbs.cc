@@ -121,6 +121,16 @@ class Verbs : public ::testing::Test {
         return qp;
     }
 
+    // A QP of `type` on `cq` with small queues.
+    static ibv_qp_init_attr plain_qp_attr(ibv_cq* cq, ibv_qp_type type) {
+        ibv_qp_init_attr a{};
+        a.send_cq = cq;
+        a.recv_cq = cq;
+        a.qp_type = type;
+        a.cap = {4, 4, 1, 1, 0};
+        return a;
+    }
+
     // Attributes of each valid step, against this port (loopback address).
     static ibv_qp_attr init_attr() {
         ibv_qp_attr a{};
@@ -528,14 +538,7 @@ TEST_F(Verbs, QueuePairCreateReportsCapsAndRefusesBadOnes) {
         const char* what;
         ibv_qp_init_attr attr;
     };
-    const auto base = [&] {
-        ibv_qp_init_attr b{};
-        b.send_cq = cq;
-        b.recv_cq = cq;
-        b.qp_type = IBV_QPT_RC;
-        b.cap = {4, 4, 1, 1, 0};
-        return b;
-    };
+    const auto base = [&] { return plain_qp_attr(cq, IBV_QPT_RC); };
     std::vector<Bad> bad;
     // A QP may have an empty send or receive queue (one-sided use), as on real NICs.
     for (const auto& [send, recv] : {std::pair{0u, 4u}, std::pair{4u, 0u}}) {
@@ -552,8 +555,8 @@ TEST_F(Verbs, QueuePairCreateReportsCapsAndRefusesBadOnes) {
     bad.back().attr.cap.max_send_sge = static_cast<std::uint32_t>(dattr_.max_sge) + 1;
     bad.push_back({"max_inline_data over the limit", base()});
     bad.back().attr.cap.max_inline_data = 100000;
-    bad.push_back({"unsupported QP type", base()});
-    bad.back().attr.qp_type = IBV_QPT_RAW_PACKET;
+    bad.push_back({"not a QP type", base()});
+    bad.back().attr.qp_type = static_cast<ibv_qp_type>(5);
     bad.push_back({"no send CQ", base()});
     bad.back().attr.send_cq = nullptr;
     for (Bad& b : bad) {
@@ -562,6 +565,184 @@ TEST_F(Verbs, QueuePairCreateReportsCapsAndRefusesBadOnes) {
         EXPECT_EQ(errno, EINVAL) << b.what;
     }
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+// A QP type verbs defines but snic runs no engine for is refused when it is created, with
+// EOPNOTSUPP (as the Linux soft-RoCE and soft-iWARP drivers refuse them, and rdma-core's tests
+// skip on), never later; so is an ibv_wr_* operation the QP's type has not.
+TEST_F(Verbs, QpTypesWithoutAnEngineAreRefusedAtCreationWithEopnotsupp) {
+    ibv_cq* cq = make_cq();
+    const auto attr = [&](ibv_qp_type type) {
+        ibv_qp_init_attr_ex a{};
+        a.send_cq = cq;
+        a.recv_cq = cq;
+        a.qp_type = type;
+        a.cap = {4, 4, 1, 1, 0};
+        a.comp_mask = IBV_QP_INIT_ATTR_PD;
+        a.pd = pd_;
+        return a;
+    };
+    for (ibv_qp_type type :
+         {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV, IBV_QPT_DRIVER}) {
+        ibv_qp_init_attr a = plain_qp_attr(cq, type);
+        errno = 0;
+        EXPECT_EQ(ibv_create_qp(pd_, &a), nullptr) << type;
+        EXPECT_EQ(errno, EOPNOTSUPP) << type;
+        ibv_qp_init_attr_ex x = attr(type);
+        errno = 0;
+        EXPECT_EQ(ibv_create_qp_ex(ctx_, &x), nullptr) << type;
+        EXPECT_EQ(errno, EOPNOTSUPP) << type;
+    }
+    // An XRC receive QP as rdma-core makes it: an XRC domain, no PD.
+    ibv_qp_init_attr_ex xrc = attr(IBV_QPT_XRC_RECV);
+    xrc.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+    xrc.pd = nullptr;
+    errno = 0;
+    EXPECT_EQ(ibv_create_qp_ex(ctx_, &xrc), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    // ibv_wr_* operations a type has not.
+    struct Ops {
+        ibv_qp_type type;
+        std::uint64_t ops;
+    };
+    for (const Ops& o : {Ops{IBV_QPT_UC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ},
+                         Ops{IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD},
+                         Ops{IBV_QPT_UC, IBV_QP_EX_WITH_SEND_WITH_INV},
+                         Ops{IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE}}) {
+        ibv_qp_init_attr_ex x = attr(o.type);
+        x.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        x.send_ops_flags = o.ops;
+        errno = 0;
+        EXPECT_EQ(ibv_create_qp_ex(ctx_, &x), nullptr) << o.type << " " << o.ops;
+        EXPECT_EQ(errno, EOPNOTSUPP) << o.type << " " << o.ops;
+    }
+    // What runs is created: RC, UC and UD on a RoCE device, UC with what UC has.
+    ibv_qp_init_attr_ex uc = attr(IBV_QPT_UC);
+    uc.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    uc.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                        IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+    ibv_qp* q = ibv_create_qp_ex(ctx_, &uc);
+    ASSERT_NE(q, nullptr) << std::strerror(errno);
+    EXPECT_EQ(ibv_destroy_qp(q), 0);
+    for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+        ibv_qp* qp = make_qp(cq, 4, 4, nullptr, type);
+        ASSERT_NE(qp, nullptr) << type;
+        EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    }
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+
+    // An iWARP device runs RC only: UC and UD are refused when created, not at RTR.
+    ibv_device* iw = nullptr;
+    for (int i = 0; list_[i] != nullptr && iw == nullptr; ++i)
+        if (list_[i]->transport_type == IBV_TRANSPORT_IWARP) iw = list_[i];
+    if (iw == nullptr) return;
+    ibv_context* ctx = ibv_open_device(iw);
+    ASSERT_NE(ctx, nullptr) << std::strerror(errno);
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    ibv_cq* icq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    ASSERT_TRUE(pd != nullptr && icq != nullptr) << std::strerror(errno);
+    for (ibv_qp_type type : {IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_RC}) {
+        ibv_qp_init_attr a = plain_qp_attr(icq, type);
+        errno = 0;
+        ibv_qp* qp = ibv_create_qp(pd, &a);
+        if (type == IBV_QPT_RC) {
+            ASSERT_NE(qp, nullptr) << std::strerror(errno);
+            EXPECT_EQ(ibv_destroy_qp(qp), 0);
+        } else {
+            EXPECT_EQ(qp, nullptr) << type;
+            EXPECT_EQ(errno, EOPNOTSUPP) << type;
+        }
+    }
+    EXPECT_EQ(ibv_destroy_cq(icq), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+// A UC QP connected to itself through its port's loopback: a SEND of several packets and an
+// RDMA WRITE with immediate land whole; each send WR completes; READ is no UC operation.
+TEST_F(Verbs, UcQpMovesSendsAndWritesWithImmediate) {
+    ibv_cq* cq = make_cq(64);
+    ibv_qp* qp = make_qp(cq, 16, 16, nullptr, IBV_QPT_UC);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a = init_attr();
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    a = rtr_attr(qp->qp_num);
+    ASSERT_EQ(
+        ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN),
+        0);
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0x1234;  // the PSN its own receive side expects
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+
+    constexpr std::size_t kLen = 5000;  // several packets at any path MTU
+    std::vector<std::uint8_t> src(kLen), dst(kLen), target(kLen);
+    for (std::size_t i = 0; i < kLen; ++i) src[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    ibv_mr* smr = ibv_reg_mr(pd_, src.data(), kLen, IBV_ACCESS_LOCAL_WRITE);
+    ibv_mr* dmr = ibv_reg_mr(pd_, dst.data(), kLen, IBV_ACCESS_LOCAL_WRITE);
+    ibv_mr* tmr =
+        ibv_reg_mr(pd_, target.data(), kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_TRUE(smr != nullptr && dmr != nullptr && tmr != nullptr) << std::strerror(errno);
+
+    ibv_sge rsge{reinterpret_cast<std::uintptr_t>(dst.data()), kLen, dmr->lkey};
+    ibv_recv_wr rwr{};
+    rwr.sg_list = &rsge;
+    rwr.num_sge = 1;
+    ibv_recv_wr* rbad = nullptr;
+    for (std::uint64_t id : {10, 11}) {
+        rwr.wr_id = id;
+        ASSERT_EQ(ibv_post_recv(qp, &rwr, &rbad), 0);
+    }
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(src.data()), kLen, smr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+    wr.wr_id = 2;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(0xc0ffee);
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(target.data());
+    wr.wr.rdma.rkey = tmr->rkey;
+    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+    wr.wr_id = 3;
+    wr.opcode = IBV_WR_RDMA_READ;
+    EXPECT_EQ(ibv_post_send(qp, &wr, &bad), EINVAL);  // UC has no READ
+
+    std::vector<ibv_wc> wcs;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (wcs.size() < 4 && std::chrono::steady_clock::now() < give_up) {
+        ibv_wc wc{};
+        if (ibv_poll_cq(cq, 1, &wc) == 1) wcs.push_back(wc);
+    }
+    ASSERT_EQ(wcs.size(), 4u);
+    int sends = 0;
+    for (const ibv_wc& wc : wcs) {
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+        if (wc.opcode == IBV_WC_RECV) {
+            EXPECT_EQ(wc.wr_id, 10u);
+            EXPECT_EQ(wc.byte_len, kLen);
+        } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+            EXPECT_EQ(wc.wr_id, 11u);
+            EXPECT_EQ(wc.byte_len, kLen);
+            EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+            EXPECT_EQ(ntohl(wc.imm_data), 0xc0ffeeu);
+        } else {
+            ++sends;
+        }
+    }
+    EXPECT_EQ(sends, 2);
+    EXPECT_EQ(dst, src);
+    EXPECT_EQ(target, src);
+    EXPECT_EQ(state_of(qp), IBV_QPS_RTS);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    for (ibv_mr* mr : {smr, dmr, tmr}) EXPECT_EQ(ibv_dereg_mr(mr), 0);
     EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 

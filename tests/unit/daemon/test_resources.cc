@@ -627,7 +627,8 @@ TEST_F(SessionTest, create_qp_checks_type_caps_and_rings) {
     const Handle pd = c.pd();
     const Handle cq = c.cq();
     shm::CreateQpReply out{};
-    EXPECT_EQ(c.qp(pd, cq, out, IBV_QPT_RAW_PACKET), EINVAL);
+    EXPECT_EQ(c.qp(pd, cq, out, IBV_QPT_RAW_PACKET), EOPNOTSUPP);  // a type with no engine
+    EXPECT_EQ(c.qp(pd, cq, out, 5), EINVAL);                       // no type at all
     EXPECT_EQ(c.qp(pd, kNoHandle, out), EINVAL);
     EXPECT_EQ(c.qp(pd, cq, out, IBV_QPT_UD), 0);
     EXPECT_EQ(out.cap.max_send_wr, 16u);

@@ -12,6 +12,7 @@
 
 #include "daemon/qp_glue.h"
 #include "daemon/roce_transport.h"
+#include "proto/verbs/qp_state.h"
 #include "tests/unit/daemon/session_fixture.h"
 
 namespace snic::daemon::fixture {
@@ -604,6 +605,29 @@ TEST_F(TransportSeam, srq_resize_checks_max_wr_the_armed_limit_and_the_new_area)
     FdList two = fds_of({m.fd(), m.fd()});
     EXPECT_EQ(cl.c.session.modify_srq({cl.srq, IBV_SRQ_MAX_WR, 8, 0, 8, 0}, two, rep), EINVAL);
     EXPECT_EQ(cl.query_srq().max_wr, 8u);
+}
+
+TEST_F(TransportSeam, qp_types_without_an_engine_are_refused_at_creation_with_eopnotsupp) {
+    cl.open();
+    cl.make_cq();
+    // Raw packet, XRC send, XRC receive, driver-specific: verbs types snic has no engine for.
+    for (std::uint8_t type : {8, 9, 10, 0xff}) EXPECT_EQ(cl.make_qp(type), EOPNOTSUPP) << +type;
+    // Values that name no QP type at all.
+    for (std::uint8_t type : {0, 1, 5, 7, 11}) EXPECT_EQ(cl.make_qp(type), EINVAL) << +type;
+    // What runs on RoCEv2 is created.
+    for (std::uint8_t type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD})
+        EXPECT_EQ(cl.make_qp(type), 0) << +type;
+    EXPECT_TRUE(fake.calls.empty());  // nothing reached a transport
+}
+
+TEST(QpTypes, each_verbs_qp_type_is_run_refused_as_not_offered_or_invalid) {
+    EXPECT_EQ(verbs::qp_type_refusal(IBV_QPT_RC), 0);
+    EXPECT_EQ(verbs::qp_type_refusal(IBV_QPT_UC), 0);
+    EXPECT_EQ(verbs::qp_type_refusal(IBV_QPT_UD), 0);
+    for (std::uint32_t t : {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV, IBV_QPT_DRIVER})
+        EXPECT_EQ(verbs::qp_type_refusal(t), EOPNOTSUPP) << t;
+    for (std::uint32_t t : {0u, 1u, 5u, 6u, 7u, 11u, 0xfeu, 0x100u})
+        EXPECT_EQ(verbs::qp_type_refusal(t), EINVAL) << t;
 }
 
 TEST(RoceAttr, a_destination_gid_must_be_ipv4_mapped) {
