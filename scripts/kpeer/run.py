@@ -190,12 +190,15 @@ class Snic:
 class Tool:
     """A tool of snic's side under snic-run, its output in a file."""
 
-    def __init__(self, work: Path, name: str, cmd: list[str]):
+    def __init__(self, work: Path, name: str, cmd: list[str], device: str):
         self.log = work / f"{name}.log"
         self.cmd = [str(SNIC_RUN), *cmd]
+        # One address, two devices (RoCEv2 and iWARP): rdma_cm picks among the devices the
+        # process sees, so it sees only the one the case is for.
+        env = dict(os.environ, SNIC_DEVICES=device)
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, env=env)
 
     def wait(self, timeout: float) -> int:
         try:
@@ -291,13 +294,13 @@ def run_case(c: Case, dev: str, snic_active: bool, guest: Guest, snic: Snic, por
             _, sout = guest.run("kp_wait srv 5")
             return Result(dev, c.name, side, False, f"guest server not listening: {out}\n{sout}",
                           time.monotonic() - t0)
-        cli = Tool(work, tag, shlex.split(fill(c.client, snic_dev, "0", port, server_addr)))
+        cli = Tool(work, tag, shlex.split(fill(c.client, snic_dev, "0", port, server_addr)), snic_dev)
         crc = cli.wait(CASE_TIMEOUT)
         src, sout = guest.run("kp_wait srv 60", timeout=CASE_TIMEOUT)
         cout = cli.output()
     else:  # snic serves
         before = snic.listening()
-        srv = Tool(work, tag, shlex.split(fill(c.server, snic_dev, "0", port, SNIC_IP)))
+        srv = Tool(work, tag, shlex.split(fill(c.server, snic_dev, "0", port, SNIC_IP)), snic_dev)
         end = time.monotonic() + 60
         while not (tcp_listening(port) if c.side_channel else snic.listening() > before):
             if srv.proc.poll() is not None or time.monotonic() > end:
