@@ -38,6 +38,8 @@ int own_gid(ibv_context* c, ibv_gid* gid) {
 
 ibv_ah* create_ah_internal(ibv_pd* pd, ibv_ah_attr* attr) {
     Context* ctx = to_ctx(pd->context);
+    // iWARP is connected: no UD, so no address handles (max_ah 0), as on Linux's soft-iWARP.
+    if (ctx->device->transport == shm::kTransportIwarp) return fail_null<ibv_ah>(EOPNOTSUPP);
     // RoCE: every address is global (a GRH), from GID 0 of port 1, to an IPv4-mapped GID.
     if (attr->port_num != 1 || !attr->is_global || attr->grh.sgid_index != 0 ||
         !ipv4_mapped(attr->grh.dgid))
