@@ -10,7 +10,7 @@ them; each test's two sides share the device and reach each other through it).
 Every test must pass, or be one that pyverbs_not_offered.txt names for that device with the
 outcome it has there and the reason (a feature snic does not offer); a test listed there that
 passes, or an entry that names no test, fails too, so the list stays true. The counts are in
-docs/INTEROP.md, "rdma-core's test suite".
+docs/LIBSNIC.md, "rdma-core's test suite".
 """
 
 from __future__ import annotations

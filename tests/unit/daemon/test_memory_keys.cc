@@ -162,8 +162,8 @@ TEST_F(MemoryKeys, bind_refuses_what_the_region_does_not_allow) {
 TEST_F(MemoryKeys, bind_with_local_write_grants_the_remote_rights_only) {
     const auto w1 = window(IBV_MW_TYPE_1);
     const std::uint32_t k1 = next_key(w1.rkey);
-    ASSERT_EQ(bind_window(user(), bind_of(w1, k1, 0, 64,
-                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)),
+    ASSERT_EQ(bind_window(user(),
+                          bind_of(w1, k1, 0, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)),
               WcStatus::success);
     EXPECT_EQ(remote_access(user(), k1, kAddr, 8, RemoteNeed::write).ptr, at(0));
     EXPECT_EQ(remote_access(user(), k1, kAddr, 8, RemoteNeed::read).check, RemoteCheck::no_access);
