@@ -7,6 +7,14 @@ snic-run against one snicd on the virtual wire, all of them, once on a port's Ro
 and once on its iWARP device (`--dev DEVICE --gid 0`, as rdma-core's run_tests.py takes
 them; each test's two sides share the device and reach each other through it).
 
+The suite's rdma_cm tests learn the device's IP address from its kernel network interface
+(/sys/class/infiniband/DEV/device/net/IFACE, then `ip addr show IFACE`), which a snic device,
+having no kernel device, does not have. So the suite runs in a network namespace of its own,
+with an interface that holds the port's address (one end of a veth that carries nothing),
+and in a mount namespace whose /sys/class has that link (a tmpfs with
+infiniband/DEV/device/net/IFACE, and the namespace's own /sys/class/net). SNIC_DEVICES shows
+the process the device under test alone, so that rdma_cm resolves the address to it.
+
 Every test must pass, or be one that pyverbs_not_offered.txt names for that device with the
 outcome it has there and the reason (a feature snic does not offer); a test listed there that
 passes, or an entry that names no test, fails too, so the list stays true. The counts are in
@@ -36,6 +44,19 @@ SUBNET = "198.18.57"
 DEVICE_SUFFIX = {"roce": "_0", "iwarp": "_iw0"}
 # Bounds a hung run: the whole suite takes about 20 s per device on an idle machine.
 RUN_TIMEOUT = 900
+EXTRA: list[str] = []
+# Run in the test's network namespace: gives the device DEV the interface IFACE in a /sys/class
+# of the process's own (a tmpfs mounted on STAGE, then moved there), then runs the command.
+WITH_SYSFS_LINK = r"""
+set -e
+dev=$1 iface=$2 stage=$3
+shift 3
+mount -t tmpfs snic-pyverbs "$stage"
+mkdir -p "$stage/net" "$stage/infiniband/$dev/device/net/$iface"
+mount --bind /sys/class/net "$stage/net"
+mount --move "$stage" /sys/class
+exec "$@"
+"""
 
 
 def suite_dir() -> Path:
@@ -96,17 +117,22 @@ def wire(tmp_path_factory, mem_args):
         yield d, sock_dir
 
 
-def run_suite(sock_dir: Path, device: str, tmp_path: Path) -> tuple[list[dict], str]:
-    """Runs the whole suite on `device`; (one result per test, the run's output)."""
+def run_suite(sock_dir: Path, device: str, netns: str, iface: str,
+              tmp_path: Path) -> tuple[list[dict], str]:
+    """Runs the whole suite on `device`, in `netns`, whose interface `iface` has the device's
+    address; (one result per test, the run's output)."""
     results = tmp_path / "results.jsonl"
-    env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir),
+    stage = tmp_path / "sysfs"
+    stage.mkdir()
+    env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir), SNIC_DEVICES=device,
                # The suite lists the devices for every context it opens: on a loaded machine
                # snicd may answer a listing later than the 500 ms libsnic waits by default.
                SNIC_DISCOVERY_TIMEOUT_MS="10000")
     env.pop("LD_PRELOAD", None)
-    env.pop("SNIC_DEVICES", None)
-    cmd = [str(SNIC_RUN), "/usr/bin/python3", str(RUNNER), str(suite_dir()), str(results),
-           "--dev", device, "--gid", "0"]
+    cmd = ["ip", "netns", "exec", netns, "bash", "-c", WITH_SYSFS_LINK, "with-sysfs-link",
+           device, iface, str(stage),
+           str(SNIC_RUN), "/usr/bin/python3", str(RUNNER), str(suite_dir()), str(results),
+           "--dev", device, "--gid", "0", *EXTRA]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env,
                              stdin=subprocess.DEVNULL, cwd=tmp_path)
@@ -160,10 +186,12 @@ def judge(rows: list[dict], transport: str) -> tuple[dict[str, int], list[str]]:
 
 
 @pytest.mark.parametrize("transport", ["roce", "iwarp"])
-def test_rdma_core_suite(wire, transport, tmp_path, record_property):
+def test_rdma_core_suite(wire, veth_ns, transport, tmp_path, record_property):
     d, sock_dir = wire
     device = d.name + DEVICE_SUFFIX[transport]
-    rows, output = run_suite(sock_dir, device, tmp_path)
+    # The interface of port 0's address, for the suite's rdma_cm tests.
+    ns = veth_ns(f"{SUBNET}.1/24")
+    rows, output = run_suite(sock_dir, device, ns.ns, ns.peer, tmp_path)
     counts, problems = judge(rows, transport)
     seconds = sum(r["seconds"] for r in rows)
     slowest = sorted(rows, key=lambda r: -r["seconds"])[:5]
