@@ -93,7 +93,11 @@ verbs::WcStatus bind_window(const KeyUser& u, const verbs::MwBind& bind) {
     const Mw* mw = find_own_mw(u, bind.new_rkey);
     if (mw == nullptr || mw->handle != bind.mw_handle) return fail;
     const bool zero_based = (bind.access & IBV_ACCESS_ZERO_BASED) != 0;
-    if ((bind.access & ~(kRemoteAccess | IBV_ACCESS_ZERO_BASED)) != 0) return fail;
+    // Local write is no window right (local access goes through the region's lkey), but
+    // applications pass their region's flags, local write among them, and rxe and mlx5 take
+    // it: accepted and ignored. Any other flag is refused.
+    if ((bind.access & ~(kRemoteAccess | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE)) != 0)
+        return fail;
     // A type 2 window is bound once, then invalidated before it is bound again; type 1
     // windows are not zero-based (IBA 10.6.7.2).
     if (mw->type == IBV_MW_TYPE_2 && mw->bound.valid) return fail;

@@ -466,13 +466,16 @@ int Session::create_cq(const shm::CreateCqReq& req, FdList& fds, shm::CreateCqRe
     cq->map = std::move(*map);
     cq->control = at<shm::CqControl>(cq->map, layout.control);
     cq->ring = *ring;
-    cq->cqe = req.cqe;
+    // Reported as rxe rounds it: its ring, a power of two above cqe, less one (at least what
+    // was asked, never above max_cqe); the ring holds that one more.
+    cq->cqe = req.capacity - 1;
     cq->capacity = req.capacity;
     cq->comp_vector = req.comp_vector;
 
+    const std::uint32_t cqe = cq->cqe;
     const shm::Handle h = cqs_.insert(std::move(cq));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
-    out = {h, req.cqe};
+    out = {h, cqe};
     return 0;
 }
 
@@ -521,7 +524,7 @@ int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSr
     srq->pd_handle = req.pd;
     srq->map = std::move(*map);
     srq->ring = *ring;
-    srq->max_wr = req.max_wr;
+    srq->max_wr = req.capacity;  // what the ring holds (IBA: at least what was asked)
     srq->max_sge = req.max_sge;
     srq->limit = req.srq_limit;
     srq->capacity = req.capacity;
@@ -530,9 +533,10 @@ int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSr
     if (srqn == 0) return refuse(ENOMEM, op, "SRQ numbers exhausted");
     srq->srqn = NameLease(r_.srqns(), srqn);
 
+    const std::uint32_t srq_max_wr = srq->max_wr;
     const shm::Handle h = srqs_.insert(std::move(srq));
     if (h == shm::kNoHandle) return refuse(ENOMEM, op, "handle table full");
-    out = {h, req.max_wr, req.max_sge, srqn};
+    out = {h, srq_max_wr, req.max_sge, srqn};
     return 0;
 }
 
@@ -632,7 +636,7 @@ int Session::resize_srq(Srq& srq, const shm::ModifySrqReq& req, FdList& fds, std
             return refuse(EINVAL, op, fmt::format("new ring: {}", shm::ring_strerror(ring_error)));
     }
     srq.map = std::move(*map);  // the old area goes: the lcore no longer reads it
-    srq.max_wr = req.max_wr;
+    srq.max_wr = req.capacity;
     return 0;
 }
 
@@ -752,7 +756,11 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     qp->owner = peer_;
     qp->doorbells = doorbells_;
     qp->sq_sig_all = req.sq_sig_all != 0 ? 1 : 0;
+    // A queue offers what its ring holds (IBA 11.2.4.1: at least what was asked), as rxe and
+    // real NICs report it: a post past that is ENOMEM.
     qp->cap = c;
+    qp->cap.max_send_wr = req.sq_capacity;
+    qp->cap.max_recv_wr = req.rq_capacity;
     if (srq != nullptr) qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
     const shm::QpCap cap = qp->cap;
     qp->state = QpState::reset;

@@ -1284,13 +1284,46 @@ SNIC_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
 
 // For a QP the application created itself and named by conn_param.qp_num: the attributes
 // of the next state, which the application gives to ibv_modify_qp.
+namespace {
+
+// rdma_init_qp_attr on an iWARP id, as Linux's iw_cm gives them: INIT and RTR alike are the
+// INIT attributes (remote read and write, and rdma_cm's port), RTS is no attribute at all.
+// An iWARP QP waits in INIT until its connection binds it (rdma_accept, or the connect
+// response), so RTR names INIT here: a modify with these attributes keeps the QP where the
+// binding takes it from (iw_cm leaves RTR in qp_state, which siw ignores and snicd refuses).
+// P_Key index 0 is added, so that the INIT attributes also move a QP still in RESET; RTS
+// leaves out the port rdma_cm adds, which a QP in RTS may not be given again.
+int iwarp_qp_attr_for(ibv_qp_attr* a, int* mask) {
+    const ibv_qp_state want = a->qp_state;
+    *a = ibv_qp_attr{};
+    a->port_num = 1;
+    switch (want) {
+        case IBV_QPS_INIT:
+        case IBV_QPS_RTR:
+            a->qp_state = IBV_QPS_INIT;
+            a->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+            *mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PORT | IBV_QP_PKEY_INDEX;
+            return 0;
+        case IBV_QPS_RTS:
+            a->qp_state = IBV_QPS_RTS;
+            *mask = 0;
+            return 0;
+        default:
+            a->qp_state = want;
+            return EINVAL;
+    }
+}
+
+}  // namespace
+
 SNIC_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
     return guarded<int>(-1, [&]() -> int {
         if (attr == nullptr || mask == nullptr) return fail(EINVAL);
         CmId* i = to_id(id);
         if (i->dev == nullptr) return fail(EINVAL);
         const ibv_qp_type type = i->id.qp != nullptr ? i->id.qp->qp_type : i->id.qp_type;
-        const int err = qp_attr_for(i, type, attr, mask);
+        const int err =
+            is_iwarp(i) ? iwarp_qp_attr_for(attr, mask) : qp_attr_for(i, type, attr, mask);
         return err != 0 ? fail(err) : 0;
     });
 }

@@ -193,7 +193,8 @@ int query_device(ibv_context* c, ibv_device_attr* a) {
     a->max_qp_init_rd_atom = static_cast<int>(l.max_qp_init_rd_atom);
     a->atomic_cap = static_cast<ibv_atomic_cap>(l.atomic_cap);
     a->max_mw = static_cast<int>(l.max_mw);
-    a->max_ah = 65536;  // address handles live in libsnic
+    // Address handles live in libsnic; an iWARP device has none (it is connected: no UD).
+    a->max_ah = ctx->device->transport == shm::kTransportIwarp ? 0 : 65536;
     a->max_srq = static_cast<int>(l.max_srq);
     a->max_srq_wr = static_cast<int>(l.max_srq_wr);
     a->max_srq_sge = static_cast<int>(l.max_srq_sge);
@@ -319,6 +320,12 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
         Fd theirs;
         if (const int err = make_notify_pair(&ctx->async_fd, &theirs); err != 0)
             return fail_null<ibv_context>(err);
+        // A kernel RNIC's context carries its uverbs descriptor in cmd_fd, which programs dup
+        // and pass on to share the context (ibv_import_device; rdma-core's own tests do). snic's
+        // commands go over the control socket, so cmd_fd is a descriptor on /dev/null: valid for
+        // dup, poll and close, reaching no driver; importing it fails with EOPNOTSUPP.
+        ctx->cmd_fd.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+        if (!ctx->cmd_fd) return fail_null<ibv_context>(errno);
         const shm::ContextLayout lay = shm::context_layout(shm::kAsyncCapacity);
         Fd memfd;
         if (const int err = make_shared_area("libsnic-context", lay.bytes, &memfd, &ctx->async_map);
@@ -359,7 +366,7 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
         v.get_srq_num = ops::get_srq_num;
         ibv_context& c = v.context;
         c.device = device;
-        c.cmd_fd = -1;
+        c.cmd_fd = ctx->cmd_fd.get();
         c.async_fd = ctx->async_fd.get();
         c.num_comp_vectors = 1;
         c.abi_compat = __VERBS_ABI_IS_EXTENDED;

@@ -153,6 +153,8 @@ struct Context {
     // Async events: the context's eventfd (context.async_fd) and ring, in the context memfd
     // with the doorbells of its QPs.
     Fd async_fd;
+    // context.cmd_fd: open on /dev/null (ibv_open_device says why).
+    Fd cmd_fd;
     Mapping async_map;
     std::optional<shm::RingConsumer<shm::AsyncEvent>> async_ring;
     shm::Doorbells* doorbells;

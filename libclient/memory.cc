@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <linux/memfd.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -38,8 +39,6 @@ namespace {
 
 constexpr const char* kMemfdName = "libsnic-mr";
 constexpr const char* kMemfdPath = "/memfd:libsnic-mr";
-
-std::atomic<bool> g_dontfork{false};
 
 struct Vma {
     std::uintptr_t start;
@@ -308,8 +307,6 @@ int migrate(std::uintptr_t p, std::uintptr_t q, const std::vector<Vma>& vmas,
                          fd.get(), static_cast<off_t>(s - p));
         if (r == MAP_FAILED) return failed("mapping the memfd over the pages failed");
     }
-    if (g_dontfork.load(std::memory_order_relaxed))
-        ::madvise(reinterpret_cast<void*>(p), bytes, MADV_DONTFORK);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return failed("fstat of the memfd failed");
     auto share = std::make_shared<Share>();
@@ -329,12 +326,90 @@ Share::~Share() {
     if (fd >= 0) ::close(fd);
 }
 
-void set_dontfork() {
-    g_dontfork.store(true, std::memory_order_relaxed);
+namespace {
+
+// Replaces [start, end), a libsnic memfd mapping, by a private anonymous copy with the same
+// contents and protection, at once (mremap). One that cannot be copied stays shared.
+void privatize(std::uintptr_t start, std::uintptr_t end, int prot) {
+    auto* at = reinterpret_cast<void*>(start);
+    const std::size_t bytes = end - start;
+    void* copy = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) return;
+    if ((prot & PROT_READ) == 0 && ::mprotect(at, bytes, prot | PROT_READ) != 0) {
+        ::munmap(copy, bytes);
+        return;
+    }
+    copy_pages(copy, at, bytes);
+    if (::mremap(copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED)
+        ::munmap(copy, bytes);
+    ::mprotect(at, bytes, prot);
 }
-bool dontfork() {
-    return g_dontfork.load(std::memory_order_relaxed);
+
+// The child's copy of every libsnic memfd mapping ("libsnic-mr": registered memory, and
+// memory released since, whose pages hold the application's objects still). Nothing here
+// allocates from the heap: until its copies are made, the child's heap pages may be its
+// parent's too. /proc/self/maps is read whole into anonymous memory first, then acted on.
+void privatize_moved_memory() {
+    std::size_t cap = std::size_t{1} << 20, len = 0;
+    void* area = ::mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) return;
+    const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ::munmap(area, cap);
+        return;
+    }
+    for (;;) {
+        if (len == cap) {
+            void* bigger = ::mremap(area, cap, cap * 2, MREMAP_MAYMOVE);
+            if (bigger == MAP_FAILED) break;
+            area = bigger;
+            cap *= 2;
+        }
+        const ssize_t n = ::read(fd, static_cast<char*>(area) + len, cap - len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        len += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    char* const text = static_cast<char*>(area);
+    const std::size_t path_len = std::strlen(kMemfdPath);
+    for (char* line = text; line < text + len;) {
+        char* eol = static_cast<char*>(
+            std::memchr(line, '\n', static_cast<std::size_t>(text + len - line)));
+        if (eol == nullptr) eol = text + len;
+        *eol = '\0';
+        unsigned long start = 0, end = 0;
+        char perms[5] = {};
+        int path_at = 0;
+        if (std::sscanf(line, "%lx-%lx %4s %*s %*s %*s %n", &start, &end, perms, &path_at) >= 3 &&
+            path_at > 0 && perms[3] == 's' &&
+            std::strncmp(line + path_at, kMemfdPath, path_len) == 0)
+            privatize(start, end,
+                      (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+                          (perms[2] == 'x' ? PROT_EXEC : 0));
+        line = eol + 1;
+    }
+    ::munmap(area, cap);
 }
+
+// No thread moves memory while the process forks; the child, single-threaded, gets its
+// copies before fork returns to it. (The registry's shares of the child no longer match
+// its mappings: a registration there moves the memory afresh.)
+void before_fork() {
+    registry().mu.lock();
+}
+void after_fork_in_parent() {
+    registry().mu.unlock();
+}
+void after_fork_in_child() {
+    privatize_moved_memory();
+    registry().mu.unlock();
+}
+
+[[maybe_unused]] const int g_fork_handlers =
+    ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+
+}  // namespace
 
 int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
     const std::size_t ps = page_size();

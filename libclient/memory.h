@@ -45,8 +45,9 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out);
 // Drops the references share_range took.
 void unshare(std::vector<std::shared_ptr<Share>>& shares);
 
-// ibv_fork_init was called: memory moved from now on is not inherited by children.
-void set_dontfork();
-bool dontfork();
+// At fork, the child gets private copies of the memory libsnic moved into memfds (its
+// registrations and released ones), so that parent and child stop sharing it, heap pages
+// around a registered buffer included: what Linux does for pinned pages since 5.12, which
+// rdma-core reports as IBV_FORK_UNNEEDED. Installed when libsnic is loaded.
 
 }  // namespace snic::client

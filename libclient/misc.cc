@@ -38,6 +38,8 @@ int own_gid(ibv_context* c, ibv_gid* gid) {
 
 ibv_ah* create_ah_internal(ibv_pd* pd, ibv_ah_attr* attr) {
     Context* ctx = to_ctx(pd->context);
+    // iWARP is connected: no UD, so no address handles (max_ah 0), as on Linux's soft-iWARP.
+    if (ctx->device->transport == shm::kTransportIwarp) return fail_null<ibv_ah>(EOPNOTSUPP);
     // RoCE: every address is global (a GRH), from GID 0 of port 1, to an IPv4-mapped GID.
     if (attr->port_num != 1 || !attr->is_global || attr->grh.sgid_index != 0 ||
         !ipv4_mapped(attr->grh.dgid))
@@ -307,15 +309,15 @@ SNIC_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf
 
 // ---- fork ----------------------------------------------------------------------------------
 
+// A child made by fork gets its own copy of registered memory and the parent keeps its pages
+// (memory.cc), as Linux gives a child copies of pinned pages: nothing to initialise, and
+// IBV_FORK_UNNEEDED whether or not ibv_fork_init was called, as rdma-core says on such a kernel.
 SNIC_EXPORT int ibv_fork_init(void) {
-    set_dontfork();
     return 0;
 }
 
 SNIC_EXPORT ibv_fork_status ibv_is_fork_initialized(void) {
-    // Registered memory is MAP_SHARED: a fork never copies it on write, so the
-    // parent's registrations stay intact without ibv_fork_init.
-    return dontfork() ? IBV_FORK_ENABLED : IBV_FORK_UNNEEDED;
+    return IBV_FORK_UNNEEDED;
 }
 
 SNIC_EXPORT int ibv_dontfork_range(void* base, std::size_t size) {

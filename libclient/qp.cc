@@ -892,6 +892,18 @@ ibv_qp* qp_by_num(ibv_context* c, std::uint32_t qpn) {
 }
 
 int bind_iwarp_qp(ibv_qp* qp, std::uint32_t iw_conn) {
+    // A new iWARP QP is reported in INIT (ibv_query_qp), as Linux's iWARP drivers report it,
+    // while snicd keeps it in RESET: one the application never moved goes to INIT first, with
+    // the attributes rdma_init_qp_attr gives for INIT (port 1, remote read and write).
+    if (load_state(to_qp(qp)) == IBV_QPS_RESET) {
+        shm::ModifyQpReq init{};
+        init.qp = qp->handle;
+        init.mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        init.attr.qp_state = IBV_QPS_INIT;
+        init.attr.port_num = 1;
+        init.attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        if (const int err = modify_call(qp, init); err != 0) return err;
+    }
     shm::ModifyQpReq req{};
     req.qp = qp->handle;
     req.mask = IBV_QP_STATE | shm::kQpAttrIwConn;
@@ -926,6 +938,12 @@ SNIC_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_ini
             return err;
         from_shm(rep.attr, attr);
         store_state(q, rep.attr.qp_state);
+        // An iWARP QP waits for its connection in one state, which Linux's iWARP drivers
+        // report as INIT (siw's IDLE, cxgb4's and irdma's alike), a new QP included: so does
+        // libsnic. snicd keeps IBA's RESET for it until rdma_cm or the application moves it.
+        if (attr->qp_state == IBV_QPS_RESET &&
+            to_ctx(qp->context)->device->transport == shm::kTransportIwarp)
+            attr->qp_state = attr->cur_qp_state = IBV_QPS_INIT;
         if (init != nullptr) {
             std::memset(init, 0, sizeof *init);
             init->qp_context = qp->qp_context;

@@ -209,3 +209,15 @@ snic_build() {
     fi
     ninja -C "$SNIC_BUILD"
 }
+
+# rdma-core's own Python tests of the verbs API (tests/integration/test_pyverbs.py runs them
+# against snic), made ready by scripts/setup.sh from the installed python3-pyverbs: their
+# directory, SNIC_PYVERBS_CACHE/<python3-pyverbs version>/tests. Fails when python3-pyverbs is
+# not installed.
+SNIC_PYVERBS_CACHE=${SNIC_PYVERBS_CACHE:-/var/cache/snic/pyverbs}
+snic_pyverbs_tests_dir() {
+    local version
+    version=$(dpkg-query -W -f='${Version}' python3-pyverbs 2>/dev/null) || return 1
+    [[ -n $version ]] || return 1
+    printf '%s/%s/tests\n' "$SNIC_PYVERBS_CACHE" "$version"
+}

@@ -7,7 +7,8 @@
 #   2. reserves 2 MiB hugepages (raises to 512, never lowers) and mounts
 #      hugetlbfs at /dev/hugepages; when that is impossible, says once that
 #      snicd will run with --no-huge and goes on,
-#   3. configures build/ (meson setup, only the first time) and runs ninja.
+#   3. makes rdma-core's own tests (python3-pyverbs's) ready for test_pyverbs.py,
+#   4. configures build/ (meson setup, only the first time) and runs ninja.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -25,6 +26,8 @@ SNIC_PACKAGES=(
     dapl2-utils libdapl2 libdapl-dev
     ucx-utils openmpi-bin libopenmpi-dev libfabric-bin
     python3 python3-pytest python3-scapy
+    # rdma-core's own tests of the verbs API, which tests/integration/test_pyverbs.py runs
+    python3-pyverbs
 )
 HUGEPAGES_TARGET=512
 
@@ -100,6 +103,45 @@ try_hugepages() {
     return 0
 }
 
+# rdma-core's Python tests of the verbs API, of the installed python3-pyverbs's release:
+# the package ships them in /usr/share/doc/rdma-core/tests, compressed there as Debian does
+# with documentation. They are copied, decompressed and otherwise untouched, to a directory of
+# their version (snic_pyverbs_tests_dir), once. Where dpkg leaves /usr/share/doc out
+# (path-exclude, as in slim container images), they come from the package file itself.
+prepare_pyverbs_tests() {
+    local dest version tmp src
+    if ! dest=$(snic_pyverbs_tests_dir); then
+        snic_warn "pyverbs tests: python3-pyverbs is not installed"
+        return 0
+    fi
+    if [[ -f $dest/run_tests.py && -f $dest/base.py ]]; then
+        snic_log "pyverbs tests: $dest"
+        return 0
+    fi
+    version=$(dpkg-query -W -f='${Version}' python3-pyverbs)
+    mkdir -p "$SNIC_PYVERBS_CACHE"
+    tmp=$(mktemp -d "$SNIC_PYVERBS_CACHE/.new.XXXXXX")
+    src=/usr/share/doc/rdma-core/tests
+    if [[ ! -f $src/run_tests.py ]]; then
+        snic_log "pyverbs tests: $src is missing; taking them from python3-pyverbs $version's package"
+        if ! (cd "$tmp" && apt-get download -q -o APT::Sandbox::User=root \
+            "python3-pyverbs=$version" >/dev/null) ||
+            ! dpkg-deb -x "$tmp"/python3-pyverbs_*.deb "$tmp/pkg"; then
+            rm -rf "$tmp"
+            snic_warn "pyverbs tests: cannot download python3-pyverbs $version"
+            return 0
+        fi
+        src=$tmp/pkg/usr/share/doc/rdma-core/tests
+    fi
+    cp -r "$src" "$tmp/tests"
+    find "$tmp/tests" -name '*.gz' -exec gunzip -f {} +
+    rm -rf "$dest"
+    mkdir -p "$(dirname "$dest")"
+    mv "$tmp/tests" "$dest"
+    rm -rf "$tmp"
+    snic_log "pyverbs tests: rdma-core's tests of python3-pyverbs $version in $dest"
+}
+
 setup_hugepages() {
     if ! try_hugepages; then
         snic_log "hugepages: $HUGEPAGES_WHY; snicd will run with --no-huge"
@@ -111,6 +153,7 @@ if ((do_deps)); then
 else
     snic_log "packages: skipped (--no-deps)"
 fi
+prepare_pyverbs_tests
 
 setup_hugepages
 

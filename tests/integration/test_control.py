@@ -667,11 +667,12 @@ def test_srq_limit_resize_and_busy(snicd):
         pd = c.alloc_pd()
         cq = c.create_cq()
         srq = c.create_srq(pd, max_wr=100, capacity=128, limit=10)
-        assert struct.unpack("<4I", c.call("query_srq", HANDLE.pack(srq, 0)))[:3] == (100, 1, 10)
+        # An SRQ offers what its ring holds: max_wr is the capacity.
+        assert struct.unpack("<4I", c.call("query_srq", HANDLE.pack(srq, 0)))[:3] == (128, 1, 10)
         IBV_SRQ_MAX_WR, IBV_SRQ_LIMIT = 1, 2
         modify = struct.Struct("<6I")  # srq, mask, max_wr, srq_limit, capacity, reserved
         assert c.status_of("modify_srq", modify.pack(srq, IBV_SRQ_LIMIT, 0, 50, 0, 0)) == 0
-        assert c.status_of("modify_srq", modify.pack(srq, IBV_SRQ_LIMIT, 0, 101, 0, 0)) == errno.EINVAL
+        assert c.status_of("modify_srq", modify.pack(srq, IBV_SRQ_LIMIT, 0, 129, 0, 0)) == errno.EINVAL
         # A resize takes the new area's memfd: none, a short one, an unsealed one are refused.
         assert c.status_of("modify_srq", modify.pack(srq, IBV_SRQ_MAX_WR, 200, 0, 256, 0)) == errno.EINVAL
         new_size = round_up(ring_bytes(256, RECV_WQE_SIZE), PAGE)
@@ -681,14 +682,14 @@ def test_srq_limit_resize_and_busy(snicd):
                                    (fd,)) == errno.EINVAL
             finally:
                 os.close(fd)
-        assert struct.unpack("<4I", c.call("query_srq", HANDLE.pack(srq, 0)))[:3] == (100, 1, 50)
+        assert struct.unpack("<4I", c.call("query_srq", HANDLE.pack(srq, 0)))[:3] == (128, 1, 50)
         fd = memfd(new_size)
         try:  # the area's contents do not matter: snicd formats the new ring itself
             reply = c.call("modify_srq", modify.pack(srq, IBV_SRQ_MAX_WR, 200, 0, 256, 0), (fd,))
         finally:
             os.close(fd)
-        assert struct.unpack("<4I", reply)[:3] == (200, 256, 0)  # max_wr, capacity, WQEs moved
-        assert struct.unpack("<4I", c.call("query_srq", HANDLE.pack(srq, 0)))[:3] == (200, 1, 50)
+        assert struct.unpack("<4I", reply)[:3] == (256, 256, 0)  # max_wr, capacity, WQEs moved
+        assert struct.unpack("<4I", c.call("query_srq", HANDLE.pack(srq, 0)))[:3] == (256, 1, 50)
         with pytest.raises(Refused) as e:  # capacity below max_wr
             c.create_srq(pd, max_wr=100, capacity=64)
         assert e.value.status == errno.EINVAL

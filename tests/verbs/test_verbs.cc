@@ -10,6 +10,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -56,9 +57,11 @@ TEST(VerbsHelpers, SysfsFileMissing) {
 }
 
 TEST(VerbsHelpers, ForkStatus) {
-    // Registered memory is MAP_SHARED, so fork support is not needed.
-    const ibv_fork_status s = ibv_is_fork_initialized();
-    EXPECT_TRUE(s == IBV_FORK_UNNEEDED || s == IBV_FORK_ENABLED);
+    // A child gets its own copy of registered memory (as from a kernel that copies pinned
+    // pages at fork): fork support is not needed, before ibv_fork_init or after.
+    EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
+    EXPECT_EQ(ibv_fork_init(), 0);
+    EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
 }
 
 // ---- the fixture --------------------------------------------------------------
@@ -508,6 +511,59 @@ TEST_F(Verbs, ExtendedCompletionQueue) {
     a.wc_flags = IBV_WC_EX_WITH_TM_INFO;
     EXPECT_EQ(ibv_create_cq_ex(ctx_, &a), nullptr);
     EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+// A context's cmd_fd is a real descriptor, as a kernel RNIC's uverbs fd is: programs dup it to
+// share the context with another process (rdma-core's own tests do). It is /dev/null's: no
+// command goes through it, and importing it, or a PD or MR, fails cleanly with EOPNOTSUPP.
+TEST_F(Verbs, CmdFdIsADescriptorAndImportIsNotOffered) {
+    ASSERT_GE(ctx_->cmd_fd, 0);
+    EXPECT_GE(::fcntl(ctx_->cmd_fd, F_GETFD), 0) << std::strerror(errno);
+    struct stat st {};
+    ASSERT_EQ(::fstat(ctx_->cmd_fd, &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    struct stat null {};
+    ASSERT_EQ(::stat("/dev/null", &null), 0);
+    EXPECT_EQ(st.st_rdev, null.st_rdev) << "no driver is reached through it";
+    const int dup = ::dup(ctx_->cmd_fd);
+    ASSERT_GE(dup, 0);
+    errno = 0;
+    EXPECT_EQ(ibv_import_device(dup), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    errno = 0;
+    EXPECT_EQ(ibv_import_pd(ctx_, pd_->handle), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    errno = 0;
+    EXPECT_EQ(ibv_import_mr(pd_, 1), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    EXPECT_EQ(::close(dup), 0);
+
+    // Each context has its own, and closing the context closes it.
+    ibv_context* other = ibv_open_device(dev_);
+    ASSERT_NE(other, nullptr);
+    ASSERT_GE(other->cmd_fd, 0);
+    EXPECT_NE(other->cmd_fd, ctx_->cmd_fd);
+    const int fd = other->cmd_fd;
+    ASSERT_EQ(ibv_close_device(other), 0);
+    EXPECT_EQ(::fcntl(fd, F_GETFD), -1);
+    EXPECT_EQ(errno, EBADF);
+}
+
+// Flow steering is not offered: ibv_create_flow fails with EOPNOTSUPP (what the kernel's rxe and
+// siw return, and what rdma-core's tests skip on), never EINVAL or a crash.
+TEST_F(Verbs, FlowSteeringIsNotOffered) {
+    ibv_cq* cq = make_cq();
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    ibv_flow_attr fa{};
+    fa.type = IBV_FLOW_ATTR_NORMAL;
+    fa.size = sizeof fa;
+    fa.port = 1;
+    errno = 0;
+    EXPECT_EQ(ibv_create_flow(qp, &fa), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 
 // ---- queue pairs ---------------------------------------------------------------------
@@ -1129,6 +1185,65 @@ TEST_F(Verbs, ConcurrentPostersShareEachRing) {
     EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 
+// A queue reports the WRs it takes, no more and no fewer (rdma-core's own tests fill a receive
+// queue to the reported max_recv_wr and expect ENOMEM at the next post): asking for 100 gives
+// rings of 128, a CQ of 127, as rxe rounds them.
+TEST_F(Verbs, QueuesTakeExactlyTheWorkRequestsTheyReport) {
+    ibv_cq* cq = make_cq(100);
+    ASSERT_NE(cq, nullptr);
+    EXPECT_EQ(cq->cqe, 127);
+    ibv_qp* qp = make_qp(cq, 100, 100);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr qa{};
+    ibv_qp_init_attr ia{};
+    ASSERT_EQ(ibv_query_qp(qp, &qa, IBV_QP_CAP, &ia), 0);
+    EXPECT_EQ(qa.cap.max_send_wr, 128u);
+    EXPECT_EQ(qa.cap.max_recv_wr, 128u);
+    EXPECT_EQ(ia.cap.max_recv_wr, 128u);
+
+    std::vector<char> buf(4096);
+    ibv_mr* mr = ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey};
+    // Receives in INIT: nothing takes them, so they fill the queue.
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    const auto post_recvs = [&](auto post) {
+        std::uint32_t n = 0;
+        for (; n <= 1000; ++n) {
+            ibv_recv_wr wr{}, *bad = nullptr;
+            wr.wr_id = n;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            const int err = post(&wr, &bad);
+            if (err != 0) {
+                EXPECT_EQ(err, ENOMEM);
+                break;
+            }
+        }
+        return n;
+    };
+    EXPECT_EQ(
+        post_recvs([&](ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_recv(qp, wr, bad); }),
+        qa.cap.max_recv_wr);
+
+    ibv_srq_init_attr sa{};
+    sa.attr.max_wr = 100;
+    sa.attr.max_sge = 1;
+    ibv_srq* srq = ibv_create_srq(pd_, &sa);
+    ASSERT_NE(srq, nullptr) << std::strerror(errno);
+    EXPECT_EQ(sa.attr.max_wr, 128u);
+    EXPECT_EQ(post_recvs([&](ibv_recv_wr* wr, ibv_recv_wr** bad) {
+                  return ibv_post_srq_recv(srq, wr, bad);
+              }),
+              sa.attr.max_wr);
+
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_srq(srq), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
 // ---- shared receive queues ------------------------------------------------------------
 
 TEST_F(Verbs, SharedReceiveQueue) {
@@ -1154,17 +1269,17 @@ TEST_F(Verbs, SharedReceiveQueue) {
     EXPECT_EQ(q.srq_limit, 10u);
     m.srq_limit = 100000;  // above max_wr
     EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_LIMIT), EINVAL);
-    m.max_wr = 200;  // a resize (IBV_DEVICE_SRQ_RESIZE)
+    m.max_wr = 200;  // a resize (IBV_DEVICE_SRQ_RESIZE), to a ring of 256
     EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR), 0);
     ASSERT_EQ(ibv_query_srq(srq, &q), 0);
-    EXPECT_EQ(q.max_wr, 200u);
+    EXPECT_EQ(q.max_wr, 256u);
     EXPECT_EQ(q.srq_limit, 10u);
     m.max_wr = 5;  // below the armed limit
     EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR), EINVAL);
     m.max_wr = 0;
     EXPECT_EQ(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR), EINVAL);
     ASSERT_EQ(ibv_query_srq(srq, &q), 0);
-    EXPECT_EQ(q.max_wr, 200u);
+    EXPECT_EQ(q.max_wr, 256u);
 
     std::vector<char> buf(4096);
     ibv_mr* mr = ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);

@@ -144,7 +144,7 @@ TEST_F(MemoryKeys, bind_refuses_what_the_region_does_not_allow) {
     EXPECT_TRUE(fails(bind_of(w, key, kLen - 32, 64, IBV_ACCESS_REMOTE_READ)));  // past the region
     EXPECT_TRUE(
         fails(bind_of(w, key, 0, 64, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ZERO_BASED)));  // type 1
-    EXPECT_TRUE(fails(bind_of(w, key, 0, 64, IBV_ACCESS_LOCAL_WRITE)));  // not a window right
+    EXPECT_TRUE(fails(bind_of(w, key, 0, 64, IBV_ACCESS_MW_BIND)));  // not a window right
     EXPECT_TRUE(
         fails({w.mw + 1, key, mr.lkey, IBV_ACCESS_REMOTE_READ, kAddr, 64}));  // other handle
     EXPECT_TRUE(
@@ -155,6 +155,28 @@ TEST_F(MemoryKeys, bind_refuses_what_the_region_does_not_allow) {
     EXPECT_TRUE(fails(bind_of(w2, next_key(w2.rkey), 0, 64, IBV_ACCESS_REMOTE_READ)));
     EXPECT_EQ(mr_obj->windows, 0u);
     EXPECT_EQ(remote_access(user(), key, kAddr, 8, RemoteNeed::read).check, RemoteCheck::bad_key);
+}
+
+// Applications bind with their region's flags, local write among them (rdma-core's own tests
+// do, and rxe takes it): the bind succeeds and the window grants the remote rights alone.
+TEST_F(MemoryKeys, bind_with_local_write_grants_the_remote_rights_only) {
+    const auto w1 = window(IBV_MW_TYPE_1);
+    const std::uint32_t k1 = next_key(w1.rkey);
+    ASSERT_EQ(bind_window(user(),
+                          bind_of(w1, k1, 0, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)),
+              WcStatus::success);
+    EXPECT_EQ(remote_access(user(), k1, kAddr, 8, RemoteNeed::write).ptr, at(0));
+    EXPECT_EQ(remote_access(user(), k1, kAddr, 8, RemoteNeed::read).check, RemoteCheck::no_access);
+
+    const auto w2 = window(IBV_MW_TYPE_2);
+    const std::uint32_t k2 = next_key(w2.rkey);
+    ASSERT_EQ(bind_window(user(), bind_of(w2, k2, 64, 64, IBV_ACCESS_LOCAL_WRITE)),
+              WcStatus::success);
+    EXPECT_EQ(remote_access(user(), k2, kAddr + 64, 8, RemoteNeed::write).check,
+              RemoteCheck::no_access);
+    EXPECT_EQ(remote_access(user(), k2, kAddr + 64, 8, RemoteNeed::read).check,
+              RemoteCheck::no_access);
+    EXPECT_EQ(mr_obj->windows, 2u);
 }
 
 TEST_F(MemoryKeys, window_of_another_pd_is_a_pd_mismatch) {

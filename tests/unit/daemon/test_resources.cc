@@ -621,6 +621,51 @@ TEST_F(SessionTest, closing_a_session_releases_everything) {
     EXPECT_EQ(after.mapped_bytes, before.mapped_bytes);
 }
 
+// A queue offers what its ring holds, and says so (IBA 11.2.4.1, 11.2.3.1: at least what was
+// asked; rxe and real NICs report the rounded size): asking for 100 WRs gives a ring of 128,
+// and a post past 128 is ENOMEM, so 128 is what the application is told and what a query says.
+TEST_F(SessionTest, queues_report_what_their_rings_hold) {
+    Client c(resources, ports);
+    ASSERT_EQ(c.open(), 0);
+    const Handle pd = c.pd();
+    const Handle cq = c.cq();
+
+    const shm::Layout l = shm::qp_layout(128, 64);
+    ClientMemfd m(l.bytes);
+    ASSERT_TRUE(shm::RingProducer<shm::SendWqe>::init(m.span(l.ring0, l.ring1 - l.ring0), 128));
+    ASSERT_TRUE(shm::RingProducer<shm::RecvWqe>::init(m.span(l.ring1), 64));
+    const shm::CreateQpReq req{pd, cq, cq, kNoHandle, IBV_QPT_RC, 0, {100, 50, 1, 1, 0}, 128, 64};
+    FdList fds = fds_of({m.fd()});
+    shm::CreateQpReply out{};
+    ASSERT_EQ(c.session.create_qp(req, fds, out), 0);
+    EXPECT_EQ(out.cap.max_send_wr, 128u);
+    EXPECT_EQ(out.cap.max_recv_wr, 64u);
+    const shm::QueryQpReply q = c.query(out.qp);
+    EXPECT_EQ(q.attr.cap.max_send_wr, 128u);
+    EXPECT_EQ(q.attr.cap.max_recv_wr, 64u);
+
+    const shm::Layout sl = shm::srq_layout(128);
+    ClientMemfd sm(sl.bytes);
+    ASSERT_TRUE(shm::RingProducer<shm::RecvWqe>::init(sm.span(sl.ring0), 128));
+    FdList sfds = fds_of({sm.fd()});
+    shm::CreateSrqReply srq{};
+    ASSERT_EQ(c.session.create_srq({pd, 100, 1, 0, 128, 0}, sfds, srq), 0);
+    EXPECT_EQ(srq.max_wr, 128u);
+    FdList none;
+    shm::QuerySrqReply sq{};
+    ASSERT_EQ(c.session.query_srq({srq.srq, 0}, none, sq), 0);
+    EXPECT_EQ(sq.max_wr, 128u);
+
+    // A CQ as rxe rounds it: its ring (a power of two above cqe) less one.
+    const shm::Layout cl = shm::cq_layout(128);
+    ClientMemfd cm(cl.bytes);
+    ASSERT_TRUE(shm::RingConsumer<shm::Cqe>::init(cm.span(cl.ring0), 128));
+    FdList cfds = fds_of({cm.fd()});
+    shm::CreateCqReply cout{};
+    ASSERT_EQ(c.session.create_cq({100, 128, kNoHandle, 0}, cfds, cout), 0);
+    EXPECT_EQ(cout.cqe, 127u);
+}
+
 TEST_F(SessionTest, create_qp_checks_type_caps_and_rings) {
     Client c(resources, ports);
     ASSERT_EQ(c.open(), 0);

@@ -541,10 +541,10 @@ TEST_F(TransportSeam, srq_resize_keeps_every_wqe_posted_and_not_taken_in_order) 
 
     shm::ModifySrqReply rep{};
     ASSERT_EQ(cl.resize_srq(100, 128, rep), 0);  // grow
-    EXPECT_EQ(rep.max_wr, 100u);
+    EXPECT_EQ(rep.max_wr, 128u) << "what the new ring holds";
     EXPECT_EQ(rep.capacity, 128u);
     EXPECT_EQ(rep.prod, 7u) << "the 7 WQEs not taken moved";
-    EXPECT_EQ(cl.query_srq().max_wr, 100u);
+    EXPECT_EQ(cl.query_srq().max_wr, 128u);
     EXPECT_EQ(cl.c.session.mapped_bytes(),
               before - shm::srq_layout(16).bytes + shm::srq_layout(128).bytes)
         << "the old area is unmapped, the new one counted";
@@ -554,7 +554,7 @@ TEST_F(TransportSeam, srq_resize_keeps_every_wqe_posted_and_not_taken_in_order) 
     for (std::uint64_t id = 101; id <= 105; ++id) ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(id)));
     ASSERT_EQ(cl.resize_srq(5, 8, rep), 0);  // shrink to exactly the WQEs posted
     EXPECT_EQ(rep.prod, 5u);
-    EXPECT_EQ(cl.query_srq().max_wr, 5u);
+    EXPECT_EQ(cl.query_srq().max_wr, 8u);
     for (std::uint64_t id = 106; id <= 108; ++id) ASSERT_TRUE(cl.srq_ring->try_push(recv_wqe(id)));
     EXPECT_FALSE(cl.srq_ring->try_push(recv_wqe(109))) << "8 slots";
     EXPECT_EQ(take_recvs(glue), ids(101, 108));
