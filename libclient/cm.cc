@@ -70,6 +70,7 @@ struct CmChannel {
     std::vector<std::unique_ptr<CmConn>> conns;
     std::map<std::pair<CmConn*, shm::Handle>, CmId*> ids;
     std::atomic<int> readers{0};  // threads in rdma_get_cm_event
+    ~CmChannel();
 };
 
 // librdmacm's rsockets (its rsocket.c) run over this rdma_cm: under snic-run their rdma_*
@@ -146,6 +147,8 @@ struct EventBox {
 std::mutex g_mu;                  // the ids and the contexts
 std::condition_variable g_acked;  // an event was acknowledged (rdma_destroy_id waits on it)
 std::set<CmId*> g_ids;            // live ids (a connect request's token is checked here)
+// Live channels: rdma_create_event_channel's and synchronous ids' own, checked as ids are.
+std::set<const CmChannel*> g_channels;
 std::map<Device*, ibv_context*> g_contexts;
 
 int fail(int err) {
@@ -195,6 +198,18 @@ CmId* live_id(rdma_cm_id* id) {
 }
 CmChannel* to_chan(rdma_event_channel* c) {
     return reinterpret_cast<CmChannel*>(c);
+}
+
+CmChannel::~CmChannel() {
+    std::lock_guard lock(g_mu);
+    g_channels.erase(this);
+}
+
+// The channel the application's pointer names if it is live, else nullptr (as live_id).
+CmChannel* live_channel(rdma_event_channel* c) {
+    CmChannel* ch = to_chan(c);
+    std::lock_guard lock(g_mu);
+    return g_channels.count(ch) != 0 ? ch : nullptr;
 }
 
 std::uint32_t ip_of(const sockaddr* sa) {
@@ -525,10 +540,28 @@ int take_event(CmChannel& ch, rdma_cm_event* out, shm::CmEvent* daemon_ev, CmCon
     }
 }
 
-CmId* id_in(CmChannel& ch, CmConn* conn, shm::Handle h) {
+// Counts one more event reported for `i` if it is live: rdma_destroy_id then waits until
+// that event is acknowledged, so the id outlives the event being made and read. False if
+// the id is gone.
+bool hold_event(CmId* i) {
+    std::lock_guard lock(g_mu);
+    if (g_ids.count(i) == 0) return false;
+    ++i->events_reported;
+    return true;
+}
+
+void release_event(CmId* i) {
+    std::lock_guard lock(g_mu);
+    ++i->events_completed;
+    g_acked.notify_all();
+}
+
+// The id of daemon id `h` on `conn`, held for one event (hold_event), or nullptr. The
+// channel's lock is held across both, so that no thread destroys the id in between.
+CmId* held_id_in(CmChannel& ch, CmConn* conn, shm::Handle h) {
     std::lock_guard lock(ch.mu);
     const auto it = ch.ids.find({conn, h});
-    return it == ch.ids.end() ? nullptr : it->second;
+    return it != ch.ids.end() && hold_event(it->second) ? it->second : nullptr;
 }
 
 // The peer's REQ or REP as rdma_cm reports it: from this side's point of view, so the
@@ -720,8 +753,9 @@ std::uint32_t random_psn() {
     return rng() & 0xffffff;
 }
 
-// Turns a daemon's event into the application's; false when it is not for the application
-// (an id already gone).
+// Turns a daemon's event into the application's, held for its owner (box.owner: the id, or
+// a connect request's listener); false when it is not for the application (an id already
+// gone).
 bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box) {
     rdma_cm_event& e = box.ev;
     e = rdma_cm_event{};
@@ -729,10 +763,8 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
     e.status = d.status;
     if (d.event == shm::kCmConnectRequest) {
         auto* l = reinterpret_cast<CmId*>(d.token);
-        {
-            std::lock_guard lock(g_mu);
-            if (g_ids.count(l) == 0) return false;
-        }
+        if (!hold_event(l)) return false;
+        box.owner = l;
         auto child = std::make_unique<CmId>();
         child->ch = l->ch;
         child->sync = l->sync;
@@ -774,6 +806,7 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
                 std::strerror(errno));
             rdma_reject(&c->id, nullptr, 0);
             rdma_destroy_id(&c->id);
+            release_event(l);
             return false;
         }
         e.id = &c->id;
@@ -784,8 +817,9 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
             fill_conn_param(e.param.conn, d.param, box.data);
         return true;
     }
-    CmId* i = id_in(ch, conn, d.id);
+    CmId* i = held_id_in(ch, conn, d.id);
     if (i == nullptr) return false;
+    box.owner = i;
     e.id = &i->id;
     if (is_ud(i)) {  // SIDR: ESTABLISHED or UNREACHABLE, with the peer's QP and Q_Key
         fill_ud_param(e.param.ud, d.param, d.dst_ip, box.data);
@@ -860,6 +894,8 @@ std::unique_ptr<CmChannel> new_channel() {
         return nullptr;
     }
     ch->ch.fd = ch->ours.get();
+    std::lock_guard lock(g_mu);
+    g_channels.insert(ch.get());
     return ch;
 }
 
@@ -880,7 +916,10 @@ SNIC_EXPORT rdma_event_channel* rdma_create_event_channel(void) {
 
 SNIC_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
     CmChannel* ch = to_chan(channel);
-    if (ch == nullptr) return;
+    {
+        std::lock_guard lock(g_mu);
+        if (g_channels.erase(ch) == 0) return;  // not a live channel (destroyed already)
+    }
     if (ch->readers.load() == 0) {
         delete ch;  // its CM connections close: snicd drops what they still held
         return;
@@ -909,6 +948,7 @@ SNIC_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, vo
             default:
                 return fail(EINVAL);
         }
+        if (channel != nullptr && live_channel(channel) == nullptr) return fail(EINVAL);
         auto i = std::make_unique<CmId>();
         if (channel == nullptr) {
             i->own = new_channel();
@@ -1213,7 +1253,8 @@ SNIC_EXPORT int rdma_disconnect(rdma_cm_id* id) {
 
 SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     return guarded<int>(-1, [&]() -> int {
-        if (channel == nullptr || event == nullptr) return fail(EINVAL);
+        if (channel == nullptr || event == nullptr || live_channel(channel) == nullptr)
+            return fail(EINVAL);
         CmChannel& ch = *to_chan(channel);
         ++ch.readers;
         struct Leave {
@@ -1225,17 +1266,13 @@ SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** e
             shm::CmEvent d{};
             CmConn* from = nullptr;
             if (const int err = take_event(ch, &box->ev, &d, &from); err != 0) return fail(err);
-            if (from != nullptr && !translate(ch, from, d, *box)) continue;
-            CmId* i = to_id(box->ev.id);
-            CmId* owner = box->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && box->ev.listen_id
-                              ? to_id(box->ev.listen_id)
-                              : i;
-            if (owner != nullptr) {
-                std::lock_guard lock(g_mu);
-                if (g_ids.count(owner) == 0) continue;  // destroyed meanwhile: the event goes
-                ++owner->events_reported;
-                box->owner = owner;
+            if (from != nullptr) {
+                if (!translate(ch, from, d, *box)) continue;  // held there
+            } else if (box->ev.id != nullptr) {
+                if (!hold_event(to_id(box->ev.id))) continue;  // destroyed meanwhile: it goes
+                box->owner = to_id(box->ev.id);
             }
+            CmId* i = to_id(box->ev.id);
             if (i != nullptr && i->sync) {
                 // A synchronous id holds its latest event for the application to read; the one
                 // before is acknowledged now (librdmacm does it at the next call).
@@ -1512,7 +1549,8 @@ SNIC_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
             if (!own) return -1;
             to = own.get();
         } else {
-            to = to_chan(channel);
+            to = live_channel(channel);
+            if (to == nullptr) return fail(EINVAL);
         }
         if (to == i->ch) return 0;
         auto move = [&](CmConn*& conn, shm::Handle& h) -> int {
