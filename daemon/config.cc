@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <vector>
@@ -206,6 +207,7 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
 Result<Config> parse_config(std::span<const std::string> args) {
     Config cfg;
     bool ctrl_given = false;
+    bool tcp_per_peer_given = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
         std::string_view arg = args[i];
         std::string_view inline_value;
@@ -286,6 +288,14 @@ Result<Config> parse_config(std::span<const std::string> args) {
             auto n = parse_number<std::uint16_t>(*v);
             if (!n || *n == 0 || *n > kMaxBurst) return bad(arg, "frames (1..128)", *v);
             (arg == "--rx-burst" ? cfg.rx_burst : cfg.tx_burst) = *n;
+        } else if (arg == "--tcp-max-conns" || arg == "--tcp-max-per-peer") {
+            auto v = value();
+            if (!v) return missing();
+            auto n = parse_number<std::uint32_t>(*v);
+            if (!n || *n == 0 || *n > kMaxTcpConnections)
+                return bad(arg, "connections (1..65535)", *v);
+            (arg == "--tcp-max-conns" ? cfg.tcp.max_connections : cfg.tcp.max_per_peer) = *n;
+            tcp_per_peer_given |= arg == "--tcp-max-per-peer";
         } else if (arg == "--arp-timeout") {
             auto v = value();
             if (!v) return missing();
@@ -320,6 +330,13 @@ Result<Config> parse_config(std::span<const std::string> args) {
         return make_error(EINVAL,
                           "--selftest " + cfg.selftest->name + " needs two ports (--port twice)");
     if (!ctrl_given) cfg.ctrl_path = "/run/snic/" + cfg.name + ".sock";
+    // A smaller table lowers the per-peer bound with it, unless that was given too.
+    if (!tcp_per_peer_given)
+        cfg.tcp.max_per_peer = std::min(cfg.tcp.max_per_peer, cfg.tcp.max_connections);
+    if (cfg.tcp.max_per_peer > cfg.tcp.max_connections)
+        return make_error(EINVAL, "--tcp-max-per-peer " + std::to_string(cfg.tcp.max_per_peer) +
+                                      " exceeds --tcp-max-conns " +
+                                      std::to_string(cfg.tcp.max_connections));
     return cfg;
 }
 
@@ -347,6 +364,13 @@ snicd options:
   --no-dev-nodes         make no device nodes
   --idle-backoff USEC    an idle data lcore sleeps up to USEC us per empty poll (0: busy poll, default)
   --arp-timeout SEC      lifetime of ARP cache entries (default 60)
+  --tcp-max-conns N      connections of snic's TCP (iWARP's) per port at once, in any state
+                         (1..65535, default 4096); each holds up to about 530 KiB as it is used
+                         (its send buffer and iWARP's receive buffers). An rdma_connect past it
+                         fails with ENOBUFS, a SYN past it is dropped (counted: syn_table_full)
+  --tcp-max-per-peer N   of those, connections with one remote address at once (1..65535,
+                         default 2048, at most --tcp-max-conns): ENOBUFS or dropped past it
+                         (syn_peer_limit)
   --rx-burst N           frames a port takes per rx poll, at most (1..128, default 32)
   --tx-burst N           frames a port gathers before it transmits them (1..128, default 32);
                          whatever a turn of the lcore sent goes out at its end in any case

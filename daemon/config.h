@@ -46,6 +46,16 @@ struct SelftestSpec {
 inline constexpr std::uint64_t kMaxSelftestBytes = std::uint64_t{1} << 40;
 inline constexpr std::uint32_t kMaxSelftestSize = 8u << 20;
 
+// snic's TCP on each port (iWARP's connections, the TCP self-tests): connections at once in
+// any state, and with one remote address (--tcp-max-conns, --tcp-max-per-peer). A connection
+// holds up to about 530 KiB (TcpStack::memory_per_connection and iWARP's receive buffers),
+// touched as it is used: an idle one costs a few pages.
+struct TcpLimits {
+    std::uint32_t max_connections = 4096;
+    std::uint32_t max_per_peer = 2048;
+};
+inline constexpr std::uint32_t kMaxTcpConnections = 65535;  // TcpStack's and iWARP's handles
+
 // Frames per rx poll and per tx flush, at most (--rx-burst, --tx-burst).
 inline constexpr std::uint16_t kDefaultBurst = 32;
 inline constexpr std::uint16_t kMaxBurst = 128;
@@ -61,6 +71,7 @@ struct Config {
     std::uint32_t arp_timeout_s = 60;
     std::uint16_t rx_burst = kDefaultBurst;  // frames a port's rx poll takes at most
     std::uint16_t tx_burst = kDefaultBurst;  // frames a port holds before it transmits them
+    TcpLimits tcp;
     std::string log_level = "info";
     std::optional<SelftestSpec> selftest;
     bool help = false;

@@ -3,8 +3,10 @@
 #include "daemon/iwarp_transport.h"
 
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
@@ -68,8 +70,11 @@ IwarpTransport::IwarpTransport(LcoreTasks& tasks, const NameTable& keys, TcpServ
       mpa_timeout_tsc_(
           static_cast<std::uint64_t>(kMpaTimeoutSeconds * static_cast<double>(tsc_hz))),
       mpa_check_tsc_(static_cast<std::uint64_t>(kMpaCheckSeconds * static_cast<double>(tsc_hz))),
-      conns_(kMaxConns),
-      gens_(kMaxConns, 0) {}
+      conns_(tcp.stack().config().max_connections),
+      gens_(conns_.size(), 0) {
+    free_.reserve(conns_.size());
+    for (std::uint32_t i = static_cast<std::uint32_t>(conns_.size()); i-- > 0;) free_.push_back(i);
+}
 
 IwarpTransport::~IwarpTransport() = default;
 
@@ -108,6 +113,7 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
         return make_error(EINVAL, "private data longer than MPA carries");
     int err = 0;
     IwConnId id = 0;
+    TcpBound bound = TcpBound::connections;  // what ENOBUFS means
     tasks_.run([&] {
         IwConn* c = make_conn(true);
         if (c == nullptr) {
@@ -122,6 +128,7 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
         }
         err = stack().connect(net::Ipv4Addr{ip}, port, *c, c->tcp, local_port);
         if (err != 0) {
+            if (err == ENOBUFS) bound = stack().bound_for(net::Ipv4Addr{ip});
             free_conn(*c);
             return;
         }
@@ -133,11 +140,32 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
         post_buffers(*c);
         id = c->id;
     });
+    if (err == ENOBUFS) return make_error(err, connections_full(ip, bound));
     if (err != 0)
         return make_error(
             err, fmt::format("iWARP connect to {}:{} from port {}: {}",
                              net::Ipv4Addr{ip}.to_string(), port, local_port, std::strerror(err)));
     return id;
+}
+
+std::string IwarpTransport::connections_full(std::uint32_t ip, TcpBound bound) {
+    const TcpStackConfig& c = tcp_.stack().config();
+    const std::string why =
+        bound == TcpBound::per_peer
+            ? fmt::format("iWARP connect to {}: the port's TCP holds {} connections with that "
+                          "address, snicd's --tcp-max-per-peer",
+                          net::Ipv4Addr{ip}.to_string(), c.max_per_peer)
+            : fmt::format("iWARP connect to {}: the port's TCP holds {} connections, snicd's "
+                          "--tcp-max-conns",
+                          net::Ipv4Addr{ip}.to_string(), c.max_connections);
+    // A warning for the operator, once a second at most: a client that loops on connect
+    // does not flood the log (each refusal is counted: iw_no_room, connect_refused).
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_full_warning_ >= std::chrono::seconds(1)) {
+        last_full_warning_ = now;
+        spdlog::warn("{} (ENOBUFS)", why);
+    }
+    return why;
 }
 
 void IwarpTransport::set_owner(IwConnId id, const Peer& owner) {

@@ -21,10 +21,12 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -212,8 +214,8 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     // The receive buffers of a connection: the window its peer sees.
     static constexpr std::uint32_t kRxBuffers = 4;
     static constexpr std::uint32_t kRxBufferBytes = 64 * 1024;
-    // Connections per port at once.
-    static constexpr std::uint32_t kMaxConns = 1024;
+    // Connections per port at once: one for each of the port's TCP connections
+    // (TcpStackConfig::max_connections, snicd's --tcp-max-conns).
     // How long a QP that did something stays on the ready list (as RoCE's).
     static constexpr std::uint64_t kGraceNs = 200'000;
     // How long an MPA request or reply may take once TCP is up (Linux siw: 10 s), and how
@@ -265,12 +267,17 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     IwarpCounters counters_;
     // Ends the MPA exchanges that took too long.
     void expire_handshakes();
+    // The control thread: why connect() found no room (ENOBUFS), also logged as a warning.
+    std::string connections_full(std::uint32_t ip, TcpBound bound);
 
     const std::uint64_t mpa_timeout_tsc_, mpa_check_tsc_;
     std::uint64_t now_tsc_ = 0;
     std::uint64_t next_mpa_check_ = 0;
-    std::vector<std::unique_ptr<IwConn>> conns_;  // lcore; kMaxConns entries
+    std::vector<std::unique_ptr<IwConn>> conns_;  // lcore; max_connections entries
     std::vector<std::uint16_t> gens_;             // lcore
+    std::vector<std::uint32_t> free_;             // lcore: the empty entries of conns_
+    // The control thread: when connect() last warned of no room.
+    std::chrono::steady_clock::time_point last_full_warning_{};
     std::vector<Listener> listeners_;             // lcore
     SpscQueue<IwCmEvent, 256> events_;
     Wakeup wakeup_;

@@ -41,19 +41,22 @@ IwConn* IwarpTransport::find(IwConnId id) const {
 // Connection setup, not the datapath: the one allocation of a connection (its receive
 // buffers) happens here, as a kernel allocates a socket's.
 IwConn* IwarpTransport::make_conn(bool active) {
-    for (std::uint32_t i = 0; i < conns_.size(); ++i) {
-        if (conns_[i]) continue;
-        if (++gens_[i] == 0) gens_[i] = 1;
-        const IwConnId id = std::uint32_t{gens_[i]} << kIndexBits | i;
-        conns_[i] = std::make_unique<IwConn>(*this, id, active);
-        return conns_[i].get();
+    if (free_.empty()) {
+        counters_.no_room.add();
+        return nullptr;
     }
-    counters_.no_room.add();
-    return nullptr;
+    const std::uint32_t i = free_.back();
+    if (++gens_[i] == 0) gens_[i] = 1;
+    const IwConnId id = std::uint32_t{gens_[i]} << kIndexBits | i;
+    conns_[i] = std::make_unique<IwConn>(*this, id, active);
+    free_.pop_back();
+    return conns_[i].get();
 }
 
 void IwarpTransport::free_conn(IwConn& c) {
-    conns_[c.id & ((1u << kIndexBits) - 1)].reset();
+    const std::uint32_t i = c.id & ((1u << kIndexBits) - 1);
+    conns_[i].reset();
+    free_.push_back(i);
 }
 
 void IwarpTransport::maybe_free(IwConn& c) {

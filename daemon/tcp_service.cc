@@ -13,9 +13,12 @@
 
 namespace snic::daemon {
 
-TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key) {
+TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key,
+                                 std::uint32_t max_connections, std::uint32_t max_per_peer) {
     TcpStackConfig c;
     c.local_ip = port.ip().addr;
+    c.max_connections = max_connections;
+    c.max_per_peer = max_per_peer;
     c.conn.mtu = port.mtu();
     c.conn.isn_key = key;
     // A burst per poll no larger than the port's tx buffer: the device takes it whole.

@@ -512,6 +512,12 @@ std::uint16_t TcpStack::pick_ephemeral(net::Ipv4Addr remote, std::uint16_t rport
     return 0;
 }
 
+TcpBound TcpStack::bound_for(net::Ipv4Addr remote) {
+    if (free_slots_.empty()) return TcpBound::connections;
+    const std::uint32_t* n = by_peer_.find(remote.value);
+    return n != nullptr && *n >= cfg_.max_per_peer ? TcpBound::per_peer : TcpBound::none;
+}
+
 int TcpStack::refuse_connect(int err) {
     counters_.connect_refused.add();
     return err;

@@ -51,6 +51,9 @@ class TcpLink {
     ~TcpLink() = default;
 };
 
+// Which bound keeps a connection from being made (TcpStack::bound_for).
+enum class TcpBound : std::uint8_t { none, per_peer, connections };
+
 struct TcpStackConfig {
     net::Ipv4Addr local_ip;
     tcp::TcpConfig conn;  // every connection's (local and remote are filled in per connection)
@@ -201,6 +204,8 @@ class TcpStack final : public TcpStreams {
     void for_each_counter(F&& f) const;
     // What one connection's engine holds.
     static std::uint64_t memory_per_connection(const tcp::TcpConfig& c);
+    // The lcore: the bound a connect() to `remote` would hit now (ENOBUFS), if any.
+    TcpBound bound_for(net::Ipv4Addr remote);
 
   private:
     struct Conn;

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -70,10 +71,39 @@ struct CmChannel {
     std::vector<std::unique_ptr<CmConn>> conns;
     std::map<std::pair<CmConn*, shm::Handle>, CmId*> ids;
     std::atomic<int> readers{0};  // threads in rdma_get_cm_event
+    ~CmChannel();
 };
 
-struct CmId {
-    rdma_cm_id id;  // first: the application's pointer converts back
+// librdmacm's rsockets (its rsocket.c) run over this rdma_cm: under snic-run their rdma_*
+// calls are ours. Two helpers of librdmacm's own that they call read librdmacm's id behind
+// its rdma_cm_id, though: ucma_complete (whether the id is synchronous; if so it acknowledges
+// id->event and waits for the next) and ucma_max_qpsize (the largest queue of the id's
+// device, through the id's device pointer). A CmId keeps these where librdmacm's id (struct
+// cma_id_private) has them, the same in every rdma-core from 17 to 65; rsocket.cc lets
+// sockets be made only in a librdmacm of those releases.
+struct RdmacmIdView {
+    const int* cma_dev = nullptr;  // CmId::rdmacm_dev once the id is on a device
+    void* connect = nullptr;
+    std::size_t connect_len = 0;
+    int events_completed = 0;
+    int connect_error = 0;
+    int sync = 0;
+};
+
+struct CmIdHead {
+    rdma_cm_id id;        // first: the application's pointer converts back
+    RdmacmIdView rdmacm;  // then what librdmacm's helpers read
+};
+static_assert(offsetof(CmIdHead, rdmacm) == sizeof(rdma_cm_id) &&
+              offsetof(RdmacmIdView, cma_dev) == 0 && offsetof(RdmacmIdView, sync) == 32);
+
+// librdmacm's struct cma_device holds max_qpsize at byte 72 since rdma-core 30, at byte 48
+// before (two pointers and a list node came in front); ucma_max_qpsize reads nothing else.
+constexpr std::size_t kRdmacmQpsizeAt[] = {48, 72};
+
+struct CmId : CmIdHead {
+    // What ucma_max_qpsize finds as the id's device (kRdmacmQpsizeAt).
+    alignas(8) int rdmacm_dev[20] = {};
     CmChannel* ch = nullptr;
     bool sync = false;               // created without a channel: its calls wait for their events
     std::unique_ptr<CmChannel> own;  // a sync id's private channel
@@ -118,6 +148,8 @@ struct EventBox {
 std::mutex g_mu;                  // the ids and the contexts
 std::condition_variable g_acked;  // an event was acknowledged (rdma_destroy_id waits on it)
 std::set<CmId*> g_ids;            // live ids (a connect request's token is checked here)
+// Live channels: rdma_create_event_channel's and synchronous ids' own, checked as ids are.
+std::set<const CmChannel*> g_channels;
 std::map<Device*, ibv_context*> g_contexts;
 
 int fail(int err) {
@@ -143,8 +175,42 @@ std::uint8_t cm_retries() {
 CmId* to_id(rdma_cm_id* id) {
     return reinterpret_cast<CmId*>(id);
 }
+
+// Keeps what librdmacm's helpers read of the id (RdmacmIdView) up to date: whether it is
+// synchronous, and its device's largest queue once it is on one.
+void show_rdmacm(CmId* i) {
+    i->rdmacm.sync = i->sync ? 1 : 0;
+    ibv_device_attr da{};
+    if (i->rdmacm.cma_dev != nullptr || i->id.verbs == nullptr ||
+        ibv_query_device(i->id.verbs, &da) != 0)
+        return;
+    for (const std::size_t at : kRdmacmQpsizeAt) i->rdmacm_dev[at / sizeof(int)] = da.max_qp_wr;
+    i->rdmacm.cma_dev = i->rdmacm_dev;
+}
+
+// The id the application's pointer names if it is live, else nullptr: every call that takes
+// an id looks it up here first, so that a call on an id already destroyed (perftest retries
+// with one) fails with EINVAL instead of reading freed memory. Only the pointer's value is
+// compared; nothing is read through it.
+CmId* live_id(rdma_cm_id* id) {
+    CmId* i = to_id(id);
+    std::lock_guard lock(g_mu);
+    return g_ids.count(i) != 0 ? i : nullptr;
+}
 CmChannel* to_chan(rdma_event_channel* c) {
     return reinterpret_cast<CmChannel*>(c);
+}
+
+CmChannel::~CmChannel() {
+    std::lock_guard lock(g_mu);
+    g_channels.erase(this);
+}
+
+// The channel the application's pointer names if it is live, else nullptr (as live_id).
+CmChannel* live_channel(rdma_event_channel* c) {
+    CmChannel* ch = to_chan(c);
+    std::lock_guard lock(g_mu);
+    return g_channels.count(ch) != 0 ? ch : nullptr;
 }
 
 std::uint32_t ip_of(const sockaddr* sa) {
@@ -324,16 +390,19 @@ int attach(CmId* i, Device* dev) {
     if (i->dev != nullptr && i->dev != dev) return EINVAL;  // bound elsewhere
     ibv_context* ctx = context_of(dev);
     if (ctx == nullptr) return errno != 0 ? errno : ENODEV;
-    CmConn* conn = nullptr;
-    if (const int err = conn_for(*i->ch, dev->socket_path, &conn); err != 0) return err;
-    shm::Handle h;
-    if (const int err = daemon_id(i, conn, &h); err != 0) return err;
+    if (i->handle == shm::kNoHandle) {
+        CmConn* conn = nullptr;
+        if (const int err = conn_for(*i->ch, dev->socket_path, &conn); err != 0) return err;
+        shm::Handle h;
+        if (const int err = daemon_id(i, conn, &h); err != 0) return err;
+        i->conn = conn;
+        i->handle = h;
+    }
     i->dev = dev;
-    i->conn = conn;
-    i->handle = h;
     i->id.verbs = ctx;
     i->id.port_num = 1;
     if (i->id.pd == nullptr) i->id.pd = default_pd(ctx);
+    show_rdmacm(i);
     return 0;
 }
 
@@ -341,6 +410,81 @@ int bind_daemon(CmId* i, CmConn* conn, shm::Handle h, std::uint32_t ip, std::uin
                 shm::CmBindReply* rep) {
     const shm::CmBindReq req{h, ip, port, static_cast<std::uint8_t>(i->reuse != 0), 0};
     return conn->conn.call(shm::CtrlOp::cm_bind, req, rep);
+}
+
+void destroy_daemon_id(CmId* i, CmConn* conn, shm::Handle h) {
+    shm::Empty none;
+    conn->conn.call(shm::CtrlOp::cm_destroy_id, shm::HandleReq{h, 0}, &none);
+    std::lock_guard lock(i->ch->mu);
+    i->ch->ids.erase({conn, h});
+}
+
+// The daemon ids of a wildcard binding (`listens`).
+void destroy_wildcard_ids(CmId* i) {
+    for (const auto& [conn, h] : i->listens) destroy_daemon_id(i, conn, h);
+    i->listens.clear();
+}
+
+void destroy_daemon_ids(CmId* i) {
+    if (i->conn != nullptr && i->handle != shm::kNoHandle) destroy_daemon_id(i, i->conn, i->handle);
+    destroy_wildcard_ids(i);
+    i->handle = shm::kNoHandle;
+}
+
+// The daemons of the process's devices, each once (by control socket).
+std::vector<std::string> daemon_paths() {
+    std::vector<std::string> paths;
+    for (Device* d : current_devices())
+        if (std::find(paths.begin(), paths.end(), d->socket_path) == paths.end())
+            paths.push_back(d->socket_path);
+    return paths;
+}
+
+// Binds an id to the wildcard address on every daemon: a daemon id on each (`listens`), all
+// on one port, so that the port is the id's from the bind on, as Linux's rdma_bind_addr
+// assigns it (qperf sends its peer the port rdma_get_src_port gives after the bind). Port
+// 0 takes the first daemon's ephemeral port; when another daemon has that one in use, the
+// next try takes a new one. rdma_listen listens on these ids; rdma_resolve_addr keeps the
+// one of the device it resolves to. 0 or an errno; on failure the id holds no daemon id.
+int bind_wildcard(CmId* i, std::uint16_t port, std::uint16_t* out) {
+    const std::vector<std::string> paths = daemon_paths();
+    if (paths.empty()) return ENODEV;
+    constexpr int kTries = 8;
+    int err = 0;
+    for (int attempt = 0; attempt < (port == 0 && paths.size() > 1 ? kTries : 1); ++attempt) {
+        std::uint16_t want = port;
+        for (const std::string& path : paths) {
+            CmConn* conn = nullptr;
+            shm::Handle h = shm::kNoHandle;
+            shm::CmBindReply rep{};
+            err = conn_for(*i->ch, path, &conn);
+            if (err == 0) err = daemon_id(i, conn, &h);
+            if (err == 0) i->listens.push_back({conn, h});
+            if (err == 0) err = bind_daemon(i, conn, h, 0, want, &rep);
+            if (err != 0) break;
+            want = rep.port;
+        }
+        if (err == 0) {
+            *out = want;
+            return 0;
+        }
+        destroy_wildcard_ids(i);
+        if (err != EADDRINUSE) break;
+    }
+    return err;
+}
+
+// A wildcard-bound id that resolves to `dev`: keeps the daemon id on dev's daemon as its
+// own (bound to the wildcard, on the id's port) and lets the other daemons' ids go.
+void keep_wildcard_id(CmId* i, const Device* dev) {
+    for (auto it = i->listens.begin(); it != i->listens.end(); ++it) {
+        if (it->first->path != dev->socket_path) continue;
+        i->conn = it->first;
+        i->handle = it->second;
+        i->listens.erase(it);
+        break;
+    }
+    destroy_wildcard_ids(i);
 }
 
 // Takes one waiting event, if any (the channel's lock held).
@@ -397,10 +541,28 @@ int take_event(CmChannel& ch, rdma_cm_event* out, shm::CmEvent* daemon_ev, CmCon
     }
 }
 
-CmId* id_in(CmChannel& ch, CmConn* conn, shm::Handle h) {
+// Counts one more event reported for `i` if it is live: rdma_destroy_id then waits until
+// that event is acknowledged, so the id outlives the event being made and read. False if
+// the id is gone.
+bool hold_event(CmId* i) {
+    std::lock_guard lock(g_mu);
+    if (g_ids.count(i) == 0) return false;
+    ++i->events_reported;
+    return true;
+}
+
+void release_event(CmId* i) {
+    std::lock_guard lock(g_mu);
+    ++i->events_completed;
+    g_acked.notify_all();
+}
+
+// The id of daemon id `h` on `conn`, held for one event (hold_event), or nullptr. The
+// channel's lock is held across both, so that no thread destroys the id in between.
+CmId* held_id_in(CmChannel& ch, CmConn* conn, shm::Handle h) {
     std::lock_guard lock(ch.mu);
     const auto it = ch.ids.find({conn, h});
-    return it == ch.ids.end() ? nullptr : it->second;
+    return it != ch.ids.end() && hold_event(it->second) ? it->second : nullptr;
 }
 
 // The peer's REQ or REP as rdma_cm reports it: from this side's point of view, so the
@@ -559,8 +721,9 @@ std::uint32_t random_psn() {
     return rng() & 0xffffff;
 }
 
-// Turns a daemon's event into the application's; false when it is not for the application
-// (an id already gone).
+// Turns a daemon's event into the application's, held for its owner (box.owner: the id, or
+// a connect request's listener); false when it is not for the application (an id already
+// gone).
 bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box) {
     rdma_cm_event& e = box.ev;
     e = rdma_cm_event{};
@@ -568,10 +731,8 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
     e.status = d.status;
     if (d.event == shm::kCmConnectRequest) {
         auto* l = reinterpret_cast<CmId*>(d.token);
-        {
-            std::lock_guard lock(g_mu);
-            if (g_ids.count(l) == 0) return false;
-        }
+        if (!hold_event(l)) return false;
+        box.owner = l;
         auto child = std::make_unique<CmId>();
         child->ch = l->ch;
         child->sync = l->sync;
@@ -604,6 +765,18 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
             std::lock_guard lock(ch.mu);
             ch.ids[{conn, d.id}] = c;
         }
+        show_rdmacm(c);
+        // A synchronous listener's new id gets a channel of its own, as librdmacm's does: it
+        // is used apart from the listener (an rsocket is named by its id's channel's fd).
+        if (c->sync && rdma_migrate_id(&c->id, nullptr) != 0) {
+            say("rdma_cm: a connect request of a synchronous listener is rejected: no channel "
+                "for its id (%s)",
+                std::strerror(errno));
+            rdma_reject(&c->id, nullptr, 0);
+            rdma_destroy_id(&c->id);
+            release_event(l);
+            return false;
+        }
         e.id = &c->id;
         e.listen_id = &l->id;
         if (is_ud(c))
@@ -612,8 +785,9 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
             fill_conn_param(e.param.conn, d.param, box.data);
         return true;
     }
-    CmId* i = id_in(ch, conn, d.id);
+    CmId* i = held_id_in(ch, conn, d.id);
     if (i == nullptr) return false;
+    box.owner = i;
     e.id = &i->id;
     if (is_ud(i)) {  // SIDR: ESTABLISHED or UNREACHABLE, with the peer's QP and Q_Key
         fill_ud_param(e.param.ud, d.param, d.dst_ip, box.data);
@@ -659,7 +833,6 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
     }
 }
 
-// A sync id's call: the next event of its channel must be `want` (status 0).
 // Acknowledges an event a call of this library took for itself (not for the application): a
 // synchronous id no longer holds it.
 void ack_taken(rdma_cm_event* e) {
@@ -668,12 +841,14 @@ void ack_taken(rdma_cm_event* e) {
     rdma_ack_cm_event(e);
 }
 
+// A sync id's call: the next event of its channel must be `want` (status 0). The event stays
+// in id->event until the id's next call or its destruction, as librdmacm leaves it there:
+// rsockets read the connect response's private data from it after rdma_connect.
 int wait_for(CmId* i, rdma_cm_event_type want) {
     rdma_cm_event* e = nullptr;
     if (rdma_get_cm_event(i->id.channel, &e) != 0) return -1;
     const int status = e->status;
     const rdma_cm_event_type got = e->event;
-    ack_taken(e);
     if (got == want && status == 0) return 0;
     if (got == RDMA_CM_EVENT_REJECTED) return fail(ECONNREFUSED);
     if (got == RDMA_CM_EVENT_UNREACHABLE) return fail(ETIMEDOUT);
@@ -687,23 +862,9 @@ std::unique_ptr<CmChannel> new_channel() {
         return nullptr;
     }
     ch->ch.fd = ch->ours.get();
+    std::lock_guard lock(g_mu);
+    g_channels.insert(ch.get());
     return ch;
-}
-
-void destroy_daemon_ids(CmId* i) {
-    shm::Empty none;
-    if (i->conn != nullptr && i->handle != shm::kNoHandle) {
-        i->conn->conn.call(shm::CtrlOp::cm_destroy_id, shm::HandleReq{i->handle, 0}, &none);
-        std::lock_guard lock(i->ch->mu);
-        i->ch->ids.erase({i->conn, i->handle});
-    }
-    for (const auto& [conn, h] : i->listens) {
-        conn->conn.call(shm::CtrlOp::cm_destroy_id, shm::HandleReq{h, 0}, &none);
-        std::lock_guard lock(i->ch->mu);
-        i->ch->ids.erase({conn, h});
-    }
-    i->listens.clear();
-    i->handle = shm::kNoHandle;
 }
 
 }  // namespace
@@ -723,7 +884,10 @@ SNIC_EXPORT rdma_event_channel* rdma_create_event_channel(void) {
 
 SNIC_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
     CmChannel* ch = to_chan(channel);
-    if (ch == nullptr) return;
+    {
+        std::lock_guard lock(g_mu);
+        if (g_channels.erase(ch) == 0) return;  // not a live channel (destroyed already)
+    }
     if (ch->readers.load() == 0) {
         delete ch;  // its CM connections close: snicd drops what they still held
         return;
@@ -752,6 +916,7 @@ SNIC_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, vo
             default:
                 return fail(EINVAL);
         }
+        if (channel != nullptr && live_channel(channel) == nullptr) return fail(EINVAL);
         auto i = std::make_unique<CmId>();
         if (channel == nullptr) {
             i->own = new_channel();
@@ -765,6 +930,7 @@ SNIC_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, vo
         i->id.ps = ps;
         i->id.qp_type = qpt;
         i->psn = random_psn();
+        show_rdmacm(i.get());
         CmId* raw = i.release();
         {
             std::lock_guard lock(g_mu);
@@ -801,13 +967,12 @@ SNIC_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
 
 SNIC_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (addr == nullptr || i->bound) return fail(EINVAL);
         if (addr->sa_family != AF_INET) return fail(EAFNOSUPPORT);
         const std::uint32_t ip = ip_of(addr);
         std::uint16_t port = port_of(addr);
-        // A loopback address binds no device yet (a listen on it listens everywhere, as on
-        // the wildcard; a connect from it goes out of the first port).
         if (ip != 0 && !is_loopback(ip)) {
             Device* d = device_for(ip, true);
             if (d == nullptr) return fail(EADDRNOTAVAIL);
@@ -816,6 +981,10 @@ SNIC_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
             if (const int err = bind_daemon(i, i->conn, i->handle, d->ipv4, port, &rep); err != 0)
                 return fail(err);
             port = rep.port;
+        } else if (const int err = bind_wildcard(i, port, &port); err != 0) {
+            // A loopback address binds the wildcard too: a listen on it listens everywhere;
+            // a connect from it goes out of the first port.
+            return fail(err);
         }
         set_sin(src_of(i), ip, port);
         i->bound = true;
@@ -826,7 +995,8 @@ SNIC_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
 SNIC_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src, sockaddr* dst, int timeout_ms) {
     return guarded<int>(-1, [&]() -> int {
         (void)timeout_ms;  // resolution is local: it answers at once
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (dst == nullptr) return fail(EINVAL);
         if (dst->sa_family != AF_INET || (src != nullptr && src->sa_family != AF_INET))
             return fail(EAFNOSUPPORT);
@@ -840,15 +1010,21 @@ SNIC_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src, sockaddr* dst, 
             post_local(i, RDMA_CM_EVENT_ADDR_ERROR, -ENETUNREACH);
             return i->sync ? wait_for(i, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
         }
+        const std::uint16_t bound_port =
+            i->bound ? port_of(reinterpret_cast<sockaddr*>(&src_of(i))) : 0;
+        // Bound to the wildcard: the daemon id of d's daemon is bound already, on that port.
+        if (i->dev == nullptr && !i->listens.empty()) keep_wildcard_id(i, d);
         if (i->handle == shm::kNoHandle) {
             if (const int err = attach(i, d); err != 0) return fail(err);
             shm::CmBindReply rep{};
-            const std::uint16_t want =
-                i->bound ? port_of(reinterpret_cast<sockaddr*>(&src_of(i))) : 0;
-            if (const int err = bind_daemon(i, i->conn, i->handle, d->ipv4, want, &rep); err != 0)
+            if (const int err = bind_daemon(i, i->conn, i->handle, d->ipv4, bound_port, &rep);
+                err != 0)
                 return fail(err);
             set_sin(src_of(i), d->ipv4, rep.port);
             i->bound = true;
+        } else if (i->dev == nullptr) {
+            if (const int err = attach(i, d); err != 0) return fail(err);
+            set_sin(src_of(i), d->ipv4, bound_port);
         }
         id->route.addr.addr.ibaddr.sgid = gid_of(d->ipv4);
         id->route.addr.addr.ibaddr.dgid = gid_of(dip);
@@ -861,7 +1037,8 @@ SNIC_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src, sockaddr* dst, 
 SNIC_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
     return guarded<int>(-1, [&]() -> int {
         (void)timeout_ms;
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->dev == nullptr) return fail(EINVAL);
         if (id->route.path_rec == nullptr) {
             auto* p = static_cast<ibv_sa_path_rec*>(std::calloc(1, sizeof(ibv_sa_path_rec)));
@@ -884,7 +1061,8 @@ SNIC_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
 
 SNIC_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->listening) return fail(EINVAL);
         const shm::CmListenReq req{shm::kNoHandle,
                                    backlog > 0 ? static_cast<std::uint32_t>(backlog) : 0};
@@ -897,38 +1075,25 @@ SNIC_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
             i->listening = true;
             return 0;
         }
-        // The wildcard: every daemon's every address, on the same port.
-        std::uint16_t port = i->bound ? port_of(reinterpret_cast<sockaddr*>(&src_of(i))) : 0;
-        std::vector<std::string> paths;
-        for (Device* d : current_devices())
-            if (std::find(paths.begin(), paths.end(), d->socket_path) == paths.end())
-                paths.push_back(d->socket_path);
-        if (paths.empty()) return fail(ENODEV);
-        for (const std::string& path : paths) {
-            CmConn* conn = nullptr;
-            if (const int err = conn_for(*i->ch, path, &conn); err != 0) {
-                destroy_daemon_ids(i);
-                return fail(err);
-            }
-            shm::Handle h;
-            if (const int err = daemon_id(i, conn, &h); err != 0) {
-                destroy_daemon_ids(i);
-                return fail(err);
-            }
-            i->listens.push_back({conn, h});
-            shm::CmBindReply rep{};
-            int err = bind_daemon(i, conn, h, 0, port, &rep);
+        // The wildcard: every daemon's every address, on the bound port (an ephemeral one
+        // if the id is not bound yet).
+        if (!i->bound) {
+            std::uint16_t port = 0;
+            if (const int err = bind_wildcard(i, 0, &port); err != 0) return fail(err);
+            set_sin(src_of(i), 0, port);
+            i->bound = true;
+        }
+        for (const auto& [conn, h] : i->listens) {
             shm::CmListenReq r = req;
             r.id = h;
-            if (err == 0) err = conn->conn.call(shm::CtrlOp::cm_listen, r, &none);
-            if (err != 0) {
-                destroy_daemon_ids(i);
+            if (const int err = conn->conn.call(shm::CtrlOp::cm_listen, r, &none); err != 0) {
+                // Bound still, listening nowhere: the daemons' ids go back to idle.
+                destroy_wildcard_ids(i);
+                i->bound = false;
                 return fail(err);
             }
-            port = rep.port;
         }
-        set_sin(src_of(i), 0, port);
-        i->bound = true;
+        set_sin(src_of(i), 0, port_of(reinterpret_cast<sockaddr*>(&src_of(i))));
         i->listening = true;
         return 0;
     });
@@ -936,7 +1101,8 @@ SNIC_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
 
 SNIC_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* param) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->handle == shm::kNoHandle || i->dev == nullptr) return fail(EINVAL);
         const std::size_t max = is_ud(i) ? shm::kCmSidrReqPrivate : shm::kCmReqPrivate;
         if (param != nullptr && param->private_data_len > max) return fail(EINVAL);
@@ -960,7 +1126,8 @@ SNIC_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* param) {
 
 SNIC_EXPORT int rdma_establish(rdma_cm_id* id) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->handle == shm::kNoHandle) return fail(EINVAL);
         shm::CmAcceptReq acc{i->handle, 0, {}};
         shm::Empty none;
@@ -972,7 +1139,8 @@ SNIC_EXPORT int rdma_establish(rdma_cm_id* id) {
 
 SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->handle == shm::kNoHandle || i->listener == nullptr) return fail(EINVAL);
         const std::size_t max = is_ud(i) ? shm::kCmSidrRepPrivate : shm::kCmRepPrivate;
         if (param != nullptr && param->private_data_len > max) return fail(EINVAL);
@@ -1014,7 +1182,8 @@ SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
 
 SNIC_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t len) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->handle == shm::kNoHandle) return fail(EINVAL);
         if (len > shm::kCmRejPrivate) return fail(EINVAL);
         shm::CmRejectReq req{};
@@ -1034,7 +1203,8 @@ SNIC_EXPORT int rdma_reject_ece(rdma_cm_id* id, const void* private_data, std::u
 
 SNIC_EXPORT int rdma_disconnect(rdma_cm_id* id) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->handle == shm::kNoHandle) return fail(EINVAL);
         modify_err(i);
         shm::Empty none;
@@ -1048,7 +1218,8 @@ SNIC_EXPORT int rdma_disconnect(rdma_cm_id* id) {
 
 SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     return guarded<int>(-1, [&]() -> int {
-        if (channel == nullptr || event == nullptr) return fail(EINVAL);
+        if (channel == nullptr || event == nullptr || live_channel(channel) == nullptr)
+            return fail(EINVAL);
         CmChannel& ch = *to_chan(channel);
         ++ch.readers;
         struct Leave {
@@ -1060,17 +1231,13 @@ SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** e
             shm::CmEvent d{};
             CmConn* from = nullptr;
             if (const int err = take_event(ch, &box->ev, &d, &from); err != 0) return fail(err);
-            if (from != nullptr && !translate(ch, from, d, *box)) continue;
-            CmId* i = to_id(box->ev.id);
-            CmId* owner = box->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && box->ev.listen_id
-                              ? to_id(box->ev.listen_id)
-                              : i;
-            if (owner != nullptr) {
-                std::lock_guard lock(g_mu);
-                if (g_ids.count(owner) == 0) continue;  // destroyed meanwhile: the event goes
-                ++owner->events_reported;
-                box->owner = owner;
+            if (from != nullptr) {
+                if (!translate(ch, from, d, *box)) continue;  // held there
+            } else if (box->ev.id != nullptr) {
+                if (!hold_event(to_id(box->ev.id))) continue;  // destroyed meanwhile: it goes
+                box->owner = to_id(box->ev.id);
             }
+            CmId* i = to_id(box->ev.id);
             if (i != nullptr && i->sync) {
                 // A synchronous id holds its latest event for the application to read; the one
                 // before is acknowledged now (librdmacm does it at the next call).
@@ -1201,7 +1368,8 @@ void destroy_cqs(CmId* i) {
 
 SNIC_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (attr == nullptr || i->id.verbs == nullptr || i->id.qp != nullptr) return fail(EINVAL);
         if (pd == nullptr) pd = i->id.pd != nullptr ? i->id.pd : default_pd(i->id.verbs);
         if (pd == nullptr || pd->context != i->id.verbs) return fail(EINVAL);
@@ -1249,7 +1417,8 @@ SNIC_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
 }
 
 SNIC_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
-    CmId* i = to_id(id);
+    CmId* i = live_id(id);
+    if (i == nullptr) return;
     if (i->id.qp != nullptr) ibv_destroy_qp(i->id.qp);
     i->id.qp = nullptr;
     destroy_cqs(i);
@@ -1257,7 +1426,8 @@ SNIC_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
 
 SNIC_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (attr == nullptr || i->id.verbs == nullptr) return fail(EINVAL);
         if (pd == nullptr) pd = i->id.pd != nullptr ? i->id.pd : default_pd(i->id.verbs);
         ibv_srq* srq = ibv_create_srq(pd, attr);
@@ -1277,7 +1447,8 @@ SNIC_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
 }
 
 SNIC_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
-    CmId* i = to_id(id);
+    CmId* i = live_id(id);
+    if (i == nullptr) return;
     if (i->id.srq != nullptr) ibv_destroy_srq(i->id.srq);
     i->id.srq = nullptr;
 }
@@ -1319,7 +1490,8 @@ int iwarp_qp_attr_for(ibv_qp_attr* a, int* mask) {
 SNIC_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
     return guarded<int>(-1, [&]() -> int {
         if (attr == nullptr || mask == nullptr) return fail(EINVAL);
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         if (i->dev == nullptr) return fail(EINVAL);
         const ibv_qp_type type = i->id.qp != nullptr ? i->id.qp->qp_type : i->id.qp_type;
         const int err =
@@ -1336,7 +1508,8 @@ SNIC_EXPORT int rdma_notify(rdma_cm_id*, ibv_event_type) {
 
 SNIC_EXPORT int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval,
                                 std::size_t optlen) {
-    CmId* i = to_id(id);
+    CmId* i = live_id(id);
+    if (i == nullptr) return fail(EINVAL);
     if (optval == nullptr) return fail(EINVAL);
     if (level == RDMA_OPTION_ID) {
         switch (optname) {
@@ -1365,7 +1538,8 @@ SNIC_EXPORT int rdma_set_option(rdma_cm_id* id, int level, int optname, void* op
 
 SNIC_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         std::unique_ptr<CmChannel> own;
         CmChannel* to = nullptr;
         if (channel == nullptr) {
@@ -1373,7 +1547,8 @@ SNIC_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
             if (!own) return -1;
             to = own.get();
         } else {
-            to = to_chan(channel);
+            to = live_channel(channel);
+            if (to == nullptr) return fail(EINVAL);
         }
         if (to == i->ch) return 0;
         auto move = [&](CmConn*& conn, shm::Handle& h) -> int {
@@ -1401,16 +1576,19 @@ SNIC_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
         i->id.channel = &to->ch;
         i->sync = channel == nullptr;
         if (own) i->own = std::move(own);
+        show_rdmacm(i);
         return 0;
     });
 }
 
 SNIC_EXPORT std::uint16_t rdma_get_src_port(rdma_cm_id* id) {
-    return htons(port_of(reinterpret_cast<sockaddr*>(&src_of(to_id(id)))));
+    CmId* i = live_id(id);
+    return i != nullptr ? htons(port_of(reinterpret_cast<sockaddr*>(&src_of(i)))) : 0;
 }
 
 SNIC_EXPORT std::uint16_t rdma_get_dst_port(rdma_cm_id* id) {
-    return htons(port_of(reinterpret_cast<sockaddr*>(&dst_of(to_id(id)))));
+    CmId* i = live_id(id);
+    return i != nullptr ? htons(port_of(reinterpret_cast<sockaddr*>(&dst_of(i)))) : 0;
 }
 
 SNIC_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
@@ -1545,7 +1723,8 @@ SNIC_EXPORT int rdma_create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd* pd,
         if (rdma_create_id(nullptr, &id, nullptr,
                            static_cast<rdma_port_space>(res->ai_port_space)) != 0)
             return -1;
-        CmId* i = to_id(id);
+        CmId* i = live_id(id);
+        if (i == nullptr) return fail(EINVAL);
         auto undo = [&] {
             const int err = errno;
             rdma_destroy_id(id);
@@ -1580,7 +1759,8 @@ SNIC_EXPORT void rdma_destroy_ep(rdma_cm_id* id) {
 
 SNIC_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
     return guarded<int>(-1, [&]() -> int {
-        CmId* l = to_id(listen);
+        CmId* l = live_id(listen);
+        if (l == nullptr) return fail(EINVAL);
         if (!l->listening || out == nullptr) return fail(EINVAL);
         for (;;) {
             rdma_cm_event* e = nullptr;

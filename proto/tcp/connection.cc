@@ -27,7 +27,7 @@ TcpConnection::TcpConnection(const TcpConfig& config, TcpWire& wire)
     peer_mss_ = v4 ? 536 : 1220;  // RFC 9293 §3.7.1 defaults
     mss_ = std::min(peer_mss_, mss_announce_);
     sbuf_cap_ = cfg_.send_buffer;
-    sbuf_ = std::make_unique<std::uint8_t[]>(sbuf_cap_);
+    sbuf_ = std::make_unique_for_overwrite<std::uint8_t[]>(sbuf_cap_);  // touched as used
     rec_cap_ = cfg_.max_records;
     rec_end_ = std::make_unique<std::uint64_t[]>(rec_cap_);
     rbuf_cap_ = cfg_.max_recv_buffers;

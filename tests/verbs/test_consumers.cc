@@ -209,6 +209,101 @@ TEST_F(Consumers, loopback_bind_takes_no_device_and_listens_everywhere) {
     EXPECT_EQ(rdma_destroy_id(id), 0);
 }
 
+TEST_F(Consumers, a_wildcard_bind_to_port_0_takes_a_port_at_once) {
+    // As Linux's: qperf's server sends its client the port rdma_get_src_port gives after the
+    // bind, before it listens.
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in any = sin_of("0.0.0.0");
+    ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&any)), 0) << std::strerror(errno);
+    const std::uint16_t port = ntohs(rdma_get_src_port(id));
+    EXPECT_NE(port, 0);
+    EXPECT_EQ(id->verbs, nullptr);
+    // The port is the id's: another id cannot bind it, on the wildcard or on a port's address.
+    rdma_cm_id* other = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &other, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in same = sin_of("0.0.0.0", port);
+    EXPECT_EQ(rdma_bind_addr(other, reinterpret_cast<sockaddr*>(&same)), -1);
+    EXPECT_EQ(errno, EADDRINUSE);
+    sockaddr_in same_on_port0 = sin_of(port_ip(0), port);
+    EXPECT_EQ(rdma_bind_addr(other, reinterpret_cast<sockaddr*>(&same_on_port0)), -1);
+    EXPECT_EQ(errno, EADDRINUSE);
+    // The listen keeps it.
+    EXPECT_EQ(rdma_listen(id, 4), 0) << std::strerror(errno);
+    EXPECT_EQ(ntohs(rdma_get_src_port(id)), port);
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+    EXPECT_EQ(rdma_destroy_id(other), 0);
+
+    // An id bound to the wildcard and then resolved keeps its port, on the device it resolves
+    // to.
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&any)), 0) << std::strerror(errno);
+    const std::uint16_t active_port = ntohs(rdma_get_src_port(id));
+    EXPECT_NE(active_port, 0);
+    sockaddr_in dst = sin_of(port_ip(0), 7474);
+    ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0)
+        << std::strerror(errno);
+    ASSERT_NE(id->verbs, nullptr);
+    EXPECT_EQ(ntohs(rdma_get_src_port(id)), active_port);
+    EXPECT_EQ(ip_of(rdma_get_local_addr(id)), port_ip(0));
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+}
+
+TEST_F(Consumers, a_call_on_a_destroyed_id_fails_without_touching_it) {
+    // perftest retries rdma_resolve_addr with the id it destroyed. Nothing of rdma_cm is
+    // created between a destroy and the calls, so the freed memory cannot hold a new id.
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    ASSERT_EQ(rdma_destroy_id(id), 0);
+    sockaddr_in dst = sin_of(port_ip(0), 7475);
+    sockaddr_in src = sin_of(port_ip(1));
+    errno = 0;
+    EXPECT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), -1);
+    EXPECT_EQ(errno, EINVAL);
+    errno = 0;
+    EXPECT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&src)), -1);
+    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(rdma_resolve_route(id, 1000), -1);
+    EXPECT_EQ(rdma_listen(id, 1), -1);
+    EXPECT_EQ(rdma_connect(id, nullptr), -1);
+    EXPECT_EQ(rdma_accept(id, nullptr), -1);
+    EXPECT_EQ(rdma_disconnect(id), -1);
+    EXPECT_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &src, 1), -1);
+    EXPECT_EQ(rdma_get_src_port(id), 0);
+    rdma_destroy_qp(id);  // nothing to report: it returns
+    errno = 0;
+    EXPECT_EQ(rdma_destroy_id(id), -1);
+    EXPECT_EQ(errno, EINVAL);
+
+    // The same for a destroyed channel (perftest then destroys its channel a second time).
+    rdma_event_channel* ch = rdma_create_event_channel();
+    ASSERT_NE(ch, nullptr);
+    rdma_destroy_event_channel(ch);
+    rdma_cm_event* e = nullptr;
+    errno = 0;
+    EXPECT_EQ(rdma_get_cm_event(ch, &e), -1);
+    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), -1);
+    EXPECT_EQ(errno, EINVAL);
+    rdma_destroy_event_channel(ch);  // nothing to report: it returns
+}
+
+TEST_F(Consumers, a_synchronous_call_leaves_its_event_in_the_id) {
+    // As librdmacm's: the event stays in id->event until the id's next call (rsockets read
+    // the connect response's private data there).
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in dst = sin_of(port_ip(0), 7476);
+    ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0);
+    ASSERT_NE(id->event, nullptr);
+    EXPECT_EQ(id->event->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+    EXPECT_EQ(id->event->id, id);
+    ASSERT_EQ(rdma_resolve_route(id, 1000), 0);
+    ASSERT_NE(id->event, nullptr);
+    EXPECT_EQ(id->event->event, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    EXPECT_EQ(rdma_destroy_id(id), 0);  // and the event goes with the id
+}
+
 TEST_F(Consumers, loopback_destination_resolves_to_the_first_port) {
     rdma_cm_id* id = nullptr;
     ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);

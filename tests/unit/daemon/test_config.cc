@@ -309,6 +309,30 @@ TEST(Config, burst_bounds) {
               "--tx-burst: invalid frames (1..128) 'many'");
 }
 
+TEST(Config, tcp_connection_bounds) {
+    auto dflt = parse({"--port", kPort0});
+    ASSERT_TRUE(dflt.ok());
+    EXPECT_EQ(dflt->tcp.max_connections, 4096u);
+    EXPECT_EQ(dflt->tcp.max_per_peer, 2048u);
+    auto set = parse({"--port", kPort0, "--tcp-max-conns", "65535", "--tcp-max-per-peer=1"});
+    ASSERT_TRUE(set.ok());
+    EXPECT_EQ(set->tcp.max_connections, kMaxTcpConnections);
+    EXPECT_EQ(set->tcp.max_per_peer, 1u);
+    // A smaller table lowers the default per-peer bound with it; a per-peer bound given above
+    // the table is an error.
+    auto small = parse({"--port", kPort0, "--tcp-max-conns", "16"});
+    ASSERT_TRUE(small.ok());
+    EXPECT_EQ(small->tcp.max_per_peer, 16u);
+    EXPECT_EQ(error_of({"--port", kPort0, "--tcp-max-conns", "16", "--tcp-max-per-peer", "17"}),
+              "--tcp-max-per-peer 17 exceeds --tcp-max-conns 16");
+    EXPECT_EQ(error_of({"--port", kPort0, "--tcp-max-conns", "0"}),
+              "--tcp-max-conns: invalid connections (1..65535) '0'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--tcp-max-conns", "65536"}),
+              "--tcp-max-conns: invalid connections (1..65535) '65536'");
+    EXPECT_EQ(error_of({"--port", kPort0, "--tcp-max-per-peer", "lots"}),
+              "--tcp-max-per-peer: invalid connections (1..65535) 'lots'");
+}
+
 TEST(Config, arp_timeout_bounds) {
     EXPECT_EQ(error_of({"--port", kPort0, "--arp-timeout", "0"}),
               "--arp-timeout: invalid seconds (1..86400) '0'");
@@ -525,7 +549,8 @@ TEST(Config, help_skips_the_checks_of_the_whole_configuration) {
 TEST(Config, usage_mentions_every_option) {
     const std::string u = usage();
     for (const char* opt : {"--name", "--port", "--wire", "--ctrl", "--ctrl-mode", "--idle-backoff",
-                            "--arp-timeout", "--log-level", "--selftest", "--help", "--version"}) {
+                            "--arp-timeout", "--tcp-max-conns", "--tcp-max-per-peer", "--log-level",
+                            "--selftest", "--help", "--version"}) {
         EXPECT_NE(u.find(opt), std::string::npos) << opt;
     }
 }

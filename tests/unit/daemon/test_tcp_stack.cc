@@ -339,9 +339,13 @@ TEST(TcpStack, one_peer_holds_at_most_max_per_peer_connections) {
     Net m(ca, config(kB));
     Recorder r;
     TcpHandle h1, h2;
+    EXPECT_EQ(m.a.bound_for(kB), TcpBound::none);
     EXPECT_EQ(m.a.connect(kB, 80, r, h1), 0);
     EXPECT_EQ(m.a.connect(kB, 80, r, h2), ENOBUFS);
     EXPECT_EQ(m.a.counters().connect_refused.get(), 1u);
+    // Which bound it was, for the error the operator reads.
+    EXPECT_EQ(m.a.bound_for(kB), TcpBound::per_peer);
+    EXPECT_EQ(m.a.bound_for(kRaw), TcpBound::none);
 }
 
 TEST(TcpStack, a_syn_from_off_the_subnet_is_dropped) {
@@ -551,6 +555,7 @@ TEST(TcpStack, a_stale_handle_never_reaches_the_connection_that_took_its_slot) {
     TcpHandle first, second;
     ASSERT_EQ(n.a.connect(kB, 80, r, first), 0);
     EXPECT_EQ(n.a.connect(kB, 80, r, second), ENOBUFS);  // one slot
+    EXPECT_EQ(n.a.bound_for(kRaw), TcpBound::connections);
     n.a.abort(first);
     n.pump();
     ASSERT_EQ(n.a.connect(kB, 80, r, second), 0);
