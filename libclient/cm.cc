@@ -1453,8 +1453,6 @@ SNIC_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
     i->id.srq = nullptr;
 }
 
-// For a QP the application created itself and named by conn_param.qp_num: the attributes
-// of the next state, which the application gives to ibv_modify_qp.
 namespace {
 
 // rdma_init_qp_attr on an iWARP id, as Linux's iw_cm gives them: INIT and RTR alike are the
@@ -1487,6 +1485,8 @@ int iwarp_qp_attr_for(ibv_qp_attr* a, int* mask) {
 
 }  // namespace
 
+// For a QP the application created itself and named by conn_param.qp_num: the attributes
+// of the next state, which the application gives to ibv_modify_qp.
 SNIC_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
     return guarded<int>(-1, [&]() -> int {
         if (attr == nullptr || mask == nullptr) return fail(EINVAL);

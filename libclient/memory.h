@@ -2,7 +2,10 @@
 // registration"): a process-wide registry of the memfds that back memory
 // libsnic has already shared, the in-place move of private anonymous
 // pages into a new memfd, so that the application keeps its pointers, and the
-// application's own shared memory (SysV segments, memfds) named to snicd as it is.
+// application's own shared memory (SysV segments, memfds) named to snicd as it is. At fork,
+// the child gets private copies of the memory libsnic moved (registered, or released since),
+// as Linux copies pinned pages for a child since 5.12 (rdma-core's IBV_FORK_UNNEEDED): the
+// handler is installed when libsnic is loaded.
 #pragma once
 
 #include <cstddef>
@@ -44,10 +47,5 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out);
 
 // Drops the references share_range took.
 void unshare(std::vector<std::shared_ptr<Share>>& shares);
-
-// At fork, the child gets private copies of the memory libsnic moved into memfds (its
-// registrations and released ones), so that parent and child stop sharing it, heap pages
-// around a registered buffer included: what Linux does for pinned pages since 5.12, which
-// rdma-core reports as IBV_FORK_UNNEEDED. Installed when libsnic is loaded.
 
 }  // namespace snic::client

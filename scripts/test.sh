@@ -150,8 +150,11 @@ if [[ $san_integ_rc == 0 ]]; then
     # time (REJECTED, then its retry crashes or hangs with no output), which says nothing of
     # snic; rping, the DAT rules and the iWARP tests without perftest stay. The same holds for
     # perftest -R over RoCEv2 (test_rdmacm's test_perftest_over_rdma_cm lost 15 races in a
-    # row there once); both run unsanitized above, and rdma_cm's own tools stay.
-    left_out=${SNIC_ASAN_DESELECT-tests/integration/test_dapl.py::test_dtest[ tests/integration/test_iwarp_dapl.py::test_dtest_over_iwarp[ tests/integration/test_iwarp_wire.py tests/integration/test_iwarp.py::test_perftest_over_iwarp tests/integration/test_rdmacm.py::test_perftest_over_rdma_cm}
+    # row there once); both run unsanitized above, and rdma_cm's own tools stay. And rdma-core's
+    # own test suite (test_pyverbs): sanitized it takes about 2 minutes a device where CI has
+    # no 4 to spare; it runs unsanitized above (run by hand against an ASan+UBSan libsnic, both
+    # passes had the same outcomes and nothing reported).
+    left_out=${SNIC_ASAN_DESELECT-tests/integration/test_dapl.py::test_dtest[ tests/integration/test_iwarp_dapl.py::test_dtest_over_iwarp[ tests/integration/test_iwarp_wire.py tests/integration/test_iwarp.py::test_perftest_over_iwarp tests/integration/test_rdmacm.py::test_perftest_over_rdma_cm tests/integration/test_pyverbs.py}
     deselect=()
     for d in $left_out; do deselect+=(--deselect "$d"); done
     snic_log "integration and interop tests under ASan+UBSan: build-asan; left out: ${left_out:-nothing}"
