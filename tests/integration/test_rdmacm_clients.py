@@ -45,17 +45,13 @@ def next_port() -> str:
 
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory, mem_args):
-    for package, tools in TOOLS.items():
-        for tool in tools:
-            st.require_tool(tool, package)
-    with st.wire_daemon(tmp_path_factory, mem_args, "rcl", SUBNET) as w:
+    with rcm.tools_wire(tmp_path_factory, mem_args, TOOLS, "rcl", SUBNET) as w:
         yield w
 
 
 @pytest.fixture(autouse=True)
 def no_ids_left(wire):
-    d, _ = wire
-    st.poll(lambda: rcm.cm_status(d)["ids"] == 0, "no rdma_cm ids left from earlier tests")
+    rcm.wait_no_ids(wire[0])
 
 
 def devices(d: st.Daemon, kind: str) -> str:
@@ -72,20 +68,25 @@ def crashed(res: subprocess.CompletedProcess) -> bool:
     return res.returncode < 0 or "Segmentation fault" in out or bool(st.sanitizer_findings(out))
 
 
-def pair(d: st.Daemon, sock_dir, tmp_path: Path, env: dict, server_cmd: list[str],
-         client_cmd: list[str]) -> tuple[subprocess.CompletedProcess, rcm.Background]:
-    """A server run to readiness (one more listening id), its client to its end, then the
-    server to its own end (or killed); returns the client's result and the server."""
-    server = rcm.start_server(d, sock_dir, tmp_path / f"{server_cmd[0]}-server.out", *server_cmd,
-                              env=env)
+def stream_pair(d: st.Daemon, sock_dir, tmp_path: Path, env: dict, tool: str,
+                *args: str) -> subprocess.CompletedProcess:
+    """rstream or riostream with ARGS: its server on SERVER_IP run to readiness (one more
+    listening id), its client from CLIENT_IP to its end, then the server to its own; both
+    must exit 0, neither by a crash. Returns the client's result."""
+    server = rcm.start_server(d, sock_dir, tmp_path / f"{tool}-server.out", tool, "-b",
+                              SERVER_IP, *args, env=env)
     try:
-        client = rcm.run_client(sock_dir, *client_cmd, env=env)
+        client = rcm.run_client(sock_dir, tool, "-s", SERVER_IP, "-b", CLIENT_IP, *args, env=env)
         if client.returncode == 0:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(timeout=60)
     finally:
         server.kill()
-    return client, server
+    assert client.returncode == 0 and not crashed(client), \
+        f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
+    assert server.proc.returncode == 0, f"{server.describe()}\nclient:\n{rcm.shown(client)}"
+    assert d.running(), d.describe()
+    return client
 
 
 # ------------------------------------------------------------------------------ qperf
@@ -127,31 +128,17 @@ def test_rstream_moves_verified_data(wire, tmp_path, kind, mode):
     arrives with the last data: its poll then reports POLLIN with POLLHUP, which it takes for
     an error.)"""
     d, sock_dir = wire
-    port = next_port()
-    common = ["-p", port, "-S", "65536", "-C", "100", "-T", mode, "-T", "v"]
-    client, server = pair(d, sock_dir, tmp_path, env_of(d, sock_dir, kind),
-                          ["rstream", "-b", SERVER_IP, *common],
-                          ["rstream", "-s", SERVER_IP, "-b", CLIENT_IP, *common])
-    assert client.returncode == 0 and not crashed(client), \
-        f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
-    assert server.proc.returncode == 0, f"{server.describe()}\nclient:\n{rcm.shown(client)}"
+    client = stream_pair(d, sock_dir, tmp_path, env_of(d, sock_dir, kind), "rstream", "-p",
+                         next_port(), "-S", "65536", "-C", "100", "-T", mode, "-T", "v")
     assert re.search(r"^custom\s+64k\s+100\s", client.stdout, re.M), rcm.shown(client)
-    assert d.running(), d.describe()
 
 
 @pytest.mark.parametrize("kind", ["roce", "iwarp"])
 def test_riostream_writes_through_its_mapping(wire, tmp_path, kind):
     """riostream: the data goes by riowrite into the peer's riomap'ed buffer, verified."""
     d, sock_dir = wire
-    port = next_port()
-    common = ["-p", port, "-S", "65536", "-C", "100", "-T", "v"]
-    client, server = pair(d, sock_dir, tmp_path, env_of(d, sock_dir, kind),
-                          ["riostream", "-b", SERVER_IP, *common],
-                          ["riostream", "-s", SERVER_IP, "-b", CLIENT_IP, *common])
-    assert client.returncode == 0 and not crashed(client), \
-        f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
-    assert server.proc.returncode == 0, f"{server.describe()}\nclient:\n{rcm.shown(client)}"
-    assert d.running(), d.describe()
+    stream_pair(d, sock_dir, tmp_path, env_of(d, sock_dir, kind), "riostream", "-p", next_port(),
+                "-S", "65536", "-C", "100", "-T", "v")
 
 
 def test_rcopy_copies_a_file(wire, tmp_path):
@@ -184,18 +171,11 @@ def test_a_socket_program_runs_on_rsockets_under_librspreload(wire, tmp_path):
     d, sock_dir = wire
     assert RSPRELOAD.exists(), f"{RSPRELOAD} is missing (rdmacm-utils' librdmacm1 ships it)"
     before = rcm.cm_status(d)["connect_requests"]
-    port = next_port()
-    common = ["-p", port, "-S", "4096", "-C", "100", "-T", "s", "-T", "v"]
     env = env_of(d, sock_dir, "roce")
     env["LD_PRELOAD"] = str(RSPRELOAD)  # snic-run puts libsnic before it
-    client, server = pair(d, sock_dir, tmp_path, env,
-                          ["rstream", "-b", SERVER_IP, *common],
-                          ["rstream", "-s", SERVER_IP, "-b", CLIENT_IP, *common])
-    assert client.returncode == 0 and not crashed(client), \
-        f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
-    assert server.proc.returncode == 0, f"{server.describe()}\nclient:\n{rcm.shown(client)}"
+    stream_pair(d, sock_dir, tmp_path, env, "rstream", "-p", next_port(), "-S", "4096", "-C",
+                "100", "-T", "s", "-T", "v")
     assert rcm.cm_status(d)["connect_requests"] > before
-    assert d.running(), d.describe()
 
 
 def test_datagram_rsockets_are_refused_at_once(wire):
