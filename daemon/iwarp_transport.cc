@@ -6,8 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
+#include <cerrno>
 #include <cstring>
 
 #include "daemon/session.h"
@@ -62,10 +62,8 @@ IwarpTransport::IwarpTransport(LcoreTasks& tasks, const NameTable& keys, TcpServ
       keys_(keys),
       tcp_(tcp),
       runner_(tasks, tsc_hz, kGraceNs),
-      mpa_request_tsc_(
-          static_cast<std::uint64_t>(kMpaRequestWaitSeconds * static_cast<double>(tsc_hz))),
-      mpa_reply_tsc_(
-          static_cast<std::uint64_t>(kMpaReplyWaitSeconds * static_cast<double>(tsc_hz))),
+      mpa_timeout_tsc_(
+          static_cast<std::uint64_t>(kMpaTimeoutSeconds * static_cast<double>(tsc_hz))),
       mpa_check_tsc_(static_cast<std::uint64_t>(kMpaCheckSeconds * static_cast<double>(tsc_hz))),
       conns_(tcp.stack().config().max_connections),
       gens_(conns_.size(), 0) {
@@ -132,7 +130,7 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
         c->owner = owner;
         c->has_owner = true;
         c->state = IwConn::State::connecting;
-        c->mpa_deadline = now_tsc_ + mpa_request_tsc_;  // TCP's handshake, then the reply's
+        c->mpa_deadline = now_tsc_ + mpa_timeout_tsc_;  // TCP's own retries end it sooner
         counters_.connects.add();
         post_buffers(*c);
         id = c->id;
@@ -149,14 +147,12 @@ std::string IwarpTransport::connections_full(std::uint32_t ip, TcpBound bound) {
     const TcpStackConfig& c = tcp_.stack().config();
     const std::string why =
         bound == TcpBound::per_peer
-            ? fmt::format(
-                  "iWARP connect to {}: the port's TCP holds {} connections with that "
-                  "address, snicd's --tcp-max-per-peer",
-                  net::Ipv4Addr{ip}.to_string(), c.max_per_peer)
-            : fmt::format(
-                  "iWARP connect to {}: the port's TCP holds {} connections, snicd's "
-                  "--tcp-max-conns",
-                  net::Ipv4Addr{ip}.to_string(), c.max_connections);
+            ? fmt::format("iWARP connect to {}: the port's TCP holds {} connections with that "
+                          "address, snicd's --tcp-max-per-peer",
+                          net::Ipv4Addr{ip}.to_string(), c.max_per_peer)
+            : fmt::format("iWARP connect to {}: the port's TCP holds {} connections, snicd's "
+                          "--tcp-max-conns",
+                          net::Ipv4Addr{ip}.to_string(), c.max_connections);
     // A warning for the operator, once a second at most: a client that loops on connect
     // does not flood the log (each refusal is counted: iw_no_room, connect_refused).
     const auto now = std::chrono::steady_clock::now();
