@@ -139,6 +139,12 @@ def sanitizer_findings(text: str, limit: int = 20000) -> str:
 T = TypeVar("T")
 
 
+def quiet_scapy() -> None:
+    """scapy's import-time warnings (no route, no IPv6) off: the tests build frames only."""
+    import logging
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+
+
 def unique(prefix: str, maxlen: int = 15) -> str:
     """A name unique to this test process and call: prefix + pid + counter.
     Kept <= maxlen characters (15 is the Linux interface name limit)."""

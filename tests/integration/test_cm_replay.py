@@ -22,8 +22,6 @@ from __future__ import annotations
 import os
 import select
 import socket
-import struct
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Callable, Optional
 import pytest
 
 import snictest as st
+import test_rdmacm as rcm
 
 VECTORS = Path(os.environ.get("SNIC_TEST_VECTORS", st.REPO / "tests" / "vectors"))
 CAPTURE = VECTORS / "rxe_snic_rping.pcap"
@@ -43,53 +42,42 @@ UD_SEND_ONLY, RC_SEND_ONLY, RC_READ_REQUEST, RC_ACK = 0x64, 0x04, 0x0C, 0x11
 WAIT = 60  # s: only ever cuts a hang short
 
 
-def quiet_scapy():
-    import logging
-    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
 
-
-@dataclass
 class Mad:
     """A CM MAD in a RoCEv2 frame: UD SEND ONLY to QP1, BTH + DETH + 256-byte MAD."""
-    frame: bytes
 
-    def _parsed(self):
+    def __init__(self, frame: bytes):
         from scapy.contrib.roce import BTH
         from scapy.layers.l2 import Ether
-        return Ether(self.frame), BTH
-
-    @property
-    def mad(self) -> bytes:
-        p, bth = self._parsed()
-        return bytes(p[bth].payload)[8:8 + 256]
-
-    @property
-    def attr(self) -> int:
-        return int.from_bytes(self.mad[16:18], "big")
-
-    @property
-    def tid(self) -> bytes:
-        return self.mad[8:16]
+        self.frame = frame
+        self.mad = bytes(Ether(frame)[BTH].payload)[8:8 + 256]
+        self.attr = int.from_bytes(self.mad[16:18], "big")
+        self.tid = self.mad[8:16]
 
     def msg(self, off: int, n: int) -> int:
         return int.from_bytes(self.mad[24 + off:24 + off + n], "big")
 
 
 # Field offsets in the message after the 24-byte MAD header (IBA 12.6.5, 12.6.8, 12.6.9).
-REQ_LOCAL_COMM_ID, REQ_LOCAL_QPN, REQ_STARTING_PSN = 0, 32, 44
+REQ_LOCAL_COMM_ID, REQ_SERVICE_ID, REQ_LOCAL_QPN, REQ_STARTING_PSN = 0, 8, 32, 44
 REP_LOCAL_COMM_ID, REP_REMOTE_COMM_ID, REP_LOCAL_QPN, REP_STARTING_PSN = 0, 4, 12, 20
 RTU_LOCAL_COMM_ID, RTU_REMOTE_COMM_ID = 0, 4
 
 
+def service_port(req: Mad) -> int:
+    """The port of a REQ's rdma_cm service ID (port space above, port in the low 16 bits)."""
+    return req.msg(REQ_SERVICE_ID, 8) & 0xFFFF
+
+
 def captured() -> list[bytes]:
-    quiet_scapy()
+    st.quiet_scapy()
     from scapy.utils import rdpcap
     return [bytes(p) for p in rdpcap(str(CAPTURE))]
 
 
 def roce(frame: bytes):
     """(ip src, BTH opcode, dest QPN, PSN, payload after the BTH) or None."""
-    quiet_scapy()
+    st.quiet_scapy()
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
@@ -104,7 +92,7 @@ def rewrite(frame: bytes, dst_mac: str, *, dqpn: Optional[int] = None,
             psn: Optional[int] = None, mad: Optional[bytes] = None) -> bytes:
     """The captured frame to snic's MAC, with the BTH's QPN and PSN or the MAD replaced and
     the ICRC computed again."""
-    quiet_scapy()
+    st.quiet_scapy()
     from scapy.contrib.roce import BTH
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
@@ -226,7 +214,7 @@ class Setup:
 
 @pytest.fixture
 def setup(binaries, daemons, mem_args, tmp_path):
-    quiet_scapy()
+    st.quiet_scapy()
     pytest.importorskip("scapy.contrib.roce")
     if not CAPTURE.is_file():
         pytest.fail(f"{CAPTURE} is missing")
@@ -256,38 +244,15 @@ def setup(binaries, daemons, mem_args, tmp_path):
         st.delete_link(snic_end)
 
 
-def rping(s: Setup, tmp_path: Path, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, SNIC_SOCKET_DIR=str(s.sock_dir))
-    env.pop("LD_PRELOAD", None)
-    log = open(tmp_path / "rping.log", "wb")
-    return subprocess.Popen([str(SNIC_RUN), "rping", *args], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-
-def stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.kill()
-    p.wait(timeout=30)
-
-
-def listening(d: st.Daemon) -> int:
-    out = st.run([str(st.SNICCTL), "-s", d.ctrl, "cm"], check=True, timeout=10).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if parts[:2] == ["state", "listening"]:
-            return int(parts[2])
-    return 0
-
-
 def test_kernel_active_snic_passive(setup, tmp_path):
     """The kernel's REQ, RTU and first SEND to snic's rping server."""
     k = kernel_side(captured(), snic_active=False)
     req = Mad(k["REQ"])
-    port = req.msg(8, 8) & 0xFFFF  # rdma_cm's service ID: port space and port
-    server = rping(setup, tmp_path, "-s", "-a", SNIC_IP, "-p", str(port), "-C", "1", "-S", "4096")  # the size of the capture
+    port = service_port(req)
+    # -S: the size of the capture's buffer, which the kernel's first SEND names.
+    server = rcm.start_server(setup.daemon, setup.sock_dir, tmp_path / "rping.log", "rping", "-s",
+                              "-a", SNIC_IP, "-p", str(port), "-C", "1", "-S", "4096")
     try:
-        st.poll(lambda: server.poll() is not None or listening(setup.daemon) > 0, "rping listening")
-        assert server.poll() is None, (tmp_path / "rping.log").read_text()
         setup.wire.send(rewrite(k["REQ"], setup.snic_mac))
         rep = Mad(setup.wire.expect("REP", is_mad(REP)))
         assert rep.msg(REP_REMOTE_COMM_ID, 4) == req.msg(REQ_LOCAL_COMM_ID, 4)
@@ -312,18 +277,19 @@ def test_kernel_active_snic_passive(setup, tmp_path):
             f"snic's first request has PSN {read[3]:#x}, the REQ's Starting PSN is " \
             f"{req.msg(REQ_STARTING_PSN, 3):#x}"
     finally:
-        stop(server)
+        server.kill()
 
 
 def test_snic_active_kernel_passive(setup, tmp_path):
     """snic's rping client against the kernel's captured REP."""
     k = kernel_side(captured(), snic_active=True)
     kernel_rep = Mad(k["REP"])
-    port = Mad(k["REQ"]).msg(8, 8) & 0xFFFF
-    client = rping(setup, tmp_path, "-c", "-a", KERNEL_IP, "-p", str(port), "-C", "1", "-S", "4096")
+    port = service_port(Mad(k["REQ"]))
+    client = rcm.Background(setup.sock_dir, tmp_path / "rping.log", "rping", "-c", "-a", KERNEL_IP,
+                            "-p", str(port), "-C", "1", "-S", "4096")
     try:
         req = Mad(setup.wire.expect("REQ", is_mad(REQ)))
-        assert req.msg(8, 8) & 0xFFFF == port
+        assert service_port(req) == port
         setup.wire.send(rewrite(k["REP"], setup.snic_mac, mad=with_fields(
             kernel_rep.mad, tid=req.tid,
             remote=(REP_REMOTE_COMM_ID, 4, req.msg(REQ_LOCAL_COMM_ID, 4)))))
@@ -335,4 +301,4 @@ def test_snic_active_kernel_passive(setup, tmp_path):
             f"snic's first SEND has PSN {send[3]:#x}, the REP's Starting PSN is " \
             f"{kernel_rep.msg(REP_STARTING_PSN, 3):#x}"
     finally:
-        stop(client)
+        client.kill()

@@ -64,15 +64,11 @@ def source_port(qpn: int, dest_qpn: int) -> int:
     return 0xC000 | ((h >> 16) & 0x3FFF)
 
 
-def quiet_scapy():
-    import logging
-    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-
 
 def rdma_write_only(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int,
                     dest_qpn: int, psn: int, va: int, rkey: int, payload: bytes) -> bytes:
     """Ether/IPv4/UDP/BTH/RETH/payload/ICRC, UDP checksum 0 as RoCEv2 over IPv4 allows."""
-    quiet_scapy()
+    st.quiet_scapy()
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
@@ -87,7 +83,7 @@ def rdma_write_only(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport:
 
 
 def echo_request(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, seq: int) -> bytes:
-    quiet_scapy()
+    st.quiet_scapy()
     from scapy.layers.inet import ICMP, IP
     from scapy.layers.l2 import Ether
 
