@@ -6,8 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "daemon/session.h"
@@ -147,12 +147,14 @@ std::string IwarpTransport::connections_full(std::uint32_t ip, TcpBound bound) {
     const TcpStackConfig& c = tcp_.stack().config();
     const std::string why =
         bound == TcpBound::per_peer
-            ? fmt::format("iWARP connect to {}: the port's TCP holds {} connections with that "
-                          "address, snicd's --tcp-max-per-peer",
-                          net::Ipv4Addr{ip}.to_string(), c.max_per_peer)
-            : fmt::format("iWARP connect to {}: the port's TCP holds {} connections, snicd's "
-                          "--tcp-max-conns",
-                          net::Ipv4Addr{ip}.to_string(), c.max_connections);
+            ? fmt::format(
+                  "iWARP connect to {}: the port's TCP holds {} connections with that "
+                  "address, snicd's --tcp-max-per-peer",
+                  net::Ipv4Addr{ip}.to_string(), c.max_per_peer)
+            : fmt::format(
+                  "iWARP connect to {}: the port's TCP holds {} connections, snicd's "
+                  "--tcp-max-conns",
+                  net::Ipv4Addr{ip}.to_string(), c.max_connections);
     // A warning for the operator, once a second at most: a client that loops on connect
     // does not flood the log (each refusal is counted: iw_no_room, connect_refused).
     const auto now = std::chrono::steady_clock::now();

@@ -278,7 +278,7 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     std::vector<std::uint32_t> free_;             // lcore: the empty entries of conns_
     // The control thread: when connect() last warned of no room.
     std::chrono::steady_clock::time_point last_full_warning_{};
-    std::vector<Listener> listeners_;             // lcore
+    std::vector<Listener> listeners_;  // lcore
     SpscQueue<IwCmEvent, 256> events_;
     Wakeup wakeup_;
 };

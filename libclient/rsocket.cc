@@ -81,7 +81,8 @@ using namespace snic::client;
 SNIC_EXPORT int rsocket(int domain, int type, int protocol) {
     const Next& next = next_rsocket();
     if (next.fn == nullptr)
-        return refuse(ENOSYS, "no librdmacm in the process: rsockets are librdmacm's, run over libsnic");
+        return refuse(ENOSYS,
+                      "no librdmacm in the process: rsockets are librdmacm's, run over libsnic");
     if (next.release < kFirstRelease || next.release > kLastRelease) {
         const std::string why = next.file + " is not the librdmacm of an rdma-core release from " +
                                 std::to_string(kFirstRelease) + " to " +
