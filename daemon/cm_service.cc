@@ -257,6 +257,14 @@ CmService::Id* CmService::listener_for(std::uint16_t ps, std::uint16_t port,
     return exact != nullptr ? exact : wildcard;
 }
 
+bool CmService::listening_on(std::uint16_t ps, std::uint16_t port) const {
+    bool any = false;
+    ids_.for_each([&](const Id& id) {
+        any = any || (id.state == Id::State::listening && id.ps == ps && id.port == port);
+    });
+    return any;
+}
+
 bool CmService::has_room(const CmSession& owner) const {
     if (owner.ids_ >= kMaxIdsPerSession) return false;
     const auto it = ids_by_uid_.find(owner.peer().uid);
@@ -363,13 +371,26 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
         else
             (void)p.agent.reject(e.id, reason, {}, now_ns());
     };
-    if (l != nullptr && sidr != (l->qp_type == kQptUd)) l = nullptr;
+    // cma.c's cma_ib_check_req_qp_type: the listener's QP type is the request's.
+    if (l != nullptr && (sidr ? l->qp_type != kQptUd : l->qp_type != e.peer.qp_type)) l = nullptr;
     if (l == nullptr) {
+        // As Linux: nobody listens on the service ID at all, REJ 8 (cm.c cm_match_req) or
+        // SIDR status 1; someone does, but rdma_cm finds no listener that takes this request
+        // (another address, another QP type, a header cma.c cannot read), the consumer's
+        // refusal: REJ 28 or SIDR status 2 (cma.c's handler fails, cm.c rejects).
         ++counters_.no_listener;
+        if (svc && listening_on(static_cast<std::uint16_t>(svc->ps), svc_port))
+            return refuse_req(kRejConsumer, kSidrReject);
         return refuse_req(kRejInvalidServiceId, kSidrUnsupported);
     }
     if (l->pending >= l->backlog) {
+        // As Linux's ucma with a full backlog: the REQ is forgotten unanswered (its sender
+        // tries again after its CM response timeout), not rejected. A SIDR_REQ is.
         ++counters_.backlog_full;
+        if (!sidr) {
+            (void)p.agent.discard(e.id, now_ns());
+            return;
+        }
         return refuse_req(kRejConsumer, kSidrReject);
     }
     if (!has_room(*l->owner)) {
@@ -929,6 +950,7 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     p.cm_response_timeout = req.cm_response_timeout != 0 ? req.cm_response_timeout : 20;
     p.max_cm_retries =
         req.max_cm_retries != 0 ? std::min<std::uint8_t>(req.max_cm_retries, 15) : 15;
+    p.flow_label = cm::roce_flow_label(id->port, req.dst_port);
     p.private_data = {pd.data(), cm::kCmaHeaderSize + req.param.private_data_len};
     CmService::PortCm& port = *service_.ports_[index];
     auto conn =

@@ -44,8 +44,9 @@ struct IwCmEvent;
 // Counters of the CM service, daemon-wide (snicctl cm).
 struct CmServiceCounters {
     std::uint64_t connect_requests = 0;  // REQs that found a listener
-    std::uint64_t no_listener = 0;       // REQs rejected: no listener for the service
-    std::uint64_t backlog_full = 0;      // REQs rejected: the listener's backlog was full
+    std::uint64_t no_listener = 0;       // REQs rejected: no listener takes the request
+    std::uint64_t backlog_full = 0;      // the listener's backlog was full: the REQ was dropped
+                                         // unanswered (a SIDR_REQ rejected)
     std::uint64_t no_room = 0;           // REQs rejected: the listener's owner is at its id limit
     std::uint64_t events = 0;            // events delivered to clients
     std::uint64_t events_lost = 0;       // a client's event ring was full
@@ -140,6 +141,8 @@ class CmService {
     // The port whose subnet holds `ip` (or whose address it is), if any.
     std::optional<std::uint16_t> port_for(std::uint32_t ip) const;
     Id* listener_for(std::uint16_t ps, std::uint16_t port, std::uint32_t ip) const;
+    // Whether any id listens on (ps, port), whatever its address.
+    bool listening_on(std::uint16_t ps, std::uint16_t port) const;
 
     void on_event(std::size_t port, const cm::Event& e, std::span<const std::uint8_t> pd);
     // A connect request's new id, owned by listener `l`'s owner, on port `port`.

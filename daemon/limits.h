@@ -82,7 +82,10 @@ inline constexpr Limits kLimits{
     .page_size_cap = shm::kPageSize,
     .atomic_cap = IBV_ATOMIC_HCA,
     .max_pkeys = 1,
-    .local_ca_ack_delay = 15,
+    // 4.096 us x 2^8 = 1 ms: the responder ACKs within rc.h's ack_delay_ns (8 us), with room
+    // for a poll loop that shares its core. rdma_cm's REP carries it as the Target ACK Delay,
+    // from which the active side's ACK timeout follows (libclient/cm_rules.h; rxe says 15).
+    .local_ca_ack_delay = 8,
     // SRQ_RESIZE: ibv_modify_srq moves an SRQ to a new ring (Session::resize_srq).
     .device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW |
                         IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS |

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "libclient/cm_rules.h"
 #include "libclient/internal.h"
 #include "libclient/util.h"
 #include "shm/cm.h"
@@ -612,62 +613,43 @@ ibv_mtu port_mtu(CmId* i) {
     return pa.active_mtu;
 }
 
-// The attributes that take an id's QP to a->qp_state, as rdma_init_qp_attr gives them:
-// INIT from the id's port, RTR from the peer's QP (REQ or REP), RTS from the resources agreed
-// on. The PSNs follow the IBA (§12.7.20, §12.7.31) and Linux's CM: the Starting PSN a side
-// puts in its REQ or REP is the one it *receives* with (its rq_psn), so its send queue starts
-// at the PSN the peer's message carries.
-int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
-    const ibv_qp_state want = a->qp_state;
-    *a = ibv_qp_attr{};
-    a->qp_state = want;
-    switch (want) {
-        case IBV_QPS_INIT:
-            a->pkey_index = 0;
-            a->port_num = 1;
-            *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-            if (type == IBV_QPT_UD) {
-                a->qkey = RDMA_UDP_QKEY;
-                *mask |= IBV_QP_QKEY;
-            } else {
-                a->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-                *mask |= IBV_QP_ACCESS_FLAGS;
-            }
-            return 0;
-        case IBV_QPS_RTR: {
-            if (i->peer.qpn == 0) return EINVAL;  // no REQ or REP yet
-            const auto peer_mtu =
-                static_cast<ibv_mtu>(i->peer.path_mtu != 0 ? i->peer.path_mtu : int{IBV_MTU_4096});
-            a->path_mtu = std::min(port_mtu(i), peer_mtu);
-            a->dest_qp_num = i->peer.qpn;
-            a->rq_psn = i->psn;
-            a->max_dest_rd_atomic = i->responder_resources;
-            a->min_rnr_timer = 12;
-            a->ah_attr.is_global = 1;
-            a->ah_attr.grh.dgid = gid_of(ip_of(reinterpret_cast<sockaddr*>(&dst_of(i))));
-            a->ah_attr.grh.sgid_index = 0;
-            a->ah_attr.grh.hop_limit = 64;
-            a->ah_attr.grh.traffic_class = i->tos;
-            a->ah_attr.port_num = 1;
-            *mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-            if (type == IBV_QPT_RC) *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-            return 0;
-        }
-        case IBV_QPS_RTS:
-            if (type != IBV_QPT_UD && i->peer.qpn == 0) return EINVAL;  // no REQ or REP yet
-            a->sq_psn = i->peer.psn;
-            a->timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
-            a->retry_cnt = i->retry_count;
-            a->rnr_retry = i->rnr_retry_count;
-            a->max_rd_atomic = i->initiator_depth;
-            *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-            if (type == IBV_QPT_RC)
-                *mask |=
-                    IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-            return 0;
-        default:
-            return EINVAL;
+// What cm_rules.h reads of the id's device, its options, and the connection so far.
+cm_rules::DeviceFacts device_facts(CmId* i) {
+    cm_rules::DeviceFacts d;
+    d.port_mtu = port_mtu(i);
+    ibv_device_attr da{};
+    if (i->id.verbs != nullptr && ibv_query_device(i->id.verbs, &da) == 0) {
+        d.ca_ack_delay = da.local_ca_ack_delay;
+        d.max_responder_resources = static_cast<std::uint8_t>(std::min(da.max_qp_rd_atom, 255));
+        d.max_initiator_depth = static_cast<std::uint8_t>(std::min(da.max_qp_init_rd_atom, 255));
     }
+    return d;
+}
+cm_rules::IdOptions options_of(const CmId* i) {
+    return {.ack_timeout = i->ack_timeout, .tos = i->tos};
+}
+bool is_passive(const CmId* i) {
+    return i->listener != nullptr;
+}
+cm_rules::Side side_of(CmId* i, const cm_rules::DeviceFacts& d) {
+    cm_rules::Side s;
+    s.passive = is_passive(i);
+    s.sent.psn = i->psn;
+    s.sent.responder_resources = i->responder_resources;
+    s.sent.initiator_depth = i->initiator_depth;
+    s.sent.retry_count = i->retry_count;
+    s.sent.rnr_retry_count = i->rnr_retry_count;
+    if (!s.passive) s.sent.path_mtu = static_cast<std::uint8_t>(d.port_mtu);
+    s.peer = i->peer;
+    return s;
+}
+
+// The attributes that take an id's QP to a->qp_state, as rdma_init_qp_attr gives them: the
+// rules of cm_rules.h over what the id's REQ and REP carried.
+int qp_attr_for(CmId* i, ibv_qp_type type, ibv_qp_attr* a, int* mask) {
+    const cm_rules::DeviceFacts d = device_facts(i);
+    return cm_rules::qp_attr(side_of(i, d), d, options_of(i), type,
+                             gid_of(ip_of(reinterpret_cast<sockaddr*>(&dst_of(i)))), a, mask);
 }
 
 // RTR then RTS from the peer's QP (REQ or REP). On iWARP the QP has no peer QP to name: its
@@ -687,32 +669,26 @@ int connect_qp(CmId* i) {
     a.qp_state = IBV_QPS_RTR;
     if (const int err = qp_attr_for(i, qp->qp_type, &a, &mask); err != 0) return err;
     if (std::getenv("SNIC_CM_DEBUG") != nullptr)
-        say("cm: QP %u to RTR/RTS: dest %u rq_psn %u sq_psn %u mtu %d max_dest_rd_atomic %u "
-            "max_rd_atomic %u",
-            qp->qp_num, a.dest_qp_num, a.rq_psn, i->peer.psn, a.path_mtu, a.max_dest_rd_atomic,
-            i->initiator_depth);
+        say("cm: QP %u to RTR: dest %u rq_psn %u mtu %d max_dest_rd_atomic %u", qp->qp_num,
+            a.dest_qp_num, a.rq_psn, a.path_mtu, a.max_dest_rd_atomic);
     if (const int err = ibv_modify_qp(qp, &a, mask); err != 0) return err;
     a.qp_state = IBV_QPS_RTS;
     if (const int err = qp_attr_for(i, qp->qp_type, &a, &mask); err != 0) return err;
     return ibv_modify_qp(qp, &a, mask);
 }
 
+// What our REQ (active) or REP (passive) carries (cm_rules.h), with the QP, its SRQ, its
+// type and private data; the id's resources and retry counts are take_resources'.
 shm::CmConnParam our_param(CmId* i, const rdma_conn_param* p) {
-    shm::CmConnParam c{};
+    const cm_rules::DeviceFacts d = device_facts(i);
+    const cm_rules::Resources r{i->responder_resources, i->initiator_depth};
+    shm::CmConnParam c = is_passive(i) ? cm_rules::rep_fields(p, r, i->psn, d)
+                                       : cm_rules::req_fields(p, r, i->psn, options_of(i), d);
     c.qpn = i->id.qp != nullptr ? i->id.qp->qp_num : (p != nullptr ? p->qp_num : 0);
-    c.psn = i->psn;
-    c.responder_resources = i->responder_resources;
-    c.initiator_depth = i->initiator_depth;
-    c.flow_control = p != nullptr ? p->flow_control : 1;
-    c.retry_count = i->retry_count;
-    c.rnr_retry_count = i->rnr_retry_count;
     c.srq = (i->id.srq != nullptr || (i->id.qp != nullptr && i->id.qp->srq != nullptr) ||
              (p != nullptr && p->srq != 0))
                 ? 1
                 : 0;
-    c.path_mtu = static_cast<std::uint8_t>(port_mtu(i));
-    c.ack_timeout = i->ack_timeout != 0 ? i->ack_timeout : 14;
-    c.tos = i->tos;
     c.qp_type = static_cast<std::uint8_t>(i->id.qp_type);
     if (is_ud(i)) c.qkey = RDMA_UDP_QKEY;
     if (p != nullptr && p->private_data_len != 0 && p->private_data != nullptr) {
@@ -723,29 +699,21 @@ shm::CmConnParam our_param(CmId* i, const rdma_conn_param* p) {
     return c;
 }
 
-// The resources a connection asks for, clamped to the device's, as librdmacm does: without
-// a conn_param, what the connect request asked (passive) or the device's most (active).
-void take_resources(CmId* i, const rdma_conn_param* p) {
-    ibv_device_attr da{};
-    const bool have = i->id.verbs != nullptr && ibv_query_device(i->id.verbs, &da) == 0;
-    std::uint8_t rr, id;
-    if (p != nullptr) {
-        rr = p->responder_resources, id = p->initiator_depth;
-    } else if (i->listener != nullptr) {
-        rr = i->peer.initiator_depth, id = i->peer.responder_resources;
-    } else {
-        rr = id = 0xff;
-    }
-    if (have) {
-        rr = static_cast<std::uint8_t>(std::min<int>(rr, da.max_qp_rd_atom));
-        id = static_cast<std::uint8_t>(std::min<int>(id, da.max_qp_init_rd_atom));
-    }
-    i->responder_resources = rr;
-    i->initiator_depth = id;
-    if (p != nullptr) {
-        i->retry_count = std::min<std::uint8_t>(p->retry_count, 7);
-        i->rnr_retry_count = std::min<std::uint8_t>(p->rnr_retry_count, 7);
-    }
+// The resources and retry counts a connection asks for, as librdmacm's rdma_connect and
+// rdma_accept take them (cm_rules::resources): without a conn_param, what the connect
+// request asked (passive) or the device's most (active). EINVAL for a value beyond the
+// device's in the TCP port space, as librdmacm.
+int take_resources(CmId* i, const rdma_conn_param* p) {
+    cm_rules::Resources r;
+    if (const int err = cm_rules::resources(p, is_passive(i) ? &i->peer : nullptr,
+                                            device_facts(i), i->id.ps == RDMA_PS_TCP, r);
+        err != 0)
+        return err;
+    i->responder_resources = r.responder_resources;
+    i->initiator_depth = r.initiator_depth;
+    i->retry_count = p != nullptr ? std::min<std::uint8_t>(p->retry_count, 7) : 7;
+    i->rnr_retry_count = p != nullptr ? std::min<std::uint8_t>(p->rnr_retry_count, 7) : 7;
+    return 0;
 }
 
 std::uint32_t random_psn() {
@@ -1139,7 +1107,7 @@ SNIC_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* param) {
         const std::size_t max = is_ud(i) ? shm::kCmSidrReqPrivate : shm::kCmReqPrivate;
         if (param != nullptr && param->private_data_len > max) return fail(EINVAL);
         if (i->id.qp == nullptr && (param == nullptr || param->qp_num == 0)) return fail(EINVAL);
-        take_resources(i, param);
+        if (const int err = take_resources(i, param); err != 0) return fail(err);
         take_app_qp(i, param);
         shm::CmConnectReq req{};
         req.id = i->handle;
@@ -1183,10 +1151,7 @@ SNIC_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* param) {
             const int err = i->conn->conn.call(shm::CtrlOp::cm_accept, req, &none);
             return err != 0 ? fail(err) : 0;
         }
-        take_resources(i, param);
-        if (param == nullptr || param->rnr_retry_count == 0)
-            i->rnr_retry_count = i->peer.rnr_retry_count;
-        i->retry_count = i->peer.retry_count;
+        if (const int err = take_resources(i, param); err != 0) return fail(err);
         if (is_iwarp(i)) {
             take_app_qp(i, param);
             // The MPA reply goes first: the QP binds to a connection whose exchange is over

@@ -107,6 +107,7 @@ enum class Input : std::uint8_t {
     disconnect,
     established,
     release,
+    discard,
     timer_retry,    // the request's timer ran out and retries are left
     timer_expired,  // ... and none are left, or TimeWait is over
     sidr_request,
@@ -325,6 +326,7 @@ struct Actions {
         m.srq = p.qp.srq;
         m.primary.local_gid = gid_from_ipv4(c.local_ip);
         m.primary.remote_gid = gid_from_ipv4(c.remote_ip);
+        m.primary.flow_label = p.flow_label & 0xFFFFF;
         m.primary.traffic_class = p.qp.traffic_class;
         m.primary.hop_limit = 64;
         m.primary.local_ack_timeout = p.qp.local_ack_timeout;
@@ -531,6 +533,7 @@ struct Actions {
         enter_timewait(a, c, x.now);
     }
     static void release_sidr(Agent& a, Conn& c, const Ctx&) { erase(a, c); }
+    static void forget(Agent& a, Conn& c, const Ctx&) { erase(a, c); }
     static void release_sidr_rcvd(Agent& a, Conn& c, const Ctx& x) {
         Ctx y = x;
         y.sidr_status = sidr_status::rejected;
@@ -646,6 +649,8 @@ constexpr A::Row kTransitions[] = {
     {S::mra_req_sent, I::rx_rej, A::deliver_rejected, S::timewait},
     {S::req_rcvd, I::release, A::release_rej_consumer, S::timewait},
     {S::mra_req_sent, I::release, A::release_rej_consumer, S::timewait},
+    {S::req_rcvd, I::discard, A::forget, S::idle},
+    {S::mra_req_sent, I::discard, A::forget, S::idle},
     {S::rep_sent, I::rx_req_dup, A::resend_dup, S::rep_sent},
     {S::mra_rep_rcvd, I::rx_req_dup, A::resend_dup, S::mra_rep_rcvd},
     {S::rep_sent, I::rx_mra_rep, A::mra_wait, S::mra_rep_rcvd},
@@ -866,6 +871,17 @@ struct Receivers {
         auto m = decode_or_drop<DreqMsg>(a, rx);
         if (!m) return;
         Conn* c = match(a, rx, m->remote_comm_id, m->local_comm_id);
+        if (c == nullptr) {
+            // A DREQ for a connection we do not know (forgotten, or never ours) is answered
+            // all the same, as Linux's cm_issue_drep does, so that the peer stops resending.
+            ++a.counters_.duplicates;
+            DrepMsg r;
+            r.local_comm_id = m->remote_comm_id;
+            r.remote_comm_id = m->local_comm_id;
+            return Actions::send_mad(a, rx.src_ip, MsgType::drep, build_mad(rx.tid, r));
+        }
+        // Linux's cm_dreq_handler: the DREQ must name our QP.
+        if (m->remote_qpn != c->local.qpn) return drop(a, RxDrop::unknown_conn);
         feed(a, c, Input::rx_dreq, Ctx{.now = rx.now, .tid = rx.tid, .priv = m->private_data});
     }
 
@@ -1039,6 +1055,10 @@ Status Agent::disconnect(ConnId id, std::span<const std::uint8_t> private_data, 
 
 void Agent::established(ConnId id, std::uint64_t now) {
     if (Conn* c = find(id)) Actions::dispatch(*this, *c, Input::established, Ctx{.now = now});
+}
+
+Status Agent::discard(ConnId id, std::uint64_t now) {
+    return call(*this, find(id), id, Input::discard, Ctx{.now = now}, "discard");
 }
 
 void Agent::release(ConnId id, std::uint64_t now) {

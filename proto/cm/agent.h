@@ -35,7 +35,10 @@ using ConnId = std::uint32_t;  // 0 is never a valid id
 inline constexpr std::uint32_t kGsiQpn = 1;
 inline constexpr std::uint32_t kGsiQkey = 0x80010000;
 
-struct QpInfo {  // what REQ/REP carry about one side's QP
+// What REQ/REP carry about one side's QP. Each field keeps the message's meaning: the
+// sender's resources, and local_ack_timeout is a REQ's primary Local ACK Timeout or a REP's
+// Target ACK Delay (the consumer chooses both: libclient/cm_rules.h).
+struct QpInfo {
     std::uint32_t qpn = 0;
     std::uint32_t psn = 0;  // starting PSN (24 bits)
     std::uint8_t responder_resources = 0;
@@ -57,6 +60,7 @@ struct ConnectParams {
     QpInfo qp;
     std::uint8_t cm_response_timeout = 20;  // exponent: 4.096 us * 2^t
     std::uint8_t max_cm_retries = 15;
+    std::uint32_t flow_label = 0;                // the primary path's, 20 bits (cma.h)
     std::span<const std::uint8_t> private_data;  // <= 92, copied
 };
 
@@ -187,6 +191,10 @@ class Agent {
     Status disconnect(ConnId id, std::span<const std::uint8_t> private_data, std::uint64_t now);
     // Passive side saw data before RTU (IBA allows): REP Sent -> Established, no event.
     void established(ConnId id, std::uint64_t now);
+    // A REQ received and not yet answered is forgotten without a word (no REJ, no MRA), as
+    // Linux's CM forgets one whose consumer could not take it (a full listen backlog): the
+    // peer's next REQ comes as a new one. EINVAL in any other state.
+    Status discard(ConnId id, std::uint64_t now);
     // The consumer forgets the connection: a REQ or REP received and not answered -> REJ
     // reason 28 (consumer reject); a REQ or REP sent and not answered -> REJ reason 4
     // (timeout); established -> DREQ. No further events for it; its state is reclaimed after

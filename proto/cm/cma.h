@@ -20,6 +20,14 @@ constexpr std::uint64_t service_id(PortSpace ps, std::uint16_t port) {
     return (std::uint64_t{static_cast<std::uint16_t>(ps)} << 16) | port;
 }
 
+// The flow label of a RoCEv2 path from rdma_cm's ports, as cma.c's
+// cma_get_roce_udp_flow_label derives it for the REQ's primary path (an IPv4 source, or an
+// IPv6 one without a flow label of its own): a hash of the source and destination ports.
+// The passive side's QP takes the REQ's, so both directions carry the same label.
+constexpr std::uint32_t roce_flow_label(std::uint16_t src_port, std::uint16_t dst_port) {
+    return (std::uint32_t{src_port} * 31 + dst_port) & 0xFFFFF;
+}
+
 // The port space and port of an rdma_cm service ID, or nullopt if it is not one.
 struct IpService {
     PortSpace ps;

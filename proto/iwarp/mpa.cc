@@ -321,9 +321,11 @@ MpaError MpaResponder::accept(std::span<const std::uint8_t> private_data, std::u
         if (rtr == Rtr::none) return MpaError::no_matching_rtr;
     }
     if (f.enhanced) {
-        // RFC 6581 §9.2: never more reads outstanding than the initiator can take; our IRD
-        // stands and the initiator's ORD comes down to it.
+        // RFC 6581 §9.2: never more reads outstanding than the initiator can take. Our IRD
+        // grows to the initiator's ORD as far as we can go, as siw_accept's relaxed
+        // negotiation does; the initiator's ORD comes down to what it ends at.
         ord = std::min(ord, req.ird_ord.ird);
+        ird = std::max(ird, std::min(req.ird_ord.ord, config_.max_ird));
         if (rtr == Rtr::read && ird == 0) ird = 1;
         f.ird_ord.ird = ird;
         f.ird_ord.ord = ord;

@@ -174,8 +174,9 @@ struct MpaConfig {
     // Initiator: the IRD and ORD we ask for. The responder's come with accept().
     std::uint16_t ird = 0;
     std::uint16_t ord = 0;
-    // Initiator: the IRD we can grow to when the responder's ORD asks for more than `ird`
-    // (siw's relaxed IRD negotiation); below `ird` it counts as `ird`.
+    // The IRD we can grow to when the peer's ORD asks for more than ours (siw's relaxed IRD
+    // negotiation): the initiator's on the reply's ORD, the responder's (accept's `ird`) on
+    // the request's ORD; below `ird` it counts as `ird`.
     std::uint16_t max_ird = 0;
     // Initiator: ask for peer-to-peer mode, offering `rtr`. Responder: take it, choosing
     // from `rtr` (Write first, as siw does, then Read, then Send).
@@ -264,8 +265,10 @@ class MpaResponder {
     const MpaFrame& request() const { return reader_.frame(); }
 
     // rdma_accept: our private data, IRD and ORD. Revision 2: the ORD sent is at most the
-    // initiator's IRD (RFC 6581 §9.2: the responder lowers), the IRD is ours (the initiator
-    // lowers its ORD to it), and a Read RTR needs an IRD of 1 at least. Fails, with no
+    // initiator's IRD (RFC 6581 §9.2: the responder lowers), the IRD is ours raised to the
+    // initiator's ORD as far as max_ird allows (siw_accept's relaxed negotiation; the
+    // initiator lowers its ORD to what we could not give), and a Read RTR needs an IRD of 1
+    // at least. Fails, with no
     // effect, on bad arguments, in the wrong state or with no RTR both sides take (then
     // reject()).
     MpaError accept(std::span<const std::uint8_t> private_data, std::uint16_t ird,

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "proto/cm/cma.h"
 #include "tests/unit/cm/cm_harness.h"
 
 namespace snic::cm::test {
@@ -389,6 +390,88 @@ TEST(CmAgent, DreqUnansweredDisconnectsAfterTheRetries) {
     p.advance(kReqInterval);
     EXPECT_EQ(p.ep_a.count(EventType::disconnected), 1u);
     EXPECT_EQ(p.ep_a.sent_count(AttrId::dreq), 4u);  // 1 + max_cm_retries (3)
+}
+
+// A DREQ for no connection of ours is answered all the same (Linux's cm_issue_drep), so
+// that a peer whose DREQ outlived our state stops resending it.
+TEST(CmAgent, DreqForAnUnknownConnectionIsAnsweredWithDrep) {
+    CmPair p;
+    DreqMsg m;
+    m.local_comm_id = 0x1234;
+    m.remote_comm_id = 0x5678;  // not one of B's
+    m.remote_qpn = 0x222;
+    const Mad mad = build_mad(0xABCD, m);
+    p.b.receive(kIpA, kGsiQpn, mad, p.now);
+    const auto drep = p.ep_b.last_sent(AttrId::drep);
+    ASSERT_TRUE(drep);
+    EXPECT_EQ(drep->to_ip, kIpA);
+    const auto r = decode<DrepMsg>(drep->data());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->local_comm_id, 0x5678u);
+    EXPECT_EQ(r->remote_comm_id, 0x1234u);
+    MadView v;
+    ASSERT_EQ(parse_mad(drep->mad, v), MadDrop::ok);
+    EXPECT_EQ(v.hdr.tid, 0xABCDu);
+    EXPECT_EQ(p.b.counters().duplicates, 1u);
+    EXPECT_EQ(p.b.counters().mads_bad, 0u);
+}
+
+// Linux's cm_dreq_handler: a DREQ must name the receiver's QP; one that names another is
+// dropped and the connection stays.
+TEST(CmAgent, DreqNamingAnotherQpIsDropped) {
+    CmPair p;
+    ConnId passive = 0;
+    const ConnId id = p.establish(&passive);
+    DreqMsg m;
+    m.local_comm_id = id;
+    m.remote_comm_id = passive;
+    m.remote_qpn = 0x223;  // B's QP is 0x222
+    p.b.receive(kIpA, kGsiQpn, build_mad(1, m), p.now);
+    EXPECT_EQ(p.b.state_of(passive), State::established);
+    EXPECT_EQ(p.ep_b.sent_count(AttrId::drep), 0u);
+    EXPECT_EQ(p.b.counters().drops[static_cast<std::size_t>(RxDrop::unknown_conn)], 1u);
+    m.remote_qpn = 0x222;
+    p.b.receive(kIpA, kGsiQpn, build_mad(2, m), p.now);
+    EXPECT_EQ(p.b.state_of(passive), State::timewait);
+    EXPECT_EQ(p.ep_b.sent_count(AttrId::drep), 1u);
+}
+
+// discard(): a REQ forgotten without a word (a full listen backlog, as Linux's ucma); the
+// peer's next REQ is a new request.
+TEST(CmAgent, DiscardedReqSendsNothingAndItsRetransmissionIsNew) {
+    CmPair p;
+    std::vector<ConnId> seen;
+    p.ep_b.on_event = [&](const Event& e) {
+        if (e.type == EventType::req_received) seen.push_back(e.id);
+    };
+    auto id = p.a.connect(CmPair::params(), p.now);
+    ASSERT_TRUE(id.ok());
+    p.pump();
+    ASSERT_EQ(seen.size(), 1u);
+    ASSERT_TRUE(p.b.discard(seen[0], p.now).ok());
+    EXPECT_EQ(p.b.state_of(seen[0]), State::idle);
+    EXPECT_EQ(p.b.half_open(), 0u);
+    EXPECT_TRUE(p.ep_b.sent.empty());
+    EXPECT_FALSE(p.b.discard(seen[0], p.now).ok());
+    p.advance(kReqInterval);  // A sends its REQ again
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_NE(seen[1], seen[0]);
+    EXPECT_EQ(p.b.state_of(seen[1]), State::req_rcvd);
+    EXPECT_TRUE(p.ep_b.sent.empty());
+    EXPECT_FALSE(p.a.discard(*id, p.now).ok());  // only a REQ received may be
+}
+
+// The primary path's flow label is the caller's (cma.c's hash of the ports, cma.h).
+TEST(CmAgent, ReqCarriesTheFlowLabelItIsGiven) {
+    CmPair p;
+    ConnectParams cp = CmPair::params();
+    cp.flow_label = roce_flow_label(47456, 7174);
+    ASSERT_TRUE(p.a.connect(cp, p.now).ok());
+    const auto req = p.ep_a.last_sent(AttrId::req);
+    ASSERT_TRUE(req);
+    const auto r = decode<ReqMsg>(req->data());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->primary.flow_label, 429734u);  // what rxe sent for these ports
 }
 
 TEST(CmAgent, ReqRetriesExhaustedIsUnreachableWithRejTimeout) {

@@ -368,7 +368,7 @@ TEST(Resources, device_limits_are_the_contract) {
     EXPECT_EQ(d.page_size_cap, 4096u);
     EXPECT_EQ(d.atomic_cap, std::uint32_t{IBV_ATOMIC_HCA});
     EXPECT_EQ(d.max_pkeys, 1u);
-    EXPECT_EQ(d.local_ca_ack_delay, 15u);
+    EXPECT_EQ(d.local_ca_ack_delay, 8u);
     EXPECT_EQ(d.device_cap_flags,
               std::uint32_t{IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW |
                             IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS |

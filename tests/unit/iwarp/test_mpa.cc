@@ -369,6 +369,26 @@ TEST(MpaNegotiation, ird_ord_are_lowered_to_what_the_other_side_takes) {
     EXPECT_EQ(x.initiator.result().ord, 2);
 }
 
+// siw_accept's relaxed negotiation: a responder whose IRD is below the initiator's ORD
+// grows it to that ORD as far as its max_ird goes; the reply says so, and the initiator
+// keeps its ORD.
+TEST(MpaNegotiation, a_responder_ird_grows_to_the_initiators_ord_within_its_most) {
+    MpaConfig resp = config(2, CrcPolicy::require);
+    resp.max_ird = 6;
+    for (const std::uint16_t ask : {std::uint16_t{5}, std::uint16_t{9}}) {
+        Exchange x(config(2, CrcPolicy::require, /*ird=*/4, /*ord=*/ask), {}, resp);
+        x.request();
+        ASSERT_EQ(x.responder.accept({}, /*ird=*/2, /*ord=*/3), MpaError::none);
+        const std::uint16_t grown = ask <= 6 ? ask : 6;
+        EXPECT_EQ(x.responder.result().ird, grown);
+        EXPECT_EQ(x.responder.result().ord, 3);
+        x.reply();
+        ASSERT_EQ(x.initiator.state(), MpaState::established);
+        EXPECT_EQ(x.initiator.result().ord, grown);  // lowered only when we could not give
+        EXPECT_EQ(x.initiator.result().ird, 4);
+    }
+}
+
 MpaFrame v2_reply(std::uint16_t ird, std::uint16_t ord) {
     MpaFrame f;
     f.kind = FrameKind::reply;
