@@ -67,8 +67,10 @@ IwarpTransport::IwarpTransport(LcoreTasks& tasks, const NameTable& keys, TcpServ
       keys_(keys),
       tcp_(tcp),
       runner_(tasks, tsc_hz, kGraceNs),
-      mpa_timeout_tsc_(
-          static_cast<std::uint64_t>(kMpaTimeoutSeconds * static_cast<double>(tsc_hz))),
+      mpa_request_tsc_(
+          static_cast<std::uint64_t>(kMpaRequestWaitSeconds * static_cast<double>(tsc_hz))),
+      mpa_reply_tsc_(
+          static_cast<std::uint64_t>(kMpaReplyWaitSeconds * static_cast<double>(tsc_hz))),
       mpa_check_tsc_(static_cast<std::uint64_t>(kMpaCheckSeconds * static_cast<double>(tsc_hz))),
       conns_(tcp.stack().config().max_connections),
       gens_(conns_.size(), 0) {
@@ -135,7 +137,7 @@ Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
         c->owner = owner;
         c->has_owner = true;
         c->state = IwConn::State::connecting;
-        c->mpa_deadline = now_tsc_ + mpa_timeout_tsc_;  // TCP's own retries end it sooner
+        c->mpa_deadline = now_tsc_ + mpa_request_tsc_;  // TCP's handshake, then the reply's
         counters_.connects.add();
         post_buffers(*c);
         id = c->id;

@@ -79,7 +79,7 @@ struct IwarpCounters {
     Counter no_room;       // connections refused: the table is full
     Counter events_lost;   // the CM's queue was full
     Counter held_bytes;    // stream bytes that waited for their QP to be bound
-    Counter mpa_timeouts;  // MPA exchanges that took longer than kMpaTimeoutSeconds
+    Counter mpa_timeouts;  // MPA exchanges that took too long (kMpa*WaitSeconds)
 };
 
 // The QP an iWARP QpEngine is: the glue, the engine, and the connection it was bound to (the
@@ -214,13 +214,15 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     // The receive buffers of a connection: the window its peer sees.
     static constexpr std::uint32_t kRxBuffers = 4;
     static constexpr std::uint32_t kRxBufferBytes = 64 * 1024;
-    // Connections per port at once: one for each of the port's TCP connections
-    // (TcpStackConfig::max_connections, snicd's --tcp-max-conns).
     // How long a QP that did something stays on the ready list (as RoCE's).
     static constexpr std::uint64_t kGraceNs = 200'000;
-    // How long an MPA request or reply may take once TCP is up (Linux siw: 10 s), and how
-    // often the lcore looks for those overdue.
-    static constexpr double kMpaTimeoutSeconds = 10.0;
+    // How long a responder waits for the MPA request once TCP is up, and an initiator for TCP
+    // to connect (Linux siw: 10 s); how long an initiator then waits for the reply, which
+    // waits for the peer application's rdma_accept: a server that takes a thousand requests
+    // one by one answers the last late (siw: 10 s, Chelsio's cxgb4: 60 s); how often the lcore
+    // looks for those overdue.
+    static constexpr double kMpaRequestWaitSeconds = 10.0;
+    static constexpr double kMpaReplyWaitSeconds = 60.0;
     static constexpr double kMpaCheckSeconds = 0.1;
 
   private:
@@ -270,7 +272,7 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     // The control thread: why connect() found no room (ENOBUFS), also logged as a warning.
     std::string connections_full(std::uint32_t ip, TcpBound bound);
 
-    const std::uint64_t mpa_timeout_tsc_, mpa_check_tsc_;
+    const std::uint64_t mpa_request_tsc_, mpa_reply_tsc_, mpa_check_tsc_;
     std::uint64_t now_tsc_ = 0;
     std::uint64_t next_mpa_check_ = 0;
     std::vector<std::unique_ptr<IwConn>> conns_;  // lcore; max_connections entries

@@ -215,6 +215,7 @@ void IwarpTransport::on_conn_event(IwConn& c, const TcpStreamEvent& e) {
         case K::connected:
             stack().four_tuple(c.tcp, c.tuple);
             c.state = IwConn::State::awaiting_reply;
+            c.mpa_deadline = now_tsc_ + mpa_reply_tsc_;
             if (!send_frame(c, c.ini->request())) {
                 emit(c, IwCmEvent::Kind::refused, -ENOBUFS);
                 close_conn(c);
@@ -298,7 +299,7 @@ void IwarpTransport::on_tcp_event(const TcpStreamEvent& e) {
     stack().four_tuple(c->tcp, c->tuple);
     c->resp.emplace(mpa_config(0, 0, true));  // IRD and ORD come with accept()
     c->state = IwConn::State::awaiting_request;
-    c->mpa_deadline = now_tsc_ + mpa_timeout_tsc_;
+    c->mpa_deadline = now_tsc_ + mpa_request_tsc_;
     counters_.incoming.add();
     post_buffers(*c);
 }

@@ -280,10 +280,18 @@ ibv_context* context_of(Device* d) {
     return c;
 }
 
+// The device of a daemon's port that a connect request came in on. The devices known
+// already are looked at first: the request came to a listener of this process, whose
+// devices were found when it bound or listened, and asking every daemon again for each of
+// a thousand requests (cmtime -c 1000) costs a control connection each.
 Device* device_at(const std::string& path, std::uint32_t port_index, std::uint32_t transport) {
+    auto at = [&](Device* d) {
+        return path == d->socket_path && d->port_index == port_index && d->transport == transport;
+    };
+    for (Device* d : known_devices())
+        if (at(d)) return d;
     for (Device* d : current_devices())
-        if (path == d->socket_path && d->port_index == port_index && d->transport == transport)
-            return d;
+        if (at(d)) return d;
     return nullptr;
 }
 

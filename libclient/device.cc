@@ -277,6 +277,15 @@ OpenContexts& open_contexts() {
     return *o;
 }
 
+std::vector<Device*> known_devices() {
+    std::vector<Device*> out;
+    DeviceTable& t = devices();
+    std::lock_guard lock(t.mu);
+    for (const auto& d : t.all)
+        if (visible(d->dev.name)) out.push_back(d.get());
+    return out;
+}
+
 std::vector<Device*> current_devices() {
     std::vector<Device*> out;
     int n = 0;

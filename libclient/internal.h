@@ -46,8 +46,10 @@ struct Device {
     }
 };
 
-// Every snic device now (the device list refreshed), for rdma_cm.
+// Every snic device now (the device list refreshed: each daemon asked), for rdma_cm.
 std::vector<Device*> current_devices();
+// The snic devices found so far and visible now (SNIC_DEVICES), no daemon asked.
+std::vector<Device*> known_devices();
 
 // rdma_cm on an iWARP device: INIT -> RTR bound to the daemon's connection `iw_conn`.
 int bind_iwarp_qp(ibv_qp* qp, std::uint32_t iw_conn);

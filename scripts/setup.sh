@@ -23,7 +23,7 @@ SNIC_PACKAGES=(
     clang libclang-rt-14-dev
     # gcc's sanitizer runtimes, for scripts/test.sh's sanitizer builds (g++ depends on them too)
     libasan8 libubsan1 libtsan2
-    dapl2-utils libdapl2 libdapl-dev
+    dapl2-utils libdapl2 libdapl-dev qperf
     ucx-utils openmpi-bin libopenmpi-dev libfabric-bin
     python3 python3-pytest python3-scapy
     # rdma-core's own tests of the verbs API, which tests/integration/test_pyverbs.py runs

@@ -382,7 +382,10 @@ std::size_t write_fpdu(std::span<std::uint8_t> out, std::span<const std::uint8_t
 }
 
 FpduDeframer::FpduDeframer(std::size_t max_ulpdu, bool crc)
-    : max_ulpdu_(std::min(max_ulpdu, kMaxUlpdu)), crc_(crc), buf_(fpdu_size(max_ulpdu_)) {}
+    : max_ulpdu_(std::min(max_ulpdu, kMaxUlpdu)),
+      crc_(crc),
+      mem_(std::make_unique_for_overwrite<std::uint8_t[]>(fpdu_size(max_ulpdu_))),
+      buf_(mem_.get(), fpdu_size(max_ulpdu_)) {}
 
 FpduDeframer::Status FpduDeframer::check(std::span<const std::uint8_t> fpdu,
                                          std::span<const std::uint8_t>& ulpdu) noexcept {

@@ -18,6 +18,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -370,9 +371,12 @@ class FpduDeframer {
 
     std::size_t max_ulpdu_;
     bool crc_;
-    std::vector<std::uint8_t> buf_;  // sized once, fpdu_size(max_ulpdu)
-    std::size_t held_ = 0;           // bytes of a straddling FPDU in buf_
-    std::size_t want_ = 0;           // its whole size, once its length is known
+    // Sized once, fpdu_size(max_ulpdu), and not written until an FPDU straddles segments: an
+    // idle connection's pages are not taken (thousands of connections, docs/SECURITY.md).
+    std::unique_ptr<std::uint8_t[]> mem_;
+    std::span<std::uint8_t> buf_;
+    std::size_t held_ = 0;  // bytes of a straddling FPDU in buf_
+    std::size_t want_ = 0;  // its whole size, once its length is known
     Status fatal_ = Status::need_more;
     std::uint64_t fpdus_ = 0;
 };

@@ -56,7 +56,8 @@ IwQp::IwQp(const IwConfig& config, verbs::QpMemory& memory, verbs::QpQueues& que
       queues_(queues),
       stream_(stream),
       deframer_(kMaxUlpdu, config.crc),
-      txbuf_(fpdu_size(kMaxUlpdu)) {
+      txmem_(std::make_unique_for_overwrite<std::uint8_t[]>(fpdu_size(kMaxUlpdu))),
+      txbuf_(txmem_.get(), fpdu_size(kMaxUlpdu)) {
     cfg_.mss = std::max(cfg_.mss, kMinMss);
     cfg_.max_inline = std::min(cfg_.max_inline, verbs::kMaxInline);
     cfg_.ord = std::max(cfg_.ord, 1u);
@@ -88,7 +89,7 @@ IwTime IwQp::next_deadline() const {
 // --- the FPDU writer ------------------------------------------------------------------------
 
 IwQp::Emit IwQp::emit(const SegmentSpec& spec, std::uint32_t len, const Source& src) {
-    const std::span<std::uint8_t> ulpdu = std::span(txbuf_).subspan(kFpduLengthLen);
+    const std::span<std::uint8_t> ulpdu = txbuf_.subspan(kFpduLengthLen);
     const std::size_t hl = build_header(ulpdu, spec);
     std::uint8_t* dst = ulpdu.data() + hl;
     if (len > 0) {

@@ -290,7 +290,11 @@ class IwQp {
     bool more_ = false;  // output left that could go now
 
     FpduDeframer deframer_;
-    std::vector<std::uint8_t> txbuf_;  // one FPDU, sized for the largest ULPDU
+    // One FPDU, sized for the largest ULPDU. Not written when allocated: every byte of an
+    // FPDU is written as it is built (headers, payload, pad, CRC), and a QP that sends little
+    // takes few of its pages.
+    std::unique_ptr<std::uint8_t[]> txmem_;
+    std::span<std::uint8_t> txbuf_;
 
     // Send WRs: [head_, cur_) started, [cur_, tail_) taken but not started. Free-running.
     std::unique_ptr<Held[]> sq_;

@@ -129,7 +129,7 @@ def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
     <name>_iw1 (pinned to cores 0 and 1), a fresh port from `ports` for each attempt. Each
     side sees its own device only: perftest's client does not bind an address, and the
     server's own address would resolve to the server's device (a connection of the port to
-    itself, not over the wire). An attempt that hits perftest's retry crash
+    itself, not over the wire). An attempt that hits perftest's failed retry
     after a lost race (test_rdmacm's lost_perftest_race) is run again. Returns the last
     attempt's client result and server, which has ended."""
     for attempt in range(15):
@@ -158,7 +158,7 @@ def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
             server.kill()
         if not hung and not rcm.lost_perftest_race(client):
             break
-        what = "hang" if hung else "crash"
+        what = "hang" if hung else "failure"
         print(f"{tool}: attempt {attempt + 1} hit perftest's retry {what} after REJECTED")
     return client, server
 

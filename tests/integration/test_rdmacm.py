@@ -46,21 +46,33 @@ def next_port() -> int:
     return next(_ports)
 
 
+@contextlib.contextmanager
+def tools_wire(tmp_path_factory, mem_args, tools: dict[str, tuple[str, ...]], prefix: str,
+               subnet: str):
+    """A module's tools, by package, checked (a missing one fails the test, naming its
+    package); then snictest's wire daemon on SUBNET, yielded as (daemon, socket dir)."""
+    for package, names in tools.items():
+        for tool in names:
+            st.require_tool(tool, package)
+    with st.wire_daemon(tmp_path_factory, mem_args, prefix, subnet) as w:
+        yield w
+
+
+def wait_no_ids(d: st.Daemon) -> None:
+    """Each test starts with no rdma_cm id in the daemon: what an earlier test's processes
+    held is gone (snicd notices their exit on its own time)."""
+    st.poll(lambda: cm_status(d)["ids"] == 0, "no rdma_cm ids left from earlier tests")
+
+
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory, mem_args):
-    for package, tools in TOOLS.items():
-        for tool in tools:
-            st.require_tool(tool, package)
-    with st.wire_daemon(tmp_path_factory, mem_args, "rcm", SUBNET) as w:
+    with tools_wire(tmp_path_factory, mem_args, TOOLS, "rcm", SUBNET) as w:
         yield w
 
 
 @pytest.fixture(autouse=True)
 def no_ids_left(wire):
-    """Each test starts with no rdma_cm id in the daemon: what an earlier test's processes
-    held is gone (snicd notices their exit on its own time)."""
-    d, _ = wire
-    st.poll(lambda: cm_status(d)["ids"] == 0, "no rdma_cm ids left from earlier tests")
+    wait_no_ids(wire[0])
 
 
 # ------------------------------------------------------------------ helpers
