@@ -145,12 +145,11 @@ if [[ $san_integ_rc == 0 ]]; then
     # Left out (SNIC_ASAN_DESELECT, node-id prefixes; set it empty for all): dtest's eight
     # modes on each transport. Sanitized they take 12 of the suite's 22 minutes here, and what
     # they drive (libdaplsnic, libdaplofa over libsnic, snicd) runs sanitized in the DAT rules,
-    # dtestx, dtestsrq, dtestcm and dapltest, which stay. Also perftest -R over iWARP: sanitized,
-    # its client loses perftest 4.5's own race to the server's second listen nearly every
-    # time (REJECTED, then its retry crashes or hangs with no output), which says nothing of
-    # snic; rping, the DAT rules and the iWARP tests without perftest stay. The same holds for
-    # perftest -R over RoCEv2 (test_rdmacm's test_perftest_over_rdma_cm lost 15 races in a
-    # row there once); both run unsanitized above, and rdma_cm's own tools stay. And rdma-core's
+    # dtestx, dtestsrq, dtestcm and dapltest, which stay. Also perftest -R over iWARP and
+    # RoCEv2 (test_iwarp's test_perftest_over_iwarp, test_rdmacm's test_perftest_over_rdma_cm):
+    # sanitized, perftest's client and server are slow enough that perftest 4.5's own race to
+    # the server's second listen is lost more often, and its retry on a freed id says nothing
+    # of snic; both run unsanitized above, and rping and rdma_cm's own tools stay. And rdma-core's
     # own test suite (test_pyverbs): sanitized it takes about 2 minutes a device where CI has
     # no 4 to spare; it runs unsanitized above (run by hand against an ASan+UBSan libsnic, both
     # passes had the same outcomes and nothing reported).

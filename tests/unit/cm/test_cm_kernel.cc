@@ -394,6 +394,9 @@ TEST_F(KernelPeer, snic_passive_answers_the_kernels_req_and_its_qp_takes_the_req
     EXPECT_EQ(a.path_mtu, IBV_MTU_1024);
     EXPECT_EQ(a.max_dest_rd_atomic, 1);
     EXPECT_EQ(a.ah_attr.grh.traffic_class, req.primary.traffic_class);
+    // Linux's CM's RNR timer (655 ms), which the QP's RNR NAKs carry to the peer.
+    EXPECT_EQ(a.min_rnr_timer, 0);
+    EXPECT_TRUE(mask & IBV_QP_MIN_RNR_TIMER);
     a.qp_state = IBV_QPS_RTS;
     ASSERT_EQ(rules::qp_attr(side, dev, {}, IBV_QPT_RC, gid_of(kActiveIp), &a, &mask), 0);
     EXPECT_EQ(a.sq_psn, x().passive_first.psn);
@@ -496,6 +499,8 @@ TEST_F(KernelPeer, snic_active_sends_the_kernels_req_and_its_qp_takes_the_reps_v
     EXPECT_EQ(a.rq_psn, x().passive_first.psn);  // what the kernel's passive side sent from
     EXPECT_EQ(a.path_mtu, IBV_MTU_1024);
     EXPECT_EQ(a.max_dest_rd_atomic, krep.initiator_depth);
+    EXPECT_EQ(a.min_rnr_timer, 0);
+    EXPECT_TRUE(mask & IBV_QP_MIN_RNR_TIMER);
     a.qp_state = IBV_QPS_RTS;
     ASSERT_EQ(rules::qp_attr(side, dev, opts, IBV_QPT_RC, gid_of(kPassiveIp), &a, &mask), 0);
     EXPECT_EQ(a.sq_psn, x().active_first.psn);  // what the kernel's active side sent from
