@@ -31,9 +31,8 @@ iwarp::MpaConfig IwarpTransport::mpa_config(std::uint16_t ird, std::uint16_t ord
     m.ord = std::min<std::uint16_t>(ord, iwarp::kMpaIrdOrdMax);
     // Either side's IRD may grow to the peer's ORD, up to the device's most, as siw's relaxed
     // IRD negotiation lets it (siw_proc_mpareply, siw_accept).
-    m.max_ird = std::max<std::uint16_t>(
-        m.ird, static_cast<std::uint16_t>(std::min<std::uint32_t>(kLimits.max_qp_rd_atom,
-                                                                  iwarp::kMpaIrdOrdMax)));
+    m.max_ird = std::max<std::uint16_t>(m.ird, static_cast<std::uint16_t>(std::min<std::uint32_t>(
+                                                   kLimits.max_qp_rd_atom, iwarp::kMpaIrdOrdMax)));
     // We ask for no RTR; as a responder we serve an initiator that sends one first.
     m.peer_to_peer = responder;
     return m;

@@ -713,8 +713,8 @@ shm::CmConnParam our_param(CmId* i, const rdma_conn_param* p) {
 // device's in the TCP port space, as librdmacm.
 int take_resources(CmId* i, const rdma_conn_param* p) {
     cm_rules::Resources r;
-    if (const int err = cm_rules::resources(p, is_passive(i) ? &i->peer : nullptr,
-                                            device_facts(i), i->id.ps == RDMA_PS_TCP, r);
+    if (const int err = cm_rules::resources(p, is_passive(i) ? &i->peer : nullptr, device_facts(i),
+                                            i->id.ps == RDMA_PS_TCP, r);
         err != 0)
         return err;
     i->responder_resources = r.responder_resources;

@@ -41,7 +41,7 @@ constexpr std::uint8_t ack_timeout(std::uint8_t ca_ack_delay, std::uint8_t packe
 // What of the device the rules read (ibv_query_device, ibv_query_port).
 struct DeviceFacts {
     ibv_mtu port_mtu = IBV_MTU_1024;
-    std::uint8_t ca_ack_delay = 0;  // local_ca_ack_delay
+    std::uint8_t ca_ack_delay = 0;             // local_ca_ack_delay
     std::uint8_t max_responder_resources = 0;  // max_qp_rd_atom
     std::uint8_t max_initiator_depth = 0;      // max_qp_init_rd_atom
 };
@@ -78,8 +78,8 @@ struct Resources {
     std::uint8_t responder_resources = 0;
     std::uint8_t initiator_depth = 0;
 };
-inline int resources(const rdma_conn_param* p, const shm::CmConnParam* req,
-                     const DeviceFacts& d, bool strict, Resources& out) {
+inline int resources(const rdma_conn_param* p, const shm::CmConnParam* req, const DeviceFacts& d,
+                     bool strict, Resources& out) {
     const std::uint8_t want_rr = p != nullptr ? p->responder_resources : kMaxResources;
     const std::uint8_t want_id = p != nullptr ? p->initiator_depth : kMaxResources;
     if (strict && ((want_rr != kMaxResources && want_rr > d.max_responder_resources) ||
@@ -102,8 +102,8 @@ inline int resources(const rdma_conn_param* p, const shm::CmConnParam* req,
 // passive side is to use (at most 7; 7 without a conn_param), end-to-end flow control as
 // given (0 without), the path MTU of our port, and the primary path's Local ACK Timeout
 // from our CA's ACK delay and the route's packet life time (cm.c cm_format_req).
-inline shm::CmConnParam req_fields(const rdma_conn_param* p, const Resources& r,
-                                   std::uint32_t psn, const IdOptions& o, const DeviceFacts& d) {
+inline shm::CmConnParam req_fields(const rdma_conn_param* p, const Resources& r, std::uint32_t psn,
+                                   const IdOptions& o, const DeviceFacts& d) {
     shm::CmConnParam c{};
     c.psn = psn & 0xffffff;
     c.responder_resources = r.responder_resources;
@@ -120,8 +120,8 @@ inline shm::CmConnParam req_fields(const rdma_conn_param* p, const Resources& r,
 // The QP fields of our REP (cma.c cma_accept_ib, cm.c cm_format_rep): the RNR retry count
 // the active side is to use (at most 7; 7 without a conn_param), flow control as given, and
 // our CA's ACK delay as the Target ACK Delay. A REP has no retry count or path MTU.
-inline shm::CmConnParam rep_fields(const rdma_conn_param* p, const Resources& r,
-                                   std::uint32_t psn, const DeviceFacts& d) {
+inline shm::CmConnParam rep_fields(const rdma_conn_param* p, const Resources& r, std::uint32_t psn,
+                                   const DeviceFacts& d) {
     shm::CmConnParam c{};
     c.psn = psn & 0xffffff;
     c.responder_resources = r.responder_resources;
@@ -180,8 +180,7 @@ inline int qp_attr(const Side& s, const DeviceFacts& d, const IdOptions& o, ibv_
                 path_mtu != 0 ? std::min(d.port_mtu, static_cast<ibv_mtu>(path_mtu)) : d.port_mtu;
             a->dest_qp_num = s.peer.qpn;
             a->rq_psn = s.sent.psn;
-            a->max_dest_rd_atomic =
-                s.passive ? s.sent.responder_resources : s.peer.initiator_depth;
+            a->max_dest_rd_atomic = s.passive ? s.sent.responder_resources : s.peer.initiator_depth;
             // Linux's CM leaves 0 (655 ms), the time the peer waits after each of our RNR
             // NAKs: a consumer's RNR retry count of 5 then outlasts seconds of a busy
             // receiver, as rdma-core's test suite expects (0.64 ms ran out under load).
@@ -200,8 +199,8 @@ inline int qp_attr(const Side& s, const DeviceFacts& d, const IdOptions& o, ibv_
             if (type != IBV_QPT_UD && !have_peer) return EINVAL;  // no REQ or REP yet
             a->sq_psn = s.peer.psn;
             a->timeout = o.ack_timeout != 0 ? o.ack_timeout
-                         : s.passive      ? s.peer.ack_timeout
-                                          : ack_timeout(s.peer.ack_timeout, packet_life_time(o));
+                         : s.passive        ? s.peer.ack_timeout
+                                            : ack_timeout(s.peer.ack_timeout, packet_life_time(o));
             a->retry_cnt = s.passive ? s.peer.retry_count : s.sent.retry_count;
             a->rnr_retry = s.peer.rnr_retry_count;
             a->max_rd_atomic = s.passive ? s.sent.initiator_depth : s.peer.responder_resources;

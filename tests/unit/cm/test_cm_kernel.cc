@@ -154,8 +154,13 @@ struct SentMad {
 class CmHarness {
   public:
     explicit CmHarness(std::uint32_t ip)
-        : ports_{DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{ip}, 24}, 1500,
-                            [] { return LinkInfo{true, 10000}; }}},
+        : ports_{DevicePort{"snic_0",
+                            net::MacAddr{{0x02, 0, 0, 0, 0, 1}},
+                            {{ip}, 24},
+                            1500,
+                            [] {
+                                return LinkInfo{true, 10000};
+                            }}},
           gsi_(&CmHarness::record, this, 1'000'000'000),
           service_(ports_, {&gsi_}, 42),
           session_(service_.new_session(Peer{100, 1000, 1000})) {
@@ -571,8 +576,8 @@ TEST_F(KernelPeer, the_kernels_req_is_rejected_as_linux_rejects_it) {
         expect_mad_header(h.sent[0].mad, cm::AttrId::rej);
         EXPECT_EQ(tid_of(h.sent[0].mad), tid_of(x().req.payload));
         const auto rej = decoded<cm::RejMsg>(h.sent[0].mad);
-        EXPECT_EQ(rej.reason, listener ? cm::rej_reason::consumer_reject
-                                       : cm::rej_reason::invalid_service_id);
+        EXPECT_EQ(rej.reason,
+                  listener ? cm::rej_reason::consumer_reject : cm::rej_reason::invalid_service_id);
         EXPECT_EQ(rej.remote_comm_id, decoded<cm::ReqMsg>(x().req.payload).local_comm_id);
         EXPECT_EQ(rej.message_rejected, static_cast<std::uint8_t>(cm::MsgCode::req));
     }
@@ -659,9 +664,9 @@ TEST(CmRules, each_qp_takes_the_peers_message_where_the_peer_decides) {
     EXPECT_EQ(at(pas, {.ack_timeout = 11, .tos = 0}, IBV_QPS_RTS).timeout, 11);
     EXPECT_EQ(at(act, {.ack_timeout = 12, .tos = 0}, IBV_QPS_RTS).timeout, 12);
     // INIT: remote reads and atomics only for a peer that will issue them.
-    EXPECT_EQ(at(pas, passive_opts, IBV_QPS_INIT).qp_access_flags,
-              unsigned{IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                       IBV_ACCESS_REMOTE_ATOMIC});
+    EXPECT_EQ(
+        at(pas, passive_opts, IBV_QPS_INIT).qp_access_flags,
+        unsigned{IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC});
     rules::Side no_reads = pas;
     no_reads.peer.initiator_depth = 0;
     EXPECT_EQ(at(no_reads, passive_opts, IBV_QPS_INIT).qp_access_flags,
