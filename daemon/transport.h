@@ -1,5 +1,5 @@
 // The data-plane seam: what the lcore, a device port, a QP and a session know of a transport
-// (RoCEv2 today, iWARP next), and nothing more. A transport serves the QPs of one port on
+// (RoCEv2 and iWARP), and nothing more. A transport serves the QPs of one port on
 // that port's lcore; it is handed each QP when the QP starts running (RTR) and takes it back
 // before the QP goes. The glue every transport shares (WQEs copied out of the client's rings
 // and checked, CQEs, receive WQEs from the RQ or SRQ, memory access through keys, events) is
