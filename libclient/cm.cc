@@ -1580,6 +1580,14 @@ SNIC_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
             if (const int err = move(i->conn, i->handle); err != 0) return fail(err);
         for (auto& [conn, h] : i->listens)
             if (const int err = move(conn, h); err != 0) return fail(err);
+        // A synchronous id's last event goes as it leaves its own channel (librdmacm acks
+        // it too): an application's channel never sees it, so nothing would ack it, and
+        // rdma_destroy_id would wait for it forever (libfabric's verbs provider resolves
+        // synchronously, then migrates the id to its event queue's channel).
+        if (i->sync && i->id.event != nullptr) {
+            rdma_ack_cm_event(i->id.event);
+            i->id.event = nullptr;
+        }
         i->ch = to;
         i->id.channel = &to->ch;
         i->sync = channel == nullptr;

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <snic/snic_ext.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -303,6 +304,25 @@ TEST_F(Consumers, a_synchronous_call_leaves_its_event_in_the_id) {
     ASSERT_NE(id->event, nullptr);
     EXPECT_EQ(id->event->event, RDMA_CM_EVENT_ROUTE_RESOLVED);
     EXPECT_EQ(rdma_destroy_id(id), 0);  // and the event goes with the id
+}
+
+TEST_F(Consumers, a_synchronous_id_migrated_to_a_channel_leaves_its_event_behind) {
+    // libfabric's verbs provider: resolved synchronously, then moved to its own channel and
+    // later destroyed. The event the synchronous call left is acknowledged at the move, as
+    // librdmacm does; rdma_destroy_id used to wait for it forever. An alarm ends a hang.
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in dst = sin_of(port_ip(0), 7477);
+    ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0);
+    ASSERT_NE(id->event, nullptr);
+    rdma_event_channel* ch = rdma_create_event_channel();
+    ASSERT_NE(ch, nullptr);
+    ASSERT_EQ(rdma_migrate_id(id, ch), 0);
+    EXPECT_EQ(id->event, nullptr);
+    alarm(30);
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+    alarm(0);
+    rdma_destroy_event_channel(ch);
 }
 
 TEST_F(Consumers, loopback_destination_resolves_to_the_first_port) {
