@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "common/rng.h"
+
 namespace snic::daemon {
 
 // Fractions in [0, 1] of the frames of one direction.
@@ -35,18 +37,6 @@ struct FaultAction {
     std::uint32_t corrupt_at = 0;  // a pseudo-random number to choose the flipped bit
 };
 
-// splitmix64 seeding a xoshiro256** generator: small, fast, and the same on every machine.
-class FaultRng {
-  public:
-    explicit FaultRng(std::uint64_t seed);
-    std::uint64_t next();
-    // True with probability p.
-    bool chance(double p) { return p > 0 && static_cast<double>(next() >> 11) * 0x1.0p-53 < p; }
-
-  private:
-    std::uint64_t s_[4];
-};
-
 class FaultInjector {
   public:
     FaultInjector(const FaultRates& rates, std::uint64_t seed) : rates_(rates), rng_(seed) {}
@@ -55,7 +45,7 @@ class FaultInjector {
 
   private:
     FaultRates rates_;
-    FaultRng rng_;
+    Xoshiro256 rng_;  // common/rng.h: a seed replays the run
 };
 
 }  // namespace snic::daemon

@@ -620,6 +620,23 @@ def delete_netns(ns: str) -> None:
     _gone_or_fail(["ip", "netns", "delete", ns], lambda: netns_exists(ns), f"netns {ns}")
 
 
+@contextlib.contextmanager
+def loopback_netns(prefix: str, addrs: tuple[str, ...] = ()):
+    """A network namespace of the caller's own with its loopback up and holding ADDRS (each
+    a /32), for the tools' side-band ports: they are then free of anything else on the
+    machine. Deleted on exit, processes left in it included."""
+    ns = unique(prefix, maxlen=40)
+    delete_netns(ns)
+    try:
+        run(["ip", "netns", "add", ns], check=True)
+        run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        for ip in addrs:
+            run(["ip", "-n", ns, "addr", "add", f"{ip}/32", "dev", "lo"], check=True)
+        yield ns
+    finally:
+        delete_netns(ns)
+
+
 def delete_link(iface: str) -> None:
     if link_exists(iface):
         _gone_or_fail(["ip", "link", "delete", "dev", iface], lambda: link_exists(iface),

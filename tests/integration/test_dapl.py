@@ -44,14 +44,8 @@ def next_port() -> int:
 def netns():
     """A network namespace of this module's own (loopback only) for the tools: their
     side-band port 15828 is then free of anything else on the machine."""
-    ns = st.unique("snic-t", maxlen=40)
-    st.delete_netns(ns)
-    try:
-        st.run(["ip", "netns", "add", ns], check=True)
-        st.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+    with st.loopback_netns("snic-t") as ns:
         yield ns
-    finally:
-        st.delete_netns(ns)
 
 
 @pytest.fixture(scope="module")

@@ -29,14 +29,9 @@ _ports = iter(range(20800, 21000))
 
 @pytest.fixture(scope="module")
 def netns():
-    ns = st.unique("snic-t", maxlen=40)
-    st.delete_netns(ns)
-    try:
-        st.run(["ip", "netns", "add", ns], check=True)
-        st.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+    """As test_dapl's: the tools' side-band port in a namespace of the module's own."""
+    with st.loopback_netns("snic-t") as ns:
         yield ns
-    finally:
-        st.delete_netns(ns)
 
 
 @pytest.fixture(scope="module")

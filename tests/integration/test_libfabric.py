@@ -38,16 +38,8 @@ def tool(name: str) -> str:
 def netns():
     """A namespace whose loopback holds both port addresses, for fi_pingpong's control
     connection."""
-    ns = st.unique("snic-f", maxlen=40)
-    st.delete_netns(ns)
-    try:
-        st.run(["ip", "netns", "add", ns], check=True)
-        st.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-        for ip in (SERVER_IP, CLIENT_IP):
-            st.run(["ip", "-n", ns, "addr", "add", f"{ip}/32", "dev", "lo"], check=True)
+    with st.loopback_netns("snic-f", (SERVER_IP, CLIENT_IP)) as ns:
         yield ns
-    finally:
-        st.delete_netns(ns)
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,8 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -142,42 +144,9 @@ double seconds_since(Clock::time_point t0) {
 
 // ---- generator and patterns -----------------------------------------------------------------
 
-std::uint64_t mix64(std::uint64_t z) {  // the splitmix64 finaliser
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ull;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+using snic::mix64;
 // xoshiro256** seeded through splitmix64: the same sequence on every machine.
-class Rng {
-  public:
-    explicit Rng(std::uint64_t seed) {
-        for (auto& s : s_) {
-            seed += 0x9e3779b97f4a7c15ull;
-            s = mix64(seed);
-        }
-    }
-    std::uint64_t next() {
-        const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-        const std::uint64_t t = s_[1] << 17;
-        s_[2] ^= s_[0];
-        s_[3] ^= s_[1];
-        s_[1] ^= s_[2];
-        s_[0] ^= s_[3];
-        s_[2] ^= t;
-        s_[3] = rotl(s_[3], 45);
-        return result;
-    }
-    std::uint64_t below(std::uint64_t n) { return n == 0 ? 0 : next() % n; }
-    double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-    bool chance(double p) { return unit() < p; }
-
-  private:
-    static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-    std::uint64_t s_[4];
-};
+using Rng = snic::Xoshiro256;
 
 // The bytes of message `key`: 8-byte words mix64(key + word index), in memory order.
 void fill_pattern(std::uint8_t* p, std::size_t len, std::uint64_t key) {
