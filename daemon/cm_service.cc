@@ -379,6 +379,8 @@ void CmService::on_request(std::size_t port, const cm::Event& e, std::span<const
         // (another address, another QP type, a header cma.c cannot read), the consumer's
         // refusal: REJ 28 or SIDR status 2 (cma.c's handler fails, cm.c rejects).
         ++counters_.no_listener;
+        spdlog::debug("cm: connect request for port {} (port space {:#x}): no listener takes it",
+                      svc_port, svc ? static_cast<unsigned>(svc->ps) : 0U);
         if (svc && listening_on(static_cast<std::uint16_t>(svc->ps), svc_port))
             return refuse_req(kRejConsumer, kSidrReject);
         return refuse_req(kRejInvalidServiceId, kSidrUnsupported);
@@ -876,6 +878,8 @@ int CmSession::listen(const shm::CmListenReq& req) {
         return refuse(EADDRINUSE, op, fmt::format("port {} is in use", id->port));
     id->backlog = req.backlog > 0 && req.backlog < kMaxBacklog ? req.backlog : kMaxBacklog;
     id->state = CmService::Id::State::listening;
+    spdlog::debug("cm: id {} listens on port {} (port space {:#x})", req.id, id->port,
+                  static_cast<unsigned>(id->ps));
     service_.iw_listen(*id);
     return 0;
 }

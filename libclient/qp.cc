@@ -561,12 +561,24 @@ void from_shm(const shm::AhAttr& a, ibv_ah_attr* o) {
     o->port_num = a.port_num;
 }
 
+// The bits of an enum field the caller may have left unwritten: ibv_modify_qp reads only the
+// fields its mask names, and callers (librdmacm's rshutdown among them) pass an attribute whose
+// other fields are whatever the stack held. Loading such a field as its enum type is undefined;
+// copying its bytes is not, and the daemon ignores what the mask leaves out.
+template <class Enum>
+std::uint32_t enum_bits(const Enum& e) {
+    static_assert(sizeof(Enum) == sizeof(std::uint32_t));
+    std::uint32_t bits;
+    std::memcpy(&bits, &e, sizeof bits);
+    return bits;
+}
+
 void to_shm(const ibv_qp_attr& a, shm::QpAttr* o) {
     std::memset(o, 0, sizeof *o);
-    o->qp_state = a.qp_state;
-    o->cur_qp_state = a.cur_qp_state;
-    o->path_mtu = a.path_mtu;
-    o->path_mig_state = a.path_mig_state;
+    o->qp_state = enum_bits(a.qp_state);
+    o->cur_qp_state = enum_bits(a.cur_qp_state);
+    o->path_mtu = enum_bits(a.path_mtu);
+    o->path_mig_state = enum_bits(a.path_mig_state);
     o->qkey = a.qkey;
     o->rq_psn = a.rq_psn;
     o->sq_psn = a.sq_psn;

@@ -124,11 +124,13 @@ def test_no_listener_is_a_rejection(wire, tmp_path):
 
 
 def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
-                 ports=_ports) -> tuple[subprocess.CompletedProcess, rcm.Background]:
+                 ports=_ports, cores: tuple[int, int] = (1, 0)
+                 ) -> tuple[subprocess.CompletedProcess, rcm.Background]:
     """perftest's `tool` with -R and ARGS, its server on <name>_iw0 and its client on
-    <name>_iw1, the server pinned to the core snicd's lcore leaves free (1) and the client
-    beside the lcore (0), so that the server reaches its second listen first (test_rdmacm's
-    test_perftest_over_rdma_cm has the figures), a fresh port from `ports` for each attempt. Each
+    <name>_iw1, pinned to CORES (server, client): by default the server on the core snicd's
+    lcore leaves free (1) and the client beside the lcore (0), so that the server reaches its
+    second listen first (test_rdmacm's test_perftest_over_rdma_cm has the figures), a fresh
+    port from `ports` for each attempt. Each
     side sees its own device only: perftest's client does not bind an address, and the
     server's own address would resolve to the server's device (a connection of the port to
     itself, not over the wire). An attempt that hits perftest's failed retry
@@ -138,11 +140,12 @@ def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
     for attempt in range(3):
         common = [tool, "-R", "-p", str(next(ports)), *args]
         server = rcm.start_server(d, sock_dir, tmp_path / f"{tool}-server-{attempt}.out",
-                                  *common, "-d", f"{d.name}_iw0", core=1,
+                                  *common, "-d", f"{d.name}_iw0", core=cores[0],
                                   env=rcm.env_for(sock_dir, SNIC_DEVICES=f"{d.name}_iw0"))
         hung = False
         try:
-            client = rcm.run_client(sock_dir, *common, "-d", f"{d.name}_iw1", SERVER_IP, core=0,
+            client = rcm.run_client(sock_dir, *common, "-d", f"{d.name}_iw1", SERVER_IP,
+                                    core=cores[1],
                                     env=rcm.env_for(sock_dir, SNIC_DEVICES=f"{d.name}_iw1"))
             if client.returncode == 0:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -151,8 +154,9 @@ def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
             # perftest's retry after REJECTED uses the id it freed: besides crashing, it may
             # hang (seen in the sanitized build, where the race is lost more often). A hang
             # without REJECTED in its output is not that, and fails the test.
-            out = (e.stdout or "") + (e.stderr or "")
-            out = out.decode(errors="replace") if isinstance(out, bytes) else out
+            # (TimeoutExpired holds what was read so far as bytes, whatever `text` said.)
+            out = "".join(b.decode(errors="replace") if isinstance(b, bytes) else b
+                          for b in (e.stdout or "", e.stderr or ""))
             if "RDMA_CM_EVENT_REJECTED" not in out:
                 raise
             client = subprocess.CompletedProcess(e.cmd, -signal.SIGKILL, out, "")

@@ -1549,6 +1549,24 @@ TEST_F(Verbs, UnarmedCqGetsCompletionsButNoEvent) {
     EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
 }
 
+// ibv_modify_qp reads only the fields its mask names: librdmacm's rshutdown passes an attribute
+// whose other fields (enums among them) hold whatever its stack did. Sanitized (UBSan), loading
+// such a field as its enum type was a finding; the call must neither read nor act on them.
+TEST_F(Verbs, ModifyReadsOnlyTheFieldsItsMaskNames) {
+    ibv_cq* cq = ibv_create_cq(ctx_, 8, nullptr, nullptr, 0);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
+    std::memset(&a, 0xa5, sizeof a);  // no valid ibv_mtu, ibv_mig_state or cur_qp_state
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    EXPECT_EQ(state_of(qp), IBV_QPS_ERR);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
 TEST_F(Verbs, SolicitedOnlyArmIsWokenByAnErrorCompletion) {
     ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
     ASSERT_NE(ch, nullptr);
