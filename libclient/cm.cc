@@ -33,6 +33,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "libclient/cm_rules.h"
@@ -841,6 +842,14 @@ bool translate(CmChannel& ch, CmConn* conn, const shm::CmEvent& d, EventBox& box
     }
 }
 
+// Acknowledges the event a synchronous id holds in id->event (its last call's, kept there for
+// the application to read as librdmacm keeps it), if any: at the id's next event, its move to
+// another channel and its destruction.
+void drop_held_event(CmId* i) {
+    if (!i->sync || i->id.event == nullptr) return;
+    rdma_ack_cm_event(std::exchange(i->id.event, nullptr));
+}
+
 // Acknowledges an event a call of this library took for itself (not for the application): a
 // synchronous id no longer holds it.
 void ack_taken(rdma_cm_event* e) {
@@ -957,7 +966,7 @@ SNIC_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
             if (g_ids.erase(i) == 0) return fail(EINVAL);
         }
         destroy_daemon_ids(i);
-        if (i->sync && i->id.event != nullptr) rdma_ack_cm_event(i->id.event);
+        drop_held_event(i);
         {
             // Events made here and not yet taken go with the id.
             std::lock_guard lock(i->ch->mu);
@@ -1249,7 +1258,7 @@ SNIC_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** e
             if (i != nullptr && i->sync) {
                 // A synchronous id holds its latest event for the application to read; the one
                 // before is acknowledged now (librdmacm does it at the next call).
-                if (i->id.event != nullptr) rdma_ack_cm_event(i->id.event);
+                drop_held_event(i);
                 i->id.event = &box->ev;
             }
             *event = &box.release()->ev;
@@ -1584,10 +1593,7 @@ SNIC_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
         // it too): an application's channel never sees it, so nothing would ack it, and
         // rdma_destroy_id would wait for it forever (libfabric's verbs provider resolves
         // synchronously, then migrates the id to its event queue's channel).
-        if (i->sync && i->id.event != nullptr) {
-            rdma_ack_cm_event(i->id.event);
-            i->id.event = nullptr;
-        }
+        drop_held_event(i);
         i->ch = to;
         i->id.channel = &to->ch;
         i->sync = channel == nullptr;
