@@ -56,7 +56,8 @@ def run_tools(d: st.Daemon, sock_dir, tmp_path: Path) -> None:
     # Both perftest sides on core 1, away from core 0, where snicd's lcore and dpdk-dumpcap
     # run: with the busy-polling client there too, the lcore (runnable) was given no CPU for
     # tens of seconds at a time on this machine's kernel (6.18, its schedstat unchanged while
-    # the client's ran on), in 1 of 3 runs; with both sides on core 1, none in 12.
+    # the client's ran on), in about 1 of 3 runs; with both sides on core 1, in none of 16
+    # (12 runs of these tools alone, 4 of this module).
     for tool in ("ib_send_bw", "ib_write_bw", "ib_read_bw"):
         client, server = iw.run_perftest(d, sock_dir, tmp_path, tool, "-n", PERFTEST_ITERS,
                                          "-s", PERFTEST_SIZE, ports=_ports, cores=(1, 1))
