@@ -12,18 +12,10 @@
 #include <vector>
 
 #include "common/result.h"
-#include "daemon/fault.h"
+#include "daemon/port/port_spec.h"
 #include "proto/net/addr.h"
 
 namespace snic::daemon {
-
-struct PortSpec {
-    std::string port;  // DPDK port id ("0") or device name ("net_af_packet0", "wire0")
-    net::Ipv4Prefix ip;
-    std::optional<net::MacAddr> mac;
-    std::optional<std::uint16_t> mtu;
-    FaultSpec fault;  // injected faults, none by default
-};
 
 // A built-in self-test between the first two ports (daemon/selftest.h).
 struct SelftestSpec {
@@ -55,10 +47,6 @@ struct TcpLimits {
     std::uint32_t max_per_peer = 2048;
 };
 inline constexpr std::uint32_t kMaxTcpConnections = 65535;  // TcpStack's and iWARP's handles
-
-// Frames per rx poll and per tx flush, at most (--rx-burst, --tx-burst).
-inline constexpr std::uint16_t kDefaultBurst = 32;
-inline constexpr std::uint16_t kMaxBurst = 128;
 
 struct Config {
     std::string name = "snic";

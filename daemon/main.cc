@@ -26,23 +26,27 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "daemon/cm_service.h"
+#include "daemon/cm/service.h"
 #include "daemon/config.h"
-#include "daemon/control.h"
-#include "daemon/device_nodes.h"
-#include "daemon/eal.h"
-#include "daemon/fault_guard.h"
-#include "daemon/gsi.h"
-#include "daemon/iwarp_transport.h"
-#include "daemon/lcore.h"
-#include "daemon/lcore_tasks.h"
-#include "daemon/port.h"
-#include "daemon/roce_transport.h"
+#include "daemon/control/device_nodes.h"
+#include "daemon/control/server.h"
+#include "daemon/iwarp/iw_cm_wire.h"
+#include "daemon/iwarp/iwarp_rules.h"
+#include "daemon/iwarp/iwarp_transport.h"
+#include "daemon/iwarp/tcp_service.h"
+#include "daemon/lcore/lcore.h"
+#include "daemon/lcore/lcore_tasks.h"
+#include "daemon/port/eal.h"
+#include "daemon/port/port.h"
+#include "daemon/port/wire.h"
+#include "daemon/roce/gsi.h"
+#include "daemon/roce/ib_cm_wire.h"
+#include "daemon/roce/roce_rules.h"
+#include "daemon/roce/roce_transport.h"
 #include "daemon/selftest.h"
 #include "daemon/tcp_selftest.h"
-#include "daemon/tcp_service.h"
-#include "daemon/telemetry.h"
-#include "daemon/wire.h"
+#include "daemon/telemetry/telemetry.h"
+#include "daemon/verbs/fault_guard.h"
 
 namespace snic::daemon {
 namespace {
@@ -132,8 +136,10 @@ std::vector<DevicePort> device_ports(const Config& cfg,
             const bool known = l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN;
             return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
         };
-        devices.push_back(DevicePort{device_name(cfg, i), p.mac(), p.ip(), p.mtu(), link,
-                                     transports[i].get(), iw_device_name(cfg, i), iwarp[i].get()});
+        DevicePort d{p.mac(), p.ip(), p.mtu(), link};
+        d.devices[shm::kTransportRoce] = {device_name(cfg, i), &roce_rules(), transports[i].get()};
+        d.devices[shm::kTransportIwarp] = {iw_device_name(cfg, i), &iwarp_rules(), iwarp[i].get()};
+        devices.push_back(std::move(d));
     }
     return devices;
 }
@@ -441,13 +447,23 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
         }
         std::optional<DeviceNodes> nodes;
         if (!cfg.dev_dir.empty()) nodes.emplace(cfg.dev_dir, names, cfg.ctrl_mode);
-        std::vector<GsiPort*> gsi;
-        for (const auto& g : r.gsi) gsi.push_back(g.get());
-        std::vector<IwarpTransport*> iwarp;
-        for (const auto& t : r.iwarp) iwarp.push_back(t.get());
-        CmService cm((*control)->devices(), std::move(gsi),
-                     std::random_device{}() * 0x100000001ull ^ std::random_device{}(),
-                     std::move(iwarp));
+        const std::uint64_t cm_seed =
+            std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+        std::vector<std::unique_ptr<CmWire>> cm_wires;
+        std::vector<PortWire> wires;
+        for (std::size_t i = 0; i < r.ports.size(); ++i) {
+            const auto port = static_cast<std::uint16_t>(i);
+            // As many connections being set up at once as one CM connection may hold ids
+            // (cmtime makes 1,000 at once); each costs the agent a few hundred bytes.
+            cm_wires.push_back(std::make_unique<IbCmWire>(
+                r.gsi[i].get(), r.ports[i]->ip().addr.value,
+                static_cast<std::uint32_t>(cm_seed >> (i % 32)) ^ static_cast<std::uint32_t>(i),
+                CmService::kMaxIdsPerSession));
+            wires.push_back({port, cm_wires.back().get()});
+            cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i]));
+            wires.push_back({port, cm_wires.back().get()});
+        }
+        CmService cm((*control)->devices(), std::move(wires), cm_seed);
         (*control)->set_cm(&cm);
         (*control)->set_tcp([&tcp_services](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep) {
             return fill_tcp_conns(tcp_services, q, rep);

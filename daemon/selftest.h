@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "daemon/config.h"
-#include "daemon/lcore.h"
-#include "daemon/port.h"
+#include "daemon/lcore/lcore.h"
+#include "daemon/port/port.h"
 #include "proto/net/addr.h"
 
 namespace snic::daemon {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "daemon/iwarp/tcp_service.h"
 #include "daemon/selftest.h"
-#include "daemon/tcp_service.h"
 
 namespace snic::daemon {
 

@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "proto/verbs/wr.h"
-#include "shm/control.h"
+#include "shm/control_abi.h"
 #include "shm/wqe.h"
 
 namespace snic::client {

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "libclient/util.h"
-#include "shm/control.h"
+#include "shm/control_abi.h"
 
 namespace snic::client {
 

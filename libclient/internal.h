@@ -20,7 +20,7 @@
 
 #include "libclient/ctrl.h"
 #include "libclient/util.h"
-#include "shm/control.h"
+#include "shm/control_abi.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
 

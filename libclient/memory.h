@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "shm/control.h"
+#include "shm/control_abi.h"
 
 namespace snic::client {
 

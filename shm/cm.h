@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "shm/control.h"
+#include "shm/control_abi.h"
 #include "shm/wqe.h"
 
 namespace snic::shm {

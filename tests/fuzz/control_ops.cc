@@ -18,9 +18,9 @@
 #include <cstring>
 #include <vector>
 
-#include "daemon/client_memory.h"
-#include "daemon/resources.h"
-#include "daemon/session.h"
+#include "daemon/verbs/client_memory.h"
+#include "daemon/verbs/resources.h"
+#include "daemon/verbs/session.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
 #include "tests/fuzz/daemon_support.h"

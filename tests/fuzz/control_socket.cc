@@ -47,11 +47,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/client_memory.h"
-#include "daemon/control.h"
-#include "daemon/resources.h"
-#include "daemon/session.h"
-#include "shm/control.h"
+#include "daemon/control/server.h"
+#include "daemon/verbs/client_memory.h"
+#include "daemon/verbs/resources.h"
+#include "daemon/verbs/session.h"
+#include "shm/control_abi.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
 #include "tests/fuzz/daemon_support.h"

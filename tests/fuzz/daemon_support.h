@@ -13,7 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "daemon/session.h"
+#include "daemon/roce/roce_rules.h"
+#include "daemon/verbs/session.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace snic::fuzz {
@@ -45,10 +46,11 @@ inline int memfd(std::size_t bytes, const std::function<void(std::span<std::byte
 
 // One port, up, with no datapath behind it.
 inline std::vector<daemon::DevicePort> fake_ports() {
-    return {daemon::DevicePort{
-        "snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
-            return daemon::LinkInfo{true, 10000};
-        }}};
+    daemon::DevicePort p{net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
+                             return daemon::LinkInfo{true, 10000};
+                         }};
+    p.devices[shm::kTransportRoce] = {"snic_0", &daemon::roce_rules(), nullptr};
+    return {p};
 }
 
 }  // namespace snic::fuzz

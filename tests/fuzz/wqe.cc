@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "daemon/qp_glue.h"
-#include "daemon/resources.h"
-#include "daemon/session.h"
+#include "daemon/verbs/qp_glue.h"
+#include "daemon/verbs/resources.h"
+#include "daemon/verbs/session.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
 #include "tests/fuzz/fuzz_support.h"

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shm/control.h"
+#include "shm/control_abi.h"
 
 namespace snic::snicctl {
 

@@ -16,7 +16,7 @@
 
 #include "proto/net/addr.h"
 #include "shm/cm.h"
-#include "shm/control.h"
+#include "shm/control_abi.h"
 #include "tools/snicctl/qp_view.h"
 
 namespace {

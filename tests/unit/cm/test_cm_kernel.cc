@@ -18,8 +18,9 @@
 #include <span>
 #include <vector>
 
-#include "daemon/cm_service.h"
-#include "daemon/gsi.h"
+#include "daemon/cm/service.h"
+#include "daemon/roce/gsi.h"
+#include "daemon/roce/ib_cm_wire.h"
 #include "libclient/cm_rules.h"
 #include "proto/cm/agent.h"
 #include "proto/cm/cma.h"
@@ -154,15 +155,15 @@ struct SentMad {
 class CmHarness {
   public:
     explicit CmHarness(std::uint32_t ip)
-        : ports_{DevicePort{"snic_0",
-                            net::MacAddr{{0x02, 0, 0, 0, 0, 1}},
+        : ports_{DevicePort{net::MacAddr{{0x02, 0, 0, 0, 0, 1}},
                             {{ip}, 24},
                             1500,
                             [] {
                                 return LinkInfo{true, 10000};
                             }}},
           gsi_(&CmHarness::record, this, 1'000'000'000),
-          service_(ports_, {&gsi_}, 42),
+          wire_(&gsi_, ip, 42, CmService::kMaxIdsPerSession),
+          service_(ports_, {{0, &wire_}}, 42),
           session_(service_.new_session(Peer{100, 1000, 1000})) {
         const shm::Layout lay = shm::cm_event_layout();
         memfd_ = std::make_unique<fixture::ClientMemfd>(lay.bytes);
@@ -223,6 +224,7 @@ class CmHarness {
 
     std::vector<DevicePort> ports_;
     GsiPort gsi_;
+    IbCmWire wire_;
     CmService service_;
     Resources resources_;
     std::unique_ptr<CmSession> session_;

@@ -13,9 +13,10 @@
 #include <span>
 #include <vector>
 
-#include "daemon/client_memory.h"
-#include "daemon/resources.h"
-#include "daemon/session.h"
+#include "daemon/roce/roce_rules.h"
+#include "daemon/verbs/client_memory.h"
+#include "daemon/verbs/resources.h"
+#include "daemon/verbs/session.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
 
@@ -60,10 +61,13 @@ inline FdList fds_of(std::initializer_list<int> fds) {
     return l;
 }
 
+// One port with its RoCEv2 device "snic_0" (rules, no datapath); tests add what they need.
 inline std::vector<DevicePort> test_ports() {
-    return {DevicePort{"snic_0", net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
-                           return LinkInfo{true, 10000};
-                       }}};
+    DevicePort p{net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
+                     return LinkInfo{true, 10000};
+                 }};
+    p.devices[shm::kTransportRoce] = {"snic_0", &roce_rules(), nullptr};
+    return {p};
 }
 
 constexpr std::uint64_t kAddr = 0x7f0000000000;

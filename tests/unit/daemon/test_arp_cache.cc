@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "daemon/arp_cache.h"
+#include "daemon/port/arp_cache.h"
 #include "proto/net/addr.h"
 
 namespace snic::daemon {

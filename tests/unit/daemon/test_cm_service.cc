@@ -1,6 +1,6 @@
 // The CM service's bookkeeping of rdma_cm ids, without a wire: who may use an id, the
 // bounds per connection and per user, binding rules, and what a closing connection leaves.
-#include "daemon/cm_service.h"
+#include "daemon/cm/service.h"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/roce/ib_cm_wire.h"
 #include "tests/unit/daemon/session_fixture.h"
 
 namespace snic::daemon {
@@ -16,7 +17,8 @@ namespace {
 class CmServiceTest : public ::testing::Test {
   protected:
     std::vector<DevicePort> ports = fixture::test_ports();
-    CmService service{ports, {nullptr}, 42};
+    IbCmWire wire{nullptr, ports[0].ip.addr.value, 42, CmService::kMaxIdsPerSession};
+    CmService service{ports, {{0, &wire}}, 42};
 
     static shm::CmCreateIdReq tcp_id(std::uint64_t token = 1) {
         return {token, shm::kCmPsTcp, 2, {}};

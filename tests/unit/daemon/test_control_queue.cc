@@ -1,6 +1,6 @@
 // Questions to the control thread (daemon/control_queue.h): answered there, and an asker
 // that waits too long, or asks a thread that stopped serving, gets nothing without harm.
-#include "daemon/control_queue.h"
+#include "daemon/control/control_queue.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>

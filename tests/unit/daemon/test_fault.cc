@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "daemon/config.h"
-#include "daemon/fault.h"
+#include "daemon/port/fault.h"
 
 namespace snic::daemon {
 namespace {

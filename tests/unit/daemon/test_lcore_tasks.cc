@@ -2,7 +2,7 @@
 // once, and run() returns only after it ran, with its effects visible to the caller; tasks
 // handed over while the lcore's loop ends still run once, on the lcore or on the caller. Two
 // threads play the two roles; the TSan build of these tests checks the handshake itself.
-#include "daemon/lcore_tasks.h"
+#include "daemon/lcore/lcore_tasks.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Access through MR and MW keys, window binds and invalidations (daemon/memory_keys.h),
 // on sessions driven op by op, without DPDK.
-#include "daemon/memory_keys.h"
+#include "daemon/verbs/memory_keys.h"
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>

@@ -1,6 +1,6 @@
 // What operators see of the sessions' QPs (daemon/qp_report.h): who sees which QPs, the paging
 // of a listing, and one QP's dump with its engine's view and counters.
-#include "daemon/qp_report.h"
+#include "daemon/verbs/qp_report.h"
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -95,7 +95,7 @@ struct QpClient {
 
 class QpReport : public ::testing::Test {
   protected:
-    QpReport() { ports[0].transport = &transport; }
+    QpReport() { ports[0].devices[shm::kTransportRoce].transport = &transport; }
     std::span<Session* const> sessions() const { return resources.sessions(); }
     std::vector<std::uint32_t> qpns(const std::vector<shm::QpSummary>& rows) const {
         std::vector<std::uint32_t> out;

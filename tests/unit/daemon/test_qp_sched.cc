@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/qp_sched.h"
+#include "daemon/lcore/qp_sched.h"
 
 namespace snic::daemon {
 namespace {

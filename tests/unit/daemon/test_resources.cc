@@ -1,7 +1,7 @@
 // snicd's resource tables without DPDK: the daemon-wide key and QP number spaces, the
 // per-session handles, the limits, and client sessions driven op by op with real memfds
 // and rings formatted as libsnic formats them.
-#include "daemon/resources.h"
+#include "daemon/verbs/resources.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -20,9 +20,10 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/client_memory.h"
-#include "daemon/limits.h"
-#include "daemon/session.h"
+#include "daemon/roce/roce_rules.h"
+#include "daemon/verbs/client_memory.h"
+#include "daemon/verbs/limits.h"
+#include "daemon/verbs/session.h"
 #include "shm/ring.h"
 #include "shm/wqe.h"
 #include "tests/unit/daemon/session_fixture.h"

@@ -17,9 +17,9 @@
 #include <fstream>
 #include <string>
 
-#include "daemon/client_memory.h"
-#include "daemon/fault_guard.h"
-#include "daemon/session.h"
+#include "daemon/verbs/client_memory.h"
+#include "daemon/verbs/fault_guard.h"
+#include "daemon/verbs/session.h"
 #include "tests/unit/daemon/session_fixture.h"
 
 namespace snic::daemon {

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "daemon/tcp_stack.h"
+#include "daemon/iwarp/tcp_stack.h"
 
 namespace snic::daemon {
 namespace {

@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/qp_glue.h"
-#include "daemon/roce_transport.h"
+#include "daemon/iwarp/iwarp_rules.h"
+#include "daemon/roce/roce_transport.h"
+#include "daemon/verbs/qp_glue.h"
 #include "proto/verbs/qp_state.h"
 #include "tests/unit/daemon/session_fixture.h"
 
@@ -237,7 +238,9 @@ struct RingClient {
 
 class TransportSeam : public ::testing::Test {
   protected:
-    TransportSeam() : fake(resources.keys()) { ports[0].transport = &fake; }
+    TransportSeam() : fake(resources.keys()) {
+        ports[0].devices[shm::kTransportRoce].transport = &fake;
+    }
     // A client with a CQ and an RC QP (on an SRQ when asked) in RTS on the fake transport.
     void connect_client(bool with_srq) {
         cl.open();
@@ -645,8 +648,7 @@ TEST(RoceAttr, a_destination_gid_must_be_ipv4_mapped) {
 class IwarpSeam : public ::testing::Test {
   protected:
     IwarpSeam() : fake(resources.keys()) {
-        ports[0].iw_device = "snic_iw0";
-        ports[0].iwarp = &fake;
+        ports[0].devices[shm::kTransportIwarp] = {"snic_iw0", &iwarp_rules(), &fake};
     }
     // INIT as rdma_create_qp leaves a QP.
     int init(RingClient& c) {
@@ -670,7 +672,7 @@ class IwarpSeam : public ::testing::Test {
 };
 
 TEST_F(IwarpSeam, a_port_without_an_iwarp_device_refuses_to_open_one) {
-    ports[0].iw_device.clear();
+    ports[0].devices[shm::kTransportIwarp] = {};
     RingClient cl(resources, ports);
     const shm::ContextLayout l = shm::context_layout(shm::kAsyncCapacity);
     ClientMemfd async(l.bytes);
@@ -690,7 +692,7 @@ TEST_F(IwarpSeam, a_port_without_an_iwarp_device_refuses_to_open_one) {
 TEST_F(IwarpSeam, an_iwarp_device_runs_its_qps_on_the_iwarp_transport_and_rc_only) {
     RingClient cl(resources, ports);
     cl.open(shm::kTransportIwarp);
-    EXPECT_TRUE(cl.c.session.iwarp());
+    EXPECT_EQ(cl.c.session.device()->rules->kind(), shm::kTransportIwarp);
     EXPECT_EQ(cl.c.session.device_name(), "snic_iw0");
     cl.make_cq();
     EXPECT_EQ(cl.make_qp(IBV_QPT_UD), EOPNOTSUPP);

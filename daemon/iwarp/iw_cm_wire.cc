@@ -1,0 +1,188 @@
+#include "daemon/iwarp/iw_cm_wire.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/iwarp/iwarp_transport.h"
+
+namespace snic::daemon {
+
+namespace {
+
+constexpr std::uint8_t kQptRc = 2, kQptUd = 4;
+
+IwConnId id_of(WireConn conn) {
+    return static_cast<IwConnId>(conn);
+}
+
+}  // namespace
+
+std::size_t IwCmWire::private_max(CmMessage m, bool) const {
+    switch (m) {
+        case CmMessage::request:
+            return shm::kCmReqPrivate;
+        case CmMessage::reply:
+            return iwarp::kMpaMaxPrivateData - iwarp::kMpaIrdOrdLen;
+        case CmMessage::reject:
+            return std::numeric_limits<std::uint8_t>::max();
+    }
+    return 0;
+}
+
+bool IwCmWire::listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) {
+    // rdma_cm's connected port spaces take MPA requests too, as Linux listens on every
+    // device of an address; a port whose TCP cannot listen there serves RoCE alone.
+    if (qp_type == kQptUd) return false;
+    if (const int err = iw_.listen(port, backlog); err != 0) {
+        spdlog::debug("cm: no iWARP listener on TCP {}: {}", port, std::strerror(err));
+        return false;
+    }
+    return true;
+}
+
+void IwCmWire::unlisten(std::uint16_t port) {
+    iw_.unlisten(port);
+}
+
+Result<WireConn> IwCmWire::connect(const CmConnectSpec& s) {
+    if (s.qp_type == kQptUd) return make_error(EINVAL, "iWARP has no datagram service (SIDR)");
+    const shm::CmConnParam& p = *s.param;
+    auto conn =
+        iw_.connect(s.remote_ip, s.remote_port, s.local_port, {p.private_data, p.private_data_len},
+                    p.responder_resources, p.initiator_depth, *s.owner);
+    if (!conn) return make_error(conn.error().code, conn.error().message);
+    return WireConn{*conn};
+}
+
+void IwCmWire::owned_by(WireConn conn, const Peer& owner) {
+    iw_.set_owner(id_of(conn), owner);
+}
+
+Status IwCmWire::accept(WireConn conn, const shm::CmConnParam& param, std::uint8_t) {
+    if (const int err = iw_.accept(id_of(conn), {param.private_data, param.private_data_len},
+                                   param.responder_resources, param.initiator_depth);
+        err != 0)
+        return make_error(err, "the MPA reply could not be sent");
+    // The reply is out: the connection is made (an iWARP responder has no RTU to wait for).
+    CmWireEvent e;
+    e.kind = CmWireEvent::Kind::established;
+    e.conn = conn;
+    e.peer.qp_type = kQptRc;
+    e.peer.responder_resources = param.responder_resources;
+    e.peer.initiator_depth = param.initiator_depth;
+    queue(e);
+    return Ok{};
+}
+
+Status IwCmWire::reject(WireConn conn, bool request, bool, std::span<const std::uint8_t> pd) {
+    // A reply the active side does not want is answered by closing the connection, which
+    // forget() does.
+    if (!request) return Ok{};
+    if (const int err = iw_.reject(id_of(conn), pd); err != 0)
+        return make_error(err, "the MPA reject could not be sent");
+    return Ok{};
+}
+
+void IwCmWire::refuse(WireConn conn, Refusal, bool) {
+    (void)iw_.reject(id_of(conn), {});
+    iw_.release(id_of(conn));
+}
+
+Status IwCmWire::disconnect(WireConn conn) {
+    iw_.disconnect(id_of(conn));
+    return Ok{};
+}
+
+// Aborted unless a QP runs on it.
+void IwCmWire::forget(WireConn conn) {
+    iw_.release(id_of(conn));
+}
+
+void IwCmWire::release(WireConn conn) {
+    iw_.release(id_of(conn));
+}
+
+std::uint32_t IwCmWire::qp_binding(WireConn conn) const {
+    return id_of(conn);
+}
+
+void IwCmWire::poll_fds(std::vector<int>& out) const {
+    out.push_back(iw_.fd());
+}
+
+std::uint64_t IwCmWire::next_deadline() const {
+    return std::numeric_limits<std::uint64_t>::max();
+}
+
+void IwCmWire::run(std::uint64_t) {
+    iw_.clear_wakeup();
+    IwCmEvent e;
+    while (iw_.take(e)) {
+        translate(e);
+        settle();
+    }
+}
+
+void IwCmWire::translate(const IwCmEvent& e) {
+    using K = CmWireEvent::Kind;
+    using I = IwCmEvent::Kind;
+    CmWireEvent w;
+    w.conn = e.conn;
+    w.status = e.status;
+    // The peer's resources as the MPA frame shows them: in a request its ORD is the READs it
+    // will send (its initiator depth), its IRD those it answers.
+    w.peer.qp_type = kQptRc;
+    const auto pd = std::span<const std::uint8_t>(e.pd.data(), e.pd_len);
+    auto with_pd = [&](std::size_t max) {
+        w.peer.responder_resources = static_cast<std::uint8_t>(std::min<int>(e.ird, 255));
+        w.peer.initiator_depth = static_cast<std::uint8_t>(std::min<int>(e.ord, 255));
+        const std::size_t n = std::min({pd.size(), max, sizeof w.peer.private_data});
+        std::ranges::copy(pd.first(n), w.peer.private_data);
+        w.peer.private_data_len = static_cast<std::uint8_t>(n);
+    };
+    switch (e.kind) {
+        case I::request:
+            w.kind = K::request;
+            w.local_ip = e.local_ip;
+            w.remote_ip = e.remote_ip;
+            w.local_port = e.local_port;
+            w.remote_port = e.remote_port;
+            w.ps = shm::kCmPsTcp;
+            w.ps_also = shm::kCmPsIb;
+            with_pd(shm::kCmMaxPrivate);
+            break;
+        case I::reply:
+            w.kind = K::reply;
+            with_pd(shm::kCmRepPrivate);
+            break;
+        case I::rejected:
+            w.kind = K::rejected;
+            with_pd(shm::kCmRejPrivate);
+            w.peer.responder_resources = w.peer.initiator_depth = 0;
+            break;
+        case I::refused:
+            // As Linux's rdma_cm reads an iWARP connect's failure: reset or refused is a
+            // rejection, a timeout unreachable, anything else a connect error.
+            w.kind = e.status == -ECONNREFUSED || e.status == -ECONNRESET ? K::rejected
+                     : e.status == -ETIMEDOUT                             ? K::unreachable
+                                                                          : K::connect_error;
+            break;
+        case I::disconnected:
+            w.kind = K::disconnected;
+            w.status = 0;
+            break;
+        case I::gone:
+            w.kind = K::gone;
+            w.status = 0;
+            break;
+        default:
+            return;
+    }
+    queue(w);
+}
+
+}  // namespace snic::daemon

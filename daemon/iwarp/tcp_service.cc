@@ -1,0 +1,249 @@
+// The daemon's TCP on one port: the hooks, the framing and the ARP hold (lcore), and the
+// rows the control thread asks for.
+#include "daemon/iwarp/tcp_service.h"
+
+#include <rte_cycles.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "proto/net/ethernet.h"
+#include "proto/net/icmp.h"
+#include "proto/net/ipv4.h"
+
+namespace snic::daemon {
+
+TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key,
+                                 std::uint32_t max_connections, std::uint32_t max_per_peer) {
+    TcpStackConfig c;
+    c.local_ip = port.ip().addr;
+    c.max_connections = max_connections;
+    c.max_per_peer = max_per_peer;
+    c.conn.mtu = port.mtu();
+    c.conn.isn_key = key;
+    // A burst per poll no larger than the port's tx buffer: the device takes it whole.
+    c.conn.max_burst = kDefaultBurst;
+    return c;
+}
+
+TcpService::TcpService(Port& port, LcoreTasks& tasks, const TcpStackConfig& config,
+                       std::uint64_t tsc_hz)
+    : port_(port),
+      tasks_(tasks),
+      tsc_hz_(tsc_hz),
+      ns_per_tsc_(1e9 / static_cast<double>(tsc_hz)),
+      stack_(config, *this) {}
+
+TcpService::~TcpService() {
+    for (std::size_t i = 0; i < nheld_; ++i) rte_pktmbuf_free(held_[i].m);
+    for (; loop_count_ > 0; --loop_count_, loop_head_ = (loop_head_ + 1) % kLoopSlots)
+        rte_pktmbuf_free(loop_[loop_head_]);
+}
+
+std::uint64_t TcpService::now_ns(std::uint64_t tsc) const {
+    return static_cast<std::uint64_t>(static_cast<double>(tsc) * ns_per_tsc_);
+}
+
+std::vector<TcpConnRow> TcpService::rows(std::size_t first, std::size_t max, std::size_t& total) {
+    std::vector<TcpConnRow> out(max);
+    std::size_t n = 0, all = 0;
+    tasks_.run([&] { n = stack_.snapshot(first, out, all); });
+    out.resize(n);
+    total = all;
+    return out;
+}
+
+shm::TcpConnInfo tcp_conn_info(const TcpConnRow& r) {
+    shm::TcpConnInfo c{};
+    c.local_ip = r.tuple.local_ip.value;
+    c.remote_ip = r.tuple.remote_ip.value;
+    c.local_port = r.tuple.local_port;
+    c.remote_port = r.tuple.remote_port;
+    if (r.listener) {
+        c.state = shm::kTcpListenState;
+        c.backlog = r.backlog;
+        c.queued = r.queued;
+        return c;
+    }
+    const tcp::TcpInfo& i = r.info;
+    c.state = static_cast<std::uint8_t>(i.state);
+    c.flags = static_cast<std::uint8_t>((i.sack ? 1 : 0) | (i.timestamps ? 2 : 0) |
+                                        (i.in_recovery ? 4 : 0));
+    c.snd_wscale = i.snd_wscale;
+    c.rcv_wscale = i.rcv_wscale;
+    c.mss = i.mss;
+    c.cwnd = i.cwnd;
+    c.ssthresh = i.ssthresh;
+    c.srtt_ns = i.srtt;
+    c.rttvar_ns = i.rttvar;
+    c.rto_ns = i.rto;
+    c.snd_wnd = i.snd_wnd;
+    c.rcv_wnd = i.rcv_wnd;
+    c.unacked = i.unacked;
+    c.bytes_sent = r.bytes_sent;
+    c.bytes_acked = r.bytes_acked;
+    c.bytes_received = r.bytes_received;
+    c.segments_out = r.segments_out;
+    c.segments_in = r.segments_in;
+    c.retransmits = r.retransmits;
+    c.fast_retransmits = r.fast_retransmits;
+    c.timeouts = r.timeouts;
+    return c;
+}
+
+int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
+                   shm::TcpConnsReply& r) {
+    if (q.port_index >= services.size()) return EINVAL;
+    r = shm::TcpConnsReply{};
+    if (services[q.port_index] == nullptr) return 0;
+    std::size_t total = 0;
+    const auto rows = services[q.port_index]->rows(q.first, shm::kMaxTcpConnsListed, total);
+    for (std::size_t i = 0; i < rows.size(); ++i) r.conns[i] = tcp_conn_info(rows[i]);
+    r.total = static_cast<std::uint32_t>(total);
+    r.listed = static_cast<std::uint32_t>(rows.size());
+    r.more = q.first + rows.size() < total ? 1 : 0;
+    return 0;
+}
+
+// ---- the lcore --------------------------------------------------------------------------------
+
+bool TcpService::poll(std::uint64_t now_tsc) {
+    now_tsc_ = now_tsc;
+    const bool released = nheld_ != 0 && release_held(now_tsc);
+    const bool looped = loop_count_ != 0 && release_loop(now_tsc);
+    return stack_.poll(now_ns(now_tsc)) || released || looped;
+}
+
+bool TcpService::release_loop(std::uint64_t now_tsc) {
+    // Only those queued before this call: what their answers send waits for the next poll.
+    for (std::size_t n = loop_count_; n > 0; --n) {
+        rte_mbuf* m = loop_[loop_head_];
+        loop_head_ = (loop_head_ + 1) % kLoopSlots;
+        --loop_count_;
+        const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
+        const std::size_t ip_len =
+            std::size_t{p[net::kEthHdrLen + 2]} << 8 | p[net::kEthHdrLen + 3];
+        counters_.rx_segments.add();
+        stack_.on_segment(port_.ip().addr, {p + kL4Offset, ip_len - (kL4Offset - net::kEthHdrLen)},
+                          now_ns(now_tsc));
+        rte_pktmbuf_free(m);
+    }
+    return true;
+}
+
+void TcpService::on_tcp(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, std::uint64_t now) {
+    auto* self = static_cast<TcpService*>(ctx);
+    self->now_tsc_ = now;
+    if (f.src_ip == self->port_.ip().addr) {  // only the port's own loop sends those
+        self->counters_.rx_own_source.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    self->counters_.rx_segments.add();
+    const auto* data = rte_pktmbuf_mtod(m, const std::uint8_t*);
+    self->stack_.on_segment(f.src_ip, {data + f.l4_offset, f.l4_length}, self->now_ns(now));
+    rte_pktmbuf_free(m);
+}
+
+void TcpService::on_icmp(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, std::uint64_t now) {
+    auto* self = static_cast<TcpService*>(ctx);
+    self->now_tsc_ = now;
+    self->counters_.icmp_in.add();
+    const auto* icmp = rte_pktmbuf_mtod(m, const std::uint8_t*) + f.l4_offset;
+    IcmpUnreachable u;
+    if (!net::parse_icmp_unreachable({icmp, f.l4_length}, u) ||
+        u.protocol != static_cast<std::uint8_t>(net::IpProto::tcp)) {
+        self->counters_.icmp_malformed.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    rte_pktmbuf_free(m);
+    self->stack_.on_icmp_unreachable(u, self->now_ns(now));
+}
+
+std::span<std::uint8_t> TcpService::tx_alloc(net::Ipv4Addr remote, std::size_t len) {
+    if (kL4Offset + len > 0xffff) return {};
+    tx_remote_ = remote;
+    tx_hold_ = false;
+    rte_mbuf* m = port_.alloc();
+    if (m == nullptr) {
+        counters_.tx_no_mbuf.add();
+        return {};
+    }
+    if (kL4Offset + std::max<std::size_t>(len, net::kEthMinFrame) > rte_pktmbuf_tailroom(m)) {
+        rte_pktmbuf_free(m);
+        return {};
+    }
+    tx_m_ = m;
+    return {rte_pktmbuf_mtod(m, std::uint8_t*) + kL4Offset, len};
+}
+
+void TcpService::frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len) {
+    auto* p = rte_pktmbuf_mtod(m, std::uint8_t*);
+    net::write_eth(*reinterpret_cast<net::EthHdr*>(p), mac, port_.mac(), net::EtherType::ipv4);
+    net::write_ipv4(*reinterpret_cast<net::Ipv4Hdr*>(p + net::kEthHdrLen), port_.ip().addr, remote,
+                    net::IpProto::tcp, static_cast<std::uint16_t>(len), ip_id_++);
+    std::size_t frame_len = kL4Offset + len;
+    if (frame_len < net::kEthMinFrame) {
+        std::memset(p + frame_len, 0, net::kEthMinFrame - frame_len);
+        frame_len = net::kEthMinFrame;
+    }
+    m->data_len = static_cast<std::uint16_t>(frame_len);
+    m->pkt_len = static_cast<std::uint32_t>(frame_len);
+}
+
+void TcpService::tx_send(std::size_t len) {
+    rte_mbuf* m = tx_m_;
+    tx_m_ = nullptr;
+    if (m == nullptr) return;
+    if (tx_remote_ == port_.ip().addr) {  // a connection of the port to itself
+        if (loop_count_ == kLoopSlots) {
+            counters_.loopback_full.add();
+            rte_pktmbuf_free(m);
+            return;
+        }
+        frame(m, port_.mac(), tx_remote_, len);
+        counters_.loopback.add();
+        loop_[(loop_head_ + loop_count_++) % kLoopSlots] = m;
+        return;
+    }
+    const auto mac = port_.resolve(tx_remote_, now_tsc_);
+    if (mac) {
+        frame(m, *mac, tx_remote_, len);
+        counters_.tx_segments.add();
+        port_.send(m);
+        return;
+    }
+    // No MAC yet (a request is on its way): hold the frame, its length kept in the mbuf.
+    if (nheld_ == kHeld) {
+        counters_.tx_unresolved.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    m->data_len = static_cast<std::uint16_t>(len);  // the segment's; framed when sent
+    held_[nheld_++] = Held{m, tx_remote_, now_tsc_};
+    counters_.tx_arp_wait.add();
+}
+
+bool TcpService::release_held(std::uint64_t now_tsc) {
+    bool did = false;
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < nheld_; ++i) {
+        Held h = held_[i];
+        if (const auto mac = port_.resolve(h.remote, now_tsc)) {
+            frame(h.m, *mac, h.remote, h.m->data_len);
+            counters_.tx_segments.add();
+            port_.send(h.m);
+            did = true;
+        } else if (now_tsc - h.since > tsc_hz_) {  // a second: the engine retransmits
+            counters_.tx_unresolved.add();
+            rte_pktmbuf_free(h.m);
+        } else {
+            held_[keep++] = h;
+        }
+    }
+    nheld_ = keep;
+    return did;
+}
+
+}  // namespace snic::daemon

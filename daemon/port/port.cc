@@ -1,0 +1,144 @@
+// Port bring-up and teardown: careful, slow, and off the datapath.
+#include "daemon/port/port.h"
+
+#include <rte_ethdev.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+
+#include <spdlog/spdlog.h>
+
+namespace snic::daemon {
+
+namespace {
+
+constexpr std::uint16_t kRxDescriptors = 1024;
+constexpr std::uint16_t kTxDescriptors = 1024;
+constexpr std::uint32_t kArpEntries = 256;
+
+Error port_error(const PortSpec& spec, const std::string& what, int rc) {
+    const int code = rc < 0 ? -rc : rc;
+    return make_error(code, "--port " + spec.port + ": " + what + ": " + std::strerror(code));
+}
+
+// A locally administered MAC for ports that have none (the in-process wire),
+// derived from the port's name so that it is stable across runs.
+net::MacAddr derived_mac(const std::string& port_name, std::uint16_t port_id) {
+    const std::size_t h = std::hash<std::string>{}(port_name);
+    return {{0x02, 0x73, 0x6e, static_cast<std::uint8_t>(h >> 8), static_cast<std::uint8_t>(h),
+             static_cast<std::uint8_t>(port_id)}};
+}
+
+}  // namespace
+
+Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
+           std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings)
+    : id_(id),
+      name_(std::move(name)),
+      ip_(spec.ip),
+      local_{mac, spec.ip.addr},
+      mtu_(mtu),
+      pool_(pool),
+      rx_burst_(std::clamp<std::uint16_t>(settings.rx_burst, 1, kMaxBurst)),
+      tx_burst_(std::clamp<std::uint16_t>(settings.tx_burst, 1, kMaxBurst)),
+      arp_(kArpEntries, settings.tsc_hz * settings.arp_timeout_s, settings.tsc_hz /* 1 s pacing */),
+      rx_fault_{FaultInjector(spec.fault.rx, spec.fault.seed),
+                nullptr,
+                false,
+                &counters_.rx_fault_dropped,
+                &counters_.rx_fault_duplicated,
+                &counters_.rx_fault_reordered,
+                &counters_.rx_fault_corrupted},
+      tx_fault_{FaultInjector(spec.fault.tx, spec.fault.seed ^ 0x5a5a5a5a5a5a5a5aull),
+                nullptr,
+                false,
+                &counters_.tx_fault_dropped,
+                &counters_.tx_fault_duplicated,
+                &counters_.tx_fault_reordered,
+                &counters_.tx_fault_corrupted} {}
+
+Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& spec,
+                                         rte_mempool* pool, const PortSettings& settings) {
+    char name_buf[RTE_ETH_NAME_MAX_LEN] = {};
+    rte_eth_dev_get_name_by_port(port_id, name_buf);
+    const std::string name = name_buf;
+
+    rte_eth_dev_info info{};
+    if (int rc = rte_eth_dev_info_get(port_id, &info); rc != 0)
+        return port_error(spec, "cannot query device", rc);
+
+    rte_eth_conf conf{};
+    if (int rc = rte_eth_dev_configure(port_id, 1, 1, &conf); rc != 0)
+        return port_error(spec, "cannot configure", rc);
+    std::uint16_t nb_rxd = kRxDescriptors, nb_txd = kTxDescriptors;
+    if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &nb_rxd, &nb_txd); rc != 0)
+        return port_error(spec, "cannot size queues", rc);
+    const int socket = rte_eth_dev_socket_id(port_id);
+    const unsigned sock = socket < 0 ? 0u : static_cast<unsigned>(socket);
+    if (int rc = rte_eth_rx_queue_setup(port_id, 0, nb_rxd, sock, nullptr, pool); rc != 0)
+        return port_error(spec, "cannot set up rx queue", rc);
+    if (int rc = rte_eth_tx_queue_setup(port_id, 0, nb_txd, sock, nullptr); rc != 0)
+        return port_error(spec, "cannot set up tx queue", rc);
+
+    // MTU: set on the device where it can be; devices without MTU control (the
+    // in-process wire) get it in software only.
+    std::uint16_t mtu = spec.mtu.value_or(0);
+    if (mtu != 0) {
+        const int rc = rte_eth_dev_set_mtu(port_id, mtu);
+        if (rc != 0 && rc != -ENOTSUP) return port_error(spec, "cannot set MTU", rc);
+    } else if (rte_eth_dev_get_mtu(port_id, &mtu) != 0 || mtu == 0) {
+        mtu = RTE_ETHER_MTU;
+    }
+
+    // MAC: the device's own unless one is given; filtered in software with promiscuous
+    // mode where the device cannot take it.
+    rte_ether_addr hw{};
+    rte_eth_macaddr_get(port_id, &hw);
+    net::MacAddr mac;
+    std::memcpy(mac.bytes.data(), hw.addr_bytes, 6);
+    bool promiscuous = false;
+    if (spec.mac || mac.is_zero()) {
+        const net::MacAddr want = spec.mac ? *spec.mac : derived_mac(name, port_id);
+        rte_ether_addr addr;
+        std::memcpy(addr.addr_bytes, want.bytes.data(), 6);
+        promiscuous = rte_eth_dev_default_mac_addr_set(port_id, &addr) != 0;
+        mac = want;
+    }
+    if (promiscuous) {
+        if (int rc = rte_eth_promiscuous_enable(port_id); rc != 0 && rc != -ENOTSUP)
+            return port_error(spec, "cannot enable promiscuous mode for the MAC", rc);
+    }
+
+    if (int rc = rte_eth_dev_start(port_id); rc != 0) return port_error(spec, "cannot start", rc);
+
+    std::unique_ptr<Port> port(new Port(port_id, name, spec, mac, mtu, pool, settings));
+    port->started_ = true;
+    spdlog::info("port {} ({}): ip {} mac {} mtu {}{}", port_id, name, spec.ip.to_string(),
+                 mac.to_string(), mtu, promiscuous ? " (software MAC filter)" : "");
+    for (const auto& [dir, r] : {std::pair{"rx", spec.fault.rx}, std::pair{"tx", spec.fault.tx}}) {
+        if (r.any())
+            spdlog::warn(
+                "port {}: injecting {} faults: loss {} dup {} reorder {} corrupt {} (seed {})",
+                port_id, dir, r.drop, r.duplicate, r.reorder, r.corrupt, spec.fault.seed);
+    }
+    return port;
+}
+
+Port::~Port() {
+    for (std::uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+    rte_pktmbuf_free(rx_fault_.held);
+    rte_pktmbuf_free(tx_fault_.held);
+    if (started_) {
+        rte_eth_dev_stop(id_);
+        rte_eth_dev_close(id_);
+    }
+}
+
+bool Port::link_up() const {
+    rte_eth_link link{};
+    return rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
+
+}  // namespace snic::daemon

@@ -1,0 +1,144 @@
+// A DPDK port serving one IPv4 address: bring-up and teardown (port.cc) and the
+// datapath (port_datapath.cc): rx burst, first checks and dispatch, ARP and ICMP
+// echo, buffered tx. The datapath runs on the one lcore that owns the port.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "daemon/port/arp_cache.h"
+#include "daemon/port/fault.h"
+#include "daemon/port/port_spec.h"
+#include "daemon/port/stats.h"
+#include "proto/net/addr.h"
+#include "proto/net/rx.h"
+
+struct rte_mempool;
+
+namespace snic::daemon {
+
+class Port;
+
+// A transport's receive hook: takes ownership of the mbuf.
+struct RxHook {
+    void (*fn)(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& frame,
+               std::uint64_t now) = nullptr;
+    void* ctx = nullptr;
+};
+
+// Told of ICMP echo replies addressed to the port (the self-test's pinger).
+class EchoListener {
+  public:
+    virtual void on_echo_reply(std::uint16_t id, std::uint16_t seq, std::uint64_t now) = 0;
+
+  protected:
+    ~EchoListener() = default;
+};
+
+// What every port of the daemon shares: the clock, the ARP lifetime and the burst sizes
+// (1..kMaxBurst, port_spec.h).
+struct PortSettings {
+    std::uint64_t tsc_hz;
+    std::uint32_t arp_timeout_s;
+    std::uint16_t rx_burst = kDefaultBurst;
+    std::uint16_t tx_burst = kDefaultBurst;
+};
+
+class Port {
+  public:
+    // Configures and starts DPDK port `port_id` as `spec` says.
+    static Result<std::unique_ptr<Port>> open(std::uint16_t port_id, const PortSpec& spec,
+                                              rte_mempool* pool, const PortSettings& settings);
+    ~Port();
+    Port(const Port&) = delete;
+    Port& operator=(const Port&) = delete;
+
+    std::uint16_t id() const { return id_; }
+    const std::string& name() const { return name_; }
+    net::MacAddr mac() const { return local_.mac; }
+    net::Ipv4Prefix ip() const { return ip_; }
+    std::uint16_t mtu() const { return mtu_; }
+    bool link_up() const;
+    const PortCounters& counters() const { return counters_; }
+    // The EAL lcore that polls the port and runs its transports (set once, before it runs).
+    unsigned lcore() const { return lcore_; }
+    void set_lcore(unsigned id) { lcore_ = id; }
+
+    void set_roce_hook(RxHook h) { roce_hook_ = h; }
+    void set_tcp_hook(RxHook h) { tcp_hook_ = h; }
+    // ICMP destination unreachable (the TCP stack's errors); dropped as
+    // icmp_unsupported_type without one.
+    void set_icmp_error_hook(RxHook h) { icmp_error_hook_ = h; }
+    // Other UDP traffic (the raw-bw self-test's sink); dropped as udp_no_listener without one.
+    void set_udp_hook(RxHook h) { udp_hook_ = h; }
+    void set_echo_listener(EchoListener* l) { echo_listener_ = l; }
+
+    // --- datapath: owning lcore only ---
+
+    // Receives and handles one burst; returns the number of frames received.
+    std::uint16_t poll_rx(std::uint64_t now);
+    // Queues a frame for transmission (ownership passes); sent by flush_tx().
+    void send(rte_mbuf* m);
+    void flush_tx();
+    // The MAC of an on-link peer, or nullopt while it is being resolved (a request is
+    // sent, paced); callers retry later.
+    std::optional<net::MacAddr> resolve(net::Ipv4Addr ip, std::uint64_t now);
+    // A fresh mbuf from the port's pool, or nullptr (counted as tx_dropped).
+    rte_mbuf* alloc();
+    // Takes a frame this port sent to itself (a transport's loopback) as if received.
+    void receive_local(rte_mbuf* m, std::uint64_t now) { handle(m, now); }
+
+  private:
+    Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
+         std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings);
+
+    void handle(rte_mbuf* m, std::uint64_t now);
+    void drop(rte_mbuf* m, net::Drop why);
+
+    // One direction's injected faults: the injector, the frame it holds back to
+    // reorder, and that direction's counters.
+    struct FaultPath {
+        FaultInjector injector;
+        rte_mbuf* held = nullptr;
+        bool held_new = false;  // held during the current call: goes out behind a later frame
+        Counter* dropped;
+        Counter* duplicated;
+        Counter* reordered;
+        Counter* corrupted;
+    };
+    // Applies a direction's faults to frames in[0..n) writing what goes on to out
+    // (room for 2n + 1); returns how many.
+    std::uint16_t inject(FaultPath& path, rte_mbuf* const* in, std::uint16_t n, rte_mbuf** out);
+
+    const std::uint16_t id_;
+    const std::string name_;
+    unsigned lcore_ = 0;
+    const net::Ipv4Prefix ip_;
+    const net::LocalIf local_;
+    const std::uint16_t mtu_;
+    rte_mempool* const pool_;
+    const std::uint16_t rx_burst_;  // 1..kMaxBurst
+    const std::uint16_t tx_burst_;
+    bool started_ = false;
+
+    ArpCache arp_;
+    PortCounters counters_;
+    RxHook roce_hook_;
+    RxHook tcp_hook_;
+    RxHook udp_hook_;
+    RxHook icmp_error_hook_;
+    EchoListener* echo_listener_ = nullptr;
+
+    FaultPath rx_fault_;
+    FaultPath tx_fault_;
+
+    std::uint16_t tx_count_ = 0;
+    rte_mbuf* tx_[kMaxBurst];
+};
+
+}  // namespace snic::daemon

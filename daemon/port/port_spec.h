@@ -1,0 +1,26 @@
+// One --port as the command line gives it, and the burst bounds of the port's loop: what a
+// port needs from snicd's configuration (daemon/config.h parses it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "daemon/port/fault.h"
+#include "proto/net/addr.h"
+
+namespace snic::daemon {
+
+struct PortSpec {
+    std::string port;  // DPDK port id ("0") or device name ("net_af_packet0", "wire0")
+    net::Ipv4Prefix ip;
+    std::optional<net::MacAddr> mac;
+    std::optional<std::uint16_t> mtu;
+    FaultSpec fault;  // injected faults, none by default
+};
+
+// Frames per rx poll and per tx flush, at most (--rx-burst, --tx-burst).
+inline constexpr std::uint16_t kDefaultBurst = 32;
+inline constexpr std::uint16_t kMaxBurst = 128;
+
+}  // namespace snic::daemon
