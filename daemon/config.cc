@@ -204,139 +204,161 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
     return spec;
 }
 
-Result<Config> parse_config(std::span<const std::string> args) {
-    Config cfg;
-    bool ctrl_given = false;
-    bool tcp_per_peer_given = false;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        std::string_view arg = args[i];
-        std::string_view inline_value;
-        bool has_inline = false;
-        if (arg.starts_with("--")) {
-            if (const auto eq = arg.find('='); eq != std::string_view::npos) {
-                inline_value = arg.substr(eq + 1);
-                arg = arg.substr(0, eq);
-                has_inline = true;
-            }
-        }
-        // Returns the option's value, from "--opt=value" or the next argument.
-        auto value = [&]() -> std::optional<std::string_view> {
-            if (has_inline) return inline_value;
-            if (i + 1 < args.size()) return std::string_view(args[++i]);
-            return std::nullopt;
-        };
-        auto missing = [&] {
-            return make_error(EINVAL, std::string(arg) + ": missing value (see snicd --help)");
-        };
-        const bool is_flag = arg == "-h" || arg == "--help" || arg == "-V" || arg == "--version" ||
-                             arg == "--wire" || arg == "--no-dev-nodes";
-        if (is_flag && has_inline)
-            return make_error(EINVAL, std::string(arg) + " takes no value (see snicd --help)");
-        if (arg == "-h" || arg == "--help") {
-            cfg.help = true;
-        } else if (arg == "-V" || arg == "--version") {
-            cfg.version = true;
-        } else if (arg == "--wire") {
-            cfg.wire = true;
-        } else if (arg == "-n" || arg == "--name") {
-            auto v = value();
-            if (!v) return missing();
-            if (!valid_name(*v)) return bad("--name", "name (1-32 of [A-Za-z0-9_.-])", *v);
-            cfg.name = std::string(*v);
-        } else if (arg == "--port") {
-            auto v = value();
-            if (!v) return missing();
-            auto spec = parse_port_spec(*v);
-            if (!spec) return spec.error();
-            for (const auto& p : cfg.ports) {
-                if (p.port == spec->port) return bad("--port", "port (given twice)", spec->port);
-                if (p.ip.addr == spec->ip.addr)
-                    return bad("--port " + spec->port, "IP (already on another port)",
-                               spec->ip.to_string());
-            }
-            cfg.ports.push_back(std::move(spec.value()));
-        } else if (arg == "--ctrl") {
-            auto v = value();
-            if (!v) return missing();
-            if (v->empty() || v->size() > 100) return bad("--ctrl", "socket path", *v);
-            cfg.ctrl_path = std::string(*v);
-            ctrl_given = true;
-        } else if (arg == "--ctrl-mode") {
-            auto v = value();
-            if (!v) return missing();
-            auto m = parse_number<unsigned>(*v, 8);
-            if (!m || *m > 0777) return bad("--ctrl-mode", "octal mode", *v);
-            cfg.ctrl_mode = static_cast<mode_t>(*m);
-        } else if (arg == "--no-dev-nodes") {
-            cfg.dev_dir.clear();
-        } else if (arg == "--dev-dir") {
-            auto v = value();
-            if (!v) return missing();
-            if (v->empty() || v->front() != '/' || v->size() > 100)
-                return bad("--dev-dir", "absolute directory path", *v);
-            cfg.dev_dir = std::string(*v);
-        } else if (arg == "--idle-backoff") {
-            auto v = value();
-            if (!v) return missing();
-            auto us = parse_number<std::uint32_t>(*v);
-            if (!us || *us > kMaxIdleBackoffUs)
-                return bad("--idle-backoff", "microseconds (0..100000)", *v);
-            cfg.idle_backoff_us = *us;
-        } else if (arg == "--rx-burst" || arg == "--tx-burst") {
-            auto v = value();
-            if (!v) return missing();
-            auto n = parse_number<std::uint16_t>(*v);
-            if (!n || *n == 0 || *n > kMaxBurst) return bad(arg, "frames (1..128)", *v);
-            (arg == "--rx-burst" ? cfg.rx_burst : cfg.tx_burst) = *n;
-        } else if (arg == "--tcp-max-conns" || arg == "--tcp-max-per-peer") {
-            auto v = value();
-            if (!v) return missing();
-            auto n = parse_number<std::uint32_t>(*v);
-            if (!n || *n == 0 || *n > kMaxTcpConnections)
-                return bad(arg, "connections (1..65535)", *v);
-            (arg == "--tcp-max-conns" ? cfg.tcp.max_connections : cfg.tcp.max_per_peer) = *n;
-            tcp_per_peer_given |= arg == "--tcp-max-per-peer";
-        } else if (arg == "--arp-timeout") {
-            auto v = value();
-            if (!v) return missing();
-            auto s = parse_number<std::uint32_t>(*v);
-            if (!s || *s == 0 || *s > 86400) return bad("--arp-timeout", "seconds (1..86400)", *v);
-            cfg.arp_timeout_s = *s;
-        } else if (arg == "--log-level") {
-            auto v = value();
-            if (!v) return missing();
-            static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
-                                                           "error", "critical", "off"};
-            bool known = false;
-            for (auto l : kLevels) known |= (*v == l);
-            if (!known)
-                return bad("--log-level", "level (trace|debug|info|warn|error|critical|off)", *v);
-            cfg.log_level = std::string(*v);
-        } else if (arg == "--selftest") {
-            auto v = value();
-            if (!v) return missing();
-            auto spec = parse_selftest(*v);
-            if (!spec) return spec.error();
-            cfg.selftest = std::move(spec.value());
-        } else {
-            return make_error(EINVAL,
-                              "unknown option '" + std::string(args[i]) + "' (see snicd --help)");
-        }
+namespace {
+
+// The options that take no value, and those that take one ("--opt value" or "--opt=value").
+constexpr std::string_view kFlags[] = {"-h",        "--help", "-V",
+                                       "--version", "--wire", "--no-dev-nodes"};
+constexpr std::string_view kValued[] = {"-n",
+                                        "--name",
+                                        "--port",
+                                        "--ctrl",
+                                        "--ctrl-mode",
+                                        "--dev-dir",
+                                        "--idle-backoff",
+                                        "--rx-burst",
+                                        "--tx-burst",
+                                        "--tcp-max-conns",
+                                        "--tcp-max-per-peer",
+                                        "--arp-timeout",
+                                        "--log-level",
+                                        "--selftest"};
+
+bool one_of(std::span<const std::string_view> set, std::string_view s) {
+    return std::ranges::find(set, s) != set.end();
+}
+
+// What the command line gave, beyond the values: what the defaults depend on.
+struct Given {
+    bool ctrl = false;
+    bool tcp_per_peer = false;
+};
+
+void set_flag(Config& cfg, std::string_view flag) {
+    if (flag == "-h" || flag == "--help") cfg.help = true;
+    if (flag == "-V" || flag == "--version") cfg.version = true;
+    if (flag == "--wire") cfg.wire = true;
+    if (flag == "--no-dev-nodes") cfg.dev_dir.clear();
+}
+
+Status add_port(Config& cfg, std::string_view v) {
+    auto spec = parse_port_spec(v);
+    if (!spec) return spec.error();
+    for (const auto& p : cfg.ports) {
+        if (p.port == spec->port) return bad("--port", "port (given twice)", spec->port);
+        if (p.ip.addr == spec->ip.addr)
+            return bad("--port " + spec->port, "IP (already on another port)",
+                       spec->ip.to_string());
     }
-    if (cfg.help || cfg.version) return cfg;
+    cfg.ports.push_back(std::move(spec.value()));
+    return Ok{};
+}
+
+Status set_log_level(Config& cfg, std::string_view v) {
+    static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
+                                                   "error", "critical", "off"};
+    if (!one_of(kLevels, v))
+        return bad("--log-level", "level (trace|debug|info|warn|error|critical|off)", v);
+    cfg.log_level = std::string(v);
+    return Ok{};
+}
+
+// One option of kValued with its value.
+Status set_option(Config& cfg, std::string_view opt, std::string_view v, Given& given) {
+    if (opt == "-n" || opt == "--name") {
+        if (!valid_name(v)) return bad("--name", "name (1-32 of [A-Za-z0-9_.-])", v);
+        cfg.name = std::string(v);
+    } else if (opt == "--port") {
+        return add_port(cfg, v);
+    } else if (opt == "--ctrl") {
+        if (v.empty() || v.size() > 100) return bad("--ctrl", "socket path", v);
+        cfg.ctrl_path = std::string(v);
+        given.ctrl = true;
+    } else if (opt == "--ctrl-mode") {
+        auto m = parse_number<unsigned>(v, 8);
+        if (!m || *m > 0777) return bad("--ctrl-mode", "octal mode", v);
+        cfg.ctrl_mode = static_cast<mode_t>(*m);
+    } else if (opt == "--dev-dir") {
+        if (v.empty() || v.front() != '/' || v.size() > 100)
+            return bad("--dev-dir", "absolute directory path", v);
+        cfg.dev_dir = std::string(v);
+    } else if (opt == "--idle-backoff") {
+        auto us = parse_number<std::uint32_t>(v);
+        if (!us || *us > kMaxIdleBackoffUs)
+            return bad("--idle-backoff", "microseconds (0..100000)", v);
+        cfg.idle_backoff_us = *us;
+    } else if (opt == "--rx-burst" || opt == "--tx-burst") {
+        auto n = parse_number<std::uint16_t>(v);
+        if (!n || *n == 0 || *n > kMaxBurst) return bad(opt, "frames (1..128)", v);
+        (opt == "--rx-burst" ? cfg.rx_burst : cfg.tx_burst) = *n;
+    } else if (opt == "--tcp-max-conns" || opt == "--tcp-max-per-peer") {
+        auto n = parse_number<std::uint32_t>(v);
+        if (!n || *n == 0 || *n > kMaxTcpConnections) return bad(opt, "connections (1..65535)", v);
+        (opt == "--tcp-max-conns" ? cfg.tcp.max_connections : cfg.tcp.max_per_peer) = *n;
+        given.tcp_per_peer |= opt == "--tcp-max-per-peer";
+    } else if (opt == "--arp-timeout") {
+        auto s = parse_number<std::uint32_t>(v);
+        if (!s || *s == 0 || *s > 86400) return bad("--arp-timeout", "seconds (1..86400)", v);
+        cfg.arp_timeout_s = *s;
+    } else if (opt == "--log-level") {
+        return set_log_level(cfg, v);
+    } else if (opt == "--selftest") {
+        auto spec = parse_selftest(v);
+        if (!spec) return spec.error();
+        cfg.selftest = std::move(spec.value());
+    }
+    return Ok{};
+}
+
+// The checks across options, and the defaults that depend on what was given.
+Status finish(Config& cfg, const Given& given) {
     if (cfg.ports.empty())
         return make_error(EINVAL, "no port configured: give --port <port>,ip=<a.b.c.d/len>");
     if (cfg.selftest && !cfg.selftest->one_port() && cfg.ports.size() < 2)
         return make_error(EINVAL,
                           "--selftest " + cfg.selftest->name + " needs two ports (--port twice)");
-    if (!ctrl_given) cfg.ctrl_path = "/run/snic/" + cfg.name + ".sock";
+    if (!given.ctrl) cfg.ctrl_path = "/run/snic/" + cfg.name + ".sock";
     // A smaller table lowers the per-peer bound with it, unless that was given too.
-    if (!tcp_per_peer_given)
+    if (!given.tcp_per_peer)
         cfg.tcp.max_per_peer = std::min(cfg.tcp.max_per_peer, cfg.tcp.max_connections);
     if (cfg.tcp.max_per_peer > cfg.tcp.max_connections)
         return make_error(EINVAL, "--tcp-max-per-peer " + std::to_string(cfg.tcp.max_per_peer) +
                                       " exceeds --tcp-max-conns " +
                                       std::to_string(cfg.tcp.max_connections));
+    return Ok{};
+}
+
+}  // namespace
+
+Result<Config> parse_config(std::span<const std::string> args) {
+    Config cfg;
+    Given given;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        std::string_view arg = args[i];
+        std::optional<std::string_view> inline_value;
+        if (arg.starts_with("--")) {
+            if (const auto eq = arg.find('='); eq != std::string_view::npos) {
+                inline_value = arg.substr(eq + 1);
+                arg = arg.substr(0, eq);
+            }
+        }
+        if (one_of(kFlags, arg)) {
+            if (inline_value)
+                return make_error(EINVAL, std::string(arg) + " takes no value (see snicd --help)");
+            set_flag(cfg, arg);
+            continue;
+        }
+        if (!one_of(kValued, arg))
+            return make_error(EINVAL,
+                              "unknown option '" + std::string(args[i]) + "' (see snicd --help)");
+        // The value: from "--opt=value" or the next argument.
+        if (!inline_value && i + 1 < args.size()) inline_value = std::string_view(args[++i]);
+        if (!inline_value)
+            return make_error(EINVAL, std::string(arg) + ": missing value (see snicd --help)");
+        if (auto st = set_option(cfg, arg, *inline_value, given); !st) return st.error();
+    }
+    if (cfg.help || cfg.version) return cfg;
+    if (auto st = finish(cfg, given); !st) return st.error();
     return cfg;
 }
 

@@ -223,7 +223,9 @@ struct Running {
     std::vector<std::unique_ptr<GsiPort>> gsi;               // per port: its QP1
     std::vector<std::unique_ptr<TcpService>> tcp;            // per port: snic's TCP
     std::vector<std::unique_ptr<IwarpTransport>> iwarp;      // per port: on its TCP
+    std::vector<std::unique_ptr<CmWire>> cm_wires;           // per device: its CM
     ~Running() {
+        cm_wires.clear();
         iwarp.clear();
         tcp.clear();
         transports.clear();
@@ -347,23 +349,177 @@ int report_selftest(const Config& cfg, Selftest& selftest) {
     return 0;
 }
 
-int run(const Config& cfg, std::vector<std::string> eal_args) {
-    // From here on SIGINT/SIGTERM mean "stop cleanly": a signal during start-up
-    // stops the daemon as soon as its loops run.
+// SIGINT/SIGTERM mean "stop cleanly" from here on (a signal during start-up stops the
+// daemon as soon as its loops run); the descriptor limit is raised to the hard one (each
+// client holds a few in snicd; the soft limit is 1,024 by default).
+void prepare_process() {
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
-
-    // Descriptors: each client holds a few in snicd; the soft limit (1,024 by default) is
-    // raised to the hard one.
     rlimit nofile{};
     if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
         nofile.rlim_cur = nofile.rlim_max;
         ::setrlimit(RLIMIT_NOFILE, &nofile);
     }
+}
 
+// The TCP's RFC 6528 secret: random for each start of the daemon.
+tcp::IsnKey random_isn_key() {
+    tcp::IsnKey key;
+    std::random_device rd;
+    for (std::size_t i = 0; i < key.size(); i += 4) {
+        const std::uint32_t v = rd();
+        std::memcpy(key.data() + i, &v, 4);
+    }
+    return key;
+}
+
+// DPDK telemetry's view of the daemon: ports, transports, QP1 bridges, TCP (whose rows the
+// control thread asks each port's lcore for) and the QPs (the control thread owns the
+// sessions, daemon/control/control_queue.h).
+// `tel` is read by telemetry's threads until unregister_telemetry(): the caller keeps it.
+void start_telemetry(TelemetryInfo& tel, const Running& r, ControlServer& ctl,
+                     const std::vector<TcpService*>& tcp_services) {
+    static constexpr std::chrono::milliseconds kTelemetryWait{1000};
+    for (const auto& p : r.ports) tel.ports.push_back(p.get());
+    for (const auto& t : r.tcp) tel.tcp.push_back(t.get());
+    tel.tcp_rows = [&ctl, &tcp_services](std::uint32_t port_index) {
+        return ctl.ask<std::vector<shm::TcpConnInfo>>(
+            [&tcp_services, port_index] {
+                std::vector<shm::TcpConnInfo> out;
+                shm::TcpConnsReq q{port_index, 0};
+                shm::TcpConnsReply page;
+                do {
+                    if (fill_tcp_conns(tcp_services, q, page) != 0) break;
+                    for (std::uint32_t k = 0; k < page.listed; ++k) out.push_back(page.conns[k]);
+                    q.first += page.listed;
+                } while (page.more != 0 && page.listed != 0);
+                return out;
+            },
+            kTelemetryWait);
+    };
+    for (const auto& t : r.transports) tel.transports.push_back(t.get());
+    for (const auto& t : r.iwarp) tel.iwarp.push_back(t.get());
+    for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
+    tel.qps = [&ctl] { return ctl.ask_qps(kTelemetryWait); };
+    tel.qp = [&ctl](std::uint32_t qpn) { return ctl.ask_qp(qpn, kTelemetryWait); };
+    register_telemetry(tel);
+}
+
+// Each port's devices' connection management: IB CM on QP1 for RoCEv2, MPA on the port's TCP
+// for iWARP. `seed` draws the CM's identifiers.
+std::vector<PortWire> make_cm_wires(Running& r, std::uint64_t seed) {
+    std::vector<PortWire> wires;
+    for (std::size_t i = 0; i < r.ports.size(); ++i) {
+        const auto port = static_cast<std::uint16_t>(i);
+        // As many connections being set up at once as one CM connection may hold ids
+        // (cmtime makes 1,000 at once); each costs the agent a few hundred bytes.
+        r.cm_wires.push_back(std::make_unique<IbCmWire>(
+            r.gsi[i].get(), r.ports[i]->ip().addr.value,
+            static_cast<std::uint32_t>(seed >> (i % 32)) ^ static_cast<std::uint32_t>(i),
+            CmService::kMaxIdsPerSession));
+        wires.push_back({port, r.cm_wires.back().get()});
+        r.cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i]));
+        wires.push_back({port, r.cm_wires.back().get()});
+    }
+    return wires;
+}
+
+// The CPUs given to snicd that no data lcore busy-polls (all of them when none is left): the
+// control thread runs there, as DPDK's control threads do, so that it does not wait for a
+// busy lcore's time slice on every request.
+cpu_set_t control_cpus(const cpu_set_t& given, const Running& r) {
+    cpu_set_t cpus = given;
+    for (unsigned id : r.lcore_ids) {
+        const rte_cpuset_t lcore_cpus = rte_lcore_cpuset(id);
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+            if (CPU_ISSET(c, &lcore_cpus)) CPU_CLR(c, &cpus);
+    }
+    return CPU_COUNT(&cpus) == 0 ? given : cpus;
+}
+
+// The counters of every port and transport on stdout, as snicd stops.
+void print_all_counters(const Running& r) {
+    std::vector<const Transport*> all;
+    for (std::size_t i = 0; i < r.ports.size(); ++i) {
+        all.push_back(r.transports[i].get());
+        all.push_back(r.iwarp[i].get());
+    }
+    print_counters(r.ports, all, r.tcp);
+}
+
+// The daemon once EAL is up: ports, lcores, telemetry, the CM and the control thread, until a
+// signal (or the self-test) stops it. The exit code.
+int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
+    Running r;
+    if (const int err = open_ports(cfg, r); err != 0) return err;
+    std::unique_ptr<Selftest> selftest;
+    if (cfg.selftest && !cfg.selftest->one_port())
+        selftest = make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
+    Resources& resources = control.resources();
+    assign_lcores(cfg, r, selftest.get(), resources, random_isn_key());
+    if (cfg.selftest && cfg.selftest->one_port()) {
+        // On the first port's lcore (the main one), beside that port's TCP.
+        selftest = make_tcp_selftest(*cfg.selftest, *r.tcp[0], rte_get_tsc_hz(), g_stop);
+        r.lcores[0]->add_poller(selftest.get());
+    }
+    std::vector<TcpService*> tcp_services;
+    for (const auto& t : r.tcp) tcp_services.push_back(t.get());
+    TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}};
+    start_telemetry(tel, r, control, tcp_services);
+
+    for (std::size_t i = 1; i < r.lcore_ids.size(); ++i)
+        if (!r.owned[i].empty())
+            rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
+
+    control.set_devices(device_ports(cfg, r.ports, r.transports, r.iwarp));
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < r.ports.size(); ++i) {
+        names.push_back(device_name(cfg, i));
+        names.push_back(iw_device_name(cfg, i));
+    }
+    std::optional<DeviceNodes> nodes;
+    if (!cfg.dev_dir.empty()) nodes.emplace(cfg.dev_dir, names, cfg.ctrl_mode);
+    const std::uint64_t cm_seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+    CmService cm(control.devices(), make_cm_wires(r, cm_seed), cm_seed);
+    control.set_cm(&cm);
+    control.set_tcp([&tcp_services](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep) {
+        return fill_tcp_conns(tcp_services, q, rep);
+    });
+    if (auto st = control.listen(); !st) {
+        g_stop.store(true);
+        rte_eal_mp_wait_lcore();
+        unregister_telemetry();
+        return fail(kExitRuntime, st.error().message);
+    }
+    const cpu_set_t cpus = control_cpus(given, r);
+    std::thread control_thread([&] {
+        if (CPU_COUNT(&cpus) != 0) pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
+        control.serve(g_stop, [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
+    });
+    spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,
+                 r.ports.size(), r.lcore_ids.size(), cfg.ctrl_path);
+
+    if (!r.owned[0].empty() || selftest) {
+        r.lcores[0]->run();
+    } else {
+        while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    rte_eal_mp_wait_lcore();
+    control_thread.join();
+    control.disconnect_all();  // sessions go while their transports still exist
+    control.set_cm(nullptr);
+    resources.set_quiesce({});
+    unregister_telemetry();
+    spdlog::info("snicd {} stopping", cfg.name);
+    print_all_counters(r);
+    return selftest ? report_selftest(cfg, *selftest) : 0;
+}
+
+int run(const Config& cfg, std::vector<std::string> eal_args) {
+    prepare_process();
     auto control = ControlServer::claim(cfg.ctrl_path, cfg.ctrl_mode);
     if (!control) return fail(kExitRuntime, control.error().message);
 
@@ -379,140 +535,7 @@ int run(const Config& cfg, std::vector<std::string> eal_args) {
     if (!fault_guard::install())
         spdlog::warn("no SIGBUS guard for client memory: {}", std::strerror(errno));
 
-    int rc = 0;
-    {
-        Running r;
-        if (const int err = open_ports(cfg, r); err != 0) return err;
-        std::unique_ptr<Selftest> selftest;
-        if (cfg.selftest && !cfg.selftest->one_port())
-            selftest =
-                make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
-        Resources& resources = (*control)->resources();
-        // The TCP's RFC 6528 secret: random for each start of the daemon.
-        tcp::IsnKey isn_key;
-        {
-            std::random_device rd;
-            for (std::size_t i = 0; i < isn_key.size(); i += 4) {
-                const std::uint32_t v = rd();
-                std::memcpy(isn_key.data() + i, &v, 4);
-            }
-        }
-        assign_lcores(cfg, r, selftest.get(), resources, isn_key);
-        if (cfg.selftest && cfg.selftest->one_port()) {
-            // On the first port's lcore (the main one), beside that port's TCP.
-            selftest = make_tcp_selftest(*cfg.selftest, *r.tcp[0], rte_get_tsc_hz(), g_stop);
-            r.lcores[0]->add_poller(selftest.get());
-        }
-
-        static constexpr std::chrono::milliseconds kTelemetryWait{1000};
-        TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}};
-        for (const auto& p : r.ports) tel.ports.push_back(p.get());
-        for (const auto& t : r.tcp) tel.tcp.push_back(t.get());
-        std::vector<TcpService*> tcp_services;
-        for (const auto& t : r.tcp) tcp_services.push_back(t.get());
-        // A port's TCP rows: the control thread asks the port's lcore.
-        tel.tcp_rows = [&ctl = **control, &tcp_services](std::uint32_t port_index) {
-            return ctl.ask<std::vector<shm::TcpConnInfo>>(
-                [&tcp_services, port_index] {
-                    std::vector<shm::TcpConnInfo> out;
-                    shm::TcpConnsReq q{port_index, 0};
-                    shm::TcpConnsReply page;
-                    do {
-                        if (fill_tcp_conns(tcp_services, q, page) != 0) break;
-                        for (std::uint32_t k = 0; k < page.listed; ++k)
-                            out.push_back(page.conns[k]);
-                        q.first += page.listed;
-                    } while (page.more != 0 && page.listed != 0);
-                    return out;
-                },
-                kTelemetryWait);
-        };
-        for (const auto& t : r.transports) tel.transports.push_back(t.get());
-        for (const auto& t : r.iwarp) tel.iwarp.push_back(t.get());
-        for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
-        // The QPs through the control thread, which owns the sessions (daemon/control_queue.h).
-        tel.qps = [&ctl = **control] { return ctl.ask_qps(kTelemetryWait); };
-        tel.qp = [&ctl = **control](std::uint32_t qpn) { return ctl.ask_qp(qpn, kTelemetryWait); };
-        register_telemetry(tel);
-
-        for (std::size_t i = 1; i < r.lcore_ids.size(); ++i)
-            if (!r.owned[i].empty())
-                rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
-
-        (*control)->set_devices(device_ports(cfg, r.ports, r.transports, r.iwarp));
-        std::vector<std::string> names;
-        for (std::size_t i = 0; i < r.ports.size(); ++i) {
-            names.push_back(device_name(cfg, i));
-            names.push_back(iw_device_name(cfg, i));
-        }
-        std::optional<DeviceNodes> nodes;
-        if (!cfg.dev_dir.empty()) nodes.emplace(cfg.dev_dir, names, cfg.ctrl_mode);
-        const std::uint64_t cm_seed =
-            std::random_device{}() * 0x100000001ull ^ std::random_device{}();
-        std::vector<std::unique_ptr<CmWire>> cm_wires;
-        std::vector<PortWire> wires;
-        for (std::size_t i = 0; i < r.ports.size(); ++i) {
-            const auto port = static_cast<std::uint16_t>(i);
-            // As many connections being set up at once as one CM connection may hold ids
-            // (cmtime makes 1,000 at once); each costs the agent a few hundred bytes.
-            cm_wires.push_back(std::make_unique<IbCmWire>(
-                r.gsi[i].get(), r.ports[i]->ip().addr.value,
-                static_cast<std::uint32_t>(cm_seed >> (i % 32)) ^ static_cast<std::uint32_t>(i),
-                CmService::kMaxIdsPerSession));
-            wires.push_back({port, cm_wires.back().get()});
-            cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i]));
-            wires.push_back({port, cm_wires.back().get()});
-        }
-        CmService cm((*control)->devices(), std::move(wires), cm_seed);
-        (*control)->set_cm(&cm);
-        (*control)->set_tcp([&tcp_services](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep) {
-            return fill_tcp_conns(tcp_services, q, rep);
-        });
-        if (auto st = (*control)->listen(); !st) {
-            g_stop.store(true);
-            rte_eal_mp_wait_lcore();
-            unregister_telemetry();
-            return fail(kExitRuntime, st.error().message);
-        }
-        // The control thread runs on the CPUs given to snicd that no data lcore busy-polls
-        // (all of them when none is left), as DPDK's control threads do: it does not wait for a
-        // busy lcore's time slice on every request.
-        cpu_set_t control_cpus = given;
-        for (unsigned id : r.lcore_ids) {
-            const rte_cpuset_t lcore_cpus = rte_lcore_cpuset(id);
-            for (int c = 0; c < CPU_SETSIZE; ++c)
-                if (CPU_ISSET(c, &lcore_cpus)) CPU_CLR(c, &control_cpus);
-        }
-        if (CPU_COUNT(&control_cpus) == 0) control_cpus = given;
-        std::thread control_thread([&] {
-            if (CPU_COUNT(&control_cpus) != 0)
-                pthread_setaffinity_np(pthread_self(), sizeof control_cpus, &control_cpus);
-            (*control)->serve(g_stop,
-                              [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
-        });
-        spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,
-                     r.ports.size(), r.lcore_ids.size(), cfg.ctrl_path);
-
-        if (!r.owned[0].empty() || selftest) {
-            r.lcores[0]->run();
-        } else {
-            while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-        rte_eal_mp_wait_lcore();
-        control_thread.join();
-        (*control)->disconnect_all();  // sessions go while their transports still exist
-        (*control)->set_cm(nullptr);
-        resources.set_quiesce({});
-        unregister_telemetry();
-        spdlog::info("snicd {} stopping", cfg.name);
-        std::vector<const Transport*> all;
-        for (std::size_t i = 0; i < r.ports.size(); ++i) {
-            all.push_back(r.transports[i].get());
-            all.push_back(r.iwarp[i].get());
-        }
-        print_counters(r.ports, all, r.tcp);
-        if (selftest) rc = report_selftest(cfg, *selftest);
-    }
+    const int rc = serve(cfg, **control, given);
     rte_eal_cleanup();
     return rc;
 }

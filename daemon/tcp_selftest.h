@@ -1,4 +1,4 @@
-// The TCP self-tests: snic's TCP (daemon/tcp_stack.h, through its byte-stream API) against
+// The TCP self-tests: snic's TCP (daemon/iwarp/tcp_stack.h, through its byte-stream API) against
 // any TCP peer, the Linux kernel's in the tests, without iWARP.
 //
 //   tcp-send,dst=IP:PORT,bytes=N[,record=B]: connects, sends N bytes of a fixed pseudo-random

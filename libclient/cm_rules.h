@@ -22,7 +22,7 @@ inline constexpr std::uint8_t kMaxResources = 0xff;
 
 // The packet life time of snic's RoCE route, as cma.c's cma_resolve_iboe_route sets it
 // (CMA_IBOE_PACKET_LIFETIME there: 18, 16 in newer kernels). Chosen so that with snic's own
-// CA ACK delay (daemon/limits.h) both QPs of a snic-to-snic connection get an ACK timeout of
+// CA ACK delay (daemon/verbs/limits.h) both QPs of a snic-to-snic connection get an ACK timeout of
 // 14 (67 ms), as they did before the rules below were followed.
 inline constexpr std::uint8_t kPacketLifeTime = 13;
 

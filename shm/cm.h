@@ -27,7 +27,7 @@ inline constexpr std::size_t kCmMaxPrivate = 224;  // the largest of them all (R
 
 // Events waiting in a CM connection's ring at most: room for the four a connection may
 // raise (request or response, established, disconnected, TimeWait exit) for each of the ids
-// one connection may hold (daemon/cm_service.h). An event that finds the ring full is lost
+// one connection may hold (daemon/cm/service.h). An event that finds the ring full is lost
 // and counted (a connect request is rejected instead).
 inline constexpr std::uint32_t kCmEventCapacity = 4096;
 

@@ -33,7 +33,7 @@ inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
 // libsnic's ibv_device.dev_name is this prefix and the device name; snicd makes the node
-// /dev/infiniband/<dev_name> (daemon/device_nodes.h). Kernel nodes (uverbsN, umadN, issmN,
+// /dev/infiniband/<dev_name> (daemon/control/device_nodes.h). Kernel nodes (uverbsN, umadN, issmN,
 // rdma_cm) never start with it.
 inline constexpr const char* kDeviceNodePrefix = "snic-";
 inline constexpr std::size_t kMaxFds = kMaxMrSegments;  // per message
@@ -431,7 +431,7 @@ struct ResourcesReply {
     std::uint64_t mapped_bytes;
     std::uint32_t mappings;  // live mmaps of client memory
     std::uint32_t fds;       // client fds snicd holds open
-    // SIGBUS faults in client memory snicd survived (daemon/fault_guard.h): huge pages a
+    // SIGBUS faults in client memory snicd survived (daemon/verbs/fault_guard.h): huge pages a
     // client punched out with no page left in the pool to replace them.
     std::uint32_t faults_recovered;
     // The client descriptors snicd keeps at most for one client and for one user (uid).

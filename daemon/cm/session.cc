@@ -233,7 +233,7 @@ int CmSession::accept(const shm::CmAcceptReq& req) {
     const shm::CmConnParam& param = req.param;
     Status st = Ok{};
     if (id->state == S::rep_received) {
-        // The active side's answer to the reply: IB CM's RTU (iWARP sends nothing more).
+        // The active side's answer to the reply (IB CM's RTU; some wires send nothing).
         id->state = S::established;
         st = w.confirm(id->conn, {param.private_data, param.private_data_len});
         if (!st) id->state = S::rep_received;

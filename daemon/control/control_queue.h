@@ -1,6 +1,6 @@
 // Questions other threads put to the control thread, which alone may read the client
 // sessions (their tables change only there): DPDK telemetry's threads ask it for the QP
-// reports of daemon/qp_report.h. The asker waits for the answer, at most a bound; the control
+// reports of daemon/verbs/qp_report.h. The asker waits for the answer, at most a bound; the control
 // thread's poll wakes on the queue's eventfd and answers between two requests of its clients.
 // An answer that comes too late is dropped. The data lcores take no part in it.
 #pragma once

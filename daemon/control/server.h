@@ -3,7 +3,7 @@
 // is replaced), listen() binds it once the daemon is ready, and serve() answers
 // requests on the control thread until stopped.
 //
-// Each connection may become one client session (daemon/session.h) with its first
+// Each connection may become one client session (daemon/verbs/session.h) with its first
 // open_device; the session lives until the connection closes, however it closes, and
 // everything it owned is released at once. A malformed message closes that connection
 // only; a client that does not read its replies is disconnected; the server never blocks

@@ -1,6 +1,6 @@
-// The iWARP transport of one port (daemon/transport.h's second implementation): the port's
+// The iWARP transport of one port (daemon/verbs/transport.h's second implementation): the port's
 // iWARP device runs RDMAP/DDP (proto/iwarp/qp.h) over MPA (proto/iwarp/mpa.h) over snic's
-// own TCP (daemon/tcp_stream.h), on the port's lcore.
+// own TCP (daemon/iwarp/tcp_stream.h), on the port's lcore.
 //
 // Connections come first, QPs after, as on an iWARP RNIC: rdma_cm (daemon/cm_service) asks
 // for a connection (connect(), or a listener's MPA request, answered by accept()/reject()),
@@ -13,7 +13,7 @@
 // receive buffers snic's TCP writes the stream into (four of 64 KiB, reposted as they are
 // read: the window the peer sees). What the CM must hear (a request, a reply, a refusal, the
 // end) crosses to the control thread through an SPSC queue and an eventfd, as QP1's MADs do
-// (daemon/gsi.h); the CM's calls reach the lcore through LcoreTasks.
+// (daemon/roce/gsi.h); the CM's calls reach the lcore through LcoreTasks.
 //
 // Setup (iwarp_transport.cc) on the control thread; the datapath
 // (iwarp_transport_datapath.cc) on the lcore only: no allocation, syscalls, locks or logs but
@@ -112,7 +112,7 @@ class IwarpQp final : public RunningQp, public iwarp::IwStream {
     iwarp::IwQp engine_;      // last: built from the interfaces above
 };
 
-// One iWARP connection on the lcore (daemon/iwarp_transport_datapath.cc).
+// One iWARP connection on the lcore (daemon/iwarp/iwarp_transport_datapath.cc).
 struct IwConn final : TcpStreamOwner {
     enum class State : std::uint8_t {
         connecting,        // active: TCP handshake

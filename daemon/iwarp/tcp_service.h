@@ -1,4 +1,4 @@
-// The daemon's TCP on one port: a TcpStack (daemon/tcp_stack.h) on the port's lcore, fed by
+// The daemon's TCP on one port: a TcpStack (daemon/iwarp/tcp_stack.h) on the port's lcore, fed by
 // the port's TCP hook and ICMP-error hook, sending through the port's ARP cache and tx path
 // (IPv4 with DF, Ethernet). A frame to a peer whose MAC is being resolved waits (a few, for
 // a second at most) and goes when the reply comes, as a kernel's neighbour queue holds it,

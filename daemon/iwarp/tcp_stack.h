@@ -3,8 +3,8 @@
 // 4-tuple (or the listener by its port), lowers a connection's MSS when an ICMP says the path
 // needs it (RFC 1191), creates passive connections within its bounds,
 // answers segments for no connection with RST, runs each engine when a segment, a call or
-// its deadline says so (daemon/qp_sched.h, as the QPs), and delivers the engines' events to
-// their owners through the byte-stream API (daemon/tcp_stream.h).
+// its deadline says so (daemon/lcore/qp_sched.h, as the QPs), and delivers the engines' events to
+// their owners through the byte-stream API (daemon/iwarp/tcp_stream.h).
 //
 // Bounds, so that a flood costs memory the operator can name (`memory_bound` below):
 //   max_connections  engines at once, any state (each memory_per_connection() bytes)
@@ -15,7 +15,7 @@
 // the peer retries, and established connections are not touched.
 //
 // Pure, like the engines: no DPDK. Frames leave through TcpLink (the port's IPv4 framing,
-// ARP and tx path: daemon/tcp_service.h), so tests run it over a fake link. Connections are
+// ARP and tx path: daemon/iwarp/tcp_service.h), so tests run it over a fake link. Connections are
 // allocated when made (connect(), or a SYN a listener takes), never per segment.
 #pragma once
 
@@ -175,7 +175,7 @@ class TcpStack final : public TcpStreams {
     // Runs the connections with work or a deadline due; true when any did something.
     bool poll(std::uint64_t now_ns);
 
-    // --- TcpStreams (daemon/tcp_stream.h) ---
+    // --- TcpStreams (daemon/iwarp/tcp_stream.h) ---
     int listen(std::uint16_t port, std::uint32_t backlog, TcpStreamOwner& owner,
                TcpHandle& out) override;
     int connect(net::Ipv4Addr ip, std::uint16_t port, TcpStreamOwner& owner, TcpHandle& out,

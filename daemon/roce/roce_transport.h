@@ -1,11 +1,11 @@
-// The RoCEv2 transport of one port (daemon/transport.h's first implementation). Its lcore
+// The RoCEv2 transport of one port (daemon/verbs/transport.h's first implementation). Its lcore
 // runs the RC engines (proto/roce/rc_qp.h) of the QPs of the sessions bound to the port: a
 // RoceQp ties one engine to the shared glue (QpGlue: the client's rings, CQs, memory keys,
 // events) and to the port (RcWire: Ethernet/IPv4/UDP framing around each transport packet,
 // the ICRC). The port's UDP 4791 hook parses, checks the ICRC, checks that the packet comes
 // from the QP's peer, and hands it to its QP.
 //
-// The lcore runs a QP's engine only when the QP has work (daemon/qp_sched.h): a packet, a
+// The lcore runs a QP's engine only when the QP has work (daemon/lcore/qp_sched.h): a packet, a
 // doorbell of its client, output left from its last poll, a deadline, or the grace period
 // after it was last busy; the send WRs an engine holds take slots from the transport's pool.
 //

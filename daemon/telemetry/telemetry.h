@@ -7,7 +7,7 @@
 //
 // The callbacks run on DPDK's telemetry threads. Counters they read directly (relaxed atomics
 // each lcore writes). The QPs live in the client sessions, whose tables only the control
-// thread may walk: for those the callback asks the control thread (daemon/control_queue.h)
+// thread may walk: for those the callback asks the control thread (daemon/control/control_queue.h)
 // and waits for its answer, at most a second; no callback takes anything an lcore takes.
 #pragma once
 

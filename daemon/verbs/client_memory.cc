@@ -264,18 +264,20 @@ Status attach_sysv(std::byte* at, const shm::MrSegment& seg, std::uint64_t size,
     return Ok{};
 }
 
-}  // namespace
-
-Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
-                           bool writable, const MemoryOwner& owner, std::uint64_t* owner_bytes) {
-    if (segs.empty()) return make_error(EINVAL, "no segments");
-    const std::uint64_t base = segs.front().addr;
-    const std::uint64_t total = segs.back().addr + segs.back().length - base;
-
-    // Check every backing before mapping anything; find the room SysV attachments need
-    // around the range (they map whole segments, then give back what is not registered).
+// A region's segments checked, before anything is mapped: their page sizes, the alignment
+// the range must keep, the room SysV attachments need around it (they map whole segments,
+// then give back what is not registered), and each SysV segment's size.
+struct RegionPlan {
+    std::uint64_t base = 0, total = 0;
     std::uint64_t align = kSmallPage, lead = 0, tail = 0;
     std::array<std::uint64_t, shm::kMaxMrSegments> sysv_size{}, page_of{};
+};
+
+Result<RegionPlan> plan_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
+                               bool writable, const MemoryOwner& owner) {
+    RegionPlan p;
+    p.base = segs.front().addr;
+    p.total = segs.back().addr + segs.back().length - p.base;
     std::size_t nfd = 0;
     for (std::size_t i = 0; i < segs.size(); ++i) {
         const shm::MrSegment& s = segs[i];
@@ -299,63 +301,77 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
         if (s.backing == shm::MrBacking::sysv) {
             auto size = check_sysv(s, writable, owner);
             if (!size) return make_error(size.error().code, bad(size.error().message).message);
-            sysv_size[i] = *size;
-            const std::uint64_t before = s.addr - base, after = base + total - s.addr - s.length;
-            if (s.offset > before) lead = std::max(lead, s.offset - before);
+            p.sysv_size[i] = *size;
+            const std::uint64_t before = s.addr - p.base;
+            const std::uint64_t after = p.base + p.total - s.addr - s.length;
+            if (s.offset > before) p.lead = std::max(p.lead, s.offset - before);
             if (*size - s.offset - s.length > after)
-                tail = std::max(tail, *size - s.offset - s.length - after);
+                p.tail = std::max(p.tail, *size - s.offset - s.length - after);
         }
-        align = std::max(align, page);
-        page_of[i] = page;
+        p.align = std::max(p.align, page);
+        p.page_of[i] = page;
     }
     if (nfd != fds.size()) return make_error(EINVAL, "more memfds than memfd segments");
+    return p;
+}
+
+// Maps segment `i` at `at`. Huge pages are faulted in now: a fault that finds the pool empty
+// later would be a SIGBUS in an lcore; here it is an error (ENOMEM) for this registration.
+Status map_segment(std::byte* at, const shm::MrSegment& s, std::size_t i, int fd,
+                   const RegionPlan& p, bool writable) {
+    const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+    if (s.backing == shm::MrBacking::sysv) {
+        if (auto st = attach_sysv(at, s, p.sysv_size[i], writable); !st) return st;
+    } else if (::mmap(at, s.length, prot, MAP_SHARED | MAP_FIXED, fd,
+                      static_cast<off_t>(s.offset)) == MAP_FAILED) {
+        return mmap_error(("mmap of segment " + std::to_string(i)).c_str());
+    }
+    if (p.page_of[i] > kSmallPage &&
+        ::madvise(at, s.length, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
+        return make_error(ENOMEM, fmt::format("segment {}: its huge pages cannot be faulted "
+                                              "in ({}): is the huge page pool exhausted?",
+                                              i, std::strerror(errno)));
+    return Ok{};
+}
+
+}  // namespace
+
+Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
+                           bool writable, const MemoryOwner& owner, std::uint64_t* owner_bytes) {
+    if (segs.empty()) return make_error(EINVAL, "no segments");
+    auto plan = plan_region(segs, fds, writable, owner);
+    if (!plan) return plan.error();
+    const RegionPlan& p = *plan;
 
     // The reservation: the range where base % align is kept, with room around it.
-    const std::uint64_t span = lead + total + tail + align;
+    const std::uint64_t span = p.lead + p.total + p.tail + p.align;
     void* res =
         ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (res == MAP_FAILED) return mmap_error("reserving the address range");
     auto* lo = static_cast<std::byte*>(res);
-    const auto want = reinterpret_cast<std::uintptr_t>(lo + lead);
-    const std::uintptr_t shift = ((base % align) - want % align + align) % align;
-    std::byte* range = lo + lead + shift;
-    const auto give_back = [&] {
-        ::munmap(lo, range - lo);
-        ::munmap(range + total, lo + span - (range + total));
-    };
+    const auto want = reinterpret_cast<std::uintptr_t>(lo + p.lead);
+    const std::uintptr_t shift = ((p.base % p.align) - want % p.align + p.align) % p.align;
+    std::byte* range = lo + p.lead + shift;
 
-    const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-    nfd = 0;
+    std::size_t nfd = 0;
     for (std::size_t i = 0; i < segs.size(); ++i) {
         const shm::MrSegment& s = segs[i];
-        std::byte* at = range + (s.addr - base);
-        Status st = Ok{};
-        if (s.backing == shm::MrBacking::sysv) {
-            st = attach_sysv(at, s, sysv_size[i], writable);
-        } else if (::mmap(at, s.length, prot, MAP_SHARED | MAP_FIXED, fds[nfd++],
-                          static_cast<off_t>(s.offset)) == MAP_FAILED) {
-            st = mmap_error(("mmap of segment " + std::to_string(i)).c_str());
-        }
-        // Huge pages are faulted in now: a fault that finds the pool empty later would be a
-        // SIGBUS in an lcore; here it is an error (ENOMEM) for this registration.
-        if (st && page_of[i] > kSmallPage &&
-            ::madvise(at, s.length, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
-            st = make_error(ENOMEM, fmt::format("segment {}: its huge pages cannot be faulted "
-                                                "in ({}): is the huge page pool exhausted?",
-                                                i, std::strerror(errno)));
-        if (!st) {
+        const int fd = s.backing == shm::MrBacking::memfd ? fds[nfd++] : -1;
+        if (auto st = map_segment(range + (s.addr - p.base), s, i, fd, p, writable); !st) {
             ::munmap(lo, span);
             return st.error();
         }
     }
-    give_back();
-    Mapping m(range, total, static_cast<std::uint32_t>(segs.size()), owner_bytes);
+    // What lies around the range goes back.
+    ::munmap(lo, range - lo);
+    ::munmap(range + p.total, lo + span - (range + p.total));
+    Mapping m(range, p.total, static_cast<std::uint32_t>(segs.size()), owner_bytes);
     // A hugetlb page the client punches out faults on snicd's next access if the pool has no
     // page then: guarded, so that the fault costs the client its page, not snicd its life.
     for (std::size_t i = 0; i < segs.size(); ++i) {
-        if (page_of[i] <= kSmallPage) continue;
+        if (p.page_of[i] <= kSmallPage) continue;
         const std::uint32_t slot =
-            fault_guard::add(range + (segs[i].addr - base), segs[i].length, page_of[i]);
+            fault_guard::add(range + (segs[i].addr - p.base), segs[i].length, p.page_of[i]);
         if (slot == fault_guard::kNoSlot)  // (more than the daemon's mappings can be)
             return make_error(ENOMEM,
                               fmt::format("segment {}: no room to guard its huge pages", i));

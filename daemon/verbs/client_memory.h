@@ -56,7 +56,7 @@ struct ClientMemoryStats {
 ClientMemoryStats client_memory_stats();
 
 // A client's descriptor snicd keeps (notification socket), counted in ClientMemoryStats::fds
-// (and, held by a KeptFd of daemon/resources.h, per client and per user).
+// (and, held by a KeptFd of daemon/verbs/resources.h, per client and per user).
 class ClientFd {
   public:
     ClientFd() = default;
@@ -106,7 +106,7 @@ class Mapping {
                                       const MemoryOwner& owner, std::uint64_t* owner_bytes);
     Mapping(void* addr, std::size_t bytes, std::uint32_t regions, std::uint64_t* owner_bytes);
 
-    // The fault_guard slots of its hugetlb segments (daemon/fault_guard.h): the pages that
+    // The fault_guard slots of its hugetlb segments (daemon/verbs/fault_guard.h): the pages that
     // can fault under snicd when the client punches them out.
     struct Guards {
         std::array<std::uint32_t, shm::kMaxMrSegments> slots{};
@@ -141,7 +141,7 @@ Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes
 Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
                            bool writable, const MemoryOwner& owner, std::uint64_t* owner_bytes);
 
-// Whether `fd` is a notification socket (an AF_UNIX SOCK_STREAM end, see shm/control.h).
+// Whether `fd` is a notification socket (an AF_UNIX SOCK_STREAM end, see shm/control_abi.h).
 bool is_notify_socket(int fd);
 
 // Signals one event on a notification socket without ever blocking: false when the

@@ -18,7 +18,7 @@ struct Slot {
     std::atomic<std::uint32_t> faults{0};
 };
 
-// As many as the daemon's client mappings can be (daemon/limits.h bounds them far lower in
+// As many as the daemon's client mappings can be (daemon/verbs/limits.h bounds them far lower in
 // practice: only hugetlb segments are guarded).
 constexpr std::uint32_t kSlots = 65536;
 Slot g_slots[kSlots];

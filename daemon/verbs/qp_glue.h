@@ -1,6 +1,6 @@
 // The glue between a QP's engine and the client, shared by every transport: send WQEs copied
 // out of the client's send ring and checked, receive WQEs from its receive ring or SRQ, CQEs
-// into its CQs, memory access through the key table (daemon/memory_keys.h), and the QP's
+// into its CQs, memory access through the key table (daemon/verbs/memory_keys.h), and the QP's
 // asynchronous events. A transport's QP holds one QpGlue and adds only its wire.
 //
 // Runs on the lcore of the QP's port, the only producer of the QP's CQEs and of its session's

@@ -1,6 +1,6 @@
 // What every transport does with the QPs it runs on its port's lcore, whatever its wire: a
 // table from QP number to running QP, the doorbells of the clients whose QPs run here, and
-// the scheduler that polls a QP only when it has work (daemon/qp_sched.h). RoCEv2 and iWARP
+// the scheduler that polls a QP only when it has work (daemon/lcore/qp_sched.h). RoCEv2 and iWARP
 // each hold one QpRunner; their QPs are RunningQps that add the engine and the wire.
 //
 // add() and remove() run on the control thread and reach the lcore through LcoreTasks;

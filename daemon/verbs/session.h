@@ -5,7 +5,7 @@
 // dependency order: QPs, SRQs, CQs, channels, MWs, MRs, PDs.
 //
 // Objects are allocated one by one and never move while they live: the data lcores of the
-// transport will read them through the key and QP number tables (daemon/resources.h).
+// transport will read them through the key and QP number tables (daemon/verbs/resources.h).
 #pragma once
 
 #include <atomic>
@@ -82,7 +82,7 @@ struct Mr {
     std::uint64_t length = 0;
     std::uint32_t access = 0;
     NameLease key;  // lkey == rkey; withdrawn before the mapping goes
-    // Owned by the lcore of the session's port (daemon/memory_keys.h), which alone binds
+    // Owned by the lcore of the session's port (daemon/verbs/memory_keys.h), which alone binds
     // windows: how many are bound to this region, and whether dereg_mr has claimed it
     // (then no window may be bound to it any more).
     mutable std::uint32_t windows = 0;
@@ -194,7 +194,7 @@ struct Qp {
     shm::Doorbells* doorbells = nullptr;  // its session's; the QP's bit is qpn % kDoorbellBits
     // The engine its port's transport runs, from RTR on; stopped before the QP goes.
     std::unique_ptr<QpEngine> engine;
-    // The receive counters published in control->recv (daemon/completion.h), written by
+    // The receive counters published in control->recv (daemon/verbs/completion.h), written by
     // whoever produces the QP's CQEs; these are the writer's copies, never read back from
     // shared memory.
     std::uint64_t recv_taken = 0;

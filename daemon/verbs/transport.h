@@ -4,7 +4,7 @@
 // on that port's lcore; it is handed each QP when the QP starts running (RTR) and takes it back
 // before the QP goes. The glue every transport shares (WQEs copied out of the client's rings
 // and checked, CQEs, receive WQEs from the RQ or SRQ, memory access through keys, events) is
-// daemon/qp_glue.h; a transport adds only its wire.
+// daemon/verbs/qp_glue.h; a transport adds only its wire.
 //
 // Dependencies point one way: session -> transport.h (this file) <- roce/, iwarp/; the
 // session never includes a transport's own header.

@@ -1,5 +1,5 @@
-// libFuzzer target: the session ops behind the control socket (daemon/session.cc, as
-// daemon/control.cc's op table calls them): a client session with an opened device, a PD,
+// libFuzzer target: the session ops behind the control socket (daemon/verbs/session.cc, as
+// daemon/control/server.cc's op table calls them): a client session with an opened device, a PD,
 // a CQ and a QP set up the way libsnic does it, then a sequence of ops, each with a request
 // body of arbitrary bytes (copied into the op's request struct as control.cc copies it) and
 // descriptors the input chooses (none, a memfd of a chosen size, formatted as a ring or not,

@@ -1,4 +1,4 @@
-// libFuzzer target: the control socket itself (daemon/control.cc's ControlServer::handle and
+// libFuzzer target: the control socket itself (daemon/control/server.cc's ControlServer::handle and
 // dispatch: recvmsg with SCM_RIGHTS, the framing checks, the op table), through a real Unix
 // SOCK_SEQPACKET socket. Once per process a ControlServer is claimed in a fresh temporary
 // directory and serves on a thread of its own (one fake port, as control_ops's, no DPDK, no

@@ -3,7 +3,7 @@
 and siw captures in tests/vectors: the frames and RoCEv2 packets as they are, and, for the
 targets that read a stream of choices (rc_*, ud_qp, cm_agent, tcp_connection, mpa_frames),
 the same packets wrapped in the commands those targets understand; and control_socket's
-message sequences, built from the control protocol's layouts (shm/control.h).
+message sequences, built from the control protocol's layouts (shm/control_abi.h).
 Deterministic; run it again after changing a target's input format:
 
     tests/fuzz/make_seeds.py [--vectors DIR] [--out DIR]
@@ -282,7 +282,7 @@ def mpa_seeds(args):
           u8(20) + bytes(range(20)) + u8(0) + u8(33) + bytes(range(33)))
 
 
-# control_socket: CtrlOp values (shm/control.h) and the target's input format.
+# control_socket: CtrlOp values (shm/control_abi.h) and the target's input format.
 OP = {"status": 1, "open_device": 2, "query_port": 3, "alloc_pd": 4, "dealloc_pd": 5,
       "create_cq": 10, "destroy_cq": 11, "create_qp": 16, "clients": 22, "resources": 23,
       "qps": 24, "qp": 25, "cm_open": 26, "cm_status": 36, "tcp_conns": 37}

@@ -1,4 +1,4 @@
-// libFuzzer target: the daemon's copy-and-check of work requests (daemon/qp_glue.cc):
+// libFuzzer target: the daemon's copy-and-check of work requests (daemon/verbs/qp_glue.cc):
 // to_send_wr on any send WQE against any QP caps, to_recv_wr on any receive WQE, and
 // QpGlue::pop_recv over a receive ring whose every byte (indices included) the fuzzer
 // writes, as a hostile client can. Asserts: a send WR the engines get either is the WQE as

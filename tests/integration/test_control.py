@@ -3,7 +3,7 @@ malformed messages, memfd checks, descriptors never leaked, sessions isolated fr
 each other, and everything a session owned released when its connection closes
 (also by SIGKILL), down to the daemon's descriptors and mappings.
 
-The messages are packed here with struct from the layouts of shm/control.h and
+The messages are packed here with struct from the layouts of shm/control_abi.h and
 shm/wqe.h, so that a change of the ABI shows up as a failing test.
 """
 
@@ -872,7 +872,7 @@ def parse_qps_reply(body: bytes) -> tuple[tuple[int, ...], list[tuple]]:
 
 
 def test_qp_ops_need_no_session_and_report_a_running_qp(snicd):
-    """The qps and qp ops (snicctl qp) as laid out in shm/control.h: a QP stepped to RTS
+    """The qps and qp ops (snicctl qp) as laid out in shm/control_abi.h: a QP stepped to RTS
     by one session is listed and dumped, engine included, to a connection without one."""
     with Conn(snicd.ctrl) as owner, Conn(snicd.ctrl) as c:
         objs = build_everything(owner)

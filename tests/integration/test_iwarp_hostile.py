@@ -21,7 +21,7 @@ PEER = Path(__file__).resolve().parent / "tcp_peer.py"
 MPA_REQ_KEY = b"MPA ID Req Frame"
 MPA_REP_KEY = b"MPA ID Rep Frame"
 REJECT = 0x20
-MPA_TIMEOUT_S = 10  # daemon/iwarp_transport.h kMpaRequestWaitSeconds
+MPA_TIMEOUT_S = 10  # daemon/iwarp/iwarp_transport.h kMpaRequestWaitSeconds
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ NOBODY = 65534
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 AS_OTHER = ["setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", "--"]
 
-# Every RoceCounters field and roce::Drop reason (daemon/roce_transport.h, proto/roce/packet.h).
+# Every RoceCounters field and roce::Drop reason (daemon/roce/roce_transport.h, proto/roce/packet.h).
 ROCE_COUNTERS = {"rx_packets", "tx_packets", "rx_unknown_qpn", "rx_bad_source", "rx_not_ipv4",
                  "tx_no_mbuf", "tx_unresolved", "tx_uc_held", "loopback_packets", "loopback_full",
                  "rx_gsi", "rx_gsi_no_hook", "rx_gsi_bad_opcode", "tx_gsi",

@@ -58,7 +58,7 @@ LINE_TIMEOUT = 60  # s for the victim program to answer one line
 
 
 def source_port(qpn: int, dest_qpn: int) -> int:
-    """The UDP source port snicd puts on a QP's packets (daemon/transport.cc), so that the
+    """The UDP source port snicd puts on a QP's packets (daemon/verbs/transport.cc), so that the
     forged frames look like the peer's own."""
     h = ((qpn * 0x9E3779B1) ^ (dest_qpn * 0x85EBCA6B)) & 0xFFFFFFFF
     return 0xC000 | ((h >> 16) & 0x3FFF)

@@ -271,6 +271,6 @@ def test_abi_mismatch_is_reported(tmp_path):
         t.join(timeout=5)
     assert res.returncode == 0, res.stderr
     assert served, "libsnic did not ask the socket"
-    ours = re.search(r"kAbiVersion = (\d+);", (st.REPO / "shm" / "control.h").read_text())[1]
+    ours = re.search(r"kAbiVersion = (\d+);", (st.REPO / "shm" / "control_abi.h").read_text())[1]
     assert f"libsnic: snicd at {path} speaks ABI 99, libsnic {ours}" in res.stderr, res.stderr
     assert not re.findall(r"^\s+(\S+)\s+[0-9a-f]{16}\s*$", res.stdout, re.M), res.stdout

@@ -1,4 +1,4 @@
-// What `snicctl qp` prints of the sessions' QPs (shm/control.h's qps and qp ops), and the
+// What `snicctl qp` prints of the sessions' QPs (shm/control_abi.h's qps and qp ops), and the
 // paging of its listing; apart from the socket so that unit tests read it.
 #pragma once
 

@@ -237,7 +237,7 @@ class CmHarness {
 rules::DeviceFacts snic_device() {
     rules::DeviceFacts d;
     d.port_mtu = IBV_MTU_1024;
-    d.ca_ack_delay = 8;  // daemon/limits.h
+    d.ca_ack_delay = 8;  // daemon/verbs/limits.h
     d.max_responder_resources = 128;
     d.max_initiator_depth = 128;
     return d;

@@ -1,4 +1,4 @@
-// Questions to the control thread (daemon/control_queue.h): answered there, and an asker
+// Questions to the control thread (daemon/control/control_queue.h): answered there, and an asker
 // that waits too long, or asks a thread that stopped serving, gets nothing without harm.
 #include "daemon/control/control_queue.h"
 

@@ -1,4 +1,4 @@
-// Work the control thread hands to a data lcore (daemon/lcore_tasks.h): it runs on the lcore,
+// Work the control thread hands to a data lcore (daemon/lcore/lcore_tasks.h): it runs on the lcore,
 // once, and run() returns only after it ran, with its effects visible to the caller; tasks
 // handed over while the lcore's loop ends still run once, on the lcore or on the caller. Two
 // threads play the two roles; the TSan build of these tests checks the handshake itself.

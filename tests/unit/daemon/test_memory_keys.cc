@@ -1,4 +1,4 @@
-// Access through MR and MW keys, window binds and invalidations (daemon/memory_keys.h),
+// Access through MR and MW keys, window binds and invalidations (daemon/verbs/memory_keys.h),
 // on sessions driven op by op, without DPDK.
 #include "daemon/verbs/memory_keys.h"
 

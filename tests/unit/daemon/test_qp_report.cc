@@ -1,5 +1,5 @@
-// What operators see of the sessions' QPs (daemon/qp_report.h): who sees which QPs, the paging
-// of a listing, and one QP's dump with its engine's view and counters.
+// What operators see of the sessions' QPs (daemon/verbs/qp_report.h): who sees which QPs, the
+// paging of a listing, and one QP's dump with its engine's view and counters.
 #include "daemon/verbs/qp_report.h"
 
 #include <gtest/gtest.h>

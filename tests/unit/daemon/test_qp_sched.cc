@@ -1,4 +1,4 @@
-// The lcore's QP scheduler (daemon/qp_sched.h): the ready list, the deadline heap, and the
+// The lcore's QP scheduler (daemon/lcore/qp_sched.h): the ready list, the deadline heap, and the
 // rules that decide when a QP's engine runs. The QPs are fakes whose engine does what the
 // test says; the clock is a number.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Registrations of memory the application shares itself (daemon/client_memory.cc): SysV
+// Registrations of memory the application shares itself (daemon/verbs/client_memory.cc): SysV
 // segments, mapped by snicd only where the client has them attached and may use them, and
 // hugetlb memfds, mapped at their page size. The test process plays the client: the
 // session's peer is this process.

@@ -1,4 +1,4 @@
-// The daemon's TCP tables (daemon/tcp_stack.h): listeners, the SYN backlog and per-peer
+// The daemon's TCP tables (daemon/iwarp/tcp_stack.h): listeners, the SYN backlog and per-peer
 // bounds, RSTs for closed ports, ICMP errors, handles and events, over a fake link: two
 // stacks back to back, and a raw peer that writes segments by hand. The clock is a number.
 #include <gtest/gtest.h>

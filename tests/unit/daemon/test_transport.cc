@@ -1,6 +1,6 @@
-// The data-plane seam (daemon/transport.h): a second, fake transport runs QPs through the same
-// interface RoCEv2 uses, with the shared glue (daemon/qp_glue.h) between its engine and the
-// client's rings, CQs and async events; the async events an engine raises by itself; and
+// The data-plane seam (daemon/verbs/transport.h): a second, fake transport runs QPs through the
+// same interface RoCEv2 uses, with the shared glue (daemon/verbs/qp_glue.h) between its engine and
+// the client's rings, CQs and async events; the async events an engine raises by itself; and
 // RoCEv2's own attribute rule.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>

@@ -463,8 +463,8 @@ struct Node {
     FakeWire wire;
     std::unique_ptr<RcQp> qp;
 
-    // What the daemon's scheduler knows of the QP (daemon/qp_sched.h): it runs the engine when
-    // a packet arrived for it, when its client posted send WRs since the engine last looked (a
+    // What the daemon's scheduler knows of the QP (daemon/lcore/qp_sched.h): it runs the engine
+    // when a packet arrived for it, when its client posted send WRs since the engine last looked (a
     // doorbell), or when next_deadline() is due.
     bool has_work(RcTime now) const {
         return q.sq.size() > sq_after_poll || packets_in() != packets_seen ||

@@ -448,7 +448,7 @@ TEST(RcStress, random_traffic_over_a_lossy_link_mtu_4096) {
 }
 
 // The daemon runs an engine only when it has work: a packet for it, a post, its deadline
-// (daemon/qp_sched.h). Driven that way, random traffic over a lossy link completes exactly as
+// (daemon/lcore/qp_sched.h). Driven that way, random traffic over a lossy link completes exactly as
 // when every engine is polled on every step; and once the traffic is over, neither engine is
 // polled at all.
 TEST(RcStress, engines_run_only_for_packets_posts_and_deadlines_lose_nothing) {
