@@ -1,4 +1,6 @@
-#include "libclient/ctrl.h"
+// The control connection to one snicd (control.h): connect, and one request and its reply
+// at a time, with fds passed along; replies of requests that timed out earlier are skipped.
+#include "libclient/control.h"
 
 #include <poll.h>
 #include <sys/socket.h>

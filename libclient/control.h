@@ -1,5 +1,5 @@
 // The control connection to one snicd: one SOCK_SEQPACKET socket, request and
-// reply (shm/control.h), fds passed with SCM_RIGHTS. Serialised by one mutex:
+// reply (shm/control_abi.h), fds passed with SCM_RIGHTS. Serialised by one mutex:
 // each ibv_context has its own connection, so contexts never wait on each other.
 #pragma once
 
