@@ -1,7 +1,7 @@
 // rdma_cm's rules for one RoCE connection, as Linux's CM (drivers/infiniband/core/cm.c), its
 // rdma_cm (cma.c) and librdmacm apply them: what our REQ or REP carries, and the attributes
 // each state of the QP takes from what the two messages carried. Pure: no syscalls, no
-// state; libclient/cm.cc feeds it an id's facts, and the unit tests feed it a captured
+// state; libclient/cm_qp.cc feeds it an id's facts, and the unit tests feed it a captured
 // kernel exchange (tests/unit/cm/test_cm_kernel.cc). docs/PROTOCOL-CM.md has the table of
 // which side's value each field takes and where each rule comes from.
 #pragma once

@@ -316,6 +316,38 @@ SNIC_EXPORT int ibv_get_device_index(ibv_device* device) {
 
 // ---- contexts ------------------------------------------------------------------
 
+namespace {
+
+// The ibv_context the application sees of `ctx`, opened on `device`: its descriptors and
+// libsnic's context operations.
+void fill_context(Context* ctx, ibv_device* device) {
+    verbs_context& v = ctx->vctx;
+    v.sz = sizeof(verbs_context);
+    v.query_port = ops::query_port;
+    v.query_device_ex = ops::query_device_ex;
+    v.create_cq_ex = ops::create_cq_ex;
+    v.create_qp_ex = ops::create_qp_ex;
+    v.create_srq_ex = ops::create_srq_ex;
+    v.get_srq_num = ops::get_srq_num;
+    ibv_context& c = v.context;
+    c.device = device;
+    c.cmd_fd = ctx->cmd_fd.get();
+    c.async_fd = ctx->async_fd.get();
+    c.num_comp_vectors = 1;
+    c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+    ::pthread_mutex_init(&c.mutex, nullptr);
+    c.ops.poll_cq = ops::poll_cq;
+    c.ops.req_notify_cq = ops::req_notify_cq;
+    c.ops.post_send = ops::post_send;
+    c.ops.post_recv = ops::post_recv;
+    c.ops.post_srq_recv = ops::post_srq_recv;
+    c.ops.alloc_mw = ops::alloc_mw;
+    c.ops.dealloc_mw = ops::dealloc_mw;
+    c.ops.bind_mw = ops::bind_mw;
+}
+
+}  // namespace
+
 SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     return guarded<ibv_context*>(nullptr, [&]() -> ibv_context* {
         Device* dev = to_dev(device);
@@ -365,29 +397,7 @@ SNIC_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
         ctx->limits = rep.limits;
         std::memcpy(ctx->devname, rep.device, sizeof ctx->devname);
 
-        verbs_context& v = ctx->vctx;
-        v.sz = sizeof(verbs_context);
-        v.query_port = ops::query_port;
-        v.query_device_ex = ops::query_device_ex;
-        v.create_cq_ex = ops::create_cq_ex;
-        v.create_qp_ex = ops::create_qp_ex;
-        v.create_srq_ex = ops::create_srq_ex;
-        v.get_srq_num = ops::get_srq_num;
-        ibv_context& c = v.context;
-        c.device = device;
-        c.cmd_fd = ctx->cmd_fd.get();
-        c.async_fd = ctx->async_fd.get();
-        c.num_comp_vectors = 1;
-        c.abi_compat = __VERBS_ABI_IS_EXTENDED;
-        ::pthread_mutex_init(&c.mutex, nullptr);
-        c.ops.poll_cq = ops::poll_cq;
-        c.ops.req_notify_cq = ops::req_notify_cq;
-        c.ops.post_send = ops::post_send;
-        c.ops.post_recv = ops::post_recv;
-        c.ops.post_srq_recv = ops::post_srq_recv;
-        c.ops.alloc_mw = ops::alloc_mw;
-        c.ops.dealloc_mw = ops::dealloc_mw;
-        c.ops.bind_mw = ops::bind_mw;
+        fill_context(ctx.get(), device);
         Context* opened = ctx.release();
         {
             std::lock_guard lock(open_contexts().mu);

@@ -18,7 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "libclient/ctrl.h"
+#include "libclient/control.h"
 #include "libclient/util.h"
 #include "shm/control_abi.h"
 #include "shm/ring.h"

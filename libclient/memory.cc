@@ -410,21 +410,11 @@ void after_fork_in_child() {
 
 }  // namespace
 
-int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
-    const std::size_t ps = page_size();
-    if (len == 0) return EINVAL;
-    if (addr + len < addr || addr + len > UINTPTR_MAX - ps) {
-        refuse(addr, len, "the range wraps around the address space", "");
-        return EINVAL;
-    }
-    const std::uintptr_t lo = addr & ~(ps - 1);
-    const std::uintptr_t hi = (addr + len + ps - 1) & ~(ps - 1);
+namespace {
 
-    Registry& reg = registry();
-    std::lock_guard lock(reg.mu);
-    const std::vector<Vma> maps = read_maps(lo, hi);
-
-    // Shares the application has unmapped or replaced since are forgotten.
+// Forgets the shares over [lo, hi) that the application has unmapped or replaced since.
+void forget_replaced(Registry& reg, const std::vector<Vma>& maps, std::uintptr_t lo,
+                     std::uintptr_t hi) {
     for (auto it = reg.shares.begin(); it != reg.shares.end();) {
         Share& s = *it->second;
         const std::uintptr_t s_lo = s.addr > lo ? s.addr : lo;
@@ -434,27 +424,103 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
         else
             ++it;
     }
+}
 
-    // Plan, in address order: pieces of existing shares, new ranges to move, and the
-    // application's own shared memory (SysV segments, memfds) handed over as it is.
-    struct Piece {
-        std::uintptr_t start, end;
-        std::shared_ptr<Share> share;  // null: to be moved (unless backing says otherwise)
-        Backing backing = Backing::none;
-        const Vma* vma = nullptr;  // backing != none
-        std::size_t page = 0;
-    };
+// One piece of a registration: part of an existing share, a range to move, or the
+// application's own shared memory (a SysV segment, a memfd) handed over as it is.
+struct Piece {
+    std::uintptr_t start, end;
+    std::shared_ptr<Share> share;  // null: to be moved (unless backing says otherwise)
+    Backing backing = Backing::none;
+    const Vma* vma = nullptr;  // backing != none
+    std::size_t page = 0;
+};
+
+// The pieces of one registration of [addr, addr+len), in address order, as they are
+// planned. Each refusal says one line on stderr naming the range and why.
+struct Plan {
+    std::uintptr_t addr;
+    std::size_t len;
+    std::uintptr_t sp;  // in the calling thread's stack, which no piece to move may hold
+    const std::vector<Vma>& maps;
     std::vector<Piece> pieces;
-    int stack_probe = 0;
-    const auto sp = reinterpret_cast<std::uintptr_t>(&stack_probe);
-    const auto movable = [&](std::uintptr_t from, std::uintptr_t to) {
-        if (sp >= from && sp < to) {
-            refuse(addr, len, "it holds the calling thread's stack", "");
-            return false;
+
+    // Plans [lo, hi): pieces of the registry's shares where one backs a page, the rest as
+    // unshared() finds it. 0 or EINVAL.
+    int make(const Registry& reg, std::uintptr_t lo, std::uintptr_t hi);
+    // Plans [p, q), which no share backs, from p on; p ends at q, or past it where huge pages
+    // reach beyond. 0 or EINVAL.
+    int unshared(std::uintptr_t& p, std::uintptr_t q);
+    // Adds [from, to) as a range to move, unless it holds the calling thread's stack.
+    bool movable(std::uintptr_t from, std::uintptr_t to);
+};
+
+bool Plan::movable(std::uintptr_t from, std::uintptr_t to) {
+    if (sp >= from && sp < to) {
+        refuse(addr, len, "it holds the calling thread's stack", "");
+        return false;
+    }
+    pieces.push_back({from, to, nullptr});
+    return true;
+}
+
+int Plan::unshared(std::uintptr_t& p, std::uintptr_t q) {
+    std::uintptr_t cur = p;
+    for (const Vma& v : maps) {
+        if (v.end <= cur) continue;
+        if (cur >= q) break;
+        if (v.start > cur) break;  // a hole at cur
+        std::string detail;
+        if (const char* why = unshareable(v, &detail)) {
+            refuse(addr, len, why, detail);
+            return EINVAL;
         }
-        pieces.push_back({from, to, nullptr});
-        return true;
-    };
+        // Huge pages to move (private MAP_HUGETLB memory, or a released libsnic hugetlb
+        // memfd): a piece of their own, whole huge pages, into a hugetlb memfd.
+        const bool private_huge = v.priv && v.path.starts_with("/anon_hugepage");
+        if (private_huge || (!v.priv && v.path.starts_with(kMemfdPath))) {
+            const std::size_t page = vma_page_size(v.start);
+            if (private_huge && (page <= page_size() || (v.start % page) != 0)) {
+                refuse(addr, len, "its page size is unknown", v.path);
+                return EINVAL;
+            }
+            if (page > page_size()) {
+                if (cur > p && !movable(p, cur)) return EINVAL;
+                const std::uintptr_t e = v.end < q ? v.end : q;
+                pieces.push_back({cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr,
+                                  Backing::none, &v, page});
+                p = cur = pieces.back().end;
+                continue;
+            }
+        }
+        if (const Backing b = backing_of(v); b != Backing::none) {
+            if (cur > p && !movable(p, cur)) return EINVAL;
+            // Whole pages of the mapping's own size (huge pages reach past [lo, hi)).
+            const std::size_t page = vma_page_size(v.start);
+            if (page == 0 || (v.start % page) != 0) {
+                refuse(addr, len, "its page size is unknown", v.path);
+                return EINVAL;
+            }
+            const std::uintptr_t e = v.end < q ? v.end : q;
+            pieces.push_back(
+                {cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr, b, &v, page});
+            p = cur = pieces.back().end;
+            continue;
+        }
+        cur = v.end;
+    }
+    if (cur < q && p < q) {
+        char what[64];
+        std::snprintf(what, sizeof what, "%#" PRIxPTR " is not mapped", cur);
+        refuse(addr, len, what, "");
+        return EINVAL;
+    }
+    if (p < q && !movable(p, q)) return EINVAL;
+    p = p > q ? p : q;
+    return 0;
+}
+
+int Plan::make(const Registry& reg, std::uintptr_t lo, std::uintptr_t hi) {
     for (std::uintptr_t p = lo; p < hi;) {
         auto it = reg.shares.upper_bound(p);
         if (it != reg.shares.begin()) {
@@ -468,58 +534,7 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
             }
         }
         const std::uintptr_t q = it != reg.shares.end() && it->first < hi ? it->first : hi;
-        std::uintptr_t cur = p;
-        for (const Vma& v : maps) {
-            if (v.end <= cur) continue;
-            if (cur >= q) break;
-            if (v.start > cur) break;  // a hole at cur
-            std::string detail;
-            if (const char* why = unshareable(v, &detail)) {
-                refuse(addr, len, why, detail);
-                return EINVAL;
-            }
-            // Huge pages to move (private MAP_HUGETLB memory, or a released libsnic hugetlb
-            // memfd): a piece of their own, whole huge pages, into a hugetlb memfd.
-            const bool private_huge = v.priv && v.path.starts_with("/anon_hugepage");
-            if (private_huge || (!v.priv && v.path.starts_with(kMemfdPath))) {
-                const std::size_t page = vma_page_size(v.start);
-                if (private_huge && (page <= page_size() || (v.start % page) != 0)) {
-                    refuse(addr, len, "its page size is unknown", v.path);
-                    return EINVAL;
-                }
-                if (page > page_size()) {
-                    if (cur > p && !movable(p, cur)) return EINVAL;
-                    const std::uintptr_t e = v.end < q ? v.end : q;
-                    pieces.push_back({cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr,
-                                      Backing::none, &v, page});
-                    p = cur = pieces.back().end;
-                    continue;
-                }
-            }
-            if (const Backing b = backing_of(v); b != Backing::none) {
-                if (cur > p && !movable(p, cur)) return EINVAL;
-                // Whole pages of the mapping's own size (huge pages reach past [lo, hi)).
-                const std::size_t page = vma_page_size(v.start);
-                if (page == 0 || (v.start % page) != 0) {
-                    refuse(addr, len, "its page size is unknown", v.path);
-                    return EINVAL;
-                }
-                const std::uintptr_t e = v.end < q ? v.end : q;
-                pieces.push_back(
-                    {cur & ~(page - 1), (e + page - 1) & ~(page - 1), nullptr, b, &v, page});
-                p = cur = pieces.back().end;
-                continue;
-            }
-            cur = v.end;
-        }
-        if (cur < q && p < q) {
-            char what[64];
-            std::snprintf(what, sizeof what, "%#" PRIxPTR " is not mapped", cur);
-            refuse(addr, len, what, "");
-            return EINVAL;
-        }
-        if (p < q && !movable(p, q)) return EINVAL;
-        p = p > q ? p : q;
+        if (const int err = unshared(p, q); err != 0) return err;
     }
     if (pieces.size() > shm::kMaxMrSegments) {
         char what[96];
@@ -528,8 +543,12 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
         refuse(addr, len, what, "");
         return EINVAL;
     }
+    return 0;
+}
 
-    // The application's memfds first (nothing is moved if one cannot be had), then the moves.
+// Gives each piece of the application's memfds a share of its own (held for this
+// registration only, not kept in the registry). 0 or EINVAL, after a line on stderr.
+int open_app_memfds(std::vector<Piece>& pieces, std::uintptr_t addr, std::size_t len) {
     for (Piece& piece : pieces) {
         if (piece.backing != Backing::memfd) continue;
         const int fd = memfd_of(*piece.vma);
@@ -554,6 +573,13 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
         share->fd = fd;
         piece.share = std::move(share);
     }
+    return 0;
+}
+
+// Moves each piece that has no share and no backing of its own into a new memfd, kept in
+// the registry. 0 or an errno.
+int move_pieces(Registry& reg, std::vector<Piece>& pieces, const std::vector<Vma>& maps,
+                std::uintptr_t addr, std::size_t len) {
     for (Piece& piece : pieces) {
         if (piece.share || piece.backing != Backing::none) continue;
         std::shared_ptr<Share> s;
@@ -563,7 +589,12 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
         reg.shares.emplace(s->addr, s);
         piece.share = std::move(s);
     }
+    return 0;
+}
 
+// The registration's segments, its memfds' descriptors and its shares, each share
+// referenced once more.
+void describe(std::vector<Piece>& pieces, SharedRange* out) {
     out->segs.clear();
     out->fds.clear();
     out->shares.clear();
@@ -587,6 +618,34 @@ int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
         ++piece.share->refs;
         out->shares.push_back(std::move(piece.share));
     }
+}
+
+}  // namespace
+
+int share_range(std::uintptr_t addr, std::size_t len, SharedRange* out) {
+    const std::size_t ps = page_size();
+    if (len == 0) return EINVAL;
+    if (addr + len < addr || addr + len > UINTPTR_MAX - ps) {
+        refuse(addr, len, "the range wraps around the address space", "");
+        return EINVAL;
+    }
+    const std::uintptr_t lo = addr & ~(ps - 1);
+    const std::uintptr_t hi = (addr + len + ps - 1) & ~(ps - 1);
+
+    Registry& reg = registry();
+    std::lock_guard lock(reg.mu);
+    const std::vector<Vma> maps = read_maps(lo, hi);
+    forget_replaced(reg, maps, lo, hi);
+
+    // Plan, in address order: pieces of existing shares, new ranges to move, and the
+    // application's own shared memory (SysV segments, memfds) handed over as it is.
+    int stack_probe = 0;
+    Plan plan{addr, len, reinterpret_cast<std::uintptr_t>(&stack_probe), maps, {}};
+    if (const int err = plan.make(reg, lo, hi); err != 0) return err;
+    // The application's memfds first (nothing is moved if one cannot be had), then the moves.
+    if (const int err = open_app_memfds(plan.pieces, addr, len); err != 0) return err;
+    if (const int err = move_pieces(reg, plan.pieces, maps, addr, len); err != 0) return err;
+    describe(plan.pieces, out);
     return 0;
 }
 

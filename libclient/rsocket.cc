@@ -1,7 +1,8 @@
 // rsockets over snic (docs/LIBSNIC.md): librdmacm's own rsocket code (rstream, rcopy,
 // librspreload.so) runs on libsnic's rdma_cm and verbs, since under snic-run its rdma_* and
 // ibv_* calls are ours. It also calls two helpers of librdmacm's own that read librdmacm's
-// private id, which cm.cc's ids mirror (RdmacmIdView) as rdma-core 17 to 65 lay it out.
+// private id, which libsnic's ids mirror (RdmacmIdView in cm_internal.h) as rdma-core 17 to
+// 65 lay it out.
 //
 // This file is the door: rsocket(), interposed, lets a socket be made only where that code
 // works over snic: a stream socket, in a librdmacm of those releases. Anything else fails at

@@ -1,3 +1,5 @@
+// Small tools of libsnic (util.h): the notification socket pair, the one-line messages,
+// the environment knobs and the memfds shared with snicd.
 #include "libclient/util.h"
 
 #include <fcntl.h>

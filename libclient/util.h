@@ -46,7 +46,7 @@ class Fd {
     int fd_ = -1;
 };
 
-// A notification socket pair (shm/control.h): `ours` is read, one byte per event;
+// A notification socket pair (shm/control_abi.h): `ours` is read, one byte per event;
 // `theirs` goes to snicd. Returns 0 or an errno.
 int make_notify_pair(Fd* ours, Fd* theirs);
 

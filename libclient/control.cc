@@ -1,4 +1,6 @@
-#include "libclient/ctrl.h"
+// The control connection to one snicd (control.h): connect, and one request and its reply
+// at a time, with fds passed along; replies of requests that timed out earlier are skipped.
+#include "libclient/control.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -63,10 +65,15 @@ int Conn::exchange_locked(shm::CtrlOp op, const void* req, std::size_t req_len, 
     if (!fd_) return EIO;
     if (fds.size() > shm::kMaxFds) return EINVAL;
     const bool whole = op == shm::CtrlOp::status;  // reply buffer includes the header
-
-    alignas(8) std::byte msg[shm::kCtrlMaxMessage];
-    if (req_len > sizeof msg - sizeof(shm::CtrlHeader)) return EINVAL;
+    if (req_len > shm::kCtrlMaxMessage - sizeof(shm::CtrlHeader)) return EINVAL;
     const std::uint32_t seq = ++seq_;
+    if (const int err = send_locked(op, seq, req, req_len, fds); err != 0) return err;
+    return reply_locked(seq, whole, reply, reply_len, got);
+}
+
+int Conn::send_locked(shm::CtrlOp op, std::uint32_t seq, const void* req, std::size_t req_len,
+                      std::span<const int> fds) {
+    alignas(8) std::byte msg[shm::kCtrlMaxMessage];
     const shm::CtrlHeader hdr{shm::kCtrlMagic,
                               shm::kAbiVersion,
                               static_cast<std::uint16_t>(op),
@@ -98,7 +105,11 @@ int Conn::exchange_locked(shm::CtrlOp op, const void* req, std::size_t req_len, 
         n = ::sendmsg(fd_.get(), &mh, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n < 0) return errno == EPIPE || errno == ECONNRESET ? EIO : errno;
+    return 0;
+}
 
+int Conn::reply_locked(std::uint32_t seq, bool whole, void* reply, std::size_t reply_len,
+                       std::size_t* got) {
     // The reply: skip stale replies (of a request that timed out earlier).
     std::vector<std::byte> buf(shm::kCtrlMaxMessage);
     const std::int64_t deadline = now_ms() + timeout_ms_;
@@ -110,7 +121,7 @@ int Conn::exchange_locked(shm::CtrlOp op, const void* req, std::size_t req_len, 
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return errno;
         if (r == 0) return ETIMEDOUT;
-        n = ::recv(fd_.get(), buf.data(), buf.size(), MSG_DONTWAIT);
+        const ssize_t n = ::recv(fd_.get(), buf.data(), buf.size(), MSG_DONTWAIT);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n <= 0) {
             fd_.reset();  // the daemon went away: every later call says EIO

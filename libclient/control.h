@@ -1,5 +1,5 @@
 // The control connection to one snicd: one SOCK_SEQPACKET socket, request and
-// reply (shm/control.h), fds passed with SCM_RIGHTS. Serialised by one mutex:
+// reply (shm/control_abi.h), fds passed with SCM_RIGHTS. Serialised by one mutex:
 // each ibv_context has its own connection, so contexts never wait on each other.
 #pragma once
 
@@ -51,6 +51,13 @@ class Conn {
                  std::size_t reply_len, std::span<const int> fds);
     int exchange_locked(shm::CtrlOp op, const void* req, std::size_t req_len, void* reply,
                         std::size_t reply_len, std::span<const int> fds, std::size_t* got);
+    // The request numbered `seq`, with its fds; 0 or an errno.
+    int send_locked(shm::CtrlOp op, std::uint32_t seq, const void* req, std::size_t req_len,
+                    std::span<const int> fds);
+    // The reply to request `seq`, within the timeout: its body (`whole`: the datagram, header
+    // included) into `reply`, its length in `got`; 0 or an errno.
+    int reply_locked(std::uint32_t seq, bool whole, void* reply, std::size_t reply_len,
+                     std::size_t* got);
 
     Fd fd_;
     std::mutex mu_;
