@@ -1,4 +1,4 @@
-// librdmacm over snicd (shm/cm.h, daemon/cm_service.h): rdma_cm's entry points, compiled
+// librdmacm over snicd (shm/cm.h, daemon/cm/service.h): rdma_cm's entry points, compiled
 // against rdma-core's <rdma/rdma_cma.h> and exported unversioned, so that under snic-run
 // they interpose librdmacm's as libsnic's verbs interpose libibverbs'. This file holds the
 // ids and the event channels: their making, lookup and destruction, the daemon ids behind
