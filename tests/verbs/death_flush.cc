@@ -29,20 +29,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/verbs/common.h"
+
 namespace {
+
+using namespace snic::verbs_test;
 
 constexpr std::size_t kLength = 4096;
 constexpr auto kPatience = std::chrono::seconds(20);
-
-[[noreturn]] void fail(const char* fmt, ...) {
-    std::va_list ap;
-    va_start(ap, fmt);
-    std::fputs("snic-death-flush: ", stderr);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::exit(1);
-}
 
 int broken = 0;
 
@@ -64,23 +58,15 @@ struct End {
     ibv_cq_ex* recv_cq = nullptr;
     ibv_qp* qp = nullptr;
     ibv_mr* mr = nullptr;
-    ibv_gid gid{};
-    ibv_mtu mtu = IBV_MTU_1024;
+    PortAddress addr;
     std::vector<std::uint8_t> buf = std::vector<std::uint8_t>(kLength);
 };
 
 void open_end(End& e, const char* name) {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr) fail("ibv_get_device_list: %s", std::strerror(errno));
-    for (int i = 0; i < n; ++i)
-        if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) e.ctx = ibv_open_device(list[i]);
-    ibv_free_device_list(list);
+    e.ctx = open_device(name);
     if (e.ctx == nullptr) fail("cannot open %s", name);
-    ibv_port_attr port{};
-    if (ibv_query_port(e.ctx, 1, &port) != 0 || ibv_query_gid(e.ctx, 1, 0, &e.gid) != 0)
+    if (!query_address(e.ctx, e.addr))
         fail("%s: query_port/query_gid: %s", name, std::strerror(errno));
-    e.mtu = port.active_mtu;
     e.pd = ibv_alloc_pd(e.ctx);
     e.send_cq = ibv_create_cq(e.ctx, 32, nullptr, nullptr, 0);
     ibv_cq_init_attr_ex ca{};
@@ -100,39 +86,10 @@ void open_end(End& e, const char* name) {
 }
 
 void connect_to(End& e, const End& peer) {
-    ibv_qp_attr q{};
-    q.qp_state = IBV_QPS_INIT;
-    q.port_num = 1;
-    q.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(e.qp, &q,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-        fail("modify to INIT: %s", std::strerror(errno));
-    q = {};
-    q.qp_state = IBV_QPS_RTR;
-    q.path_mtu = e.mtu < peer.mtu ? e.mtu : peer.mtu;
-    q.dest_qp_num = peer.qp->qp_num;
-    q.rq_psn = 11;
-    q.max_dest_rd_atomic = 1;
-    q.min_rnr_timer = 1;
-    q.ah_attr.is_global = 1;
-    q.ah_attr.grh.dgid = peer.gid;
-    q.ah_attr.grh.hop_limit = 64;
-    q.ah_attr.port_num = 1;
-    if (ibv_modify_qp(e.qp, &q,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        fail("modify to RTR: %s", std::strerror(errno));
-    q = {};
-    q.qp_state = IBV_QPS_RTS;
-    q.timeout = 14;
-    q.retry_cnt = 7;
-    q.rnr_retry = 7;  // forever: the SENDs stay outstanding until snicd dies
-    q.sq_psn = 11;
-    q.max_rd_atomic = 1;
-    if (ibv_modify_qp(e.qp, &q,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-        fail("modify to RTS: %s", std::strerror(errno));
+    // RNR retried forever: the SENDs stay outstanding until snicd dies.
+    const RcParams p{.access = IBV_ACCESS_REMOTE_WRITE, .rq_psn = 11, .sq_psn = 11};
+    const ModifyResult r = connect_rc(e.qp, e.addr, peer.qp->qp_num, peer.addr, p);
+    if (r.err != 0) fail("modify to %s: %s", r.state, std::strerror(r.err));
 }
 
 int post(End& a, const End& b, std::uint64_t id, ibv_wr_opcode op, bool signaled) {
@@ -149,13 +106,11 @@ int post(End& a, const End& b, std::uint64_t id, ibv_wr_opcode op, bool signaled
     return ibv_post_send(a.qp, &wr, &bad);
 }
 
-// ibv_poll_cq until it gives one completion or fails; its result.
+// ibv_poll_cq until it gives one completion or fails, for at most kPatience; its result.
 int poll_one(ibv_cq* cq, ibv_wc* wc) {
-    const auto until = std::chrono::steady_clock::now() + kPatience;
-    for (;;) {
-        const int n = ibv_poll_cq(cq, 1, wc);
-        if (n != 0 || std::chrono::steady_clock::now() > until) return n;
-    }
+    const Polled p = snic::verbs_test::poll_one(cq, kPatience);
+    *wc = p.wc;
+    return p.n;
 }
 
 // ibv_start_poll until it gives a completion or fails; its result.

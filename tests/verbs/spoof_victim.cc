@@ -18,9 +18,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -29,19 +27,13 @@
 #include <sstream>
 #include <string>
 
+#include "tests/verbs/common.h"
+
 namespace {
 
-constexpr std::size_t kLength = 4096;
+using namespace snic::verbs_test;
 
-[[noreturn]] void fail(const char* fmt, ...) {
-    std::va_list ap;
-    va_start(ap, fmt);
-    std::fputs("snic-spoof-victim: ", stderr);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::exit(1);
-}
+constexpr std::size_t kLength = 4096;
 
 // The byte the untouched region holds at `i`: not constant, so that a write of any one
 // value shows.
@@ -61,23 +53,14 @@ struct End {
     ibv_pd* pd = nullptr;
     ibv_cq* cq = nullptr;
     ibv_qp* qp = nullptr;
-    ibv_gid gid{};
-    ibv_mtu mtu = IBV_MTU_1024;
+    PortAddress addr;
     std::uint32_t rq_psn = 0;  // what this end's responder expects first
 };
 
 void open_end(End& e, const char* name) {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr) fail("ibv_get_device_list: %s", std::strerror(errno));
-    for (int i = 0; i < n && e.ctx == nullptr; ++i)
-        if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) e.ctx = ibv_open_device(list[i]);
-    ibv_free_device_list(list);
+    e.ctx = open_device(name);
     if (e.ctx == nullptr) fail("cannot open device %s", name);
-    ibv_port_attr port{};
-    if (ibv_query_port(e.ctx, 1, &port) != 0) fail("ibv_query_port %s", name);
-    e.mtu = port.active_mtu;
-    if (ibv_query_gid(e.ctx, 1, 0, &e.gid) != 0) fail("ibv_query_gid %s", name);
+    if (!query_address(e.ctx, e.addr)) fail("ibv_query_port/ibv_query_gid %s", name);
     e.pd = ibv_alloc_pd(e.ctx);
     if (e.pd == nullptr) fail("ibv_alloc_pd %s: %s", name, std::strerror(errno));
     e.cq = ibv_create_cq(e.ctx, 16, nullptr, nullptr, 0);
@@ -93,39 +76,13 @@ void open_end(End& e, const char* name) {
 
 // RESET -> INIT -> RTR -> RTS towards `peer`, both PSNs agreeing with the peer's.
 void connect(End& e, const End& peer) {
-    ibv_qp_attr q{};
-    q.qp_state = IBV_QPS_INIT;
-    q.port_num = 1;
-    q.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(e.qp, &q,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
-        fail("modify_qp to INIT: %s", std::strerror(errno));
-    q = {};
-    q.qp_state = IBV_QPS_RTR;
-    q.path_mtu = std::min(e.mtu, peer.mtu);
-    q.dest_qp_num = peer.qp->qp_num;
-    q.rq_psn = e.rq_psn;
-    q.max_dest_rd_atomic = 1;
-    q.min_rnr_timer = 12;
-    q.ah_attr.is_global = 1;
-    q.ah_attr.grh.dgid = peer.gid;
-    q.ah_attr.grh.hop_limit = 64;
-    q.ah_attr.port_num = 1;
-    if (ibv_modify_qp(e.qp, &q,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
-        fail("modify_qp to RTR: %s", std::strerror(errno));
-    q = {};
-    q.qp_state = IBV_QPS_RTS;
-    q.timeout = 14;
-    q.retry_cnt = 7;
-    q.rnr_retry = 7;
-    q.sq_psn = peer.rq_psn;
-    q.max_rd_atomic = 1;
-    if (ibv_modify_qp(e.qp, &q,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0)
-        fail("modify_qp to RTS: %s", std::strerror(errno));
+    const RcParams p{.access = IBV_ACCESS_REMOTE_WRITE,
+                     .rq_psn = e.rq_psn,
+                     .sq_psn = peer.rq_psn,
+                     .rd_atomic = 1,
+                     .min_rnr_timer = 12};
+    const ModifyResult r = connect_rc(e.qp, e.addr, peer.qp->qp_num, peer.addr, p);
+    if (r.err != 0) fail("modify_qp to %s: %s", r.state, std::strerror(r.err));
 }
 
 // The IPv4 address of a RoCEv2 GID (::ffff:a.b.c.d), dotted.
@@ -191,7 +148,7 @@ int main(int argc, char** argv) {
         "\"victim_ip\":\"%s\",\"peer_ip\":\"%s\"}\n",
         victim.qp->qp_num, victim.rq_psn, peer.qp->qp_num,
         static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(region)), mr->rkey,
-        kLength, ipv4_of(victim.gid).c_str(), ipv4_of(peer.gid).c_str());
+        kLength, ipv4_of(victim.addr.gid).c_str(), ipv4_of(peer.addr.gid).c_str());
     std::fflush(stdout);
 
     for (std::string line; std::getline(std::cin, line);) {

@@ -24,6 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/verbs/common.h"
+
+using snic::verbs_test::init_attr;
+using snic::verbs_test::kInitMask;
+using snic::verbs_test::open_device;
+
 namespace {
 
 std::string env(const char* name) {
@@ -450,17 +456,6 @@ TEST_F(Consumers, failing_verbs_set_errno_to_what_they_return) {
 
 // --- iWARP devices -------------------------------------------------------------------------
 
-ibv_context* open_named(const std::string& name) {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr) return nullptr;
-    ibv_context* ctx = nullptr;
-    for (int i = 0; i < n && ctx == nullptr; ++i)
-        if (name == ibv_get_device_name(list[i])) ctx = ibv_open_device(list[i]);
-    ibv_free_device_list(list);
-    return ctx;
-}
-
 TEST_F(Consumers, each_port_is_an_iwarp_rnic_too) {
     for (int i = 0; i < 2; ++i) {
         int n = 0;
@@ -482,13 +477,13 @@ TEST_F(Consumers, each_port_is_an_iwarp_rnic_too) {
 }
 
 TEST_F(Consumers, an_iwarp_qp_is_connected_by_rdma_cm_not_by_modify_qp) {
-    ibv_context* ctx = open_named(iw_device(0));
+    ibv_context* ctx = open_device(iw_device(0));
     ASSERT_NE(ctx, nullptr);
     // Its GID is the port's MAC (as Linux's soft-iWARP reports it), its RoCE twin's the
     // IPv4-mapped address.
     ibv_gid gid{};
     ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
-    ibv_context* roce = open_named(device(0));
+    ibv_context* roce = open_device(device(0));
     ASSERT_NE(roce, nullptr);
     ibv_device_attr da{};
     ASSERT_EQ(ibv_query_device(roce, &da), 0);
@@ -511,13 +506,8 @@ TEST_F(Consumers, an_iwarp_qp_is_connected_by_rdma_cm_not_by_modify_qp) {
     ibv_qp* qp = ibv_create_qp(pd, &a);
     ASSERT_NE(qp, nullptr);
 
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    ASSERT_EQ(ibv_modify_qp(qp, &attr,
-                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-              0);
+    ibv_qp_attr attr = init_attr(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    ASSERT_EQ(ibv_modify_qp(qp, &attr, kInitMask), 0);
     // What would take a RoCE QP to RTR does not take an iWARP one: no connection names it.
     attr = {};
     attr.qp_state = IBV_QPS_RTR;
@@ -547,7 +537,7 @@ TEST_F(Consumers, an_iwarp_qp_is_connected_by_rdma_cm_not_by_modify_qp) {
 TEST_F(Consumers, a_new_iwarp_qp_reports_init_and_an_iwarp_device_has_no_address_handles) {
     for (const bool iwarp : {true, false}) {
         SCOPED_TRACE(iwarp ? "iWARP" : "RoCE");
-        ibv_context* ctx = open_named(iwarp ? iw_device(0) : device(0));
+        ibv_context* ctx = open_device(iwarp ? iw_device(0) : device(0));
         ASSERT_NE(ctx, nullptr);
         ibv_pd* pd = ibv_alloc_pd(ctx);
         ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);

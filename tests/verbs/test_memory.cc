@@ -21,11 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include "tests/verbs/common.h"
+
 namespace {
 
 using snic::client::share_range;
 using snic::client::SharedRange;
 using snic::client::unshare;
+using snic::verbs_test::free_huge_pages;
 
 constexpr std::size_t kPage = 4096;
 
@@ -262,16 +265,6 @@ TEST(ShareRange, RefusesFileBackedMemory) {
     munmap(s, kPage);
     close(fd);
     unlink(path);
-}
-
-// Free 2 MiB huge pages (HugePages_Free in /proc/meminfo).
-long free_huge_pages() {
-    std::ifstream in("/proc/meminfo");
-    for (std::string line; std::getline(in, line);) {
-        long n = 0;
-        if (std::sscanf(line.c_str(), "HugePages_Free: %ld", &n) == 1) return n;
-    }
-    return 0;
 }
 
 constexpr std::size_t kHuge = 2 << 20;

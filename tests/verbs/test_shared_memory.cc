@@ -25,27 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/verbs/common.h"
+
 namespace {
+
+using namespace snic::verbs_test;
 
 constexpr std::size_t kHuge = 2 << 20;
 constexpr std::size_t kMsg = 256 * 1024;  // bytes moved each way
-
-std::vector<std::string> device_names() {
-    const char* env = std::getenv("SNIC_TEST_DEVICES");
-    std::vector<std::string> names;
-    std::istringstream in(env != nullptr ? env : "");
-    for (std::string n; in >> n;) names.push_back(n);
-    return names;
-}
-
-long free_huge_pages() {
-    std::ifstream in("/proc/meminfo");
-    for (std::string line; std::getline(in, line);) {
-        long n = 0;
-        if (std::sscanf(line.c_str(), "HugePages_Free: %ld", &n) == 1) return n;
-    }
-    return 0;
-}
 
 // A hugetlbfs mount of 2 MiB pages (/proc/mounts), or "".
 std::string hugetlbfs_mount() {
@@ -116,29 +103,22 @@ struct Side {
     ibv_pd* pd = nullptr;
     ibv_cq* cq = nullptr;
     ibv_qp* qp = nullptr;
-    ibv_gid gid{};
-    ibv_mtu mtu = IBV_MTU_1024;
+    PortAddress addr;
 };
 
 class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
   protected:
     void SetUp() override {
-        const auto names = device_names();
+        const auto names = device_names("SNIC_TEST_DEVICES");
         if (names.size() != 2) GTEST_SKIP() << "set SNIC_TEST_DEVICES to two snic devices";
         if (GetParam() != Buffer::sysv && free_huge_pages() < 4)
             GTEST_SKIP() << "fewer than 4 free 2 MiB huge pages (HugePages_Free in /proc/meminfo)";
         if (GetParam() == Buffer::hugetlbfs_file && hugetlbfs_mount().empty())
             GTEST_SKIP() << "no hugetlbfs mount of 2 MiB pages";
-        int n = 0;
-        ibv_device** list = ibv_get_device_list(&n);
-        ASSERT_NE(list, nullptr);
         for (int s = 0; s < 2; ++s) {
-            for (int i = 0; i < n; ++i)
-                if (names[s] == ibv_get_device_name(list[i]))
-                    side_[s].ctx = ibv_open_device(list[i]);
+            side_[s].ctx = open_device(names[s]);
             ASSERT_NE(side_[s].ctx, nullptr) << "cannot open " << names[s];
         }
-        ibv_free_device_list(list);
         for (Side& s : side_) open(s);
         connect(side_[0], side_[1]);
         connect(side_[1], side_[0]);
@@ -163,10 +143,7 @@ class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
     }
 
     void open(Side& s) {
-        ibv_port_attr port{};
-        ASSERT_EQ(ibv_query_port(s.ctx, 1, &port), 0);
-        s.mtu = port.active_mtu;
-        ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
+        ASSERT_TRUE(query_address(s.ctx, s.addr)) << std::strerror(errno);
         s.pd = ibv_alloc_pd(s.ctx);
         ASSERT_NE(s.pd, nullptr);
         s.cq = ibv_create_cq(s.ctx, 64, nullptr, nullptr, 0);
@@ -180,41 +157,9 @@ class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
     }
 
     void connect(Side& s, const Side& peer) {
-        ibv_qp_attr q{};
-        q.qp_state = IBV_QPS_INIT;
-        q.port_num = 1;
-        q.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-        ASSERT_EQ(
-            ibv_modify_qp(s.qp, &q,
-                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-            0);
-        q = {};
-        q.qp_state = IBV_QPS_RTR;
-        q.path_mtu = std::min(s.mtu, peer.mtu);
-        q.dest_qp_num = peer.qp->qp_num;
-        q.rq_psn = 7;
-        q.max_dest_rd_atomic = 1;
-        q.min_rnr_timer = 1;
-        q.ah_attr.is_global = 1;
-        q.ah_attr.grh.dgid = peer.gid;
-        q.ah_attr.grh.hop_limit = 64;
-        q.ah_attr.port_num = 1;
-        ASSERT_EQ(
-            ibv_modify_qp(s.qp, &q,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-            0);
-        q = {};
-        q.qp_state = IBV_QPS_RTS;
-        q.timeout = 14;
-        q.retry_cnt = 7;
-        q.rnr_retry = 7;
-        q.sq_psn = 7;
-        q.max_rd_atomic = 1;
-        ASSERT_EQ(ibv_modify_qp(s.qp, &q,
-                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-                  0);
+        const RcParams p{.access = IBV_ACCESS_REMOTE_WRITE, .rq_psn = 7, .sq_psn = 7};
+        const ModifyResult r = connect_rc(s.qp, s.addr, peer.qp->qp_num, peer.addr, p);
+        ASSERT_EQ(r.err, 0) << "to " << r.state;
     }
 
     ibv_mr* reg(Side& s, void* addr, std::size_t len) {
@@ -266,17 +211,11 @@ class SharedMemory : public ::testing::TestWithParam<Buffer::Kind> {
         return ibv_post_send(s.qp, &wr, &bad);
     }
 
+    // The next completion of `s`, within 10 s (a hang fails rather than blocks CI).
     ibv_wc next(Side& s) {
-        ibv_wc wc{};
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (std::chrono::steady_clock::now() < until) {
-            const int n = ibv_poll_cq(s.cq, 1, &wc);
-            if (n == 1) return wc;
-            EXPECT_EQ(n, 0);
-        }
-        ADD_FAILURE() << "no completion within 10 s";
-        wc.status = IBV_WC_GENERAL_ERR;
-        return wc;
+        const Polled p = poll_one(s.cq, std::chrono::seconds(10));
+        EXPECT_EQ(p.n, 1) << "no completion within 10 s";
+        return p.wc;
     }
 
     Side side_[2];

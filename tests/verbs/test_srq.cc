@@ -13,24 +13,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/verbs/common.h"
+
 namespace {
 
+using namespace snic::verbs_test;
 using Clock = std::chrono::steady_clock;
-
-std::vector<std::string> device_names() {
-    const char* env = std::getenv("SNIC_SRQ_DEVICES");
-    std::vector<std::string> names;
-    std::istringstream in(env != nullptr ? env : "");
-    for (std::string n; in >> n;) names.push_back(n);
-    return names;
-}
 
 // The byte at `off` of message `i`: every message differs from its neighbours everywhere.
 std::uint8_t pattern(std::uint64_t i, std::size_t off) {
@@ -40,8 +33,7 @@ std::uint8_t pattern(std::uint64_t i, std::size_t off) {
 struct Side {
     ibv_context* ctx = nullptr;
     ibv_pd* pd = nullptr;
-    ibv_gid gid{};
-    ibv_mtu mtu = IBV_MTU_1024;
+    PortAddress addr;
     std::vector<std::uint8_t> mem;
     ibv_mr* mr = nullptr;
     std::vector<ibv_cq*> cqs;
@@ -51,23 +43,14 @@ struct Side {
 class Srq : public ::testing::Test {
   protected:
     void SetUp() override {
-        const auto names = device_names();
+        const auto names = device_names("SNIC_SRQ_DEVICES");
         if (names.size() != 2) GTEST_SKIP() << "set SNIC_SRQ_DEVICES to two snic devices";
-        int n = 0;
-        ibv_device** list = ibv_get_device_list(&n);
-        ASSERT_NE(list, nullptr);
         for (int s = 0; s < 2; ++s) {
-            for (int i = 0; i < n; ++i)
-                if (names[s] == ibv_get_device_name(list[i]))
-                    side_[s].ctx = ibv_open_device(list[i]);
+            side_[s].ctx = open_device(names[s]);
             ASSERT_NE(side_[s].ctx, nullptr) << "cannot open " << names[s];
         }
-        ibv_free_device_list(list);
         for (Side& s : side_) {
-            ibv_port_attr port{};
-            ASSERT_EQ(ibv_query_port(s.ctx, 1, &port), 0);
-            s.mtu = port.active_mtu;
-            ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
+            ASSERT_TRUE(query_address(s.ctx, s.addr)) << std::strerror(errno);
             s.pd = ibv_alloc_pd(s.ctx);
             ASSERT_NE(s.pd, nullptr);
         }
@@ -121,39 +104,10 @@ class Srq : public ::testing::Test {
         return qp;
     }
     void connect(ibv_qp* qp, const Side& s, ibv_qp* peer, const Side& ps) {
-        ibv_qp_attr q{};
-        q.qp_state = IBV_QPS_INIT;
-        q.port_num = 1;
-        ASSERT_EQ(ibv_modify_qp(
-                      qp, &q, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-                  0);
-        q = {};
-        q.qp_state = IBV_QPS_RTR;
-        q.path_mtu = std::min(s.mtu, ps.mtu);
-        q.dest_qp_num = peer->qp_num;
-        q.rq_psn = 100;
-        q.max_dest_rd_atomic = 1;
-        q.min_rnr_timer = 1;
-        q.ah_attr.is_global = 1;
-        q.ah_attr.grh.dgid = ps.gid;
-        q.ah_attr.grh.hop_limit = 64;
-        q.ah_attr.port_num = 1;
-        ASSERT_EQ(
-            ibv_modify_qp(qp, &q,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-            0);
-        q = {};
-        q.qp_state = IBV_QPS_RTS;
-        q.timeout = 14;
-        q.retry_cnt = 7;
-        q.rnr_retry = 7;  // RNR retried for ever: the receiver may run out of WQEs for a while
-        q.sq_psn = 100;
-        q.max_rd_atomic = 1;
-        ASSERT_EQ(ibv_modify_qp(qp, &q,
-                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-                  0);
+        // RNR retried for ever: the receiver may run out of WQEs for a while.
+        const RcParams p{.access = 0, .rq_psn = 100, .sq_psn = 100};
+        const ModifyResult r = connect_rc(qp, s.addr, peer->qp_num, ps.addr, p);
+        ASSERT_EQ(r.err, 0) << "to " << r.state;
     }
     // A connected pair: `sender` on A to `receiver` on B.
     void pair(ibv_qp* sender, ibv_qp* receiver) {
@@ -192,17 +146,9 @@ class Srq : public ::testing::Test {
     }
     // The next completion of `cq`, within 20 s (a hang fails rather than blocks CI).
     static ibv_wc next(ibv_cq* cq) {
-        ibv_wc wc{};
-        const auto until = Clock::now() + std::chrono::seconds(20);
-        while (Clock::now() < until) {
-            const int n = ibv_poll_cq(cq, 1, &wc);
-            if (n == 1) return wc;
-            EXPECT_EQ(n, 0);
-        }
-        ADD_FAILURE() << "no completion within 20 s";
-        wc.status = IBV_WC_GENERAL_ERR;
-        wc.wr_id = ~0ull;
-        return wc;
+        const Polled p = poll_one(cq, std::chrono::seconds(20));
+        EXPECT_EQ(p.n, 1) << "no completion within 20 s";
+        return p.wc;
     }
     // Whether message `i` of `len` bytes is in slot i of B's memory.
     bool arrived(std::uint64_t i, std::uint32_t len) {

@@ -27,7 +27,14 @@
 #include <thread>
 #include <vector>
 
+#include "tests/verbs/common.h"
+
 namespace {
+
+namespace vt = snic::verbs_test;
+using vt::kInitMask;
+using vt::kRtrMask;
+using vt::kRtsMask;
 
 constexpr std::size_t kPage = 4096;
 
@@ -134,58 +141,26 @@ class Verbs : public ::testing::Test {
         return a;
     }
 
+    // The RC attributes of these tests: a QP connected to itself, or to another QP of this
+    // port, through the port's own address.
+    static constexpr vt::RcParams kRc{
+        .access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+        .rq_psn = 0x1234,
+        .sq_psn = 0x4321,
+        .rd_atomic = 4,
+        .min_rnr_timer = 12};
+
     // Attributes of each valid step, against this port (loopback address).
-    static ibv_qp_attr init_attr() {
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_INIT;
-        a.pkey_index = 0;
-        a.port_num = 1;
-        a.qp_access_flags =
-            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-        return a;
-    }
-    static constexpr int kInitMask =
-        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-
+    static ibv_qp_attr init_attr() { return vt::init_attr(kRc.access); }
     ibv_qp_attr rtr_attr(std::uint32_t dest_qpn) const {
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_RTR;
-        a.path_mtu = pattr_.active_mtu;
-        a.dest_qp_num = dest_qpn;
-        a.rq_psn = 0x1234;
-        a.max_dest_rd_atomic = 4;
-        a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.grh.dgid = gid_;
-        a.ah_attr.grh.sgid_index = 0;
-        a.ah_attr.grh.hop_limit = 64;
-        a.ah_attr.port_num = 1;
-        return a;
+        return vt::rtr_attr(pattr_.active_mtu, dest_qpn, gid_, kRc);
     }
-    static constexpr int kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                    IBV_QP_MIN_RNR_TIMER;
-
-    static ibv_qp_attr rts_attr() {
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_RTS;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = 0x4321;
-        a.max_rd_atomic = 4;
-        return a;
-    }
-    static constexpr int kRtsMask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+    static ibv_qp_attr rts_attr() { return vt::rts_attr(kRc); }
+    vt::PortAddress address() const { return {gid_, pattr_.active_mtu}; }
 
     void to_rts(ibv_qp* qp) {
-        ibv_qp_attr a = init_attr();
-        ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
-        a = rtr_attr(qp->qp_num);
-        ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0);
-        a = rts_attr();
-        ASSERT_EQ(ibv_modify_qp(qp, &a, kRtsMask), 0);
+        const vt::ModifyResult r = vt::connect_rc(qp, address(), qp->qp_num, address(), kRc);
+        ASSERT_EQ(r.err, 0) << "to " << r.state;
     }
 
     ibv_qp_state state_of(ibv_qp* qp) {
@@ -939,10 +914,7 @@ TEST_F(Verbs, PostValidation) {
     // INIT: receives yes, sends no.
     EXPECT_EQ(ibv_post_recv(qp, &rwr, &rbad), 0);
     EXPECT_EQ(ibv_post_send(qp, &wr, &bad), EINVAL);
-    a = rtr_attr(qp->qp_num);
-    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0);
-    a = rts_attr();
-    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtsMask), 0);
+    ASSERT_EQ(vt::connect_from_init(qp, address(), qp->qp_num, address(), kRc).err, 0);
 
     // Too many SGEs in the second WR of a chain: the first is posted, bad_wr names the second.
     ibv_sge many[8];
@@ -1151,11 +1123,9 @@ TEST_F(Verbs, ConcurrentPostersShareEachRing) {
 
     // Sends towards a peer that does not exist (an unused address of the port's subnet):
     // the transport takes some of them in, none is delivered.
-    a = rtr_attr(0x123);
-    a.ah_attr.grh.dgid.raw[15] = static_cast<std::uint8_t>(a.ah_attr.grh.dgid.raw[15] ^ 0x80);
-    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0);
-    a = rts_attr();
-    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtsMask), 0);
+    vt::PortAddress nobody = address();
+    nobody.gid.raw[15] = static_cast<std::uint8_t>(nobody.gid.raw[15] ^ 0x80);
+    ASSERT_EQ(vt::connect_from_init(qp, address(), 0x123, nobody, kRc).err, 0);
     const std::vector<int> sends = fill(true);
     int send_total = 0;
     for (int n : sends) send_total += n;
@@ -1651,14 +1621,10 @@ TEST_F(Verbs, RetriesExhaustedRaiseQpFatal) {
     ASSERT_NE(gone, nullptr);
     const std::uint32_t dest = gone->qp_num;
     ASSERT_EQ(ibv_destroy_qp(gone), 0);  // nobody answers to `dest` any more
-    ibv_qp_attr a = init_attr();
-    ASSERT_EQ(ibv_modify_qp(qp, &a, kInitMask), 0);
-    a = rtr_attr(dest);
-    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtrMask), 0);
-    a = rts_attr();
-    a.timeout = 1;  // 8 us
-    a.retry_cnt = 0;
-    ASSERT_EQ(ibv_modify_qp(qp, &a, kRtsMask), 0);
+    vt::RcParams fast = kRc;
+    fast.timeout = 1;  // 8 us
+    fast.retry_cnt = 0;
+    ASSERT_EQ(vt::connect_rc(qp, address(), dest, address(), fast).err, 0);
     ibv_send_wr wr{};
     wr.wr_id = 9;
     wr.opcode = IBV_WR_SEND;

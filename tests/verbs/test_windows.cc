@@ -8,33 +8,26 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/verbs/common.h"
+
 namespace {
+
+using namespace snic::verbs_test;
 
 constexpr std::size_t kBuf = 64 * 1024;
 constexpr int kDepth = 16;
 constexpr std::uint8_t kBackground = 0xee;
-
-std::vector<std::string> device_names() {
-    const char* env = std::getenv("SNIC_WINDOW_DEVICES");
-    std::vector<std::string> names;
-    std::istringstream in(env != nullptr ? env : "");
-    for (std::string n; in >> n;) names.push_back(n);
-    return names;
-}
 
 struct Side {
     ibv_context* ctx = nullptr;
     ibv_pd* pd = nullptr;
     ibv_cq* cq = nullptr;
     ibv_qp* qp = nullptr;
-    ibv_gid gid{};
-    ibv_mtu mtu = IBV_MTU_1024;
+    PortAddress addr;
     std::vector<std::uint8_t> mem = std::vector<std::uint8_t>(kBuf, kBackground);
     ibv_mr* mr = nullptr;
 };
@@ -42,18 +35,12 @@ struct Side {
 class Windows : public ::testing::Test {
   protected:
     void SetUp() override {
-        const auto names = device_names();
+        const auto names = device_names("SNIC_WINDOW_DEVICES");
         if (names.size() != 2) GTEST_SKIP() << "set SNIC_WINDOW_DEVICES to two snic devices";
-        int n = 0;
-        ibv_device** list = ibv_get_device_list(&n);
-        ASSERT_NE(list, nullptr);
         for (int s = 0; s < 2; ++s) {
-            for (int i = 0; i < n; ++i)
-                if (names[s] == ibv_get_device_name(list[i]))
-                    side_[s].ctx = ibv_open_device(list[i]);
+            side_[s].ctx = open_device(names[s]);
             ASSERT_NE(side_[s].ctx, nullptr) << "cannot open " << names[s];
         }
-        ibv_free_device_list(list);
         for (Side& s : side_) open(s);
         connect(a(), b());
         connect(b(), a());
@@ -80,10 +67,7 @@ class Windows : public ::testing::Test {
     Side& b() { return side_[1]; }
 
     void open(Side& s) {
-        ibv_port_attr port{};
-        ASSERT_EQ(ibv_query_port(s.ctx, 1, &port), 0);
-        s.mtu = port.active_mtu;
-        ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
+        ASSERT_TRUE(query_address(s.ctx, s.addr)) << std::strerror(errno);
         s.pd = ibv_alloc_pd(s.ctx);
         ASSERT_NE(s.pd, nullptr);
         s.cq = ibv_create_cq(s.ctx, 4 * kDepth, nullptr, nullptr, 0);
@@ -110,41 +94,12 @@ class Windows : public ::testing::Test {
     }
 
     void connect(Side& s, const Side& peer) {
-        ibv_qp_attr q{};
-        q.qp_state = IBV_QPS_INIT;
-        q.port_num = 1;
-        q.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-        ASSERT_EQ(
-            ibv_modify_qp(s.qp, &q,
-                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-            0);
-        q = {};
-        q.qp_state = IBV_QPS_RTR;
-        q.path_mtu = std::min(s.mtu, peer.mtu);
-        q.dest_qp_num = peer.qp->qp_num;
-        q.rq_psn = 100;
-        q.max_dest_rd_atomic = 4;
-        q.min_rnr_timer = 1;
-        q.ah_attr.is_global = 1;
-        q.ah_attr.grh.dgid = peer.gid;
-        q.ah_attr.grh.hop_limit = 64;
-        q.ah_attr.port_num = 1;
-        ASSERT_EQ(
-            ibv_modify_qp(s.qp, &q,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-            0);
-        q = {};
-        q.qp_state = IBV_QPS_RTS;
-        q.timeout = 14;
-        q.retry_cnt = 7;
-        q.rnr_retry = 7;
-        q.sq_psn = 100;
-        q.max_rd_atomic = 4;
-        ASSERT_EQ(ibv_modify_qp(s.qp, &q,
-                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-                  0);
+        const RcParams p{.access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE,
+                         .rq_psn = 100,
+                         .sq_psn = 100,
+                         .rd_atomic = 4};
+        const ModifyResult r = connect_rc(s.qp, s.addr, peer.qp->qp_num, peer.addr, p);
+        ASSERT_EQ(r.err, 0) << "to " << r.state;
     }
 
     ibv_mw* window(Side& s, ibv_mw_type type) {
@@ -156,17 +111,9 @@ class Windows : public ::testing::Test {
 
     // The next completion of `s`, within 10 s (a hang fails rather than blocks CI).
     ibv_wc next(Side& s) {
-        ibv_wc wc{};
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (std::chrono::steady_clock::now() < until) {
-            const int n = ibv_poll_cq(s.cq, 1, &wc);
-            if (n == 1) return wc;
-            EXPECT_EQ(n, 0);
-        }
-        ADD_FAILURE() << "no completion within 10 s";
-        wc.status = IBV_WC_GENERAL_ERR;
-        wc.wr_id = ~0ull;
-        return wc;
+        const Polled p = poll_one(s.cq, std::chrono::seconds(10));
+        EXPECT_EQ(p.n, 1) << "no completion within 10 s";
+        return p.wc;
     }
 
     void post(Side& s, ibv_send_wr& wr) {
