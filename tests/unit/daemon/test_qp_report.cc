@@ -13,43 +13,11 @@
 
 #include "proto/net/addr.h"
 #include "proto/verbs/qp_state.h"
+#include "tests/unit/daemon/fake_transport.h"
 #include "tests/unit/daemon/session_fixture.h"
 
 namespace snic::daemon::fixture {
 namespace {
-
-// An engine whose view and counters a test sets.
-class ShownEngine final : public QpEngine {
-  public:
-    bool failed() const override { return view_.failed; }
-    QpEngineView view() const override { return view_; }
-    void for_each_counter(void (*fn)(void*, NamedCounter), void* ctx) const override {
-        for (const NamedCounter& c : counters_) fn(ctx, c);
-    }
-    QpEngineView view_;
-    std::vector<NamedCounter> counters_;
-};
-
-// A transport that starts ShownEngines and runs "lcore" work inline.
-class ShowingTransport final : public Transport {
-  public:
-    std::string_view name() const override { return "show"; }
-    void run(const std::function<void()>& fn) override { fn(); }
-    const char* check_attr(std::uint32_t, const shm::QpAttr&) const override { return nullptr; }
-    Result<std::unique_ptr<QpEngine>> start(Qp&) override {
-        auto e = std::make_unique<ShownEngine>();
-        engine = e.get();
-        return std::unique_ptr<QpEngine>(std::move(e));
-    }
-    void start_sending(Qp&) override {}
-    void drain(Qp&) override {}
-    void resume(Qp&) override {}
-    void to_error(Qp&) override { engine->view_.failed = true; }
-    void stop(Qp&) override { engine = nullptr; }
-    void for_each_counter(void (*)(void*, NamedCounter), void*) const override {}
-    bool poll(std::uint64_t) override { return false; }
-    ShownEngine* engine = nullptr;
-};
 
 // A client of uid `uid` with one CQ, able to make QPs and connect them.
 struct QpClient {
@@ -103,7 +71,7 @@ class QpReport : public ::testing::Test {
         return out;
     }
     Resources resources;
-    ShowingTransport transport;
+    FakeTransport transport{resources.keys(), "show"};
     std::vector<DevicePort> ports = test_ports();
 };
 
@@ -166,8 +134,8 @@ TEST_F(QpReport, a_dump_holds_the_attributes_and_the_engines_view_and_counters) 
 
     alice.connect(0, 0x4242);
     ASSERT_NE(transport.engine, nullptr);
-    transport.engine->view_ = {false, "none", 0x10, 0x0e, 0x123460, 7, 2};
-    transport.engine->counters_ = {{"tx_send_packets", 5}, {"timeouts", 0}, {"rx_acks", 3}};
+    transport.engine->shown = {false, "none", 0x10, 0x0e, 0x123460, 7, 2};
+    transport.engine->counters = {{"tx_send_packets", 5}, {"timeouts", 0}, {"rx_acks", 3}};
     ASSERT_TRUE(dump_qp(sessions(), ports, QpViewer{0}, qpn, q));
     EXPECT_EQ(q.summary.qpn, qpn);
     EXPECT_EQ(q.attr.qp_state, static_cast<std::uint32_t>(IBV_QPS_RTR));
@@ -197,7 +165,7 @@ TEST_F(QpReport, a_qp_whose_engine_failed_by_itself_shows_err_before_the_session
     QpClient alice(resources, ports, 1000);
     const std::uint32_t qpn = alice.make_qp();
     alice.connect(0, 0x4242);
-    transport.engine->view_ = {true, "retry_exceeded", 0, 0, 0, 0, 0};
+    transport.engine->shown = {true, "retry_exceeded", 0, 0, 0, 0, 0};
     shm::QpReply q;
     ASSERT_TRUE(dump_qp(sessions(), ports, QpViewer{0}, qpn, q));
     EXPECT_EQ(q.summary.state, static_cast<std::uint32_t>(IBV_QPS_ERR));
@@ -209,8 +177,8 @@ TEST_F(QpReport, counters_past_what_a_reply_holds_are_counted_not_sent) {
     QpClient alice(resources, ports, 1000);
     const std::uint32_t qpn = alice.make_qp();
     alice.connect(0, 0x4242);
-    transport.engine->counters_.assign(shm::kMaxQpCounters + 3,
-                                       {"a_counter_name_longer_than_the_field", 1});
+    transport.engine->counters.assign(shm::kMaxQpCounters + 3,
+                                      {"a_counter_name_longer_than_the_field", 1});
     shm::QpReply q;
     ASSERT_TRUE(dump_qp(sessions(), ports, QpViewer{0}, qpn, q));
     EXPECT_EQ(q.engine.ncounters, shm::kMaxQpCounters);

@@ -1,7 +1,7 @@
-// The data-plane seam (daemon/verbs/transport.h): a second, fake transport runs QPs through the
-// same interface RoCEv2 uses, with the shared glue (daemon/verbs/qp_glue.h) between its engine and
-// the client's rings, CQs and async events; the async events an engine raises by itself; and
-// RoCEv2's own attribute rule.
+// The data-plane seam (daemon/verbs/transport.h): a second, fake transport (fake_transport.h)
+// runs QPs through the same interface RoCEv2 uses, with the shared glue (daemon/verbs/qp_glue.h)
+// between its engine and the client's rings, CQs and async events; the async events an engine
+// raises by itself; and RoCEv2's own attribute rule.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
@@ -14,76 +14,11 @@
 #include "daemon/roce/roce_transport.h"
 #include "daemon/verbs/qp_glue.h"
 #include "proto/verbs/qp_state.h"
+#include "tests/unit/daemon/fake_transport.h"
 #include "tests/unit/daemon/session_fixture.h"
 
 namespace snic::daemon::fixture {
 namespace {
-
-// An engine that does only what a test tells it, through the glue every transport shares.
-class FakeEngine final : public QpEngine {
-  public:
-    FakeEngine(Qp& qp, const NameTable& keys) : glue(qp, keys) {}
-    bool failed() const override { return glue.failed(); }
-    QpEngineView view() const override { return {}; }
-    void for_each_counter(void (*)(void*, NamedCounter), void*) const override {}
-    QpGlue glue;
-};
-
-// A transport that records what the session asks of it and runs "lcore" work inline.
-class FakeTransport final : public Transport {
-  public:
-    explicit FakeTransport(const NameTable& keys) : keys_(keys) {}
-
-    std::string_view name() const override { return "fake"; }
-    void run(const std::function<void()>& fn) override {
-        ++runs;
-        fn();
-    }
-    const char* check_attr(std::uint32_t mask, const shm::QpAttr& a) const override {
-        return (mask & IBV_QP_PATH_MTU) != 0 && a.path_mtu == IBV_MTU_512 ? "no 512 here" : nullptr;
-    }
-    Result<std::unique_ptr<QpEngine>> start(Qp& qp) override {
-        calls.push_back("start");
-        started_with = qp.attr.iw_conn;
-        if (refuse_start) return make_error(EINVAL, "no such connection");
-        auto e = std::make_unique<FakeEngine>(qp, keys_);
-        engine = e.get();
-        return std::unique_ptr<QpEngine>(std::move(e));
-    }
-    void start_sending(Qp&) override {
-        calls.push_back("start_sending");
-        engine->glue.set_sending();
-    }
-    void drain(Qp& qp) override {
-        calls.push_back("drain");
-        engine->glue.set_draining(qp.attr.en_sqd_async_notify != 0);
-        engine->glue.note_held(held);
-    }
-    void resume(Qp&) override {
-        calls.push_back("resume");
-        engine->glue.set_sending();
-    }
-    void to_error(Qp&) override {
-        calls.push_back("to_error");
-        engine->glue.note_failed(true);
-    }
-    void stop(Qp&) override {
-        calls.push_back("stop");
-        engine = nullptr;
-    }
-    void for_each_counter(void (*)(void*, NamedCounter), void*) const override {}
-    bool poll(std::uint64_t) override { return false; }
-
-    std::vector<std::string> calls;
-    int runs = 0;
-    std::uint32_t held = 0;  // send WRs the fake engine holds
-    FakeEngine* engine = nullptr;
-    bool refuse_start = false;       // start() fails (an iWARP binding refused)
-    std::uint32_t started_with = 0;  // QpAttr::iw_conn at the last start()
-
-  private:
-    const NameTable& keys_;
-};
 
 // A client that keeps its side of every ring: async events, a CQ, a QP's send and receive
 // rings, an SRQ.
