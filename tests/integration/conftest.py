@@ -92,6 +92,15 @@ class VethNs:
     peer_ip: str
 
 
+@pytest.fixture(scope="module")
+def netns():
+    """A network namespace of the module's own (loopback only) for tools' side-band ports
+    (dtest's 15828): they are then free of anything else on the machine. A module whose tools
+    need addresses there defines its own (test_libfabric.py)."""
+    with st.loopback_netns("snic-t") as ns:
+        yield ns
+
+
 @pytest.fixture
 def veth_ns():
     """Factory: veth_ns(peer_ip) makes a fresh namespace with one end of a
@@ -103,12 +112,10 @@ def veth_ns():
         v = VethNs(ns=st.unique("snic-t", maxlen=40), host=st.unique("sh"), peer=st.unique("sp"),
                    peer_ip=peer_ip)
         # Leftovers of an earlier crashed run with the same names.
-        st.delete_netns(v.ns)
         st.delete_link(v.host)
         st.delete_link(v.peer)
         made.append(v)
-        st.run(["ip", "netns", "add", v.ns], check=True)
-        st.run(["ip", "-n", v.ns, "link", "set", "lo", "up"], check=True)
+        st.add_netns(v.ns)
         st.run(["ip", "link", "add", v.host, "type", "veth", "peer", "name", v.peer], check=True)
         st.run(["ip", "link", "set", v.peer, "netns", v.ns], check=True)
         st.disable_ipv6(v.host)

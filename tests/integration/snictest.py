@@ -620,16 +620,22 @@ def delete_netns(ns: str) -> None:
     _gone_or_fail(["ip", "netns", "delete", ns], lambda: netns_exists(ns), f"netns {ns}")
 
 
+def add_netns(ns: str) -> None:
+    """Makes network namespace NS with its loopback up, after deleting a leftover of that
+    name (an earlier crashed run's)."""
+    delete_netns(ns)
+    run(["ip", "netns", "add", ns], check=True)
+    run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+
+
 @contextlib.contextmanager
 def loopback_netns(prefix: str, addrs: tuple[str, ...] = ()):
     """A network namespace of the caller's own with its loopback up and holding ADDRS (each
     a /32), for the tools' side-band ports: they are then free of anything else on the
     machine. Deleted on exit, processes left in it included."""
     ns = unique(prefix, maxlen=40)
-    delete_netns(ns)
     try:
-        run(["ip", "netns", "add", ns], check=True)
-        run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        add_netns(ns)
         for ip in addrs:
             run(["ip", "-n", ns, "addr", "add", f"{ip}/32", "dev", "lo"], check=True)
         yield ns

@@ -41,14 +41,6 @@ def next_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def netns():
-    """A network namespace of this module's own (loopback only) for the tools: their
-    side-band port 15828 is then free of anything else on the machine."""
-    with st.loopback_netns("snic-t") as ns:
-        yield ns
-
-
-@pytest.fixture(scope="module")
 def wire(tmp_path_factory, mem_args, binaries, netns):
     for tool in TOOLS:
         st.require_tool(tool, "dapl2-utils")

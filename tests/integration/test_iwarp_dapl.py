@@ -26,14 +26,6 @@ TOOLS = ("dtest", "dtestx", "dtestsrq")
 _ports = iter(range(20800, 21000))
 
 
-
-@pytest.fixture(scope="module")
-def netns():
-    """As test_dapl's: the tools' side-band port in a namespace of the module's own."""
-    with st.loopback_netns("snic-t") as ns:
-        yield ns
-
-
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory, mem_args, binaries, netns):
     for tool in TOOLS:

@@ -36,8 +36,8 @@ def tool(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def netns():
-    """A namespace whose loopback holds both port addresses, for fi_pingpong's control
-    connection."""
+    """As conftest's netns, its loopback holding both port addresses too, for fi_pingpong's
+    control connection."""
     with st.loopback_netns("snic-f", (SERVER_IP, CLIENT_IP)) as ns:
         yield ns
 

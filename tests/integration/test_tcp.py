@@ -401,11 +401,9 @@ def test_frag_needed_from_a_kernel_router_lowers_snics_mss(daemons, veth_ns, mem
     snic must lower its MSS once, resend, and finish byte-exact. Deterministic: the hop is
     small before the connection opens, so the ICMP comes with the first full segment."""
     v = setup_ns(veth_ns)
-    far, r_end, far_end = st.unique("snic-f", maxlen=40), st.unique("sr"), st.unique("sf")
-    st.delete_netns(far)
-    try:
-        st.run(["ip", "netns", "add", far], check=True)
-        st.run(["ip", "-n", far, "link", "set", "lo", "up"], check=True)
+    r_end, far_end = st.unique("sr"), st.unique("sf")
+    # Deleting the far namespace takes far_end and with it r_end.
+    with st.loopback_netns("snic-f") as far:
         st.run(["ip", "link", "add", r_end, "netns", v.ns, "type", "veth", "peer", "name",
                 far_end, "netns", far], check=True)
         st.disable_ipv6(r_end, v.ns)
@@ -423,8 +421,6 @@ def test_frag_needed_from_a_kernel_router_lowers_snics_mss(daemons, veth_ns, mem
                 *(f"net.ipv4.conf.{i}.proxy_arp=1" for i in (v.peer, r_end)),
                 *(f"net.ipv4.neigh.{i}.proxy_delay=0" for i in (v.peer, r_end))], check=True)
         out, m, kernel = run_send(daemons, mem_args, v, FAULT_BYTES, dst=FAR_IP, ns=far)
-    finally:
-        st.delete_netns(far)  # takes far_end and with it r_end
     tcp = counters(out, 0, "tcp")
     print(f"snic -> kernel through a 1280-byte hop: {m[5]} MB/s, snic retransmits {m[8]} "
           f"(timeouts {m[10]}), frag needed {tcp.get('icmp_frag_needed')}, "
