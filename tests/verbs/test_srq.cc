@@ -40,6 +40,22 @@ struct Side {
     std::vector<ibv_qp*> qps;
 };
 
+// Message `i` sent on `qp` from slot i of s's memory (`len` bytes each, filled with its
+// pattern); ibv_post_send's result.
+int send_message(Side& s, ibv_qp* qp, std::uint64_t i, std::uint32_t len) {
+    std::uint8_t* p = s.mem.data() + i * len;
+    for (std::size_t off = 0; off < len; ++off) p[off] = pattern(i, off);
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(p), len, s.mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(qp, &wr, &bad);
+}
+
 class Srq : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -130,20 +146,6 @@ class Srq : public ::testing::Test {
         ibv_recv_wr* bad = nullptr;
         ASSERT_EQ(ibv_post_srq_recv(srq_, &wr, &bad), 0) << "WQE " << i;
     }
-    // Message `i` sent from slot i of A's memory (`len` bytes each, filled with its pattern).
-    static int send(Side& s, ibv_qp* qp, std::uint64_t i, std::uint32_t len) {
-        std::uint8_t* p = s.mem.data() + i * len;
-        for (std::size_t off = 0; off < len; ++off) p[off] = pattern(i, off);
-        ibv_sge sge{reinterpret_cast<std::uintptr_t>(p), len, s.mr->lkey};
-        ibv_send_wr wr{};
-        wr.wr_id = i;
-        wr.opcode = IBV_WR_SEND;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        ibv_send_wr* bad = nullptr;
-        return ibv_post_send(qp, &wr, &bad);
-    }
     // The next completion of `cq`, within 20 s (a hang fails rather than blocks CI).
     static ibv_wc next(ibv_cq* cq) {
         const Polled p = poll_one(cq, std::chrono::seconds(20));
@@ -181,17 +183,7 @@ std::uint64_t send_all(Side& s, ibv_qp* qp, ibv_cq* cq, std::uint64_t count, std
     const auto until = Clock::now() + std::chrono::seconds(60);
     while (done < count && !stop.load(std::memory_order_relaxed) && Clock::now() < until) {
         while (posted < count && posted - done < window) {
-            std::uint8_t* p = s.mem.data() + posted * len;
-            for (std::size_t off = 0; off < len; ++off) p[off] = pattern(posted, off);
-            ibv_sge sge{reinterpret_cast<std::uintptr_t>(p), len, s.mr->lkey};
-            ibv_send_wr wr{};
-            wr.wr_id = posted;
-            wr.opcode = IBV_WR_SEND;
-            wr.send_flags = IBV_SEND_SIGNALED;
-            wr.sg_list = &sge;
-            wr.num_sge = 1;
-            ibv_send_wr* bad = nullptr;
-            if (ibv_post_send(qp, &wr, &bad) != 0) return done;
+            if (send_message(s, qp, posted, len) != 0) return done;
             ++posted;
         }
         ibv_wc wc[16];
@@ -391,7 +383,7 @@ TEST_F(Srq, AQpInErrorLeavesTheSrqsWqesToTheOthers) {
     ASSERT_NO_FATAL_FAILURE(pair(a2, b2));
     for (std::uint64_t i = 0; i < 6; ++i) ASSERT_NO_FATAL_FAILURE(post_srq(i, kLen));
 
-    ASSERT_EQ(send(a(), a1, 0, kLen), 0);
+    ASSERT_EQ(send_message(a(), a1, 0, kLen), 0);
     ibv_wc wc = next(acq);
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
     wc = next(b1cq);
@@ -414,7 +406,7 @@ TEST_F(Srq, AQpInErrorLeavesTheSrqsWqesToTheOthers) {
     EXPECT_EQ(s.taken, 1u);
     EXPECT_EQ(s.completed, 1u);
 
-    for (std::uint64_t i = 1; i < 6; ++i) ASSERT_EQ(send(a(), a2, i, kLen), 0);
+    for (std::uint64_t i = 1; i < 6; ++i) ASSERT_EQ(send_message(a(), a2, i, kLen), 0);
     for (std::uint64_t i = 1; i < 6; ++i) {
         wc = next(acq);
         ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
