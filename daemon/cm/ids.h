@@ -6,15 +6,12 @@
 #include <map>
 #include <string>
 
+#include <infiniband/verbs.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/cm/service.h"
 
 namespace snic::daemon {
-
-// The IBV_QPT_* a port space connects: RC (or UC) over a connect request, UD over a
-// datagram one.
-inline constexpr std::uint8_t kQptRc = 2, kQptUc = 3, kQptUd = 4;
 
 // Logs why an op is refused (debug) and returns its errno.
 inline int cm_refuse(int err, const char* op, const std::string& why) {

@@ -200,7 +200,7 @@ bool CmService::deliver(Id& id, std::uint32_t type, std::int32_t status,
         if (id.conn != 0) ev.iw_conn = w.qp_binding(id.conn);
     }
     if (peer != nullptr) ev.param = *peer;
-    if (id.sidr) ev.param.qp_type = kQptUd;
+    if (id.sidr) ev.param.qp_type = IBV_QPT_UD;
     if (id.owner != nullptr && id.owner->push(ev)) {
         ++counters_.events;
         return true;
@@ -269,13 +269,13 @@ std::unique_ptr<CmService::Id> CmService::child_of(const Id& l, std::size_t wire
     child->parent = l.handle;
     child->wire = wire;
     child->conn = e.conn;
-    child->sidr = e.peer.qp_type == kQptUd;
+    child->sidr = e.peer.qp_type == IBV_QPT_UD;
     return child;
 }
 
 void CmService::on_request(std::size_t wire, const CmWireEvent& e) {
     CmWire& w = *wires_[wire]->wire;
-    const bool datagram = e.peer.qp_type == kQptUd;
+    const bool datagram = e.peer.qp_type == IBV_QPT_UD;
     Refusal why{};
     Id* l = taker(e, why);
     if (l == nullptr) {

@@ -80,8 +80,8 @@ int CmSession::create_id(const shm::CmCreateIdReq& req, shm::CmIdReply& out) {
     constexpr const char* op = "cm_create_id";
     if (!valid_ps(req.ps)) return cm_refuse(EINVAL, op, fmt::format("port space {:#x}", req.ps));
     const bool ud = req.ps == shm::kCmPsUdp || req.ps == shm::kCmPsIpoib;
-    if (ud ? req.qp_type != kQptUd
-           : req.qp_type != kQptRc && req.qp_type != kQptUc && req.qp_type != kQptUd)
+    if (ud ? req.qp_type != IBV_QPT_UD
+           : req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD)
         return cm_refuse(EINVAL, op,
                          fmt::format("QP type {} in port space {:#x}", req.qp_type, req.ps));
     if (!service_.has_room(*this))
@@ -168,7 +168,7 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     if (id == nullptr) return EINVAL;
     if (id->state != CmService::Id::State::idle || id->conn != 0)
         return cm_refuse(EINVAL, op, "the id is not idle");
-    const bool sidr = id->qp_type == kQptUd;
+    const bool sidr = id->qp_type == IBV_QPT_UD;
     if (req.dst_port == 0) return cm_refuse(EINVAL, op, "destination port 0");
     std::uint16_t index = id->port_index;
     if (index == shm::kCmNoPort) {
@@ -244,7 +244,7 @@ int CmSession::accept(const shm::CmAcceptReq& req) {
         const WireConn conn = id->conn;
         service_.unlink(*id);  // a datagram exchange is over once answered
         id->state = S::established;
-        st = w.accept(conn, param, kQptUd);
+        st = w.accept(conn, param, IBV_QPT_UD);
     } else {
         st = w.accept(id->conn, param, id->qp_type);
         if (st) {

@@ -1,5 +1,7 @@
 #include "daemon/iwarp/iw_cm_wire.h"
 
+#include <infiniband/verbs.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,8 +14,6 @@
 namespace snic::daemon {
 
 namespace {
-
-constexpr std::uint8_t kQptRc = 2, kQptUd = 4;
 
 IwConnId id_of(WireConn conn) {
     return static_cast<IwConnId>(conn);
@@ -36,7 +36,7 @@ std::size_t IwCmWire::private_max(CmMessage m, bool) const {
 bool IwCmWire::listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) {
     // rdma_cm's connected port spaces take MPA requests too, as Linux listens on every
     // device of an address; a port whose TCP cannot listen there serves RoCE alone.
-    if (qp_type == kQptUd) return false;
+    if (qp_type == IBV_QPT_UD) return false;
     if (const int err = iw_.listen(port, backlog); err != 0) {
         spdlog::debug("cm: no iWARP listener on TCP {}: {}", port, std::strerror(err));
         return false;
@@ -49,7 +49,7 @@ void IwCmWire::unlisten(std::uint16_t port) {
 }
 
 Result<WireConn> IwCmWire::connect(const CmConnectSpec& s) {
-    if (s.qp_type == kQptUd) return make_error(EINVAL, "iWARP has no datagram service (SIDR)");
+    if (s.qp_type == IBV_QPT_UD) return make_error(EINVAL, "iWARP has no datagram service (SIDR)");
     const shm::CmConnParam& p = *s.param;
     auto conn =
         iw_.connect(s.remote_ip, s.remote_port, s.local_port, {p.private_data, p.private_data_len},
@@ -71,7 +71,7 @@ Status IwCmWire::accept(WireConn conn, const shm::CmConnParam& param, std::uint8
     CmWireEvent e;
     e.kind = CmWireEvent::Kind::established;
     e.conn = conn;
-    e.peer.qp_type = kQptRc;
+    e.peer.qp_type = IBV_QPT_RC;
     e.peer.responder_resources = param.responder_resources;
     e.peer.initiator_depth = param.initiator_depth;
     queue(e);
@@ -135,7 +135,7 @@ void IwCmWire::translate(const IwCmEvent& e) {
     w.status = e.status;
     // The peer's resources as the MPA frame shows them: in a request its ORD is the READs it
     // will send (its initiator depth), its IRD those it answers.
-    w.peer.qp_type = kQptRc;
+    w.peer.qp_type = IBV_QPT_RC;
     const auto pd = std::span<const std::uint8_t>(e.pd.data(), e.pd_len);
     auto with_pd = [&](std::size_t max) {
         w.peer.responder_resources = static_cast<std::uint8_t>(std::min<int>(e.ird, 255));

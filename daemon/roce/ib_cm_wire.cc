@@ -1,5 +1,7 @@
 #include "daemon/roce/ib_cm_wire.h"
 
+#include <infiniband/verbs.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -19,8 +21,6 @@ constexpr std::uint16_t kRejConsumer = 28;
 // SIDR_REP statuses (IBA table 119).
 constexpr std::uint8_t kSidrUnsupported = 1;  // no such service ID
 constexpr std::uint8_t kSidrReject = 2;
-
-constexpr std::uint8_t kQptUd = 4;
 
 cm::QpInfo qp_info(const shm::CmConnParam& p) {
     cm::QpInfo q;
@@ -63,9 +63,11 @@ shm::CmConnParam param_of(const cm::QpInfo& q, std::span<const std::uint8_t> pd,
     return p;
 }
 
-Status failed(const Status& st) {
+// rdma_cm's reject and disconnect answer EINVAL for whatever the agent refused (a connection
+// it no longer knows included), as the CM service always has.
+Status invalid_if_failed(Status st) {
     if (st) return st;
-    return make_error(st.error().code != 0 ? st.error().code : EINVAL, st.error().message);
+    return make_error(EINVAL, st.error().message);
 }
 
 }  // namespace
@@ -127,7 +129,7 @@ void IbCmWire::deliver(const cm::Event& e) {
             w.readable = svc && hdr;
             w.peer = param_of(e.peer, pd.subspan(std::min(pd.size(), cm::kCmaHeaderSize)),
                               private_max(CmMessage::request, sidr));
-            if (sidr) w.peer.qp_type = kQptUd;
+            if (sidr) w.peer.qp_type = IBV_QPT_UD;
             break;
         }
         case T::rep_received:
@@ -189,7 +191,7 @@ Result<WireConn> IbCmWire::connect(const CmConnectSpec& s) {
     p.max_cm_retries = s.max_cm_retries != 0 ? std::min<std::uint8_t>(s.max_cm_retries, 15) : 15;
     p.flow_label = cm::roce_flow_label(s.local_port, s.remote_port);
     p.private_data = {pd.data(), cm::kCmaHeaderSize + len};
-    auto conn = s.qp_type == kQptUd
+    auto conn = s.qp_type == IBV_QPT_UD
                     ? agent_.sidr_request(s.local_ip, s.remote_ip, p.service_id, p.private_data,
                                           p.cm_response_timeout, p.max_cm_retries, cm_now_ns())
                     : agent_.connect(p, cm_now_ns());
@@ -202,24 +204,24 @@ Result<WireConn> IbCmWire::connect(const CmConnectSpec& s) {
 Status IbCmWire::accept(WireConn conn, const shm::CmConnParam& param, std::uint8_t qp_type) {
     const auto id = static_cast<cm::ConnId>(conn);
     const std::span<const std::uint8_t> pd{param.private_data, param.private_data_len};
-    if (qp_type == kQptUd)
-        return failed(agent_.sidr_reply(id, 0, param.qpn & 0xffffff, param.qkey, pd, cm_now_ns()));
+    if (qp_type == IBV_QPT_UD)
+        return agent_.sidr_reply(id, 0, param.qpn & 0xffffff, param.qkey, pd, cm_now_ns());
     cm::QpInfo q = qp_info(param);
     q.qp_type = qp_type;
-    return failed(agent_.accept(id, q, pd, cm_now_ns()));
+    return agent_.accept(id, q, pd, cm_now_ns());
 }
 
 Status IbCmWire::confirm(WireConn conn, std::span<const std::uint8_t> pd) {
-    return failed(agent_.confirm(static_cast<cm::ConnId>(conn), pd, cm_now_ns()));
+    return agent_.confirm(static_cast<cm::ConnId>(conn), pd, cm_now_ns());
 }
 
 Status IbCmWire::reject(WireConn conn, bool, bool datagram, std::span<const std::uint8_t> pd) {
     const auto id = static_cast<cm::ConnId>(conn);
     if (datagram)
-        return failed(agent_.sidr_reply(id, kSidrReject, 0, 0,
-                                        pd.first(std::min(pd.size(), shm::kCmSidrRepPrivate)),
-                                        cm_now_ns()));
-    return failed(agent_.reject(id, kRejConsumer, pd, cm_now_ns()));
+        return invalid_if_failed(
+            agent_.sidr_reply(id, kSidrReject, 0, 0,
+                              pd.first(std::min(pd.size(), shm::kCmSidrRepPrivate)), cm_now_ns()));
+    return invalid_if_failed(agent_.reject(id, kRejConsumer, pd, cm_now_ns()));
 }
 
 void IbCmWire::refuse(WireConn conn, Refusal why, bool datagram) {
@@ -252,7 +254,7 @@ void IbCmWire::refuse(WireConn conn, Refusal why, bool datagram) {
 }
 
 Status IbCmWire::disconnect(WireConn conn) {
-    return failed(agent_.disconnect(static_cast<cm::ConnId>(conn), {}, cm_now_ns()));
+    return invalid_if_failed(agent_.disconnect(static_cast<cm::ConnId>(conn), {}, cm_now_ns()));
 }
 
 void IbCmWire::release(WireConn conn) {

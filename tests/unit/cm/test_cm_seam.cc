@@ -128,7 +128,6 @@ CmWireEvent event(CmWireEvent::Kind kind, WireConn conn, std::int32_t status = 0
 class CmSeam : public ::testing::Test {
   protected:
     CmSeam() {
-        ports[0].devices[shm::kTransportIwarp] = {"snic_iw0", nullptr, nullptr};
         service.emplace(ports, std::vector<PortWire>{{0, &roce}, {0, &iw}}, 42);
         session = service->new_session(Peer{100, 1000, 1000});
         const shm::Layout lay = shm::cm_event_layout();
