@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "libclient/internal.h"
+#include "libclient/snic/snic_ext.h"
 #include "proto/verbs/wr.h"
 
 namespace snic::client {
@@ -19,7 +20,15 @@ namespace {
 
 constexpr std::uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
 
-void to_wc(const shm::Cqe& e, ibv_wc* wc) {
+// The CQE's wc_flags as ibv_wc has them: verbs' flags, and SNIC_WC_SOLICITED where the CQ
+// reports it.
+unsigned int wc_flags_of(const Cq& cq, const shm::Cqe& e) {
+    static_assert(SNIC_WC_SOLICITED == std::uint32_t{shm::kCqeSolicited} << 24);
+    return (e.wc_flags & ~shm::kCqeSolicited) |
+           static_cast<unsigned int>(e.wc_flags & cq.solicited_mask) << 24;
+}
+
+void to_wc(const Cq& cq, const shm::Cqe& e, ibv_wc* wc) {
     wc->wr_id = e.wr_id;
     wc->status = static_cast<ibv_wc_status>(e.status);
     wc->opcode = static_cast<ibv_wc_opcode>(e.opcode);
@@ -28,7 +37,7 @@ void to_wc(const shm::Cqe& e, ibv_wc* wc) {
     wc->imm_data = e.ex;
     wc->qp_num = e.qp_num;
     wc->src_qp = e.src_qp;
-    wc->wc_flags = e.wc_flags;
+    wc->wc_flags = wc_flags_of(cq, e);
     wc->pkey_index = e.pkey_index;
     wc->slid = e.slid;
     wc->sl = e.sl;
@@ -154,7 +163,8 @@ std::uint32_t read_src_qp(ibv_cq_ex* c) {
     return to_cq(c)->cur.src_qp;
 }
 unsigned int read_wc_flags(ibv_cq_ex* c) {
-    return to_cq(c)->cur.wc_flags;
+    const Cq* cq = to_cq(c);
+    return wc_flags_of(*cq, cq->cur);
 }
 std::uint32_t read_slid(ibv_cq_ex* c) {
     return to_cq(c)->cur.slid;
@@ -273,14 +283,15 @@ int poll_cq(ibv_cq* c, int n, ibv_wc* wc) {
         const int want = n - done < 16 ? n - done : 16;
         const std::uint32_t got =
             cq->ring->pop_burst(std::span(batch, static_cast<std::size_t>(want)));
-        for (std::uint32_t i = 0; i < got; ++i) to_wc(batch[i], &wc[done + static_cast<int>(i)]);
+        for (std::uint32_t i = 0; i < got; ++i)
+            to_wc(*cq, batch[i], &wc[done + static_cast<int>(i)]);
         done += static_cast<int>(got);
         if (got < static_cast<std::uint32_t>(want)) break;
     }
     bool gone = false;
     if (done < n && (done > 0 ? daemon_dead(cq->ctx) : gone_after_empty_poll(cq))) {
         gone = true;
-        while (done < n && pop_flushed(cq, batch[0])) to_wc(batch[0], &wc[done++]);
+        while (done < n && pop_flushed(cq, batch[0])) to_wc(*cq, batch[0], &wc[done++]);
     }
     if (!cq->single_threaded) cq->lock.unlock();
     // Nothing more will come from a daemon that is gone: an error, not "empty" forever (a

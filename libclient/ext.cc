@@ -49,3 +49,14 @@ SNIC_EXPORT int snic_query_port_ipv4(ibv_context* ctx, std::uint8_t port_num, in
         return 0;
     });
 }
+
+SNIC_EXPORT int snic_cq_report_solicited(ibv_cq* cq, int on) {
+    return errno_verb([&] {
+        if (cq == nullptr) return EINVAL;
+        Cq* q = to_cq(cq);
+        if (!q->single_threaded) q->lock.lock();
+        q->solicited_mask = on != 0 ? snic::shm::kCqeSolicited : 0;
+        if (!q->single_threaded) q->lock.unlock();
+        return 0;
+    });
+}

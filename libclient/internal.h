@@ -92,7 +92,8 @@ struct Cq {
     SpinLock lock;
     bool single_threaded;
     std::uint64_t wc_flags;
-    shm::Cqe cur;  // the entry between start_poll/next_poll and the next call
+    std::uint8_t solicited_mask = 0;  // shm::kCqeSolicited once snic_cq_report_solicited
+    shm::Cqe cur;                     // the entry between start_poll/next_poll and the next call
     std::uint32_t comp_events_reported;
     std::uint32_t async_events_reported;
     std::uint32_t empty_polls;  // since snicd's liveness was last looked at

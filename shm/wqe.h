@@ -130,7 +130,7 @@ static_assert(sizeof(RecvWqe) == 16 + kMaxSge * sizeof(Sge) && SizedEntry<RecvWq
 static_assert(offsetof(RecvWqe, seq) == 12);
 
 // CQE: ibv_wc in a fixed layout. status, opcode and wc_flags hold ibv_wc_status,
-// ibv_wc_opcode and ibv_wc_flags values.
+// ibv_wc_opcode and ibv_wc_flags values; wc_flags' top bit (kCqeSolicited) is snic's own.
 struct Cqe {
     std::uint64_t wr_id;
     std::uint8_t status;
@@ -152,6 +152,10 @@ struct Cqe {
     std::uint32_t seq;  // the ring's publication tag (shm/ring.h), last in the line, written last
 };
 static_assert(sizeof(Cqe) == 64 && SequencedEntry<Cqe> && offsetof(Cqe, seq) == 60);
+
+// Cqe::wc_flags: a receive completion whose message asked for a solicited event. libsnic
+// strips it from ibv_wc, or reports it as SNIC_WC_SOLICITED on a CQ that asked for it.
+inline constexpr std::uint8_t kCqeSolicited = 0x80;
 
 // An asynchronous event (ibv_event_type) about one object of the context.
 struct AsyncEvent {

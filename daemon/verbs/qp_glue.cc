@@ -108,7 +108,7 @@ shm::Cqe to_cqe(const verbs::Completion& c) {
     e.wr_id = c.wr_id;
     e.status = static_cast<std::uint8_t>(c.status);
     e.opcode = static_cast<std::uint8_t>(c.opcode);
-    e.wc_flags = static_cast<std::uint8_t>(c.wc_flags());
+    e.wc_flags = static_cast<std::uint8_t>(c.wc_flags() | (c.solicited ? shm::kCqeSolicited : 0));
     e.sl = c.sl;
     e.byte_len = c.byte_len;
     e.ex = c.imm_or_rkey;

@@ -10,6 +10,7 @@ extern "C" {
 #endif
 
 struct ibv_context;
+struct ibv_cq;
 struct ibv_qp;
 struct in_addr;
 
@@ -38,6 +39,18 @@ int snic_query_qp_recv(struct ibv_qp* qp, struct snic_qp_recv_state* state);
  * where a consumer that opened an iWARP device by name finds its address. Returns 0,
  * EINVAL (a null argument or another port) or ENODATA (the port has no address). */
 int snic_query_port_ipv4(struct ibv_context* ctx, uint8_t port_num, struct in_addr* addr);
+
+/* A receive completion whose message asked for a solicited event (a SEND or RDMA WRITE with
+ * immediate sent with IBV_SEND_SOLICITED; RDMAP's Send with Solicited Event on iWARP), in
+ * ibv_wc.wc_flags (and ibv_wc_read_wc_flags) of a CQ that snic_cq_report_solicited turned on.
+ * verbs has no such flag: a consumer that waits for solicited completions only (DAT's
+ * DAT_COMPLETION_SOLICITED_WAIT_FLAG) on a CQ it shares with other work tells them apart
+ * with it. Off by default, so a CQ's wc_flags hold verbs' flags alone. */
+#define SNIC_WC_SOLICITED (1u << 31)
+
+/* Turns the reporting of SNIC_WC_SOLICITED on (on != 0) or off for `cq` (a CQ of a libsnic
+ * context), for the completions polled from then on. Returns 0 or EINVAL (a null cq). */
+int snic_cq_report_solicited(struct ibv_cq* cq, int on);
 
 #ifdef __cplusplus
 }

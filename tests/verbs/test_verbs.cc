@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include <snic/snic_ext.h>
+
 #include "tests/verbs/common.h"
 
 namespace {
@@ -1565,6 +1567,69 @@ TEST_F(Verbs, SolicitedOnlyArmIsWokenByAnErrorCompletion) {
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
     EXPECT_EQ(ibv_destroy_cq(cq), 0);
     EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST_F(Verbs, SolicitedFlagOfAReceiveIsReportedOnlyOnACqThatAsks) {
+    EXPECT_EQ(snic_cq_report_solicited(nullptr, 1), EINVAL);
+    ibv_cq* cq = make_cq(32);
+    ibv_qp* qp = make_qp(cq);
+    ASSERT_NE(qp, nullptr);
+    vt::RcParams self = kRc;
+    self.sq_psn = self.rq_psn;  // connected to itself: it sends the PSNs it expects
+    const vt::ModifyResult r = vt::connect_rc(qp, address(), qp->qp_num, address(), self);
+    ASSERT_EQ(r.err, 0) << "to " << r.state;
+    std::vector<std::uint8_t> buf(4 * 64);
+    ibv_mr* mr = ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr) << std::strerror(errno);
+    // Two rounds of an unsolicited then a solicited SEND to the QP itself: the first round on
+    // the CQ as verbs has it, the second once the CQ reports the flag.
+    for (int round = 0; round < 2; ++round) {
+        if (round == 1) {
+            ASSERT_EQ(snic_cq_report_solicited(cq, 1), 0);
+        }
+        for (std::uint64_t i = 0; i < 2; ++i) {
+            ibv_sge rsge{reinterpret_cast<std::uintptr_t>(buf.data() + i * 64), 64, mr->lkey};
+            ibv_recv_wr rwr{};
+            rwr.wr_id = 100 + i;
+            rwr.sg_list = &rsge;
+            rwr.num_sge = 1;
+            ibv_recv_wr* rbad = nullptr;
+            ASSERT_EQ(ibv_post_recv(qp, &rwr, &rbad), 0);
+        }
+        for (std::uint64_t i = 0; i < 2; ++i) {
+            const char msg[8] = "hello";
+            ibv_sge sge{reinterpret_cast<std::uintptr_t>(msg), sizeof msg, 0};
+            ibv_send_wr wr{};
+            wr.wr_id = i;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_SEND;
+            wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE | (i == 1 ? IBV_SEND_SOLICITED : 0);
+            ibv_send_wr* bad = nullptr;
+            ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+        }
+        int recvs = 0, sends = 0;
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (recvs + sends < 4 && std::chrono::steady_clock::now() < give_up) {
+            ibv_wc wc{};
+            if (ibv_poll_cq(cq, 1, &wc) != 1) continue;
+            ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+            if (wc.opcode != IBV_WC_RECV) {
+                EXPECT_EQ(wc.wc_flags, 0u) << "send " << wc.wr_id;
+                ++sends;
+                continue;
+            }
+            const bool solicited = wc.wr_id == 101;
+            const unsigned int want = round == 1 && solicited ? SNIC_WC_SOLICITED : 0u;
+            EXPECT_EQ(wc.wc_flags, want) << "round " << round << ", receive " << wc.wr_id;
+            ++recvs;
+        }
+        ASSERT_EQ(recvs, 2);
+        ASSERT_EQ(sends, 2);
+    }
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 
 TEST_F(Verbs, SrqQpEnteringErrorRaisesLastWqeReached) {
