@@ -535,12 +535,17 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT len, const DA
         return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
     if (ep->ia != ia) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     std::lock_guard lock(ep->mu);
+    if (ep->qp == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
+    // The page lists no DAT_INVALID_STATE: an EP that is not Unconnected (or the CR's own
+    // RSP or provider EP, Tentative Connection Pending), or has no PZ or connection EVD,
+    // cannot take this request, as one with too few RDMA Reads cannot: the combination of
+    // parameters is invalid.
     const bool rsp_ep = (cr->sp != nullptr && cr->sp->ep == ep) || cr->ep == ep;
     if (ep->state != DAT_EP_STATE_UNCONNECTED &&
         !(rsp_ep && ep->state == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING))
-        return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
+        return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     if (ep->pz == nullptr || ep->connect_evd == nullptr)
-        return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONFIGURED);
+        return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     // The requester's outgoing RDMA Reads must fit the EP's incoming limit.
     if (ep->attr.max_rdma_read_in < cr->peer_read_out)
         return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
@@ -639,11 +644,7 @@ DAT_RETURN ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR remote, DAT_CONN_QUAL 
         // As the OFED provider allows: a disconnected EP is reset and reused.
         if (ep->cm != nullptr) retire_id(ia, ep->cm);
         ep->cm = nullptr;
-        srq_keep_taken(ep);
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_RESET;
-        if (ibv_modify_qp(ep->qp, &a, IBV_QP_STATE) != 0 || qp_to_init(ep) != 0)
-            return err(DAT_INTERNAL_ERROR);
+        if (reset_qp(ep) != 0) return err(DAT_INTERNAL_ERROR);
         ep->state = DAT_EP_STATE_UNCONNECTED;
     }
     if (ep->state != DAT_EP_STATE_UNCONNECTED)

@@ -50,6 +50,18 @@ int qp_to_init(Ep* ep) {
                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
+int reset_qp(Ep* ep) {
+    srq_keep_taken(ep);
+    std::lock_guard lock(ep->post_mu);  // dat_ep_recv_query sees both counts before or after
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RESET;
+    if (const int e = ibv_modify_qp(ep->qp, &a, IBV_QP_STATE); e != 0) return e;
+    ep->recv_posted.store(0, std::memory_order_release);
+    ep->recv_reaped.store(0, std::memory_order_release);
+    ep->epoch.fetch_add(1, std::memory_order_acq_rel);
+    return qp_to_init(ep);
+}
+
 void flush_ep(Ep* ep) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_ERR;
@@ -157,6 +169,7 @@ int make_qp(Ep* ep) {
     ep->sq.init(ep, qa.cap.max_send_wr);
     ep->rq.init(ep, std::max<std::uint32_t>(qa.cap.max_recv_wr, 1));
     ep->recv_posted = ep->recv_reaped = 0;
+    ep->epoch.fetch_add(1, std::memory_order_acq_rel);
     ia->eps_by_qpn.put(ep->qp->qp_num, ep);
     return 0;
 }
@@ -334,6 +347,7 @@ DAT_RETURN ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_PARAM
     ep->connect_evd = conn;
     ep->attr = a;
     if (rebuild) {
+        if (old_recv != nullptr) old_recv->forget(ep);
         release_ep(ep);
         if (const int e = make_qp(ep); e != 0) {
             // Back to what it was: the old QP is made again.
@@ -485,7 +499,7 @@ DAT_RETURN ep_post_rdma_read_to_rmr(DAT_EP_HANDLE, const DAT_RMR_TRIPLET*, DAT_D
 }
 
 DAT_RETURN ep_post_recv(DAT_EP_HANDLE h, DAT_COUNT n, DAT_LMR_TRIPLET* iov, DAT_DTO_COOKIE cookie,
-                        DAT_COMPLETION_FLAGS) {
+                        DAT_COMPLETION_FLAGS flags) {
     Ep* ep = as<Ep>(h);
     if (ep == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
     if (ep->srq != nullptr) return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
@@ -502,6 +516,9 @@ DAT_RETURN ep_post_recv(DAT_EP_HANDLE h, DAT_COUNT n, DAT_LMR_TRIPLET* iov, DAT_
     s->cookie = cookie;
     s->op = DAT_DTO_RECEIVE;
     s->length = total(sge, n);
+    // Asked of this receive, or of every receive of the EP (its recv_completion_flags).
+    s->solicited_wait =
+        ((flags | ep->attr.recv_completion_flags) & DAT_COMPLETION_SOLICITED_WAIT_FLAG) != 0;
     ibv_recv_wr wr{};
     wr.wr_id = reinterpret_cast<std::uintptr_t>(s);
     wr.sg_list = sge;
@@ -524,8 +541,15 @@ DAT_RETURN ep_recv_query(DAT_EP_HANDLE h, DAT_COUNT* nbufs, DAT_COUNT* span) {
     Ep* ep = as<Ep>(h);
     if (ep == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
     std::lock_guard lock(ep->post_mu);  // no post between the two counts
+    if (ep->qp == nullptr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
     snic_qp_recv_state s{};
-    if (snic_query_qp_recv(ep->qp, &s) != 0) return err(DAT_INTERNAL_ERROR);
+    if (snic_query_qp_recv(ep->qp, &s) != 0) {
+        // snicd is gone: the counts cannot be had, which the page answers with
+        // DAT_VALUE_UNKNOWN (it lists no error for it).
+        if (nbufs != nullptr) *nbufs = DAT_VALUE_UNKNOWN;
+        if (span != nullptr) *span = DAT_VALUE_UNKNOWN;
+        return DAT_SUCCESS;
+    }
     const std::uint64_t latest_allocated =
         ep->srq != nullptr ? s.taken : ep->recv_posted.load(std::memory_order_acquire);
     const std::uint64_t allocated = latest_allocated - s.completed;
@@ -551,11 +575,7 @@ DAT_RETURN ep_reset(DAT_EP_HANDLE h) {
         retire_id(ep->ia, ep->cm);
         ep->cm = nullptr;
     }
-    srq_keep_taken(ep);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RESET;
-    if (const int e = ibv_modify_qp(ep->qp, &a, IBV_QP_STATE); e != 0) return from_errno(e);
-    if (const int e = qp_to_init(ep); e != 0) return from_errno(e);
+    if (const int e = reset_qp(ep); e != 0) return from_errno(e);
     ep->state = DAT_EP_STATE_UNCONNECTED;
     ep->established_posted = ep->disconnect_posted = false;
     return DAT_SUCCESS;
@@ -577,6 +597,7 @@ DAT_RETURN ep_free(DAT_EP_HANDLE h) {
         ep->state = DAT_EP_STATE_DISCONNECTED;
     }
     srq_keep_taken(ep, true);
+    if (ep->recv_evd != nullptr) ep->recv_evd->forget(ep);
     release_ep(ep);
     --ep->pz->users;
     for (Evd* e : {ep->recv_evd, ep->request_evd, ep->connect_evd})

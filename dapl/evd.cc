@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "dapl/provider.h"
+#include "libclient/snic/snic_ext.h"
 
 namespace snic::dapl {
 
@@ -150,8 +151,9 @@ void Evd::post(const DAT_EVENT& e) {
             return;
         }
         overflowed = false;
-        events.push_back(e);
-        events.back().evd_handle = this;
+        events.push_back(Queued{e});
+        events.back().event.evd_handle = this;
+        quiet = 0;
         c = cno;
     }
     wake(wake_fd);
@@ -169,48 +171,72 @@ bool Evd::reap(int max) {
         for (int i = 0; i < n; ++i) {
             const ibv_wc& wc = wcs[i];
             auto* s = reinterpret_cast<Slot*>(static_cast<std::uintptr_t>(wc.wr_id));
-            Ep* ep = s->ep;
-            if (s->in_srq) {
-                ep = ep_by_qpn(ia, wc.qp_num);  // nullptr once the EP is freed
-                Srq* srq = s->srq;
-                DAT_EVENT e;
-                if (ep != nullptr) {
-                    to_event(this, wc, s, ep, &e);
-                    ep->recv_reaped.fetch_add(1, std::memory_order_release);
-                }
-                if (srq != nullptr) {
-                    std::lock_guard lock(srq->mu);
-                    srq->free.push_back(s);
-                    srq->reaped.fetch_add(1, std::memory_order_release);
-                }
-                if (ep != nullptr && ep->live(Kind::ep)) {
-                    events.push_back(e);
-                    any = true;
-                }
-                continue;
-            }
-            DAT_EVENT e;
-            to_event(this, wc, s, ep, &e);
-            if (s->op == DAT_DTO_RECEIVE) {
+            Ep* ep = s->in_srq ? ep_by_qpn(ia, wc.qp_num) : s->ep;  // an SRQ's: none once freed
+            const bool recv = s->op == DAT_DTO_RECEIVE;
+            Srq* srq = s->in_srq ? s->srq : nullptr;
+            bool wait_solicited = s->solicited_wait;
+            if (srq != nullptr) {
+                std::lock_guard lock(srq->mu);
+                srq->free.push_back(s);  // the slot is done with; the buffer is reaped when taken
+            } else if (recv) {
                 ep->rq.retire_through(s);
-                ep->recv_reaped.fetch_add(1, std::memory_order_release);
             } else {
                 ep->sq.retire_through(s);
             }
-            if (ep->live(Kind::ep)) {  // a freed EP's completions are dropped
-                events.push_back(e);
-                any = true;
+            if (ep == nullptr || !ep->live(Kind::ep)) {  // a freed EP's completions are dropped
+                if (srq != nullptr) srq->reaped.fetch_add(1, std::memory_order_release);
+                continue;
             }
+            Queued q;
+            to_event(this, wc, s, ep, &q.event);
+            if (recv) {
+                q.ep = ep;
+                q.srq = srq;
+                q.epoch = ep->epoch.load(std::memory_order_acquire);
+                if (srq != nullptr)
+                    wait_solicited =
+                        (ep->attr.recv_completion_flags & DAT_COMPLETION_SOLICITED_WAIT_FLAG) != 0;
+            }
+            // An error always wakes; a successful receive that waits for a solicited event
+            // wakes only when its message asked for one.
+            const bool wakes = !recv || !wait_solicited || wc.status != IBV_WC_SUCCESS ||
+                               (wc.wc_flags & SNIC_WC_SOLICITED) != 0;
+            events.push_back(q);
+            quiet = wakes ? 0 : quiet + 1;
+            any = true;
         }
     }
     return any;
 }
 
+namespace {
+
+// The consumer has the receive's event (or its EP is gone): its buffer counts as reaped.
+void credit(const Queued& q) {
+    if (q.ep != nullptr && q.epoch == q.ep->epoch.load(std::memory_order_acquire))
+        q.ep->recv_reaped.fetch_add(1, std::memory_order_release);
+    if (q.srq != nullptr) q.srq->reaped.fetch_add(1, std::memory_order_release);
+}
+
+}  // namespace
+
 DAT_RETURN Evd::take(DAT_EVENT* out) {
     if (events.empty()) return DAT_QUEUE_EMPTY;  // bare, as consumers compare it
-    *out = events.front();
+    *out = events.front().event;
+    credit(events.front());
     events.pop_front();
+    quiet = std::min(quiet, events.size());
     return DAT_SUCCESS;
+}
+
+void Evd::forget(Ep* ep) {
+    std::lock_guard lock(mu);
+    for (Queued& q : events) {
+        if (q.ep != ep) continue;
+        credit(q);
+        q.ep = nullptr;
+        q.srq = nullptr;
+    }
 }
 
 DAT_RETURN evd_create(DAT_IA_HANDLE h, DAT_COUNT qlen, DAT_CNO_HANDLE cnoh, DAT_EVD_FLAGS flags,
@@ -235,6 +261,7 @@ DAT_RETURN evd_create(DAT_IA_HANDLE h, DAT_COUNT qlen, DAT_CNO_HANDLE cnoh, DAT_
         if (evd->channel == nullptr) return from_errno(errno);
         evd->cq = ibv_create_cq(ia->ctx, qlen, evd.get(), evd->channel, 0);
         if (evd->cq == nullptr) return from_errno(errno);
+        snic_cq_report_solicited(evd->cq, 1);  // for receives that wait for solicited events
     }
     if (cno != nullptr) {
         std::lock_guard lock(cno->mu);
@@ -305,7 +332,7 @@ DAT_RETURN evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT threshold, 
     if (!evd->waitable) return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_UNWAITABLE);
     for (;;) {
         evd->reap(evd->qlen);
-        if (static_cast<DAT_COUNT>(evd->events.size()) >= threshold) {
+        if (static_cast<DAT_COUNT>(evd->waking()) >= threshold) {
             evd->take(out);
             if (nmore != nullptr) *nmore = static_cast<DAT_COUNT>(evd->events.size());
             return DAT_SUCCESS;
@@ -486,12 +513,12 @@ DAT_RETURN cno_wait(DAT_CNO_HANDLE h, DAT_TIMEOUT timeout, DAT_EVD_HANDLE* out) 
         for (Evd* evd : evds) {
             std::lock_guard lock(evd->mu);
             evd->reap(evd->qlen);
-            if (evd->cq != nullptr && !evd->armed && evd->events.empty()) {
+            if (evd->cq != nullptr && !evd->armed && evd->waking() == 0) {
                 ibv_req_notify_cq(evd->cq, 0);
                 evd->armed = true;
                 evd->reap(evd->qlen);
             }
-            if (!evd->events.empty() && evd->enabled) {
+            if (evd->waking() > 0 && evd->enabled) {
                 if (out != nullptr) *out = evd;
                 return DAT_SUCCESS;
             }

@@ -101,7 +101,9 @@ DAT_RETURN check_iov(Ia* ia, Pz* pz, DAT_COUNT n, const DAT_LMR_TRIPLET* iov, bo
     for (DAT_COUNT i = 0; i < n; ++i) {
         const DAT_LMR_TRIPLET& t = iov[i];
         Lmr* l = find_lmr(ia, t.lmr_context);
-        if (l == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+        // The post pages: an LMR that is invalid (never made, or freed) is a privileges
+        // violation, as one without the privileges the access needs.
+        if (l == nullptr) return err(DAT_PRIVILEGES_VIOLATION);
         if (t.virtual_address < l->addr ||
             t.virtual_address + t.segment_length > l->addr + l->length ||
             t.virtual_address + t.segment_length < t.virtual_address)

@@ -135,7 +135,8 @@ struct Slot {
     std::uint32_t length = 0;
     int op = 0;  // DAT_DTOS or DAT_IB_DTOS; -1 for a bind
     bool in_srq = false;
-    std::uint32_t seq = 0;  // a ring slot's place in post order
+    bool solicited_wait = false;  // a receive posted with DAT_COMPLETION_SOLICITED_WAIT_FLAG
+    std::uint32_t seq = 0;        // a ring slot's place in post order
 };
 
 // Slots handed out in post order and retired in completion order: a send queue's
@@ -165,6 +166,16 @@ struct Cno final : Typed<Cno> {
     ~Cno();
 };
 
+// An event made and not yet taken by the consumer. A receive's buffer counts as reaped (for
+// dat_srq_resize, dat_srq_query and dat_ep_get_status) when the consumer takes its event, so
+// the event names what it credits then.
+struct Queued {
+    DAT_EVENT event;
+    Ep* ep = nullptr;         // a receive's EP (nullptr once the EP is freed)
+    Srq* srq = nullptr;       // an SRQ receive's SRQ (likewise)
+    std::uint32_t epoch = 0;  // the EP's Ep::epoch when the completion was reaped
+};
+
 struct Evd final : Typed<Evd> {
     static constexpr Kind kKind = Kind::evd;
     DAT_EVD_FLAGS flags{};
@@ -173,7 +184,11 @@ struct Evd final : Typed<Evd> {
     bool waitable = true;
     Cno* cno = nullptr;
     std::mutex mu;
-    std::deque<DAT_EVENT> events;  // made, not yet dequeued
+    std::deque<Queued> events;  // made, not yet taken
+    // Events at the back of `events` that wake no waiter: successful unsolicited completions
+    // of receives that asked for a solicited wait. The events before the last one that wakes
+    // count toward a wait's threshold; these count once a waking event follows them.
+    std::size_t quiet = 0;
     ibv_comp_channel* channel = nullptr;
     ibv_cq* cq = nullptr;  // DTO and bind completions
     bool armed = false;
@@ -186,6 +201,8 @@ struct Evd final : Typed<Evd> {
     void post(const DAT_EVENT& e);    // from any thread
     bool reap(int max);               // completions into `events`; mu held
     DAT_RETURN take(DAT_EVENT* out);  // mu held
+    void forget(Ep* ep);              // `ep` is freed: what its events credit is credited now
+    std::size_t waking() const { return events.size() - quiet; }  // mu held
 };
 
 struct Srq final : Typed<Srq> {
@@ -223,8 +240,12 @@ struct Ep final : Typed<Ep> {
     bool from_rsp = false;
     std::mutex post_mu;
     SlotRing sq, rq;
+    // Receives posted and reaped by the consumer since the QP was made or last went through
+    // RESET, the points at which snicd's receive counters start again from 0; `epoch` counts
+    // those resets, so that an event reaped before one is not credited after it.
     std::atomic<std::uint64_t> recv_posted{0};
     std::atomic<std::uint64_t> recv_reaped{0};
+    std::atomic<std::uint32_t> epoch{0};
     sockaddr_in remote{};
     DAT_CONN_QUAL remote_qual = 0;
     DAT_CONN_QUAL local_qual = 0;
@@ -307,6 +328,7 @@ DAT_RETURN check_iov(Ia* ia, Pz* pz, DAT_COUNT n, const DAT_LMR_TRIPLET* iov, bo
                      ibv_sge* sge);
 void flush_ep(Ep* ep);  // QP to the error state
 int qp_to_init(Ep* ep);
+int reset_qp(Ep* ep);  // QP through RESET to INIT, the EP's receive counts from 0; ep->mu held
 Ep* ep_by_qpn(Ia* ia, std::uint32_t qpn);
 DAT_RETURN ep_create_common(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_EVD_HANDLE recv,
                             DAT_EVD_HANDLE request, DAT_EVD_HANDLE connect, DAT_SRQ_HANDLE srq,

@@ -181,7 +181,11 @@ DAT_RETURN srq_resize(DAT_SRQ_HANDLE h, DAT_COUNT size) {
     if (size == srq->max_recv_dtos) return DAT_SUCCESS;
     ibv_srq_attr a{};
     a.max_wr = static_cast<std::uint32_t>(size);
-    if (const int e = ibv_modify_srq(srq->srq, &a, IBV_SRQ_MAX_WR); e != 0) return from_errno(e);
+    // The page lists one failure that blames neither the size nor the SRQ's state: snicd
+    // out of memory, gone or not answering leaves the SRQ as it was, short of resources.
+    if (const int e = ibv_modify_srq(srq->srq, &a, IBV_SRQ_MAX_WR); e != 0)
+        return e == EINVAL ? err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2)
+                           : err(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_SRQ);
     add_slots(srq, size);
     srq->max_recv_dtos = size;
     return DAT_SUCCESS;

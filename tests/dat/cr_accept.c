@@ -384,6 +384,63 @@ static void completion_error_flushes_receives(struct h_pair* p) {
     h_mem_free(&rm);
 }
 
+/* The page lists DAT_SUCCESS, DAT_INVALID_HANDLE and DAT_INVALID_PARAMETER, no
+ * DAT_INVALID_STATE: an EP that is already connected cannot take the request, a combination
+ * of parameters the page calls invalid (DAT_INVALID_PARAMETER), and the CR, its private data
+ * and the connected EP are as they were: the CR is then accepted with an unconnected EP, and
+ * the first connection still carries messages. */
+static void connected_ep_invalid_parameter(struct h_pair* p) {
+    DAT_EP_HANDLE busy, sep, bcep, cep;
+    DAT_PSP_HANDLE psp;
+    DAT_CR_HANDLE cr;
+    struct h_mem rm, sm;
+    DAT_EP_ATTR a = h_ep_attr(4, 4, 1, 1, 1);
+    REQUIRE_OK(h_ep(&p->srv, &a, &busy), "dat_ep_create (connected server EP)");
+    REQUIRE_OK(h_ep(&p->srv, &a, &sep), "dat_ep_create (server)");
+    REQUIRE_OK(h_ep(&p->cli, &a, &bcep), "dat_ep_create (first client)");
+    REQUIRE_OK(h_ep(&p->cli, &a, &cep), "dat_ep_create (client)");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (server)");
+    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (client)");
+    REQUIRE_OK(h_connect(p, busy, bcep), "first connection");
+    const DAT_CONN_QUAL port = h_port();
+    REQUIRE_OK(dat_psp_create(p->srv.ia, port, p->srv.cr_evd, DAT_PSP_CONSUMER_FLAG, &psp),
+               "dat_psp_create");
+    REQUIRE_OK(request(p, cep, port, &cr), "connection request");
+    EXPECT_TYPE(dat_cr_accept(cr, busy, 0, NULL), DAT_INVALID_PARAMETER,
+                "accept with an EP already connected");
+    EXPECT(ep_state(busy) == DAT_EP_STATE_CONNECTED, "the connected EP in state %d after it",
+           ep_state(busy));
+    DAT_CR_PARAM cp;
+    REQUIRE_OK(dat_cr_query(cr, DAT_CR_FIELD_ALL, &cp), "dat_cr_query after the refused accept");
+    EXPECT(cp.private_data != NULL && is_pattern(cp.private_data, PD_REQ, 7),
+           "CR private data changed");
+    REQUIRE_OK(dat_cr_accept(cr, sep, 0, NULL), "accept with an unconnected EP");
+    REQUIRE_OK(h_expect_event(p->srv.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, sep, NULL),
+               "ESTABLISHED (server)");
+    REQUIRE_OK(h_expect_event(p->cli.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, cep, NULL),
+               "ESTABLISHED (client)");
+    DAT_LMR_TRIPLET iov = h_iov(&rm, 0, 64);
+    DAT_DTO_COOKIE ck = {.as_64 = 0xb5};
+    REQUIRE_OK(dat_ep_post_recv(busy, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG),
+               "post_recv (first connection)");
+    REQUIRE_OK(h_send(&p->cli, bcep, &sm, 0, 16), "send on the first connection");
+    DAT_EVENT ev;
+    REQUIRE_OK(h_wait(p->srv.rcv_evd, &ev), "receive on the first connection");
+    EXPECT(ev.event_data.dto_completion_event_data.status == DAT_DTO_SUCCESS &&
+               ev.event_data.dto_completion_event_data.user_cookie.as_64 == 0xb5,
+           "receive on the first connection: status %d",
+           ev.event_data.dto_completion_event_data.status);
+    h_disconnect(p, cep, &p->cli, sep, &p->srv);
+    h_disconnect(p, bcep, &p->cli, busy, &p->srv);
+    dat_psp_free(psp);
+    dat_ep_free(cep);
+    dat_ep_free(bcep);
+    dat_ep_free(sep);
+    dat_ep_free(busy);
+    h_mem_free(&rm);
+    h_mem_free(&sm);
+}
+
 int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
@@ -399,5 +456,6 @@ int main(int argc, char** argv) {
            &p);
     H_RULE("cr_accept_destroys_cr", accept_destroys_cr, &p);
     H_RULE("cr_accept_completion_error_flushes_receives", completion_error_flushes_receives, &p);
+    H_RULE("cr_accept_connected_ep_invalid_parameter", connected_ep_invalid_parameter, &p);
     return h_finish(&p);
 }

@@ -215,6 +215,110 @@ static void sampled_srq(struct h_pair* p) {
     sampled_while_messages_arrive(p, 1);
 }
 
+/* Posts `n` receives of 64 bytes on `ep`, cookies from `first`. */
+static DAT_RETURN post_recvs(DAT_EP_HANDLE ep, const struct h_mem* m, int first, int n) {
+    for (int i = first; i < first + n; ++i) {
+        DAT_LMR_TRIPLET iov = h_iov(m, (DAT_VLEN)(i % 32) * 64, 64);
+        DAT_DTO_COOKIE ck = {.as_64 = (uint64_t)i};
+        const DAT_RETURN r = dat_ep_post_recv(ep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG);
+        if (r != DAT_SUCCESS) return r;
+    }
+    return DAT_SUCCESS;
+}
+
+/* Waits for `n` events of `evd`, each a receive completion with status `status`. */
+static DAT_RETURN expect_recvs(DAT_EVD_HANDLE evd, int n, DAT_DTO_COMPLETION_STATUS status) {
+    for (int i = 0; i < n; ++i) {
+        DAT_EVENT ev;
+        const DAT_RETURN r = h_wait(evd, &ev);
+        if (r != DAT_SUCCESS) return r;
+        if (ev.event_number != DAT_DTO_COMPLETION_EVENT ||
+            ev.event_data.dto_completion_event_data.status != status)
+            return (DAT_RETURN)DAT_ABORT;
+    }
+    return DAT_SUCCESS;
+}
+
+/* The counts are the EP's since its QP was made or last reset, as the QP's own are. 3 posted,
+ * connected, flushed by a disconnect: (0, 0); dat_ep_reset: (0, 0); 2 posted: (2, 2);
+ * connected again (a new client) and one message received: (1, 1). Then the EP is freed and
+ * another made on the same IA: (0, 0), and 1 posted: (1, 1). */
+static void exact_after_reset_and_recreate(struct h_pair* p) {
+    int max_n = 0, samples = 0;
+    DAT_EP_HANDLE sep, cep, cep2;
+    struct h_mem rm, sm;
+    DAT_EP_ATTR a = h_ep_attr(16, 16, 1, 1, 1);
+    REQUIRE_OK(h_ep(&p->srv, &a, &sep), "dat_ep_create (server)");
+    REQUIRE_OK(h_ep(&p->cli, &a, &cep), "dat_ep_create (client)");
+    REQUIRE_OK(h_ep(&p->cli, &a, &cep2), "dat_ep_create (second client)");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (recv)");
+    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
+    REQUIRE_OK(post_recvs(sep, &rm, 0, 3), "dat_ep_post_recv");
+    REQUIRE_OK(h_connect(p, sep, cep), "connect");
+    SAMPLE(sep, 3, 3, 3, 0, "with 3 posted, connected");
+    REQUIRE_OK(h_disconnect(p, cep, &p->cli, sep, &p->srv), "disconnect");
+    REQUIRE_OK(expect_recvs(p->srv.rcv_evd, 3, DAT_DTO_ERR_FLUSHED), "3 flushed receives");
+    SAMPLE(sep, 0, 0, 0, 0, "after the 3 were flushed");
+    REQUIRE_OK(dat_ep_reset(sep), "dat_ep_reset");
+    SAMPLE(sep, 0, 0, 0, 0, "after dat_ep_reset");
+    REQUIRE_OK(post_recvs(sep, &rm, 3, 2), "dat_ep_post_recv after the reset");
+    SAMPLE(sep, 2, 2, 2, 0, "after 2 posts following the reset");
+    REQUIRE_OK(h_connect(p, sep, cep2), "connect after the reset");
+    REQUIRE_OK(h_send(&p->cli, cep2, &sm, 0, 16), "send");
+    REQUIRE_OK(expect_recvs(p->srv.rcv_evd, 1, DAT_DTO_SUCCESS), "receive");
+    SAMPLE(sep, 1, 1, 1, 0, "after 1 of 2 completed");
+    REQUIRE_OK(h_disconnect(p, cep2, &p->cli, sep, &p->srv), "disconnect");
+    REQUIRE_OK(expect_recvs(p->srv.rcv_evd, 1, DAT_DTO_ERR_FLUSHED), "flushed receive");
+    REQUIRE_OK(dat_ep_free(sep), "dat_ep_free");
+    REQUIRE_OK(h_ep(&p->srv, &a, &sep), "dat_ep_create again");
+    SAMPLE(sep, 0, 0, 0, 0, "on the EP made again");
+    REQUIRE_OK(post_recvs(sep, &rm, 5, 1), "dat_ep_post_recv on the EP made again");
+    SAMPLE(sep, 1, 1, 1, 0, "after 1 post on the EP made again");
+    (void)max_n;
+    dat_ep_free(sep);
+    dat_ep_free(cep);
+    dat_ep_free(cep2);
+    h_mem_free(&rm);
+    h_mem_free(&sm);
+}
+
+/* A Disconnected EP connected again without dat_ep_reset (the provider resets its QP, as
+ * the connection needs): its buffers were flushed, so (0, 0); 2 posted: (2, 2); one message:
+ * (1, 1). The EP under test is the active side, which may connect again. */
+static void exact_after_reconnect_without_reset(struct h_pair* p) {
+    int max_n = 0, samples = 0;
+    DAT_EP_HANDLE sep, sep2, cep;
+    struct h_mem rm, sm;
+    DAT_EP_ATTR a = h_ep_attr(16, 16, 1, 1, 1);
+    REQUIRE_OK(h_ep(&p->srv, &a, &sep), "dat_ep_create (server)");
+    REQUIRE_OK(h_ep(&p->srv, &a, &sep2), "dat_ep_create (second server)");
+    REQUIRE_OK(h_ep(&p->cli, &a, &cep), "dat_ep_create (client)");
+    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (recv)");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
+    REQUIRE_OK(post_recvs(cep, &rm, 0, 2), "dat_ep_post_recv");
+    REQUIRE_OK(h_connect(p, sep, cep), "connect");
+    REQUIRE_OK(h_send(&p->srv, sep, &sm, 0, 16), "send");
+    REQUIRE_OK(expect_recvs(p->cli.rcv_evd, 1, DAT_DTO_SUCCESS), "receive");
+    SAMPLE(cep, 1, 1, 1, 0, "after 1 of 2 completed");
+    REQUIRE_OK(h_disconnect(p, cep, &p->cli, sep, &p->srv), "disconnect");
+    REQUIRE_OK(expect_recvs(p->cli.rcv_evd, 1, DAT_DTO_ERR_FLUSHED), "flushed receive");
+    SAMPLE(cep, 0, 0, 0, 0, "Disconnected, its buffer flushed");
+    REQUIRE_OK(h_connect(p, sep2, cep), "connect again without a reset");
+    SAMPLE(cep, 0, 0, 0, 0, "connected again");
+    REQUIRE_OK(post_recvs(cep, &rm, 2, 2), "dat_ep_post_recv after connecting again");
+    SAMPLE(cep, 2, 2, 2, 0, "after 2 posts");
+    REQUIRE_OK(h_send(&p->srv, sep2, &sm, 0, 16), "send");
+    REQUIRE_OK(expect_recvs(p->cli.rcv_evd, 1, DAT_DTO_SUCCESS), "receive");
+    SAMPLE(cep, 1, 1, 1, 0, "after 1 of 2 completed");
+    (void)max_n;
+    h_disconnect(p, cep, &p->cli, sep2, &p->srv);
+    dat_ep_free(cep);
+    dat_ep_free(sep);
+    dat_ep_free(sep2);
+    h_mem_free(&rm);
+    h_mem_free(&sm);
+}
+
 int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
@@ -223,5 +327,8 @@ int main(int argc, char** argv) {
     H_RULE("ep_recv_query_srq_allocated_when_taken", srq_allocated_when_taken, &p);
     H_RULE("ep_recv_query_sampled_while_messages_arrive", sampled_non_srq, &p);
     H_RULE("ep_recv_query_srq_sampled_while_messages_arrive", sampled_srq, &p);
+    H_RULE("ep_recv_query_exact_after_reset_and_recreate", exact_after_reset_and_recreate, &p);
+    H_RULE("ep_recv_query_exact_after_reconnect_without_reset",
+           exact_after_reconnect_without_reset, &p);
     return h_finish(&p);
 }

@@ -64,9 +64,13 @@ void h_fail(int line, const char* fmt, ...) __attribute__((format(printf, 2, 3))
         }                                  \
     } while (0)
 #define REQUIRE_OK(ret, what) REQUIRE((ret) == DAT_SUCCESS, "%s: %s", what, h_str(ret))
-/* A call that must fail with the major code `type` (DAT_GET_TYPE). */
-#define EXPECT_TYPE(ret, type, what) \
-    EXPECT(DAT_GET_TYPE(ret) == (type), "%s returned %s, want %s", what, h_str(ret), h_str(type))
+/* A call that must fail with the major code `type` (DAT_GET_TYPE); `ret` is evaluated once. */
+#define EXPECT_TYPE(ret, type, what)                                                   \
+    do {                                                                               \
+        const DAT_RETURN r_ = (ret);                                                   \
+        EXPECT(DAT_GET_TYPE(r_) == (type), "%s returned %s, want %s", what, h_str(r_), \
+               h_str(type));                                                           \
+    } while (0)
 
 /* "DAT_INVALID_STATE" etc.: the major code's name (and the minor's, when there is one). */
 const char* h_str(DAT_RETURN ret);

@@ -298,6 +298,38 @@ static void disconnect_completed_to_recv_evd_rest_stay(struct h_pair* p) {
     h_mem_free(&sm);
 }
 
+/* An lmr_context that names no LMR (a freed LMR's, or one never made): the page's
+ * DAT_PRIVILEGES_VIOLATION ("One of the LMRs used in local_iov was either invalid or did not
+ * have the local write privileges"), and nothing is posted. */
+static void invalid_lmr_privileges_violation(struct h_pair* p) {
+    DAT_SRQ_HANDLE srq;
+    struct h_mem rm, gone;
+    REQUIRE_OK(h_srq(&p->srv, 16, 2, 0, &srq), "dat_srq_create (2 segments)");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &gone), "lmr (freed)");
+    DAT_LMR_TRIPLET freed = h_iov(&gone, 0, 64);
+    REQUIRE_OK(dat_lmr_free(gone.lmr), "dat_lmr_free");
+    DAT_DTO_COOKIE ck = {.as_64 = 1};
+    EXPECT_TYPE(dat_srq_post_recv(srq, 1, &freed, ck), DAT_PRIVILEGES_VIOLATION,
+                "the lmr_context of a freed LMR");
+    DAT_LMR_TRIPLET never = h_iov(&rm, 0, 64);
+    never.lmr_context = rm.lmr_ctx ^ 0x5a5a5a00u;
+    EXPECT_TYPE(dat_srq_post_recv(srq, 1, &never, ck), DAT_PRIVILEGES_VIOLATION,
+                "an lmr_context no LMR has");
+    DAT_LMR_TRIPLET two[2] = {h_iov(&rm, 0, 64), freed};
+    EXPECT_TYPE(dat_srq_post_recv(srq, 2, two, ck), DAT_PRIVILEGES_VIOLATION,
+                "a valid segment, then a freed LMR's");
+    DAT_COUNT avail = -1, outst = -1;
+    REQUIRE_OK(h_srq_counts(srq, &avail, &outst), "dat_srq_query");
+    EXPECT(avail == 0 && outst == 0, "after the refused posts: %d available, %d outstanding", avail,
+           outst);
+    REQUIRE_OK(h_srq_post(srq, &rm, 0, 64, 2), "a valid post after them");
+    dat_srq_free(srq);
+    h_mem_free(&rm);
+    gone.lmr = DAT_HANDLE_NULL; /* freed above; the buffer still is to be */
+    h_mem_free(&gone);
+}
+
 int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
@@ -313,6 +345,7 @@ int main(int argc, char** argv) {
     H_RULE("srq_post_recv_lmr_without_local_write_privileges_violation",
            lmr_without_local_write_privileges_violation, &p);
     H_RULE("srq_post_recv_bad_handle_invalid_handle", bad_handle_invalid_handle, &p);
+    H_RULE("srq_post_recv_invalid_lmr_privileges_violation", invalid_lmr_privileges_violation, &p);
     H_RULE("srq_only_connected_eps_dequeue", only_connected_eps_dequeue, &p);
     H_RULE("srq_disconnect_completed_to_recv_evd_untaken_stay_on_srq",
            disconnect_completed_to_recv_evd_rest_stay, &p);

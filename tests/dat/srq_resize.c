@@ -288,6 +288,122 @@ static void srq_query_outstanding_counts_unreaped(struct h_pair* p) {
     h_mem_free(&sm);
 }
 
+/* The page counts as outstanding the buffers "for which completions have been generated but
+ * not yet reaped by Consumer": a buffer is reaped when the consumer receives its event, not
+ * when the provider moves completions between queues of its own. 10 posted, 4 arrived; one
+ * event received, through a dat_evd_wait for 4 (so the provider holds the other three when
+ * it hands out the first): 9 outstanding, resize(8) and resize(6) refused and the SRQ
+ * unchanged, resize(9) accepted; the other three received: 6, and resize(6) accepted. */
+static void resize_counts_completions_not_yet_received(struct h_pair* p) {
+    DAT_SRQ_HANDLE srq;
+    DAT_EP_HANDLE sep, cep;
+    struct h_mem rm, sm;
+    REQUIRE_OK(h_srq(&p->srv, 16, 1, 0, &srq), "dat_srq_create");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &rm), "lmr (recv)");
+    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 4096, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
+    for (int i = 0; i < 10; ++i) REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)i * 64, 64, i), "post");
+    REQUIRE_OK(h_srq_connect(p, srq, 4, &sep, &cep), "connect");
+    for (int i = 0; i < 4; ++i) REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 8), "send");
+    REQUIRE_OK(h_srq_wait_available(srq, 6, NULL, NULL), "dat_srq_query");
+    DAT_EVENT ev;
+    DAT_COUNT nmore = -1;
+    REQUIRE_OK(dat_evd_wait(p->srv.rcv_evd, H_WAIT_US, 4, &ev, &nmore), "dat_evd_wait for 4");
+    REQUIRE(dto_ok(&ev), "receive: status %d", ev.event_data.dto_completion_event_data.status);
+    EXPECT(nmore == 3, "dat_evd_wait for 4: %d more, want 3", nmore);
+    DAT_COUNT avail = -1, outst = -1;
+    REQUIRE_OK(h_srq_counts(srq, &avail, &outst), "dat_srq_query");
+    EXPECT(avail == 6 && outst == 9, "one of 4 received: %d available, %d outstanding (want 6, 9)",
+           avail, outst);
+    EXPECT_TYPE(dat_srq_resize(srq, 8), DAT_INVALID_STATE, "resize(8) with 9 outstanding");
+    EXPECT_TYPE(dat_srq_resize(srq, 6), DAT_INVALID_STATE, "resize(6) with 9 outstanding");
+    DAT_SRQ_PARAM prm;
+    REQUIRE_OK(dat_srq_query(srq, DAT_SRQ_FIELD_ALL, &prm), "dat_srq_query");
+    EXPECT(prm.max_recv_dtos == 16, "the refused resizes changed the SRQ's size to %d",
+           prm.max_recv_dtos);
+    EXPECT(dat_srq_resize(srq, 9) == DAT_SUCCESS, "resize(9) with 9 outstanding refused");
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE_OK(h_wait(p->srv.rcv_evd, &ev), "receive completion");
+        REQUIRE(dto_ok(&ev), "receive: status %d", ev.event_data.dto_completion_event_data.status);
+    }
+    REQUIRE_OK(h_srq_counts(srq, &avail, &outst), "dat_srq_query");
+    EXPECT(avail == 6 && outst == 6, "all 4 received: %d available, %d outstanding (want 6, 6)",
+           avail, outst);
+    EXPECT(dat_srq_resize(srq, 6) == DAT_SUCCESS, "resize(6) with 6 outstanding refused");
+    h_disconnect(p, cep, &p->cli, sep, &p->srv);
+    dat_ep_free(cep);
+    dat_ep_free(sep);
+    dat_srq_free(srq);
+    h_mem_free(&rm);
+    h_mem_free(&sm);
+}
+
+/* Under traffic on two connections sharing the SRQ: after every event the consumer
+ * receives, dat_srq_query's outstanding count is exactly what the consumer posted and has not
+ * received, and a resize to one less is refused. The consumer waits for two events at a time
+ * where two are due, so that the provider holds completions the consumer has not received.
+ * The clients send only into buffers known to be posted. */
+#define PROBE_MSGS 600
+#define PROBE_SRQ 32
+static void resize_below_outstanding_refused_under_traffic(struct h_pair* p) {
+    DAT_SRQ_HANDLE srq;
+    DAT_EP_HANDLE sep[2], cep[2];
+    struct h_mem rm, sm;
+    REQUIRE_OK(h_srq(&p->srv, PROBE_SRQ, 1, 0, &srq), "dat_srq_create");
+    REQUIRE_OK(h_mem(&p->srv, DAT_HANDLE_NULL, PROBE_SRQ * 64, DAT_MEM_PRIV_ALL_FLAG, &rm),
+               "lmr (recv)");
+    REQUIRE_OK(h_mem(&p->cli, DAT_HANDLE_NULL, 64, DAT_MEM_PRIV_ALL_FLAG, &sm), "lmr (send)");
+    for (int c = 0; c < 2; ++c) REQUIRE_OK(h_srq_connect(p, srq, 4, &sep[c], &cep[c]), "connect");
+    int posted = 0, sent = 0, received = 0, sends_done = 0, probes = 0;
+    for (; posted < PROBE_SRQ; ++posted)
+        REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)posted * 64, 64, (uint64_t)posted), "post");
+    while (received < PROBE_MSGS) {
+        for (; sent < posted && sent < PROBE_MSGS && sent - sends_done < 48; ++sent)
+            REQUIRE_OK(h_post_send(cep[sent % 2], &sm, 0, 8, (uint64_t)sent), "send");
+        DAT_EVENT ev;
+        while (dat_evd_dequeue(p->cli.req_evd, &ev) == DAT_SUCCESS) {
+            REQUIRE(dto_ok(&ev), "send completion: status %d",
+                    ev.event_data.dto_completion_event_data.status);
+            ++sends_done;
+        }
+        DAT_COUNT nmore = 0;
+        const DAT_COUNT want = sent - received >= 2 ? 2 : 1;
+        REQUIRE_OK(dat_evd_wait(p->srv.rcv_evd, H_WAIT_US, want, &ev, &nmore), "dat_evd_wait");
+        REQUIRE(dto_ok(&ev), "receive %d: status %d", received,
+                ev.event_data.dto_completion_event_data.status);
+        ++received;
+        const DAT_COUNT expect = posted - received;
+        DAT_COUNT outst = -1;
+        REQUIRE_OK(h_srq_counts(srq, NULL, &outst), "dat_srq_query");
+        REQUIRE(outst == expect, "after %d received (%d more waiting): %d outstanding, want %d",
+                received, nmore, outst, expect);
+        if (expect > 1) {
+            const DAT_RETURN ret = dat_srq_resize(srq, expect - 1);
+            REQUIRE(DAT_GET_TYPE(ret) == DAT_INVALID_STATE,
+                    "after %d received (%d more waiting): resize(%d) with %d outstanding "
+                    "returned %s",
+                    received, nmore, expect - 1, expect, h_str(ret));
+            ++probes;
+        }
+        if (posted < PROBE_MSGS) {
+            REQUIRE_OK(h_srq_post(srq, &rm, (DAT_VLEN)(posted % PROBE_SRQ) * 64, 64,
+                                  (uint64_t)posted),
+                       "repost");
+            ++posted;
+        }
+    }
+    REQUIRE_OK(h_reap_sends(&p->cli, sent - sends_done), "last send completions");
+    printf("note: %d messages on 2 connections, %d resizes below the outstanding count probed\n",
+           received, probes);
+    for (int c = 0; c < 2; ++c) {
+        h_disconnect(p, cep[c], &p->cli, sep[c], &p->srv);
+        dat_ep_free(cep[c]);
+        dat_ep_free(sep[c]);
+    }
+    dat_srq_free(srq);
+    h_mem_free(&rm);
+    h_mem_free(&sm);
+}
+
 int main(int argc, char** argv) {
     struct h_pair p;
     h_init(argc, argv, &p);
@@ -299,5 +415,9 @@ int main(int argc, char** argv) {
     H_RULE("srq_set_lw_event_once_per_arming", set_lw_event_once_per_arming, &p);
     H_RULE("srq_query_outstanding_counts_unreaped_buffers", srq_query_outstanding_counts_unreaped,
            &p);
+    H_RULE("srq_resize_counts_completions_not_yet_received",
+           resize_counts_completions_not_yet_received, &p);
+    H_RULE("srq_resize_below_outstanding_refused_under_traffic",
+           resize_below_outstanding_refused_under_traffic, &p);
     return h_finish(&p);
 }

@@ -37,6 +37,7 @@ RULES = {
         "srq_post_recv_lmr_of_other_pz_protection_violation",
         "srq_post_recv_lmr_without_local_write_privileges_violation",
         "srq_post_recv_bad_handle_invalid_handle",
+        "srq_post_recv_invalid_lmr_privileges_violation",
         "srq_only_connected_eps_dequeue",
         "srq_disconnect_completed_to_recv_evd_untaken_stay_on_srq",
     ],
@@ -46,6 +47,8 @@ RULES = {
         "srq_resize_invalid_state_below_low_watermark",
         "srq_set_lw_event_once_per_arming",
         "srq_query_outstanding_counts_unreaped_buffers",
+        "srq_resize_counts_completions_not_yet_received",
+        "srq_resize_below_outstanding_refused_under_traffic",
     ],
     "snic-dat-ep-recv-query": [
         "ep_recv_query_provider_attr_announces_support",
@@ -53,6 +56,8 @@ RULES = {
         "ep_recv_query_srq_allocated_when_taken",
         "ep_recv_query_sampled_while_messages_arrive",
         "ep_recv_query_srq_sampled_while_messages_arrive",
+        "ep_recv_query_exact_after_reset_and_recreate",
+        "ep_recv_query_exact_after_reconnect_without_reset",
     ],
     "snic-dat-cr-accept": [
         "cr_accept_private_data_delivered_established_on_connect_evd",
@@ -63,6 +68,13 @@ RULES = {
         "cr_accept_unsatisfying_ep_fails_without_effect_then_reject",
         "cr_accept_destroys_cr",
         "cr_accept_completion_error_flushes_receives",
+        "cr_accept_connected_ep_invalid_parameter",
+    ],
+    "snic-dat-evd-solicited": [
+        "evd_wait_solicited_wait_ep_attr_wakes_only_for_solicited_or_error",
+        "evd_wait_solicited_wait_post_flag_wakes_only_for_solicited_or_error",
+        "evd_wait_solicited_wait_srq_ep_wakes_only_for_solicited",
+        "cno_wait_solicited_wait_fires_only_for_solicited_or_error",
     ],
     "snic-dat-send-invalidate": [
         "send_invalidate_peer_sees_invalidate_then_receive",
