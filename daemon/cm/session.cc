@@ -23,6 +23,14 @@ int too_long(const char* op, std::size_t len, std::size_t max) {
     return cm_refuse(EINVAL, op, fmt::format("{} bytes of private data, {} at most", len, max));
 }
 
+// The most private data a client may give for a message: what the wire carries, and never
+// more than the buffer of the request it is copied from (a wire may carry more than the
+// request holds: an MPA reject 255 bytes, from a 148-byte array).
+template <std::size_t N>
+std::size_t room(std::size_t wire_max, const std::uint8_t (&)[N]) {
+    return std::min(wire_max, N);
+}
+
 int failed(const char* op, const Error& e) {
     return cm_refuse(e.code != 0 ? e.code : EINVAL, op, e.message);
 }
@@ -185,7 +193,8 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     CmWire& w = *service_.wires_[*wire]->wire;
     if (sidr && !w.datagrams())
         return cm_refuse(EINVAL, op, "the device has no datagram service (SIDR)");
-    if (const std::size_t max = w.private_max(CmMessage::request, sidr);
+    if (const std::size_t max =
+            room(w.private_max(CmMessage::request, sidr), req.param.private_data);
         req.param.private_data_len > max)
         return too_long(op, req.param.private_data_len, max);
     const std::uint32_t local = service_.devices_[index].ip.addr.value;
@@ -232,12 +241,15 @@ int CmSession::accept(const shm::CmAcceptReq& req) {
     CmWire& w = *service_.wires_[id->wire]->wire;
     const shm::CmConnParam& param = req.param;
     Status st = Ok{};
-    if (id->state == S::rep_received) {
+    if (param.private_data_len > sizeof param.private_data) {
+        return too_long(op, param.private_data_len, sizeof param.private_data);
+    } else if (id->state == S::rep_received) {
         // The active side's answer to the reply (IB CM's RTU; some wires send nothing).
         id->state = S::established;
         st = w.confirm(id->conn, {param.private_data, param.private_data_len});
         if (!st) id->state = S::rep_received;
-    } else if (const std::size_t max = w.private_max(CmMessage::reply, id->sidr);
+    } else if (const std::size_t max =
+                   room(w.private_max(CmMessage::reply, id->sidr), param.private_data);
                param.private_data_len > max) {
         return too_long(op, param.private_data_len, max);
     } else if (id->sidr) {
@@ -267,7 +279,7 @@ int CmSession::reject(const shm::CmRejectReq& req) {
     if (id->conn == 0 || (id->state != S::req_received && id->state != S::rep_received))
         return cm_refuse(EINVAL, op, "no connect request or response to reject");
     CmWire& w = *service_.wires_[id->wire]->wire;
-    if (const std::size_t max = w.private_max(CmMessage::reject, id->sidr);
+    if (const std::size_t max = room(w.private_max(CmMessage::reject, id->sidr), req.private_data);
         req.private_data_len > max)
         return too_long(op, req.private_data_len, max);
     const Status st = w.reject(id->conn, id->state == S::req_received, id->sidr,

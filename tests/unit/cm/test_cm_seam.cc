@@ -30,7 +30,7 @@ class FakeCmWire final : public CmWire {
     std::uint8_t transport() const override { return transport_; }
     bool datagrams() const override { return datagrams_; }
     std::size_t private_max(CmMessage m, bool) const override {
-        return m == CmMessage::request ? 8 : 16;
+        return m == CmMessage::request ? 8 : answer_max;
     }
     bool listen(std::uint16_t port, std::uint32_t, std::uint8_t) override {
         calls.push_back("listen " + std::to_string(port));
@@ -88,6 +88,7 @@ class FakeCmWire final : public CmWire {
     bool status(shm::CmPortStatus&) const override { return false; }
 
     std::vector<std::string> calls;
+    std::size_t answer_max = 16;       // a reply's or reject's private data
     std::vector<CmWireEvent> pending;  // handed over by the next run()
     CmConnectSpec last_connect;
     std::int32_t owner_pid = 0;
@@ -360,6 +361,50 @@ TEST_F(CmSeam, rejecting_and_destroying_tell_the_wire_what_the_peer_must_hear) {
     EXPECT_EQ(roce.calls.back(), "forget 20");
     ASSERT_EQ(session->destroy_id({b->id, 0}), 0);
     EXPECT_EQ(roce.calls.back(), "release 21") << "an id that goes with its connection";
+}
+
+// A wire may carry more private data than a client's request holds (MPA: a reject of 255
+// bytes, a reply of 508): a length beyond the request's own array is refused before anything
+// is copied from it, whatever the wire would take.
+TEST_F(CmSeam, private_data_longer_than_the_requests_buffer_is_refused_whatever_the_wire_takes) {
+    iw.answer_max = 255;
+    listen(0, 4);
+    hand(iw, request(30));
+    const auto req = next();
+    ASSERT_TRUE(req);
+    const std::size_t calls = iw.calls.size();
+    shm::CmRejectReq r{};
+    r.id = req->id;
+    r.private_data_len = sizeof r.private_data + 1;
+    EXPECT_EQ(session->reject(r), EINVAL);
+    shm::CmAcceptReq a{};
+    a.id = req->id;
+    a.param.private_data_len = 255;
+    EXPECT_EQ(session->accept(a), EINVAL);
+    EXPECT_EQ(iw.calls.size(), calls) << "nothing reached the wire";
+    r.private_data_len = sizeof r.private_data;
+    ASSERT_EQ(session->reject(r), 0);
+    EXPECT_EQ(iw.calls[iw.calls.size() - 2], "reject 30 request 148");
+
+    // The active side's confirmation of a reply (rep_received) is bounded likewise.
+    const shm::Handle h = create();
+    shm::CmConnectReq c{};
+    c.id = h;
+    c.dst_ip = 0xc6120009;
+    c.dst_port = 7000;
+    c.transport = static_cast<std::uint8_t>(shm::kTransportIwarp);
+    ASSERT_EQ(session->connect(c), 0);
+    CmWireEvent rep = event(CmWireEvent::Kind::reply, iw.next_conn - 1);
+    hand(iw, rep);
+    const auto got = next();
+    ASSERT_TRUE(got);
+    shm::CmAcceptReq confirm{};
+    confirm.id = h;
+    confirm.param.private_data_len = 255;
+    EXPECT_EQ(session->accept(confirm), EINVAL);
+    confirm.param.private_data_len = 0;
+    EXPECT_EQ(session->accept(confirm), 0);
+    EXPECT_EQ(iw.calls.back(), "confirm " + std::to_string(iw.next_conn - 1));
 }
 
 }  // namespace
