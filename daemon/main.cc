@@ -365,9 +365,10 @@ void prepare_process() {
     }
 }
 
-// The TCP's RFC 6528 secret: random for each start of the daemon.
-tcp::IsnKey random_isn_key() {
-    tcp::IsnKey key;
+// A SipHash key, random for each start of the daemon: the TCP's RFC 6528 secret, each IB
+// CM's communication-ID key.
+SipKey random_key() {
+    SipKey key;
     std::random_device rd;
     for (std::size_t i = 0; i < key.size(); i += 4) {
         const std::uint32_t v = rd();
@@ -409,17 +410,16 @@ void start_telemetry(TelemetryInfo& tel, const Running& r, ControlServer& ctl,
 }
 
 // Each port's devices' connection management: IB CM on QP1 for RoCEv2, MPA on the port's TCP
-// for iWARP. `seed` draws the CM's identifiers.
-std::vector<PortWire> make_cm_wires(Running& r, std::uint64_t seed) {
+// for iWARP, each IB CM with a key of its own for its communication IDs.
+std::vector<PortWire> make_cm_wires(Running& r) {
     std::vector<PortWire> wires;
     for (std::size_t i = 0; i < r.ports.size(); ++i) {
         const auto port = static_cast<std::uint16_t>(i);
         // As many connections being set up at once as one CM connection may hold ids
         // (cmtime makes 1,000 at once); each costs the agent a few hundred bytes.
-        r.cm_wires.push_back(std::make_unique<IbCmWire>(
-            r.gsi[i].get(), r.ports[i]->ip().addr.value,
-            static_cast<std::uint32_t>(seed >> (i % 32)) ^ static_cast<std::uint32_t>(i),
-            CmService::kMaxIdsPerSession));
+        r.cm_wires.push_back(std::make_unique<IbCmWire>(r.gsi[i].get(), r.ports[i]->ip().addr.value,
+                                                        random_key(),
+                                                        CmService::kMaxIdsPerSession));
         wires.push_back({port, r.cm_wires.back().get()});
         r.cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i]));
         wires.push_back({port, r.cm_wires.back().get()});
@@ -459,7 +459,7 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     if (cfg.selftest && !cfg.selftest->one_port())
         selftest = make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
     Resources& resources = control.resources();
-    assign_lcores(cfg, r, selftest.get(), resources, random_isn_key());
+    assign_lcores(cfg, r, selftest.get(), resources, random_key());
     if (cfg.selftest && cfg.selftest->one_port()) {
         // On the first port's lcore (the main one), beside that port's TCP.
         selftest = make_tcp_selftest(*cfg.selftest, *r.tcp[0], rte_get_tsc_hz(), g_stop);
@@ -483,7 +483,7 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     std::optional<DeviceNodes> nodes;
     if (!cfg.dev_dir.empty()) nodes.emplace(cfg.dev_dir, names, cfg.ctrl_mode);
     const std::uint64_t cm_seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
-    CmService cm(control.devices(), make_cm_wires(r, cm_seed), cm_seed);
+    CmService cm(control.devices(), make_cm_wires(r), cm_seed);
     control.set_cm(&cm);
     control.set_tcp([&tcp_services](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep) {
         return fill_tcp_conns(tcp_services, q, rep);

@@ -72,13 +72,13 @@ Status invalid_if_failed(Status st) {
 
 }  // namespace
 
-IbCmWire::IbCmWire(GsiPort* gsi, std::uint32_t local_ip, std::uint32_t seed,
+IbCmWire::IbCmWire(GsiPort* gsi, std::uint32_t local_ip, const SipKey& id_key,
                    std::uint32_t max_half_open)
     : gsi_(gsi), agent_(*this, [&] {
           cm::AgentConfig c;
           c.local_ip = local_ip;
           c.max_half_open = max_half_open;
-          c.seed = seed;
+          c.id_key = id_key;
           return c;
       }()) {}
 

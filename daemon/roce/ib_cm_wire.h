@@ -17,9 +17,10 @@ class GsiPort;
 class IbCmWire final : public CmWire, private cm::Sink {
   public:
     // `gsi` may be null (a port without a wire, in tests): MADs are then dropped.
-    // `max_half_open`: connections being set up at once; `seed` draws the CM's
-    // communication and transaction identifiers.
-    IbCmWire(GsiPort* gsi, std::uint32_t local_ip, std::uint32_t seed, std::uint32_t max_half_open);
+    // `max_half_open`: connections being set up at once; `id_key` keys the CM's
+    // communication identifiers (proto/cm/agent.h).
+    IbCmWire(GsiPort* gsi, std::uint32_t local_ip, const SipKey& id_key,
+             std::uint32_t max_half_open);
 
     std::uint8_t transport() const override { return shm::kTransportRoce; }
     bool datagrams() const override { return true; }

@@ -134,6 +134,23 @@ struct Ctx {
     const SidrRepMsg* sidr_rep = nullptr;
 };
 
+// A four-round Feistel network over the ID's 16-bit halves, each round's function SipHash-2-4
+// of the round and the right half under `key`: a permutation of the 32-bit numbers that,
+// without the key, cannot be run forward or backward from the IDs a peer saw (IBA §12.6.1
+// leaves the choice of IDs to the CM; Linux draws them at random).
+std::uint32_t permute_id(const SipKey& key, std::uint32_t x) {
+    auto left = static_cast<std::uint16_t>(x >> 16);
+    auto right = static_cast<std::uint16_t>(x);
+    for (std::uint8_t round = 0; round < 4; ++round) {
+        const std::array<std::uint8_t, 3> in{round, static_cast<std::uint8_t>(right >> 8),
+                                             static_cast<std::uint8_t>(right)};
+        const auto next = static_cast<std::uint16_t>(left ^ siphash24(key, in));
+        left = right;
+        right = next;
+    }
+    return (std::uint32_t{left} << 16) | right;
+}
+
 // Everything the table's rows do, and the helpers they share. A row's action runs after the
 // state is set to the row's next state; an action that delivers an event does so last and
 // does not touch the connection afterwards (the consumer may call back and change it).
@@ -142,13 +159,12 @@ struct Actions {
 
     // --- helpers ---
 
+    // A local communication ID: the keyed permutation of the next count, never 0, never in
+    // use (distinct counts give distinct IDs until the count wraps).
     static ConnId new_id(Agent& a) {
         for (;;) {
-            // xorshift32: ids and transaction IDs from config.seed, never 0, never in use.
-            a.rng_ ^= a.rng_ << 13;
-            a.rng_ ^= a.rng_ >> 17;
-            a.rng_ ^= a.rng_ << 5;
-            if (a.rng_ != 0 && !a.conns_.contains(a.rng_)) return a.rng_;
+            const ConnId id = permute_id(a.config_.id_key, ++a.id_seq_);
+            if (id != 0 && !a.conns_.contains(id)) return id;
         }
     }
     static std::uint64_t new_tid(Agent& a, const Conn& c) {
@@ -760,12 +776,17 @@ struct Receivers {
 
     // The connection a response names: ours by `remote_comm_id` (our id), from the same
     // peer, and with the peer's id if we know it.
-    static Conn* match(Agent& a, const Rx& rx, std::uint32_t our_id, std::uint32_t their_id) {
+    // The connection a message names: ours by `our_id`, with the address it was made with,
+    // and with the peer's ID it recorded, exactly: a 0 is no wildcard (Linux's
+    // cm_acquire_id). `early`: a message that may come before the peer's ID is known to us
+    // (a REP, an MRA, a REJ: the peer's answer to our REQ, or its REJ of a REP that never
+    // reached us), which matches while we know none; our own ID is the secret it must name.
+    static Conn* match(Agent& a, const Rx& rx, std::uint32_t our_id, std::uint32_t their_id,
+                       bool early = false) {
         Conn* c = a.find(our_id);
         if (c == nullptr || c->remote_ip != rx.src_ip) return nullptr;
-        if (c->remote_comm_id != 0 && their_id != 0 && c->remote_comm_id != their_id)
-            return nullptr;
-        return c;
+        if (c->remote_comm_id == their_id || (early && c->remote_comm_id == 0)) return c;
+        return nullptr;
     }
 
     static void feed(Agent& a, Conn* c, Input in, const Ctx& x) {
@@ -825,7 +846,7 @@ struct Receivers {
         auto m = decode_or_drop<MraMsg>(a, rx);
         if (!m) return;
         Ctx x{.now = rx.now, .tid = rx.tid, .service_timeout = m->service_timeout};
-        Conn* c = match(a, rx, m->remote_comm_id, m->local_comm_id);
+        Conn* c = match(a, rx, m->remote_comm_id, m->local_comm_id, true);
         switch (static_cast<MsgCode>(m->message_mraed)) {
             case MsgCode::req:
                 return feed(a, c, Input::rx_mra_req, x);
@@ -841,9 +862,11 @@ struct Receivers {
         if (!m) return;
         Conn* c = nullptr;
         if (m->remote_comm_id != 0) {
-            c = match(a, rx, m->remote_comm_id, m->local_comm_id);
+            c = match(a, rx, m->remote_comm_id, m->local_comm_id, true);
         } else if (auto it = a.by_remote_.find({rx.src_ip, m->local_comm_id});
-                   it != a.by_remote_.end()) {
+                   m->reason == rej_reason::timeout && it != a.by_remote_.end()) {
+            // The one REJ that cannot name our ID: the requester gave up waiting for our REP
+            // (Linux looks it up by the requester's ID for a timeout alone).
             c = a.find(it->second);
         }
         Ctx x{.now = rx.now, .tid = rx.tid, .priv = m->private_data, .reason = m->reason};
@@ -853,7 +876,7 @@ struct Receivers {
     static void on_rep(Agent& a, const Rx& rx) {
         auto m = decode_or_drop<RepMsg>(a, rx);
         if (!m) return;
-        Conn* c = match(a, rx, m->remote_comm_id, m->local_comm_id);
+        Conn* c = match(a, rx, m->remote_comm_id, m->local_comm_id, true);
         if (c != nullptr && !c->active) c = nullptr;
         Ctx x{.now = rx.now, .tid = rx.tid, .priv = m->private_data, .rep = &*m};
         feed(a, c, Input::rx_rep, x);
@@ -970,7 +993,7 @@ Agent::Agent(Sink& sink, AgentConfig config)
       config_(config),
       ca_guid_(config.ca_guid != 0 ? config.ca_guid
                                    : (std::uint64_t{0x02} << 56) | config.local_ip),
-      rng_(config.seed != 0 ? config.seed : 1) {}
+      id_seq_(0) {}
 
 Agent::~Agent() = default;
 

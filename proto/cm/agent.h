@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "proto/crc/siphash.h"
 
 namespace snic::cm {
 
@@ -97,12 +98,18 @@ class Sink {
     virtual void deliver(const Event& e) = 0;
 };
 
+// The local communication ID for count `x`: a keyed permutation of the 32-bit numbers.
+std::uint32_t permute_id(const SipKey& key, std::uint32_t x);
+
 struct AgentConfig {
     std::uint32_t local_ip = 0;
     std::uint32_t max_half_open =
         256;  // REQs received and not yet answered/established, and REQs sent not answered
     std::uint64_t timewait_ns = 1'000'000'000;  // time in TimeWait
-    std::uint32_t seed = 1;  // local comm IDs and transaction IDs are drawn from it
+    // The secret behind local communication IDs (a keyed permutation of a counter): IDs a
+    // peer saw tell it nothing of the next ones or of other connections' (the daemon draws
+    // the key from getrandom).
+    SipKey id_key{};
     std::uint8_t local_cm_response_timeout = 20;
     std::uint8_t max_cm_retries = 15;
     std::uint64_t ca_guid = 0;  // the local CA GUID in REQ/REP; 0: derived from local_ip
@@ -231,7 +238,7 @@ class Agent {
     Sink& sink_;
     AgentConfig config_;
     std::uint64_t ca_guid_;
-    std::uint32_t rng_;
+    std::uint32_t id_seq_ = 0;  // IDs drawn so far: the permutation's input
     std::uint32_t tid_seq_ = 0;
     std::unordered_map<ConnId, std::unique_ptr<Conn>> conns_;
     std::map<std::pair<std::uint32_t, std::uint32_t>, ConnId> by_remote_;  // (ip, comm id)

@@ -8,14 +8,12 @@
 #include <cstdint>
 #include <span>
 
+#include "proto/crc/siphash.h"
 #include "proto/tcp/segment.h"
 
 namespace snic::tcp {
 
-using IsnKey = std::array<std::uint8_t, 16>;
-
-// SipHash-2-4 of `data` under `key` (the 64-bit result of the reference algorithm).
-std::uint64_t siphash24(const IsnKey& key, std::span<const std::uint8_t> data);
+using IsnKey = SipKey;
 
 // RFC 6528 §3: M (now_ns / 4 us) plus the hash of the 4-tuple.
 Seq initial_sequence(const IsnKey& key, const Endpoint& local, const Endpoint& remote,

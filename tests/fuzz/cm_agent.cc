@@ -106,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     AgentConfig cfg;
     cfg.local_ip = kLocal;
     cfg.max_half_open = 1 + in.u8() % 8;
-    cfg.seed = 1 + in.u8();
+    cfg.id_key[0] = in.u8();
     Agent agent(sink, cfg);
     std::uint64_t now = 1'000'000;
     std::array<std::uint8_t, 56> priv{};

@@ -93,7 +93,8 @@ struct CmPair {
     static AgentConfig config(std::uint32_t ip, std::uint32_t seed) {
         AgentConfig c;
         c.local_ip = ip;
-        c.seed = seed;
+        c.id_key[0] = static_cast<std::uint8_t>(seed);
+        c.id_key[1] = static_cast<std::uint8_t>(seed >> 8);
         c.local_cm_response_timeout = 10;  // 4.2 ms
         c.max_cm_retries = 3;
         c.timewait_ns = 50'000'000;

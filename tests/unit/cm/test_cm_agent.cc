@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "proto/cm/cma.h"
@@ -434,6 +435,73 @@ TEST(CmAgent, DreqNamingAnotherQpIsDropped) {
     p.b.receive(kIpA, kGsiQpn, build_mad(2, m), p.now);
     EXPECT_EQ(p.b.state_of(passive), State::timewait);
     EXPECT_EQ(p.ep_b.sent_count(AttrId::drep), 1u);
+}
+
+// A message that names a connection must name both IDs as the connection knows them (Linux's
+// cm_acquire_id): a DREQ or REJ with the right receiver's ID and a sender's ID of 0, or of
+// another connection, names no connection, and the connection stays.
+TEST(CmAgent, DreqAndRejMustNameBothCommunicationIds) {
+    CmPair p;
+    ConnId passive = 0;
+    const ConnId id = p.establish(&passive);
+    for (const std::uint32_t sender : {0u, id ^ 1u}) {
+        DreqMsg d;
+        d.local_comm_id = sender;
+        d.remote_comm_id = passive;
+        d.remote_qpn = 0x222;
+        p.b.receive(kIpA, kGsiQpn, build_mad(1, d), p.now);
+        EXPECT_EQ(p.b.state_of(passive), State::established) << "DREQ from ID " << sender;
+        RejMsg r;
+        r.local_comm_id = sender;
+        r.remote_comm_id = passive;
+        r.message_rejected = static_cast<std::uint8_t>(MsgCode::rep);
+        r.reason = rej_reason::consumer_reject;
+        p.b.receive(kIpA, kGsiQpn, build_mad(2, r), p.now);
+        EXPECT_EQ(p.b.state_of(passive), State::established) << "REJ from ID " << sender;
+    }
+    // The REJs are dropped; each DREQ is one for no connection of ours, answered with a DREP
+    // as Linux answers one (so that a peer stops resending), which ends nothing.
+    EXPECT_EQ(p.b.counters().drops[static_cast<std::size_t>(RxDrop::unknown_conn)], 2u);
+    EXPECT_EQ(p.b.counters().duplicates, 2u);
+    DreqMsg d;
+    d.local_comm_id = id;
+    d.remote_comm_id = passive;
+    d.remote_qpn = 0x222;
+    p.b.receive(kIpA, kGsiQpn, build_mad(3, d), p.now);
+    EXPECT_EQ(p.b.state_of(passive), State::timewait);
+}
+
+// Communication IDs are a keyed permutation of a count: distinct, unlike for another key,
+// and with no step from one to the next that a peer could run (the xorshift32 generator
+// they once came from made each ID the state that gives the next).
+TEST(CmAgent, CommunicationIdsAreAKeyedPermutation) {
+    SipKey k1{}, k2{};
+    k1[0] = 1;
+    k2[0] = 2;
+    std::set<std::uint32_t> seen;
+    int same = 0;
+    for (std::uint32_t x = 1; x <= 65536; ++x) {
+        seen.insert(permute_id(k1, x));
+        same += permute_id(k1, x) == permute_id(k2, x);
+    }
+    EXPECT_EQ(seen.size(), 65536u);
+    EXPECT_LE(same, 2);
+    CmPair p;
+    std::vector<ConnId> ids;
+    for (std::uint32_t q = 1; q <= 64; ++q) {
+        auto id = p.a.connect(CmPair::params(q), p.now);
+        ASSERT_TRUE(id.ok());
+        ids.push_back(*id);
+    }
+    int xorshift_steps = 0;
+    for (std::size_t i = 1; i < ids.size(); ++i) {
+        std::uint32_t x = ids[i - 1];
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        xorshift_steps += x == ids[i];
+    }
+    EXPECT_EQ(xorshift_steps, 0);
 }
 
 // discard(): a REQ forgotten without a word (a full listen backlog, as Linux's ucma); the

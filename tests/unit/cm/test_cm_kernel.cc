@@ -162,7 +162,7 @@ class CmHarness {
                                 return LinkInfo{true, 10000};
                             }}},
           gsi_(&CmHarness::record, this, 1'000'000'000),
-          wire_(&gsi_, ip, 42, CmService::kMaxIdsPerSession),
+          wire_(&gsi_, ip, SipKey{42}, CmService::kMaxIdsPerSession),
           service_(ports_, {{0, &wire_}}, 42),
           session_(service_.new_session(Peer{100, 1000, 1000})) {
         const shm::Layout lay = shm::cm_event_layout();

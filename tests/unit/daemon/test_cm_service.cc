@@ -17,7 +17,7 @@ namespace {
 class CmServiceTest : public ::testing::Test {
   protected:
     std::vector<DevicePort> ports = fixture::test_ports();
-    IbCmWire wire{nullptr, ports[0].ip.addr.value, 42, CmService::kMaxIdsPerSession};
+    IbCmWire wire{nullptr, ports[0].ip.addr.value, SipKey{42}, CmService::kMaxIdsPerSession};
     CmService service{ports, {{0, &wire}}, 42};
 
     static shm::CmCreateIdReq tcp_id(std::uint64_t token = 1) {
