@@ -13,6 +13,7 @@ namespace {
 
 // Linux's default and largest listen backlog for rdma_cm (ucma's max_backlog).
 constexpr std::uint32_t kMaxBacklog = 1024;
+constexpr std::uint16_t kFirstUnprivilegedPort = 1024;
 
 bool valid_ps(std::uint16_t ps) {
     return ps == shm::kCmPsTcp || ps == shm::kCmPsUdp || ps == shm::kCmPsIb ||
@@ -134,6 +135,10 @@ int CmSession::bind(const shm::CmBindReq& req, shm::CmBindReply& out) {
         index = *p;
     }
     std::uint16_t port = req.port;
+    // As Linux's rdma_cm (cma_get_port): a port below 1024 is root's (iWARP's are the host's
+    // real TCP ports, and a peer trusts them as a host's).
+    if (port != 0 && port < kFirstUnprivilegedPort && peer_.uid != 0)
+        return cm_refuse(EACCES, op, fmt::format("port {} is privileged", port));
     if (port == 0) {
         port = service_.ephemeral_port(*id, req.ip);
         if (port == 0) return cm_refuse(EADDRINUSE, op, "no ephemeral port left");
@@ -160,8 +165,11 @@ int CmSession::listen(const shm::CmListenReq& req) {
         if (port == 0) return cm_refuse(EADDRINUSE, op, "no ephemeral port left");
         id->bound = true, id->ip = 0, id->port = port, id->port_index = shm::kCmNoPort;
     }
-    if (!service_.bindable(*id, id->ip, id->port, false) && !id->reuse)
+    // REUSEADDR shares an address between ids that do not listen: a listen wants it alone
+    // (Linux's rdma_listen checks the port as if no id reused it), and keeps it so.
+    if (!service_.bindable(*id, id->ip, id->port, false))
         return cm_refuse(EADDRINUSE, op, fmt::format("port {} is in use", id->port));
+    id->reuse = false;
     id->backlog = req.backlog > 0 && req.backlog < kMaxBacklog ? req.backlog : kMaxBacklog;
     id->state = CmService::Id::State::listening;
     spdlog::debug("cm: id {} listens on port {} (port space {:#x})", req.id, id->port,

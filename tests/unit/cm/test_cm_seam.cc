@@ -407,5 +407,29 @@ TEST_F(CmSeam, private_data_longer_than_the_requests_buffer_is_refused_whatever_
     EXPECT_EQ(iw.calls.back(), "confirm " + std::to_string(iw.next_conn - 1));
 }
 
+// As Linux's rdma_cm: a port below 1024 is root's (this session's client is uid 1000).
+TEST_F(CmSeam, binding_a_privileged_port_needs_root) {
+    shm::CmBindReply b{};
+    EXPECT_EQ(session->bind({create(), 0, 80, 0, 0}, b), EACCES);
+    EXPECT_EQ(session->bind({create(), 0, 1023, 1, 0}, b), EACCES);
+    EXPECT_EQ(session->bind({create(), 0, 1024, 0, 0}, b), 0);
+}
+
+// REUSEADDR lets ids share an address while none listens; a listen wants the address alone
+// (Linux's rdma_listen), so an id bound there first with REUSEADDR cannot listen in front of
+// the other and take the connect requests meant for it.
+TEST_F(CmSeam, reuseaddr_shares_an_address_but_not_with_a_listener) {
+    const shm::Handle thief = create(), victim = create();
+    shm::CmBindReply b{};
+    ASSERT_EQ(session->bind({thief, 0, 7100, 1, 0}, b), 0);
+    ASSERT_EQ(session->bind({victim, 0, 7100, 1, 0}, b), 0);
+    EXPECT_EQ(session->listen({thief, 4}), EADDRINUSE);
+    EXPECT_EQ(session->listen({victim, 4}), EADDRINUSE);
+    ASSERT_EQ(session->destroy_id({thief, 0}), 0);
+    ASSERT_EQ(session->listen({victim, 4}), 0);
+    const shm::Handle late = create();
+    EXPECT_EQ(session->bind({late, 0, 7100, 1, 0}, b), EADDRINUSE) << "the listener keeps it";
+}
+
 }  // namespace
 }  // namespace snic::daemon
