@@ -396,11 +396,14 @@ int CmService::timeout_ms(std::uint64_t now, int at_most) const {
     return ms < static_cast<std::uint64_t>(at_most) ? static_cast<int>(ms) : at_most;
 }
 
-void CmService::fill_status(shm::CmStatusReply& r) const {
+void CmService::fill_status(shm::CmStatusReply& r, std::optional<std::uint32_t> uid) const {
     static_assert(static_cast<std::size_t>(Id::State::disconnecting) + 1 == shm::kCmIdStates);
     r = shm::CmStatusReply{};
-    r.ids = static_cast<std::uint32_t>(ids_.size());
-    ids_.for_each([&](const Id& id) { ++r.states[static_cast<std::size_t>(id.state)]; });
+    ids_.for_each([&](const Id& id) {
+        if (uid && (id.owner == nullptr || id.owner->peer().uid != *uid)) return;
+        ++r.ids;
+        ++r.states[static_cast<std::size_t>(id.state)];
+    });
     r.connect_requests = counters_.connect_requests;
     r.no_listener = counters_.no_listener;
     r.backlog_full = counters_.backlog_full;

@@ -123,7 +123,9 @@ class CmService final : private CmWireSink {
     int timeout_ms(std::uint64_t now_ns, int at_most) const;
 
     // snicctl cm.
-    void fill_status(shm::CmStatusReply& r) const;
+    // snicctl cm's status: the ids of `uid` alone when given (a client other than root sees
+    // its own), every id otherwise; the ports' counters are the port's.
+    void fill_status(shm::CmStatusReply& r, std::optional<std::uint32_t> uid = {}) const;
 
     static std::uint64_t now_ns();
 

@@ -377,7 +377,8 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
         if (!body_fits(0, body_len)) return 0;
         if (fds_truncated || fds.size() != 0 || cm_ == nullptr) return finish(EINVAL, 0);
         shm::CmStatusReply r;
-        cm_->fill_status(r);
+        // Root sees every user's ids; anyone else its own (as snicctl qp's sessions).
+        cm_->fill_status(r, c.peer.uid == 0 ? std::nullopt : std::optional(c.peer.uid));
         std::memcpy(out_body, &r, sizeof r);
         return finish(0, sizeof r);
     }

@@ -431,5 +431,21 @@ TEST_F(CmSeam, reuseaddr_shares_an_address_but_not_with_a_listener) {
     EXPECT_EQ(session->bind({late, 0, 7100, 1, 0}, b), EADDRINUSE) << "the listener keeps it";
 }
 
+// snicctl cm's status, asked by a client other than root, counts that client's uid's ids only
+// (the session here is uid 1000's).
+TEST_F(CmSeam, the_status_shows_a_user_its_own_ids_and_root_every_id) {
+    listen(0, 4);
+    create();
+    shm::CmStatusReply r;
+    service->fill_status(r);
+    EXPECT_EQ(r.ids, 2u);
+    service->fill_status(r, 1000);
+    EXPECT_EQ(r.ids, 2u);
+    EXPECT_EQ(r.states[1], 1u);  // listening
+    service->fill_status(r, 2000);
+    EXPECT_EQ(r.ids, 0u);
+    EXPECT_EQ(r.states[1], 0u);
+}
+
 }  // namespace
 }  // namespace snic::daemon
