@@ -18,9 +18,12 @@ constexpr SIZE_T kDepth = 16;
 int main(int argc, char** argv) {
     const ndx::Options o = ndx::parse(argc, argv, kUsage);
     std::vector<unsigned char> buf(o.bytes), out(o.bytes, 0x5a), read_buf(o.bytes);
-    ND_MW_DESCRIPTOR mine{}, peer{};
+    // The descriptors travel from and to registered memory, which the stack cannot be.
+    std::vector<ND_MW_DESCRIPTOR> descs(2);
+    ND_MW_DESCRIPTOR& mine = descs[0];
+    ND_MW_DESCRIPTOR& desc_in = descs[1];
+    ND_MW_DESCRIPTOR peer{};
     ND_MR_HANDLE mr = nullptr, out_mr = nullptr, read_mr = nullptr, desc_mr = nullptr;
-    ND_MW_DESCRIPTOR desc_in{};
     ND_RESULT desc_recv{}, done_recv{}, bind_result{}, invalidated{}, op[kDepth]{};
     ND_SGE desc_sge{};
     ndx::Link l = ndx::connect(o, kDepth, [&](ndx::Link& l) {

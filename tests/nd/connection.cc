@@ -15,6 +15,8 @@ using ndt::Link;
 using ndt::Mem;
 using ndt::Pair;
 
+constexpr SIZE_T kMaxData = 256;
+
 bool has(const SOCKET_ADDRESS_LIST* l, const sockaddr_in& a) {
     for (INT i = 0; i < l->iAddressCount; ++i) {
         const auto* s = reinterpret_cast<const sockaddr_in*>(l->Address[i].lpSockaddr);
@@ -97,7 +99,7 @@ void reject_refuses_with_private_data(Pair& p) {
     REQUIRE_OK(ndt::wait(l, &req, g), "GetConnectionRequest");
     REQUIRE_OK(s->Reject("no", 3), "Reject");
     REQUIRE_HR(ndt::wait(c, &conn, cn), ND_CONNECTION_REFUSED, "the rejected Connect");
-    char data[8] = {};
+    char data[kMaxData] = {};  // a REJ's private data comes padded to its full size
     SIZE_T len = sizeof data;
     if (!p.iwarp) {  // MPA carries a reject's private data too, but snic's iWARP CM may not
         REQUIRE_OK(c->GetConnectionData(nullptr, nullptr, data, &len), "the reject's data");
