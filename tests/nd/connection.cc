@@ -4,6 +4,8 @@
 // NotifyDisconnect, Notify for any result, canceled overlapped requests, and Send/Receive
 // with SGE lists.
 #include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -184,10 +186,19 @@ void cancel_completes_pending_requests(Pair& p) {
     EXPECT(port != 0, "no port assigned");
     REQUIRE_OK(p.srv.adapter->CreateConnector(&s), "CreateConnector");
     OVERLAPPED req{}, ov{};
+    // The request's eventfd is told of its end.
+    const int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    REQUIRE(efd >= 0, "eventfd");
+    req.EventFd = efd;
     const HRESULT g = l->GetConnectionRequest(s, &req);
     REQUIRE_HR(g, ND_PENDING, "GetConnectionRequest");
+    std::uint64_t count = 0;
+    EXPECT(read(efd, &count, sizeof count) < 0, "the eventfd was told before the end");
     REQUIRE_OK(l->CancelOverlappedRequests(), "CancelOverlappedRequests");
     REQUIRE_HR(l->GetOverlappedResult(&req, nullptr, TRUE), ND_CANCELED, "the canceled request");
+    EXPECT(read(efd, &count, sizeof count) == sizeof count && count == 1,
+           "the eventfd was not told of the end");
+    ::close(efd);
     const HRESULT n = p.srv.rcq->Notify(ND_CQ_NOTIFY_ANY, &ov);
     REQUIRE_HR(n, ND_PENDING, "Notify");
     REQUIRE_OK(p.srv.rcq->CancelOverlappedRequests(), "CancelOverlappedRequests (CQ)");

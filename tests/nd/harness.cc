@@ -4,10 +4,23 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+// The layouts NetworkDirect v1 gives its structures (LP64): what a program written for them
+// expects of <ndsnic/ndspi.h>.
+static_assert(sizeof(ND_MW_DESCRIPTOR) == 20, "ND_MW_DESCRIPTOR is packed: 8 + 8 + 4");
+static_assert(offsetof(ND_MW_DESCRIPTOR, Length) == 8 && offsetof(ND_MW_DESCRIPTOR, Token) == 16);
+static_assert(sizeof(ND_RESULT) == 16 && offsetof(ND_RESULT, BytesTransferred) == 8);
+static_assert(sizeof(ND_SGE) == 24 && offsetof(ND_SGE, hMr) == 16);
+static_assert(sizeof(ND_ADAPTER_INFO) == 2 * 4 + 15 * 8);
+static_assert(offsetof(ND_ADAPTER_INFO, MaxInboundSge) == 8 &&
+              offsetof(ND_ADAPTER_INFO, MaxCalleeData) == 8 + 14 * 8);
+static_assert(sizeof(HRESULT) == 4 && ND_PENDING > 0 && FAILED(ND_BUFFER_OVERFLOW) &&
+              FAILED(ND_CANCELED) && SUCCEEDED(ND_TIMEOUT));
 
 namespace ndt {
 

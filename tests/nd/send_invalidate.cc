@@ -293,8 +293,10 @@ void silent_failure_gives_result(Pair& p) {
     down(p, w);
 }
 
-// READ_FENCE: a Read through the window, then the fenced SendAndInvalidate: the read
-// completes first with the window's bytes, then the send, then the peer's two results.
+// READ_FENCE: a Read through the window into the client's buffer, then a fenced
+// SendAndInvalidate of that same buffer: the send starts once the read completed, so the
+// peer receives the window's bytes (not what the buffer held before), and the results come
+// in order: the read, the send, then the peer's invalidate and receive.
 void read_fence_after_read_through_window(Pair& p) {
     W w;
     if (up(p, w)) {
@@ -302,13 +304,15 @@ void read_fence_after_read_through_window(Pair& p) {
         ND_SGE s = w.src.sge(kWindow, kMsg);
         ND_RESULT rd{}, r{};
         REQUIRE_OK(w.k.cep->Read(&rd, &s, 1, &w.desc, 0, 0), "Read through the window");
-        REQUIRE_OK(send_inv(w, &r, 0, kMsg, ND_OP_FLAG_READ_FENCE),
-                   "SendAndInvalidate, READ_FENCE");
+        REQUIRE_OK(send_inv(w, &r, kWindow, kMsg, ND_OP_FLAG_READ_FENCE),
+                   "SendAndInvalidate, READ_FENCE, of the read's buffer");
         expect_sent(p, &rd);
         expect_sent(p, &r);
         REQUIRE(std::memcmp(w.src.buf.data() + kWindow, w.target.buf.data(), kMsg) == 0,
                 "the read did not return the window's bytes");
-        expect_invalidate_then_receive(p, w, 0, 0, kMsg);
+        expect_invalidate_then_receive(p, w, 0, kWindow, kMsg);
+        REQUIRE(std::memcmp(w.rbuf.buf.data(), w.target.buf.data(), kMsg) == 0,
+                "the peer received the buffer as it was before the read: the send did not wait");
     }
     down(p, w);
 }
