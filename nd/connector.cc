@@ -404,6 +404,10 @@ HRESULT Listen::GetConnectionRequest(INDConnector* connector, OVERLAPPED* ov) {
     if (ov == nullptr) return ND_INVALID_PARAMETER_2;
     auto* c = static_cast<Connector*>(connector);
     std::lock_guard lock(adapter->mu);
+    if (!c->idle()) return ND_CONNECTION_ACTIVE;
+    if (std::any_of(waiters_.begin(), waiters_.end(),
+                    [&](const Waiter& w) { return w.connector == c; }))
+        return ND_CONNECTION_ACTIVE;
     start(ov);
     if (!requests_.empty()) {
         c->take_request(requests_.front());

@@ -10,7 +10,10 @@
 namespace snic::nd {
 
 CompletionQueue::~CompletionQueue() {
+    // libsnic waits for the event thread to acknowledge a notification it took for this CQ:
+    // notified() cannot run after this.
     if (cq != nullptr) ibv_destroy_cq(cq);
+    if (notify_ != nullptr) finish(notify_, ND_CANCELED);
     adapter->Release();
 }
 

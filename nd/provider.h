@@ -318,6 +318,8 @@ class Connector final : public Counted<INDConnector> {
 
     // A connection request handed over by a listener (adapter->mu held).
     void take_request(const Request& r);
+    // Whether the connector has no connection, made or under way (adapter->mu held).
+    bool idle() const { return state_ == ConnState::idle && id_ == nullptr; }
     // An rdma_cm event for this connector's id (adapter->mu held).
     void handle(rdma_cm_event* e);
     // The QP failed: the connection ends (adapter->mu held).
