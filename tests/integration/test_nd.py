@@ -35,6 +35,7 @@ RULES = {
         "nd_send_invalidate_one_result_at_a_time_invalidate_first",
         "nd_send_invalidate_zero_byte_null_sgl",
         "nd_send_invalidate_window_can_be_bound_again",
+        "nd_invalidate_local_window_then_bind_again",
         "nd_send_invalidate_write_through_invalidated_window_is_fatal",
         "nd_send_invalidate_read_through_invalidated_window_is_fatal",
         "nd_send_invalidate_silent_success_no_result",

@@ -227,6 +227,35 @@ void window_can_be_bound_again(Pair& p) {
     down(p, w);
 }
 
+// INDEndpoint::Invalidate, the local counterpart: the window's owner invalidates it (a
+// result on its outbound CQ), and it can be bound again; a Write through the new binding
+// lands, the old descriptor's token is not the new one.
+void local_invalidate_then_bind_again(Pair& p) {
+    W w;
+    if (up(p, w)) {
+        ND_RESULT inv{};
+        REQUIRE_OK(w.k.sep->Invalidate(&inv, w.mw, 0), "Invalidate");
+        ND_RESULT* got = ndt::next(p.srv.scq);
+        REQUIRE(got == &inv, "no result for the Invalidate");
+        REQUIRE_OK(got->Status, "the Invalidate's result");
+        EXPECT(ndt::empty(p.srv.rcq), "a result on the receive CQ for a local invalidate");
+        ND_MW_DESCRIPTOR again{};
+        REQUIRE_OK(w.k.sep->Bind(&w.bind, w.target.mr, w.mw, w.target.buf.data() + kWindow, kWindow,
+                                 ND_OP_FLAG_ALLOW_WRITE, &again),
+                   "Bind after Invalidate");
+        ND_RESULT* b = ndt::next(p.srv.scq);
+        REQUIRE(b == &w.bind && b->Status == ND_SUCCESS, "the second bind failed");
+        EXPECT(again.Token != w.desc.Token, "the new binding has the old token");
+        ND_SGE s = w.src.sge(0, kMsg);
+        ND_RESULT wr{};
+        REQUIRE_OK(w.k.cep->Write(&wr, &s, 1, &again, 0, 0), "Write through the new binding");
+        expect_sent(p, &wr);
+        REQUIRE(ndt::wait_bytes(w.target.buf.data() + kWindow, w.src.buf.data(), kMsg),
+                "the write did not land in the rebound window");
+    }
+    down(p, w);
+}
+
 void write_through_invalidated_window_is_fatal(Pair& p) {
     W w;
     if (up(p, w)) {
@@ -461,6 +490,7 @@ int main(int argc, char** argv) {
               one_result_at_a_time_invalidate_first, p);
     ndt::rule("nd_send_invalidate_zero_byte_null_sgl", zero_byte_null_sgl, p);
     ndt::rule("nd_send_invalidate_window_can_be_bound_again", window_can_be_bound_again, p);
+    ndt::rule("nd_invalidate_local_window_then_bind_again", local_invalidate_then_bind_again, p);
     ndt::rule("nd_send_invalidate_write_through_invalidated_window_is_fatal",
               write_through_invalidated_window_is_fatal, p);
     ndt::rule("nd_send_invalidate_read_through_invalidated_window_is_fatal",
