@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "nd/provider.h"
 
@@ -48,6 +49,7 @@ HRESULT copy_address(const sockaddr* from, sockaddr* to, SIZE_T* len) {
 }  // namespace
 
 Connector::~Connector() {
+    Endpoint* e = nullptr;
     {
         std::lock_guard lock(adapter->mu);
         if (id_ != nullptr) {
@@ -60,10 +62,12 @@ Connector::~Connector() {
         if (ep != nullptr) {
             ep->to_error();
             ep->connector = nullptr;
-            ep->Release();
-            ep = nullptr;
+            e = std::exchange(ep, nullptr);
         }
     }
+    // Released without the adapter's lock: destroying the QP waits until the event thread
+    // acknowledged the QP's asynchronous events, and that thread takes the lock to handle one.
+    if (e != nullptr) e->Release();
     adapter->Release();
 }
 
@@ -345,17 +349,16 @@ void Connector::handle(rdma_cm_event* e) {
 // ---- listener ----
 
 Listen::~Listen() {
-    std::lock_guard lock(adapter->mu);
-    std::erase(adapter->listeners, this);
-    if (id_ != nullptr) adapter->retire_id(id_);
-    for (Request& r : requests_) {
-        rdma_reject(r.id, nullptr, 0);
-        adapter->retire_id(r.id);
+    {
+        std::lock_guard lock(adapter->mu);
+        std::erase(adapter->listeners, this);
+        if (id_ != nullptr) adapter->retire_id(id_);
+        for (Request& r : requests_) {
+            rdma_reject(r.id, nullptr, 0);
+            adapter->retire_id(r.id);
+        }
     }
-    for (Waiter& w : waiters_) {
-        finish(w.ov, ND_CANCELED);
-        w.connector->Release();
-    }
+    CancelOverlappedRequests();
     adapter->Release();
 }
 
@@ -396,6 +399,7 @@ void Listen::request(rdma_cm_event* e) {
     auto* c_ = static_cast<Connector*>(w.connector);
     c_->take_request(r);
     finish(w.ov, ND_SUCCESS);
+    // The event thread holds no asynchronous event here: a last reference may go.
     c_->Release();
 }
 
@@ -421,12 +425,16 @@ HRESULT Listen::GetConnectionRequest(INDConnector* connector, OVERLAPPED* ov) {
 }
 
 HRESULT Listen::CancelOverlappedRequests() {
-    std::lock_guard lock(adapter->mu);
-    for (Waiter& w : waiters_) {
+    std::deque<Waiter> waiters;
+    {
+        std::lock_guard lock(adapter->mu);
+        waiters.swap(waiters_);
+    }
+    // Their references go without the adapter's lock (see ~Connector).
+    for (Waiter& w : waiters) {
         finish(w.ov, ND_CANCELED);
         w.connector->Release();
     }
-    waiters_.clear();
     return ND_SUCCESS;
 }
 
