@@ -135,8 +135,8 @@ int CmSession::bind(const shm::CmBindReq& req, shm::CmBindReply& out) {
         index = *p;
     }
     std::uint16_t port = req.port;
-    // As Linux's rdma_cm (cma_get_port): a port below 1024 is root's (iWARP's are the host's
-    // real TCP ports, and a peer trusts them as a host's).
+    // As Linux's rdma_cm (cma_get_port): a port below 1024 is root's (a wire may carry it as
+    // a real TCP port of the host's address, which a peer trusts as the host's).
     if (port != 0 && port < kFirstUnprivilegedPort && peer_.uid != 0)
         return cm_refuse(EACCES, op, fmt::format("port {} is privileged", port));
     if (port == 0) {
