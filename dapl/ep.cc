@@ -347,8 +347,8 @@ DAT_RETURN ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_PARAM
     ep->connect_evd = conn;
     ep->attr = a;
     if (rebuild) {
-        if (old_recv != nullptr) old_recv->forget(ep);
         release_ep(ep);
+        if (old_recv != nullptr) old_recv->forget(ep);
         if (const int e = make_qp(ep); e != 0) {
             // Back to what it was: the old QP is made again.
             ep->pz = old_pz;
@@ -597,8 +597,10 @@ DAT_RETURN ep_free(DAT_EP_HANDLE h) {
         ep->state = DAT_EP_STATE_DISCONNECTED;
     }
     srq_keep_taken(ep, true);
-    if (ep->recv_evd != nullptr) ep->recv_evd->forget(ep);
     release_ep(ep);
+    // The QP is gone: its last completions are reaped now, while its slots and the EVD are
+    // still there, and what its events credit is credited.
+    if (ep->recv_evd != nullptr) ep->recv_evd->forget(ep);
     --ep->pz->users;
     for (Evd* e : {ep->recv_evd, ep->request_evd, ep->connect_evd})
         if (e != nullptr) --e->users;

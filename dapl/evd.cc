@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "dapl/provider.h"
 #include "libclient/snic/snic_ext.h"
@@ -231,6 +232,7 @@ DAT_RETURN Evd::take(DAT_EVENT* out) {
 
 void Evd::forget(Ep* ep) {
     std::lock_guard lock(mu);
+    reap(std::numeric_limits<int>::max());  // the CQ holds no more of its completions
     for (Queued& q : events) {
         if (q.ep != ep) continue;
         credit(q);

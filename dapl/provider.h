@@ -201,7 +201,9 @@ struct Evd final : Typed<Evd> {
     void post(const DAT_EVENT& e);    // from any thread
     bool reap(int max);               // completions into `events`; mu held
     DAT_RETURN take(DAT_EVENT* out);  // mu held
-    void forget(Ep* ep);              // `ep` is freed: what its events credit is credited now
+    // `ep`'s QP is destroyed: its completions still in the CQ are reaped, and what its
+    // events credit is credited now (they outlive the EP).
+    void forget(Ep* ep);
     std::size_t waking() const { return events.size() - quiet; }  // mu held
 };
 
