@@ -174,5 +174,6 @@ def test_pkg_config_builds_an_outside_program(wire, tmp_path):
     libdirs = [f[2:] for f in flags.stdout.split() if f.startswith("-L")]
     env = env_for(wire, "roce")
     env["LD_LIBRARY_PATH"] = ":".join(libdirs + [str(st.BUILD / "libclient")])
-    res = st.run([exe], env=env, check=True)
+    # Built without the sanitizers: a sanitized build's library needs its runtime first.
+    res = st.run([exe], env=st.preload_sanitizer(env), check=True)
     assert res.stdout.strip() == "addresses 2", res.stdout
