@@ -46,6 +46,28 @@ HRESULT post_error(int e) {
     return e == ENOMEM ? ND_NO_MORE_ENTRIES : e == EINVAL ? ND_INVALID_PARAMETER : ND_UNSUCCESSFUL;
 }
 
+// One work request on `ring` (a send's or a receive's): its SGEs checked, a slot taken, the
+// request posted by `post`, or the slot given back when it is refused; an ND result.
+template <class Wr, class Post>
+HRESULT post_wr(SlotRing& ring, Wr& wr, ND_RESULT* r, const ND_SGE* sgl, SIZE_T n,
+                std::uint32_t max_sge, std::uint64_t max_msg, Post post) {
+    ibv_sge sge[kMaxSge];
+    std::uint64_t total = 0;
+    if (const HRESULT h = to_sges(sgl, n, max_sge, max_msg, sge, &total); h != ND_SUCCESS) return h;
+    Slot* s = ring.take();
+    if (s == nullptr) return ND_NO_MORE_ENTRIES;
+    s->result = r;
+    s->length = total;
+    wr.wr_id = reinterpret_cast<std::uintptr_t>(s);
+    wr.sg_list = n > 0 ? sge : nullptr;
+    wr.num_sge = static_cast<int>(n);
+    if (const int e = post(wr); e != 0) {
+        ring.untake();
+        return post_error(e);
+    }
+    return ND_SUCCESS;
+}
+
 }  // namespace
 
 SlotRing::SlotRing(std::uint32_t n, bool recv) : slots_(std::max<std::uint32_t>(n, 1)) {
@@ -162,25 +184,12 @@ HRESULT Endpoint::post_send(ibv_send_wr& wr, ND_RESULT* r, const ND_SGE* sgl, SI
                             DWORD flags) {
     if (r == nullptr) return ND_INVALID_PARAMETER_1;
     if (!connected.load(std::memory_order_acquire)) return ND_CONNECTION_INVALID;
-    ibv_sge sge[kMaxSge];
-    std::uint64_t total = 0;
-    if (const HRESULT h = to_sges(sgl, n, max_sge_out, adapter->port_attr.max_msg_sz, sge, &total);
-        h != ND_SUCCESS)
-        return h;
-    Slot* s = sq_->take();
-    if (s == nullptr) return ND_NO_MORE_ENTRIES;
-    s->result = r;
-    s->length = total;
-    wr.wr_id = reinterpret_cast<std::uintptr_t>(s);
-    wr.sg_list = n > 0 ? sge : nullptr;
-    wr.num_sge = static_cast<int>(n);
     wr.send_flags = send_flags(flags);
-    ibv_send_wr* bad = nullptr;
-    if (const int e = ibv_post_send(qp, &wr, &bad); e != 0) {
-        sq_->untake();
-        return post_error(e);
-    }
-    return ND_SUCCESS;
+    return post_wr(*sq_, wr, r, sgl, n, max_sge_out, adapter->port_attr.max_msg_sz,
+                   [this](ibv_send_wr& w) {
+                       ibv_send_wr* bad = nullptr;
+                       return ibv_post_send(qp, &w, &bad);
+                   });
 }
 
 HRESULT Endpoint::Send(ND_RESULT* r, const ND_SGE* sgl, SIZE_T n, DWORD flags) {
@@ -200,25 +209,12 @@ HRESULT Endpoint::SendAndInvalidate(ND_RESULT* r, const ND_SGE* sgl, SIZE_T n,
 
 HRESULT Endpoint::Receive(ND_RESULT* r, const ND_SGE* sgl, SIZE_T n) {
     if (r == nullptr) return ND_INVALID_PARAMETER_1;
-    ibv_sge sge[kMaxSge];
-    std::uint64_t total = 0;
-    if (const HRESULT h = to_sges(sgl, n, max_sge_in, adapter->port_attr.max_msg_sz, sge, &total);
-        h != ND_SUCCESS)
-        return h;
-    Slot* s = rq_->take();
-    if (s == nullptr) return ND_NO_MORE_ENTRIES;
-    s->result = r;
-    s->length = total;
     ibv_recv_wr wr{};
-    wr.wr_id = reinterpret_cast<std::uintptr_t>(s);
-    wr.sg_list = n > 0 ? sge : nullptr;
-    wr.num_sge = static_cast<int>(n);
-    ibv_recv_wr* bad = nullptr;
-    if (const int e = ibv_post_recv(qp, &wr, &bad); e != 0) {
-        rq_->untake();
-        return post_error(e);
-    }
-    return ND_SUCCESS;
+    return post_wr(*rq_, wr, r, sgl, n, max_sge_in, adapter->port_attr.max_msg_sz,
+                   [this](ibv_recv_wr& w) {
+                       ibv_recv_wr* bad = nullptr;
+                       return ibv_post_recv(qp, &w, &bad);
+                   });
 }
 
 HRESULT Endpoint::Bind(ND_RESULT* r, ND_MR_HANDLE h, INDMemoryWindow* w, const void* buf,
