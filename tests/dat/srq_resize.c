@@ -365,6 +365,11 @@ static void resize_below_outstanding_refused_under_traffic(struct h_pair* p) {
                     ev.event_data.dto_completion_event_data.status);
             ++sends_done;
         }
+        if (sent == received) { /* nothing in flight: the window waits for a send completion */
+            REQUIRE_OK(h_reap_sends(&p->cli, 1), "send completion");
+            ++sends_done;
+            continue;
+        }
         DAT_COUNT nmore = 0;
         const DAT_COUNT want = sent - received >= 2 ? 2 : 1;
         REQUIRE_OK(dat_evd_wait(p->srv.rcv_evd, H_WAIT_US, want, &ev, &nmore), "dat_evd_wait");
