@@ -485,8 +485,12 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     const std::uint64_t cm_seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
     CmService cm(control.devices(), make_cm_wires(r), cm_seed);
     control.set_cm(&cm);
-    control.set_tcp([&tcp_services](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep) {
-        return fill_tcp_conns(tcp_services, q, rep);
+    control.set_tcp([&tcp_services, &cm](const shm::TcpConnsReq& q, shm::TcpConnsReply& rep,
+                                         std::optional<std::uint32_t> uid) {
+        if (!uid) return fill_tcp_conns(tcp_services, q, rep);
+        const TcpRowOwner mine = cm.tcp_rows_of(*uid, q.port_index);
+        return fill_tcp_conns(tcp_services, q, rep,
+                              [&mine](const shm::TcpConnInfo& c) { return mine.owns(c); });
     });
     if (auto st = control.listen(); !st) {
         g_stop.store(true);

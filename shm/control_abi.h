@@ -520,8 +520,9 @@ static_assert(sizeof(QpReply) == sizeof(QpSummary) + sizeof(QpAttr) + 8 + sizeof
 
 // ---- snicctl tcp: the listeners and connections of snic's TCP on a port, as `ss -tin` shows --
 //
-// Needs no session (it shows no client's objects: the TCP is the daemon's own). A port's rows
-// are paged: from row `first`, at most kMaxTcpConnsListed.
+// Needs no session. Root sees every row; any other client the listeners and connections of its
+// own uid's rdma_cm ids. A port's rows are paged: from row `first`, at most
+// kMaxTcpConnsListed.
 inline constexpr std::size_t kMaxTcpConnsListed = 32;
 inline constexpr std::uint8_t kTcpListenState = 0xff;  // state of a listener's row
 struct TcpConnsReq {

@@ -415,4 +415,22 @@ void CmService::fill_status(shm::CmStatusReply& r, std::optional<std::uint32_t> 
         if (w->port < r.nports) w->wire->status(r.ports[w->port]);
 }
 
+TcpRowOwner CmService::tcp_rows_of(std::uint32_t uid, std::uint32_t port_index) const {
+    TcpRowOwner o;
+    ids_.for_each([&](const Id& id) {
+        if (id.owner == nullptr || id.owner->peer().uid != uid) return;
+        if (id.state == Id::State::listening) o.listens_.emplace(id.ip, id.port);
+        if (id.wire != Id::kNoWire && wires_[id.wire]->port == port_index)
+            o.conns_.emplace(id.ip, id.port, id.remote_ip, id.remote_port);
+    });
+    return o;
+}
+
+bool TcpRowOwner::owns(const shm::TcpConnInfo& row) const {
+    if (row.state == shm::kTcpListenState)
+        return listens_.contains({0, row.local_port}) ||
+               listens_.contains({row.local_ip, row.local_port});
+    return conns_.contains({row.local_ip, row.local_port, row.remote_ip, row.remote_port});
+}
+
 }  // namespace snic::daemon

@@ -20,7 +20,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -97,6 +99,20 @@ struct PortWire {
     CmWire* wire = nullptr;
 };
 
+// Which TCP rows (snicctl tcp) belong to one user: its ids' listening addresses and their
+// connections' address pairs.
+class TcpRowOwner {
+  public:
+    bool owns(const shm::TcpConnInfo& row) const;
+
+  private:
+    friend class CmService;
+    using Listen = std::pair<std::uint32_t, std::uint16_t>;  // ip (0: any), port
+    using Conn = std::tuple<std::uint32_t, std::uint16_t, std::uint32_t, std::uint16_t>;
+    std::set<Listen> listens_;
+    std::set<Conn> conns_;
+};
+
 class CmService final : private CmWireSink {
   public:
     // Ids per CM connection at most (listeners' connect requests included), and per user
@@ -126,6 +142,10 @@ class CmService final : private CmWireSink {
     // snicctl cm's status: the ids of `uid` alone when given (a client other than root sees
     // its own), every id otherwise; the ports' counters are the port's.
     void fill_status(shm::CmStatusReply& r, std::optional<std::uint32_t> uid = {}) const;
+    // snicctl tcp's filter for a client other than root: the rows of port `port_index`'s TCP
+    // that are the listeners or the connections of `uid`'s ids. A connection that outlived
+    // its id (closing, TIME-WAIT) is nobody's: root alone sees it.
+    TcpRowOwner tcp_rows_of(std::uint32_t uid, std::uint32_t port_index) const;
 
     static std::uint64_t now_ns();
 

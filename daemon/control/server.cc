@@ -390,7 +390,9 @@ std::size_t ControlServer::dispatch(Client& c, const shm::CtrlHeader& req, std::
         std::memcpy(&q, in_body, sizeof q);
         auto* r = reinterpret_cast<shm::TcpConnsReply*>(out_body);
         std::memset(r, 0, sizeof *r);
-        return finish(tcp_rows_(q, *r), sizeof *r);
+        // Root sees every row; anyone else its own listeners and connections (as cm_status).
+        const auto uid = c.peer.uid == 0 ? std::nullopt : std::optional(c.peer.uid);
+        return finish(tcp_rows_(q, *r, uid), sizeof *r);
     }
     if (req.op >= static_cast<std::uint16_t>(CtrlOp::cm_open) &&
         req.op <= static_cast<std::uint16_t>(CtrlOp::cm_migrate)) {

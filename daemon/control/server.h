@@ -16,6 +16,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,11 @@ class ControlServer {
     Resources& resources() { return resources_; }
     // rdma_cm's service (cm_* ops); none: those ops fail with ENOSYS. Set before serve().
     void set_cm(CmService* cm) { cm_ = cm; }
-    // snicctl tcp: fills a page of port `port_index`'s TCP rows; 0 or an errno. None: the op
-    // fails with ENOSYS. Set before serve(); called on the control thread.
-    using TcpRowsFn = std::function<int(const shm::TcpConnsReq&, shm::TcpConnsReply&)>;
+    // snicctl tcp: fills a page of port `port_index`'s TCP rows, those of the asking client's
+    // uid when given (root's question: every row); 0 or an errno. None: the op fails with
+    // ENOSYS. Set before serve(); called on the control thread.
+    using TcpRowsFn = std::function<int(const shm::TcpConnsReq&, shm::TcpConnsReply&,
+                                        std::optional<std::uint32_t> uid)>;
     void set_tcp(TcpRowsFn fn) { tcp_rows_ = std::move(fn); }
     // Any thread but the control thread: runs `fn` there while it serves (nullopt: no answer
     // within `timeout`).

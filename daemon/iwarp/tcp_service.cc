@@ -105,6 +105,30 @@ int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq
     return 0;
 }
 
+int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
+                   shm::TcpConnsReply& r,
+                   const std::function<bool(const shm::TcpConnInfo&)>& keep) {
+    if (q.port_index >= services.size()) return EINVAL;
+    r = shm::TcpConnsReply{};
+    if (services[q.port_index] == nullptr) return 0;
+    constexpr std::size_t kPage = 256;  // rows copied on the lcore per turn
+    std::vector<shm::TcpConnInfo> kept;
+    std::size_t total = 0;
+    for (std::size_t first = 0;; first += kPage) {
+        const auto rows = services[q.port_index]->rows(first, kPage, total);
+        for (const TcpConnRow& row : rows)
+            if (shm::TcpConnInfo c = tcp_conn_info(row); keep(c)) kept.push_back(c);
+        if (rows.size() < kPage || first + rows.size() >= total) break;
+    }
+    const std::size_t from = std::min<std::size_t>(q.first, kept.size());
+    const std::size_t n = std::min(kept.size() - from, shm::kMaxTcpConnsListed);
+    std::copy_n(kept.begin() + static_cast<std::ptrdiff_t>(from), n, r.conns);
+    r.total = static_cast<std::uint32_t>(kept.size());
+    r.listed = static_cast<std::uint32_t>(n);
+    r.more = from + n < kept.size() ? 1 : 0;
+    return 0;
+}
+
 // ---- the lcore --------------------------------------------------------------------------------
 
 bool TcpService::poll(std::uint64_t now_tsc) {

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -129,6 +130,9 @@ shm::TcpConnInfo tcp_conn_info(const TcpConnRow& r);
 // (nullptr where a port has no TCP). 0, or EINVAL for no such port.
 int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
                    shm::TcpConnsReply& r);
+// The same for a client other than root: the rows `keep` passes, paged among themselves.
+int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
+                   shm::TcpConnsReply& r, const std::function<bool(const shm::TcpConnInfo&)>& keep);
 
 // The stack configuration snicd runs each port with: the port's address and MTU, a random
 // ISN key (per daemon start), the connection bounds of snicd's options, defaults elsewhere.

@@ -202,6 +202,69 @@ def test_a_client_that_is_not_root_sees_only_its_own_qps(wire, tmp_path):
         assert session_uids([]) >= {str(NOBODY), "0"}
 
 
+def tcp_rows(d: st.Daemon, tcp_port: int, user: list[str] = ()) -> set[tuple[str, ...]]:
+    """snicctl tcp's rows (asked as `user`) with `tcp_port` at either end: (port, state,
+    local, remote) for a connection, (port, LISTEN, local) for a listener."""
+    res = ctl(d, "tcp", user=user)
+    assert res.returncode == 0, res
+    rows = set()
+    for line in res.stdout.splitlines():
+        f = line.split()
+        if f[2] == "LISTEN":
+            row = (f[1], f[2], f[4])
+        else:
+            row = (f[1], f[2], f[4], f[6])
+        if any(end.endswith(f":{tcp_port}") for end in row[2:]):
+            rows.add(row)
+    return rows
+
+
+def test_snicctl_tcp_shows_a_user_its_own_listeners_and_connections(wire, tmp_path):
+    """snicctl tcp, asked by a client that is not root, lists the listeners and connections of
+    its own rdma_cm ids only: nobody's iWARP rping server sees its listener and its end of the
+    connection, not root's client end; a third user sees none; root sees all three."""
+    if not nobody_can_run_the_tools():
+        pytest.skip(f"uid {NOBODY} cannot reach snicctl or libsnic in {st.BUILD}")
+    d, sock_dir = wire
+    port = st.free_tcp_port()
+    server_ip, client_ip = f"{SUBNET}.1", f"{SUBNET}.2"
+    env = dict(os.environ, SNIC_SOCKET_DIR=str(sock_dir),
+               SNIC_DEVICES=f"{d.name}_iw0,{d.name}_iw1")
+    env.pop("LD_PRELOAD", None)
+    rping = ["rping", "-p", str(port), "-C", "100000000"]
+    procs: list[subprocess.Popen] = []
+    try:
+        with open(tmp_path / "server.log", "wb") as out:
+            procs.append(subprocess.Popen(
+                [*AS_NOBODY, str(SNIC_RUN), *rping, "-s", "-a", server_ip], env=env,
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        listener = ("0", "LISTEN", f"{server_ip}:{port}")
+        st.poll(lambda: procs[0].poll() is not None or listener in tcp_rows(d, port),
+                "the rping server to listen")
+        assert procs[0].poll() is None, (tmp_path / "server.log").read_text()
+        with open(tmp_path / "client.log", "wb") as out:
+            procs.append(subprocess.Popen(
+                [str(SNIC_RUN), *rping, "-c", "-a", server_ip, "-I", client_ip], env=env,
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+
+        def connected():
+            for p in procs:
+                assert p.poll() is None, (tmp_path / "server.log").read_text() + \
+                    (tmp_path / "client.log").read_text()
+            rows = tcp_rows(d, port)
+            return rows if sum(r[1] == "ESTABLISHED" for r in rows) == 2 else None
+        every = st.poll(connected, "both ends of the rping connection ESTABLISHED")
+        (client_end,) = [r for r in every if r[0] == "1"]
+        (server_end,) = [r for r in every if r[0] == "0" and r[1] == "ESTABLISHED"]
+        assert every == {listener, server_end, client_end}, every
+        assert tcp_rows(d, port, user=AS_NOBODY) == {listener, server_end}
+        assert tcp_rows(d, port, user=AS_OTHER) == set()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=30)
+
+
 @pytest.mark.parametrize("args,code,message", [
     (["notanumber"], 2, "'notanumber' is not a QP number"),
     (["0x1000000"], 2, "'0x1000000' is not a QP number"),

@@ -447,5 +447,37 @@ TEST_F(CmSeam, the_status_shows_a_user_its_own_ids_and_root_every_id) {
     EXPECT_EQ(r.states[1], 0u);
 }
 
+// snicctl tcp, asked by a client other than root, lists the TCP rows of its own ids: the
+// listener of its listening id (bound to any address) and the connection of the request
+// its listener took; another uid's question sees none of them, nor a row no id names.
+TEST_F(CmSeam, a_user_sees_the_tcp_rows_of_its_own_ids_alone) {
+    listen(0, 4);
+    hand(iw, request(WireConn{5}));
+    shm::TcpConnInfo listener{};
+    listener.state = shm::kTcpListenState;
+    listener.local_ip = 0xc6120001;
+    listener.local_port = 7000;
+    shm::TcpConnInfo conn{};
+    conn.state = 4;  // established
+    conn.local_ip = 0xc6120001;
+    conn.local_port = 7000;
+    conn.remote_ip = 0xc6120009;
+    conn.remote_port = 40000;
+    shm::TcpConnInfo stranger = conn;
+    stranger.remote_port = 40001;
+    shm::TcpConnInfo other_listener = listener;
+    other_listener.local_port = 7001;
+
+    const TcpRowOwner mine = service->tcp_rows_of(1000, 0);
+    EXPECT_TRUE(mine.owns(listener));
+    EXPECT_TRUE(mine.owns(conn));
+    EXPECT_FALSE(mine.owns(stranger));
+    EXPECT_FALSE(mine.owns(other_listener));
+    const TcpRowOwner theirs = service->tcp_rows_of(2000, 0);
+    EXPECT_FALSE(theirs.owns(listener));
+    EXPECT_FALSE(theirs.owns(conn));
+    EXPECT_FALSE(service->tcp_rows_of(1000, 1).owns(conn)) << "the connection is port 0's";
+}
+
 }  // namespace
 }  // namespace snic::daemon
