@@ -123,15 +123,39 @@ bool CmService::listening_on(std::uint16_t ps, std::uint16_t port) const {
     return any;
 }
 
-void CmService::listen_on_wires(Id& id) {
+Status CmService::listen_on_wires(Id& id) {
     for (std::size_t i = 0; i < wires_.size(); ++i) {
         const WireCm& w = *wires_[i];
         if (id.ip != 0 && devices_[w.port].ip.addr.value != id.ip) continue;
-        if (w.wire->listen(id.port, id.backlog, id.qp_type)) id.listening |= std::uint64_t{1} << i;
+        const Result<bool> on = w.wire->listen(id.port, id.backlog, id.qp_type);
+        if (!on) {
+            unlisten_wires(id);  // all or nothing
+            return make_error(on.error().code, on.error().message);
+        }
+        if (*on) id.listening |= std::uint64_t{1} << i;
     }
+    if (id.listening == 0) return Ok{};
+    const std::uint32_t uid = id.owner->peer().uid;
+    std::uint32_t& held = listeners_by_uid_[uid];
+    if (uid != 0 && held >= kMaxListenersPerUid) {
+        if (held == 0) listeners_by_uid_.erase(uid);
+        unlisten_wires(id);
+        return make_error(
+            ENOBUFS, fmt::format("uid {} holds {} listeners, its share", uid, kMaxListenersPerUid));
+    }
+    ++held;
+    return Ok{};
 }
 
 void CmService::unlisten(Id& id) {
+    if (id.listening != 0 && id.owner != nullptr) {
+        const auto it = listeners_by_uid_.find(id.owner->peer().uid);
+        if (it != listeners_by_uid_.end() && --it->second == 0) listeners_by_uid_.erase(it);
+    }
+    unlisten_wires(id);
+}
+
+void CmService::unlisten_wires(Id& id) {
     for (std::size_t i = 0; i < wires_.size() && id.listening != 0; ++i) {
         if ((id.listening & std::uint64_t{1} << i) == 0) continue;
         id.listening &= ~(std::uint64_t{1} << i);

@@ -122,6 +122,10 @@ class CmService final : private CmWireSink {
     // uDAPL provider needs about 1,100).
     static constexpr std::uint32_t kMaxIdsPerSession = 4096;
     static constexpr std::uint32_t kMaxIdsPerUid = 16384;
+    // Listening ids that hold a wire's listener (an iWARP port's TCP listener: 256 per port,
+    // daemon_tcp_config) per user other than root: eight users together fill a port's table,
+    // one alone cannot (ENOBUFS past it).
+    static constexpr std::uint32_t kMaxListenersPerUid = 32;
 
     // `devices` are the ports in port order, `wires` their devices' (at most 64); `seed`
     // makes ephemeral ports unpredictable.
@@ -167,9 +171,11 @@ class CmService final : private CmWireSink {
     Id* listener_for(std::uint16_t ps, std::uint16_t port, std::uint32_t ip) const;
     // Whether any id listens on (ps, port), whatever its address.
     bool listening_on(std::uint16_t ps, std::uint16_t port) const;
-    // A listener listens on every device of its address; unlisten undoes it.
-    void listen_on_wires(Id& id);
+    // A listener listens on every device of its address, or on none when one of them cannot
+    // (its error) or its owner holds its share of listeners already; unlisten undoes it.
+    Status listen_on_wires(Id& id);
     void unlisten(Id& id);
+    void unlisten_wires(Id& id);
 
     // CmWireSink: a wire's events are queued, then handled by drain_events().
     void queue(std::size_t wire, const CmWireEvent& e) override;
@@ -198,6 +204,7 @@ class CmService final : private CmWireSink {
     HandleTable<Id> ids_;
     std::map<std::uint64_t, CmSession*> sessions_;  // by cookie
     std::map<std::uint32_t, std::uint32_t> ids_by_uid_;
+    std::map<std::uint32_t, std::uint32_t> listeners_by_uid_;  // ids with `listening` set
     std::uint64_t next_cookie_;
     std::uint64_t rng_;
     CmServiceCounters counters_;

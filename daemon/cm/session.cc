@@ -169,12 +169,13 @@ int CmSession::listen(const shm::CmListenReq& req) {
     // (Linux's rdma_listen checks the port as if no id reused it), and keeps it so.
     if (!service_.bindable(*id, id->ip, id->port, false))
         return cm_refuse(EADDRINUSE, op, fmt::format("port {} is in use", id->port));
-    id->reuse = false;
     id->backlog = req.backlog > 0 && req.backlog < kMaxBacklog ? req.backlog : kMaxBacklog;
+    if (const Status on = service_.listen_on_wires(*id); !on)
+        return cm_refuse(on.error().code, op, on.error().message);
+    id->reuse = false;
     id->state = CmService::Id::State::listening;
     spdlog::debug("cm: id {} listens on port {} (port space {:#x})", req.id, id->port,
                   static_cast<unsigned>(id->ps));
-    service_.listen_on_wires(*id);
     return 0;
 }
 

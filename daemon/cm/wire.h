@@ -121,8 +121,9 @@ class CmWire {
 
     // The listener of an id on `port`: true when the wire listens for it (unlisten() once
     // for each), false when it has nothing to listen on (it takes every request and the
-    // service matches them) or cannot listen there (logged).
-    virtual bool listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) = 0;
+    // service matches them), or the reason it cannot listen there (the listen fails).
+    virtual Result<bool> listen(std::uint16_t port, std::uint32_t backlog,
+                                std::uint8_t qp_type) = 0;
     virtual void unlisten(std::uint16_t port) = 0;
 
     virtual Result<WireConn> connect(const CmConnectSpec& spec) = 0;

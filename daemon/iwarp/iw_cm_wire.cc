@@ -33,14 +33,16 @@ std::size_t IwCmWire::private_max(CmMessage m, bool) const {
     return 0;
 }
 
-bool IwCmWire::listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) {
+Result<bool> IwCmWire::listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) {
     // rdma_cm's connected port spaces take MPA requests too, as Linux listens on every
-    // device of an address; a port whose TCP cannot listen there serves RoCE alone.
+    // device of an address; where the port's TCP cannot listen, the listen fails (as Linux's
+    // rdma_listen does when a device's listen fails), so that no listener seems to serve
+    // connects it never sees.
     if (qp_type == IBV_QPT_UD) return false;
-    if (const int err = iw_.listen(port, backlog); err != 0) {
-        spdlog::debug("cm: no iWARP listener on TCP {}: {}", port, std::strerror(err));
-        return false;
-    }
+    if (const int err = iw_.listen(port, backlog); err != 0)
+        return make_error(err, fmt::format("no TCP listener on port {}: {}", port,
+                                           err == ENOBUFS ? "the port's listener table is full"
+                                                          : std::strerror(err)));
     return true;
 }
 

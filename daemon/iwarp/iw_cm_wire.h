@@ -23,7 +23,7 @@ class IwCmWire final : public CmWire {
     bool datagrams() const override { return false; }  // iWARP is connected alone
     std::size_t private_max(CmMessage m, bool datagram) const override;
 
-    bool listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) override;
+    Result<bool> listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) override;
     void unlisten(std::uint16_t port) override;
     Result<WireConn> connect(const CmConnectSpec& spec) override;
     void owned_by(WireConn conn, const Peer& owner) override;

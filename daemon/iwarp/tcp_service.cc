@@ -19,6 +19,8 @@ TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key,
     c.local_ip = port.ip().addr;
     c.max_connections = max_connections;
     c.max_per_peer = max_per_peer;
+    // rdma_cm's listeners on the port (CmService shares them out per user).
+    c.max_listeners = kMaxListeners;
     c.conn.mtu = port.mtu();
     c.conn.isn_key = key;
     // A burst per poll no larger than the port's tx buffer: the device takes it whole.

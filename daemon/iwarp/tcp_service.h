@@ -134,6 +134,10 @@ int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq
 int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
                    shm::TcpConnsReply& r, const std::function<bool(const shm::TcpConnInfo&)>& keep);
 
+// TCP listeners per port: rdma_cm's listening ids of every user (CmService::kMaxListenersPerUid
+// each, but root's).
+inline constexpr std::uint32_t kMaxListeners = 256;
+
 // The stack configuration snicd runs each port with: the port's address and MTU, a random
 // ISN key (per daemon start), the connection bounds of snicd's options, defaults elsewhere.
 TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key,

@@ -32,8 +32,9 @@ class FakeCmWire final : public CmWire {
     std::size_t private_max(CmMessage m, bool) const override {
         return m == CmMessage::request ? 8 : answer_max;
     }
-    bool listen(std::uint16_t port, std::uint32_t, std::uint8_t) override {
+    Result<bool> listen(std::uint16_t port, std::uint32_t, std::uint8_t) override {
         calls.push_back("listen " + std::to_string(port));
+        if (listen_error != 0) return make_error(listen_error, "cannot listen");
         return listens_;
     }
     void unlisten(std::uint16_t port) override {
@@ -93,6 +94,7 @@ class FakeCmWire final : public CmWire {
     CmConnectSpec last_connect;
     std::int32_t owner_pid = 0;
     bool refuse_connect = false;
+    int listen_error = 0;  // listen() fails with it
     WireConn next_conn = 0x100;
 
   private:
@@ -445,6 +447,43 @@ TEST_F(CmSeam, the_status_shows_a_user_its_own_ids_and_root_every_id) {
     service->fill_status(r, 2000);
     EXPECT_EQ(r.ids, 0u);
     EXPECT_EQ(r.states[1], 0u);
+}
+
+// A listen a device cannot honour (the port's TCP listener table full) fails with the
+// device's error, as Linux's rdma_listen does, instead of listening on the other devices
+// alone: the id stays idle and may listen once the device can.
+TEST_F(CmSeam, a_listen_a_device_cannot_honour_fails_and_leaves_the_id_idle) {
+    const shm::Handle h = create();
+    shm::CmBindReply b{};
+    ASSERT_EQ(session->bind({h, 0, 7000, 0, 0}, b), 0);
+    iw.listen_error = ENOBUFS;
+    EXPECT_EQ(session->listen({h, 4}), ENOBUFS);
+    EXPECT_EQ(state_count(1), 0u) << "no id listens";
+    hand(iw, request(WireConn{5}));
+    EXPECT_FALSE(next().has_value()) << "no connect request reaches the id";
+    iw.listen_error = 0;
+    EXPECT_EQ(session->listen({h, 4}), 0);
+    EXPECT_EQ(state_count(1), 1u);
+}
+
+// One user (other than root) holds at most kMaxListenersPerUid listeners of the devices'
+// tables (an iWARP port's TCP has 256): the next listen fails with ENOBUFS; one goes, and a
+// listen succeeds again.
+TEST_F(CmSeam, a_user_holds_its_share_of_listeners_and_no_more) {
+    std::vector<shm::Handle> held;
+    shm::CmBindReply b{};
+    for (std::uint32_t i = 0; i < CmService::kMaxListenersPerUid; ++i) {
+        held.push_back(create());
+        ASSERT_EQ(session->bind({held.back(), 0, static_cast<std::uint16_t>(8000 + i), 0, 0}, b),
+                  0);
+        ASSERT_EQ(session->listen({held.back(), 4}), 0) << i;
+    }
+    const shm::Handle extra = create();
+    ASSERT_EQ(session->bind({extra, 0, 9000, 0, 0}, b), 0);
+    EXPECT_EQ(session->listen({extra, 4}), ENOBUFS);
+    EXPECT_EQ(iw.calls.back(), "unlisten 9000") << "the device's listener is given back";
+    ASSERT_EQ(session->destroy_id({held.front(), 0}), 0);
+    EXPECT_EQ(session->listen({extra, 4}), 0);
 }
 
 // snicctl tcp, asked by a client other than root, lists the TCP rows of its own ids: the
