@@ -1,5 +1,6 @@
 #include "proto/cm/agent.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <limits>
@@ -18,6 +19,19 @@ constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
 // 4.096 us * 2^t, the unit of every CM timeout field.
 constexpr std::uint64_t timeout_ns(std::uint8_t exponent) {
     return std::uint64_t{4096} << (exponent & 31u);
+}
+
+// The longest waits the agent keeps a connection half-open for, whatever a REQ (the peer's or
+// the local client's) or an MRA asks: a response timeout of at most 2^20 units (4.3 s, what
+// Linux's rdma_cm asks for its own REQs), so that with the 15 retries a field can name, a
+// connection nobody answers is gone within about 70 s (not the 39 hours that 31 and 15 make);
+// an MRA's service timeout of at most 2^24 units (69 s, the delay Linux's rdma_cm asks for
+// in its own MRAs).
+constexpr std::uint8_t kMaxResponseTimeout = 20;
+constexpr std::uint8_t kMaxServiceTimeout = 24;
+
+constexpr std::uint8_t response_timeout(std::uint8_t asked) {
+    return std::min(asked, kMaxResponseTimeout);
 }
 
 constexpr std::array<std::string_view, kStates> kStateNames = {
@@ -384,7 +398,7 @@ struct Actions {
 
     // MRA received: the peer needs longer; wait its service timeout before resending.
     static void mra_wait(Agent& a, Conn& c, const Ctx& x) {
-        arm(a, c, x.now + timeout_ns(x.service_timeout));
+        arm(a, c, x.now + timeout_ns(std::min(x.service_timeout, kMaxServiceTimeout)));
     }
 
     static void send_rep(Agent& a, Conn& c, const Ctx& x) {
@@ -835,7 +849,7 @@ struct Receivers {
         c.remote_comm_id = r->local_comm_id;
         c.tid = rx.tid;
         c.peer = Actions::peer_of(*r);
-        c.timeout_exp = r->local_cm_response_timeout;
+        c.timeout_exp = response_timeout(r->local_cm_response_timeout);
         c.max_retries = r->max_cm_retries;
         a.by_remote_.emplace(std::pair{c.remote_ip, c.remote_comm_id}, c.id);
         a.by_qpn_.emplace(std::pair{c.remote_ip, c.peer.qpn}, c.id);
@@ -1040,7 +1054,7 @@ Result<ConnId> Agent::connect(const ConnectParams& p, std::uint64_t now) {
     c.remote_ip = p.remote_ip;
     c.service_id = p.service_id;
     c.local = p.qp;
-    c.timeout_exp = p.cm_response_timeout;
+    c.timeout_exp = response_timeout(p.cm_response_timeout);
     c.max_retries = p.max_cm_retries;
     Actions::dispatch(*this, c, Input::connect, Ctx{.now = now, .params = &p});
     return c.id;
@@ -1103,7 +1117,7 @@ Result<ConnId> Agent::sidr_request(std::uint32_t local_ip, std::uint32_t remote_
     c.local_ip = local_ip != 0 ? local_ip : config_.local_ip;
     c.remote_ip = remote_ip;
     c.service_id = service_id;
-    c.timeout_exp = timeout;
+    c.timeout_exp = response_timeout(timeout);
     c.max_retries = retries;
     Actions::dispatch(*this, c, Input::sidr_request, Ctx{.now = now, .priv = private_data});
     return c.id;

@@ -571,6 +571,53 @@ TEST(CmAgent, RepRetriesExhaustedUnreachableAndPeerRejected) {
     EXPECT_EQ(p.a.state_of(id), State::timewait);
 }
 
+// A client's connect asking the longest waits the REQ's fields can name (31: 2.4 hours a try,
+// 15 retries) to a peer that never answers holds its half-open entry for 16 tries of 4.3 s
+// (2^20 units), not 39 hours: the agent bounds the wait.
+TEST(CmAgent, AConnectNobodyAnswersIsGoneWithinTheAgentsBound) {
+    CmPair p;
+    p.drop = [](const SentMad& s) { return s.attr() == AttrId::req; };
+    ConnectParams cp = CmPair::params();
+    cp.cm_response_timeout = 31;
+    cp.max_cm_retries = 15;
+    auto id = p.a.connect(cp, p.now);
+    ASSERT_TRUE(id.ok());
+    EXPECT_EQ(p.a.next_deadline(), p.now + interval_ns(20));
+    p.advance(16 * interval_ns(20));
+    EXPECT_EQ(p.ep_a.count(EventType::unreachable), 1u);
+    EXPECT_EQ(p.ep_a.sent_count(AttrId::req), 16u);
+    EXPECT_EQ(p.a.half_open(), 0u);
+}
+
+// The same for a peer's REQ that asks 31 (its local CM response timeout): the REP is resent
+// at the agent's bound.
+TEST(CmAgent, APeersLongResponseTimeoutIsBoundedToo) {
+    AgentConfig ca = CmPair::config(kIpA, 11);
+    ca.local_cm_response_timeout = 31;
+    CmPair p(ca);
+    p.drop = [](const SentMad& s) { return s.attr() == AttrId::rep; };
+    ConnId passive = 0;
+    p.establish(&passive, 0x111, 14);
+    EXPECT_EQ(p.b.next_deadline(), p.now + interval_ns(20));
+}
+
+// An MRA's service timeout is bounded as Linux's own MRAs ask (2^24 units, 69 s), not the
+// 2.4 hours of 31.
+TEST(CmAgent, AnMrasServiceTimeoutIsBounded) {
+    CmPair p;
+    auto id = p.a.connect(CmPair::params(), p.now);
+    p.pump();
+    const ConnId passive = p.ep_b.events.at(0).id;
+    MraMsg m;
+    m.local_comm_id = passive;
+    m.remote_comm_id = *id;
+    m.message_mraed = static_cast<std::uint8_t>(MsgCode::req);
+    m.service_timeout = 31;
+    p.a.receive(kIpB, kGsiQpn, build_mad(9, m), p.now);
+    EXPECT_EQ(p.a.state_of(*id), State::mra_req_rcvd);
+    EXPECT_EQ(p.a.next_deadline(), p.now + interval_ns(24));
+}
+
 TEST(CmAgent, MraFromPeerExtendsTheReqTimer) {
     CmPair p;
     auto id = p.a.connect(CmPair::params(), p.now);
