@@ -171,6 +171,15 @@ bool CmService::has_room(const CmSession& owner) const {
     return it == ids_by_uid_.end() || it->second < kMaxIdsPerUid;
 }
 
+std::uint32_t CmService::connecting(std::uint32_t uid) const {
+    std::uint32_t n = 0;
+    ids_.for_each([&](const Id& id) {
+        n +=
+            id.state == Id::State::connecting && id.owner != nullptr && id.owner->peer().uid == uid;
+    });
+    return n;
+}
+
 void CmService::count_id(CmSession& owner, int delta) {
     owner.ids_ = static_cast<std::uint32_t>(static_cast<int>(owner.ids_) + delta);
     std::uint32_t& n = ids_by_uid_[owner.peer().uid];

@@ -126,6 +126,10 @@ class CmService final : private CmWireSink {
     // daemon_tcp_config) per user other than root: eight users together fill a port's table,
     // one alone cannot (ENOBUFS past it).
     static constexpr std::uint32_t kMaxListenersPerUid = 32;
+    // Connects not yet answered per user other than root: a quarter of a port's half-open
+    // table (4,096), so one user's connects to a dead address cannot take it all (EAGAIN past
+    // it, as the agent's own bound answers).
+    static constexpr std::uint32_t kMaxConnectingPerUid = 1024;
 
     // `devices` are the ports in port order, `wires` their devices' (at most 64); `seed`
     // makes ephemeral ports unpredictable.
@@ -196,6 +200,8 @@ class CmService final : private CmWireSink {
     void unlink(Id& id, bool tell_wire = true);
     // Whether `owner` may hold one more id; counting one in or out.
     bool has_room(const CmSession& owner) const;
+    // The ids of `uid` whose connect request is not yet answered.
+    std::uint32_t connecting(std::uint32_t uid) const;
     void count_id(CmSession& owner, int delta);
 
     const std::vector<DevicePort>& devices_;

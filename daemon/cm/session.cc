@@ -206,6 +206,10 @@ int CmSession::connect(const shm::CmConnectReq& req) {
             room(w.private_max(CmMessage::request, sidr), req.param.private_data);
         req.param.private_data_len > max)
         return too_long(op, req.param.private_data_len, max);
+    if (peer_.uid != 0 && service_.connecting(peer_.uid) >= CmService::kMaxConnectingPerUid)
+        return cm_refuse(EAGAIN, op,
+                         fmt::format("uid {} has {} connects unanswered, its share", peer_.uid,
+                                     CmService::kMaxConnectingPerUid));
     const std::uint32_t local = service_.devices_[index].ip.addr.value;
     if (!id->bound) {
         const std::uint16_t port = service_.ephemeral_port(*id, local);

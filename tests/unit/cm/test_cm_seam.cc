@@ -486,6 +486,28 @@ TEST_F(CmSeam, a_user_holds_its_share_of_listeners_and_no_more) {
     EXPECT_EQ(session->listen({extra, 4}), 0);
 }
 
+// One user (other than root) has at most kMaxConnectingPerUid connects unanswered, a quarter
+// of a port's half-open table: the next connect fails with EAGAIN and reaches no wire; an
+// answer (here a rejection) makes room again.
+TEST_F(CmSeam, a_user_holds_its_share_of_unanswered_connects_and_no_more) {
+    shm::CmConnectReq c{};
+    c.dst_ip = 0xc6120009;
+    c.dst_port = 5000;
+    c.transport = static_cast<std::uint8_t>(shm::kTransportRoce);
+    WireConn first = 0;
+    for (std::uint32_t i = 0; i < CmService::kMaxConnectingPerUid; ++i) {
+        c.id = create();
+        ASSERT_EQ(session->connect(c), 0) << i;
+        if (i == 0) first = roce.next_conn - 1;
+    }
+    c.id = create();
+    const std::size_t calls = roce.calls.size();
+    EXPECT_EQ(session->connect(c), EAGAIN);
+    EXPECT_EQ(roce.calls.size(), calls) << "the refused connect reached the wire";
+    hand(roce, event(CmWireEvent::Kind::rejected, first));
+    EXPECT_EQ(session->connect(c), 0);
+}
+
 // snicctl tcp, asked by a client other than root, lists the TCP rows of its own ids: the
 // listener of its listening id (bound to any address) and the connection of the request
 // its listener took; another uid's question sees none of them, nor a row no id names.
