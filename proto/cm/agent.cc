@@ -421,6 +421,19 @@ struct Actions {
         c.retries = 0;
         send(a, c, MsgType::rep, c.tid, m);
         arm(a, c, x.now + interval(c));
+        oldest_unconfirmed(a);  // drops the entries of those no longer waiting
+        a.unconfirmed_.push_back(c.id);
+    }
+
+    // The passive connection that sent its REP longest ago and still waits for the RTU, or
+    // nullptr.
+    static Conn* oldest_unconfirmed(Agent& a) {
+        while (!a.unconfirmed_.empty()) {
+            Conn* c = a.find(a.unconfirmed_.front());
+            if (c != nullptr && c->state == State::rep_sent) return c;
+            a.unconfirmed_.pop_front();
+        }
+        return nullptr;
     }
 
     // REP received for our REQ: learn the peer's id and QP, wait for confirm() or reject().
@@ -837,6 +850,15 @@ struct Receivers {
             reject_unknown_req(a, rx, *r, rej_reason::stale_connection);
             if (Conn* old = a.find(it->second)) Actions::dispatch(a, *old, Input::stale, x);
             return;
+        }
+        if (a.half_open_ >= a.config_.max_half_open) {
+            // Full: the oldest connection still waiting for its RTU gives way (a peer's RTU
+            // comes within a round trip; a spoofed REQ's never does), as a SYN queue under a
+            // flood drops its oldest entries.
+            if (Conn* old = Actions::oldest_unconfirmed(a)) {
+                ++a.counters_.half_open_evicted;
+                Actions::dispatch(a, *old, Input::timer_expired, x);
+            }
         }
         if (a.half_open_ >= a.config_.max_half_open) {
             ++a.counters_.half_open_refused;

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -174,6 +175,9 @@ struct AgentCounters {
     std::uint64_t duplicates = 0;         // a request seen again (answered from state)
     std::uint64_t stale = 0;              // stale connections found (REJ reason 10 sent)
     std::uint64_t half_open_refused = 0;  // REQs refused (sent or received) by max_half_open
+    // Passive connections given up to make room for a REQ: the oldest still waiting for the
+    // peer's RTU (REJ 4 sent, the consumer told unreachable).
+    std::uint64_t half_open_evicted = 0;
     std::array<std::uint64_t, kMsgTypes> rx{}, tx{};  // by MsgType
     std::array<std::uint64_t, kRxDrops> drops{};      // by RxDrop; they sum to mads_bad
 };
@@ -247,6 +251,11 @@ class Agent {
     std::set<std::pair<std::uint64_t, ConnId>> timers_;
     std::array<std::size_t, kStates> in_state_{};
     std::size_t half_open_ = 0;
+    // Passive connections in the order they sent their REP (entries of those no longer
+    // waiting for an RTU are dropped as they reach the front): a full half-open table gives
+    // up the oldest for a new REQ, so that a flood of REQs that never confirm cannot keep a
+    // peer that does from connecting.
+    std::deque<ConnId> unconfirmed_;
     AgentCounters counters_;
 };
 

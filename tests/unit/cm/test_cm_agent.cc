@@ -649,6 +649,41 @@ TEST(CmAgent, HalfOpenBoundRefusesReqWithNoResources) {
     EXPECT_EQ(p.b.half_open(), 2u);
 }
 
+// A full half-open table of connections that were accepted but never confirmed (REQs whose
+// sender never sends the RTU, as spoofed ones never do) gives up its oldest for a new REQ:
+// the old one gets REJ 4 (timeout) and its consumer `unreachable`; the new one is taken.
+TEST(CmAgent, AFullTableOfUnconfirmedConnectionsGivesUpItsOldestForANewReq) {
+    AgentConfig cb = CmPair::config(kIpB, 22);
+    cb.max_half_open = 2;
+    CmPair p(CmPair::config(kIpA, 11), cb);
+    p.ep_b.on_event = [&](const Event& e) {
+        if (e.type != EventType::req_received) return;
+        QpInfo q;
+        q.qpn = 0x200 + static_cast<std::uint32_t>(p.ep_b.count(EventType::req_received));
+        EXPECT_TRUE(p.b.accept(e.id, q, {}, p.now).ok());
+    };
+    std::vector<ConnId> ids;
+    for (std::uint32_t q = 1; q <= 2; ++q) ids.push_back(*p.a.connect(CmPair::params(q), p.now));
+    p.pump();  // A never confirms: B's two connections wait for RTUs
+    ASSERT_EQ(p.b.half_open(), 2u);
+    const ConnId oldest = p.ep_b.events.at(0).id;
+    ids.push_back(*p.a.connect(CmPair::params(3), p.now));
+    p.pump();
+    EXPECT_EQ(p.b.counters().half_open_evicted, 1u);
+    EXPECT_EQ(p.b.counters().half_open_refused, 0u);
+    EXPECT_EQ(p.ep_b.count(EventType::req_received), 3u);
+    EXPECT_EQ(p.ep_b.sent_count(AttrId::rep), 3u);
+    EXPECT_EQ(p.b.state_of(oldest), State::timewait);
+    auto gone = p.ep_b.last(EventType::unreachable);
+    ASSERT_TRUE(gone);
+    EXPECT_EQ(gone->id, oldest);
+    auto e = p.ep_a.last(EventType::rejected);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->id, ids[0]);
+    EXPECT_EQ(e->reject_reason, rej_reason::timeout);
+    EXPECT_EQ(p.b.half_open(), 2u);
+}
+
 TEST(CmAgent, ConnectBeyondTheHalfOpenBoundFails) {
     AgentConfig ca = CmPair::config(kIpA, 11);
     ca.max_half_open = 1;
