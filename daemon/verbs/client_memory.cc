@@ -112,11 +112,14 @@ ClientFd::~ClientFd() {
     if (fd_) g_fds.fetch_sub(1, std::memory_order_relaxed);
 }
 
-Mapping::Mapping(void* addr, std::size_t bytes, std::uint32_t regions, std::uint64_t* owner_bytes)
-    : addr_(addr), bytes_(bytes), regions_(regions), owner_bytes_(owner_bytes) {
+Mapping::Mapping(void* addr, std::size_t bytes, std::uint32_t regions, MappedTotals* totals)
+    : addr_(addr), bytes_(bytes), regions_(regions), totals_(totals) {
     g_mapped_bytes.fetch_add(bytes_, std::memory_order_relaxed);
     g_mappings.fetch_add(regions_, std::memory_order_relaxed);
-    if (owner_bytes_ != nullptr) *owner_bytes_ += bytes_;
+    if (totals_ != nullptr) {
+        totals_->bytes += bytes_;
+        totals_->mappings += regions_;
+    }
 }
 
 Mapping& Mapping::operator=(Mapping&& o) noexcept {
@@ -125,7 +128,7 @@ Mapping& Mapping::operator=(Mapping&& o) noexcept {
         addr_ = std::exchange(o.addr_, nullptr);
         bytes_ = std::exchange(o.bytes_, 0);
         regions_ = std::exchange(o.regions_, 0);
-        owner_bytes_ = std::exchange(o.owner_bytes_, nullptr);
+        totals_ = std::exchange(o.totals_, nullptr);
         guards_ = std::exchange(o.guards_, {});
     }
     return *this;
@@ -144,14 +147,17 @@ void Mapping::reset() {
     ::munmap(addr_, bytes_);
     g_mapped_bytes.fetch_sub(bytes_, std::memory_order_relaxed);
     g_mappings.fetch_sub(regions_, std::memory_order_relaxed);
-    if (owner_bytes_ != nullptr) *owner_bytes_ -= bytes_;
+    if (totals_ != nullptr) {
+        totals_->bytes -= bytes_;
+        totals_->mappings -= regions_;
+    }
     addr_ = nullptr;
     bytes_ = 0;
     regions_ = 0;
-    owner_bytes_ = nullptr;
+    totals_ = nullptr;
 }
 
-Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes) {
+Result<Mapping> map_object(int fd, std::size_t bytes, MappedTotals* totals) {
     if (bytes == 0) return make_error(EINVAL, "empty mapping");
     if (auto st = check_memfd(fd, bytes); !st) return st.error();
     // An object's rings are written by snicd unguarded: no huge page a client could punch out.
@@ -159,7 +165,7 @@ Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes
         return make_error(EINVAL, "a hugetlb memfd cannot hold an object's rings");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return mmap_error("mmap of the memfd");
-    return Mapping(p, bytes, 1, owner_bytes);
+    return Mapping(p, bytes, 1, totals);
 }
 
 namespace {
@@ -337,7 +343,7 @@ Status map_segment(std::byte* at, const shm::MrSegment& s, std::size_t i, int fd
 }  // namespace
 
 Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
-                           bool writable, const MemoryOwner& owner, std::uint64_t* owner_bytes) {
+                           bool writable, const MemoryOwner& owner, MappedTotals* totals) {
     if (segs.empty()) return make_error(EINVAL, "no segments");
     auto plan = plan_region(segs, fds, writable, owner);
     if (!plan) return plan.error();
@@ -365,7 +371,7 @@ Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const
     // What lies around the range goes back.
     ::munmap(lo, range - lo);
     ::munmap(range + p.total, lo + span - (range + p.total));
-    Mapping m(range, p.total, static_cast<std::uint32_t>(segs.size()), owner_bytes);
+    Mapping m(range, p.total, static_cast<std::uint32_t>(segs.size()), totals);
     // A hugetlb page the client punches out faults on snicd's next access if the pool has no
     // page then: guarded, so that the fault costs the client its page, not snicd its life.
     for (std::size_t i = 0; i < segs.size(); ++i) {

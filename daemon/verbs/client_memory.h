@@ -78,8 +78,15 @@ struct MemoryOwner {
     std::uint32_t gid;
 };
 
-// One mapping of client memory, MAP_SHARED; unmapped on destruction. `owner_bytes`, when
-// given, is a session's count of mapped bytes, kept up to date.
+// What one owner (a client's session) has mapped of client memory: bytes, and the mmaps
+// they took (the daemon's mappings are bounded per user and in all).
+struct MappedTotals {
+    std::uint64_t bytes = 0;
+    std::uint32_t mappings = 0;
+};
+
+// One mapping of client memory, MAP_SHARED; unmapped on destruction. `totals`, when given,
+// are a session's, kept up to date.
 class Mapping {
   public:
     Mapping() = default;
@@ -87,7 +94,7 @@ class Mapping {
         : addr_(std::exchange(o.addr_, nullptr)),
           bytes_(std::exchange(o.bytes_, 0)),
           regions_(std::exchange(o.regions_, 0)),
-          owner_bytes_(std::exchange(o.owner_bytes_, nullptr)),
+          totals_(std::exchange(o.totals_, nullptr)),
           guards_(std::exchange(o.guards_, {})) {}
     Mapping& operator=(Mapping&& o) noexcept;
     ~Mapping() { reset(); }
@@ -100,11 +107,11 @@ class Mapping {
     void reset();
 
   private:
-    friend Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes);
+    friend Result<Mapping> map_object(int fd, std::size_t bytes, MappedTotals* totals);
     friend Result<Mapping> map_region(std::span<const shm::MrSegment> segs,
                                       std::span<const int> fds, bool writable,
-                                      const MemoryOwner& owner, std::uint64_t* owner_bytes);
-    Mapping(void* addr, std::size_t bytes, std::uint32_t regions, std::uint64_t* owner_bytes);
+                                      const MemoryOwner& owner, MappedTotals* totals);
+    Mapping(void* addr, std::size_t bytes, std::uint32_t regions, MappedTotals* totals);
 
     // The fault_guard slots of its hugetlb segments (daemon/verbs/fault_guard.h): the pages that
     // can fault under snicd when the client punches them out.
@@ -116,7 +123,7 @@ class Mapping {
     void* addr_ = nullptr;
     std::size_t bytes_ = 0;
     std::uint32_t regions_ = 0;  // mmap calls it took (counted as mappings)
-    std::uint64_t* owner_bytes_ = nullptr;
+    MappedTotals* totals_ = nullptr;
     Guards guards_;
 };
 
@@ -124,7 +131,7 @@ class Mapping {
 // F_SEAL_SHRINK, at least `bytes` long, not on hugetlbfs) and maps its first `bytes`
 // read-write. EINVAL with the reason otherwise; ENOMEM when the mapping fails for want of
 // memory.
-Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes);
+Result<Mapping> map_object(int fd, std::size_t bytes, MappedTotals* totals);
 
 // Maps the segments of a memory registration where they lie relative to each other: a
 // reserved range covering them all, aligned as the client's addresses are to the largest
@@ -139,7 +146,7 @@ Result<Mapping> map_object(int fd, std::size_t bytes, std::uint64_t* owner_bytes
 // Segments must be in address order and contiguous (the caller checks); each must be
 // aligned to its backing's page size (checked here). Read-only unless `writable`.
 Result<Mapping> map_region(std::span<const shm::MrSegment> segs, std::span<const int> fds,
-                           bool writable, const MemoryOwner& owner, std::uint64_t* owner_bytes);
+                           bool writable, const MemoryOwner& owner, MappedTotals* totals);
 
 // Whether `fd` is a notification socket (an AF_UNIX SOCK_STREAM end, see shm/control_abi.h).
 bool is_notify_socket(int fd);

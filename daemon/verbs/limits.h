@@ -16,6 +16,11 @@ namespace snic::daemon {
 struct KindLimit {
     std::uint32_t per_client;
     std::uint32_t per_daemon;
+    // A user other than root holds at most half of the daemon's objects of a kind, and such
+    // users together leave root the last sixteenth: one user's clients cannot take a table
+    // from every other user, nor all users from root.
+    constexpr std::uint32_t per_uid() const { return per_daemon / 2; }
+    constexpr std::uint32_t root_reserve() const { return per_daemon / 16; }
 };
 
 struct Limits {
@@ -50,6 +55,10 @@ struct Limits {
     std::uint64_t max_mapped_per_uid;
     std::uint64_t max_mapped_per_daemon;
     std::uint32_t max_mappings_per_daemon;
+    // Of those mmaps: at most this many for one user other than root, and this many that
+    // only root's clients may take.
+    std::uint32_t max_mappings_per_uid;
+    std::uint32_t root_reserved_mappings;
 
     // Client descriptors snicd keeps open (notification sockets), per client and per user
     // (uid): the checks of Resources::keep_fd, EMFILE beyond them.
@@ -102,6 +111,8 @@ inline constexpr Limits kLimits{
     .max_mapped_per_uid = std::uint64_t{32} << 40,
     .max_mapped_per_daemon = std::uint64_t{64} << 40,
     .max_mappings_per_daemon = 49152,
+    .max_mappings_per_uid = 24576,
+    .root_reserved_mappings = 3072,
     // What a client leaves with snicd: the notification socket of its device (async events),
     // of each completion channel and of each rdma_cm connection (memfds are closed once
     // mapped; the control connection itself is bounded by the connection quotas, 64 per uid

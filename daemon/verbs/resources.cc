@@ -166,20 +166,34 @@ Resources::Resources(const Limits& limits, std::uint64_t seed)
       qpns_(limits.of(shm::ObjKind::qp).per_daemon, kQpnFormat, table_seed(seed, 1)),
       srqns_(limits.of(shm::ObjKind::srq).per_daemon, kSrqnFormat, table_seed(seed, 2)) {}
 
-bool Resources::reserve(shm::ObjKind k, Counts& session) {
+bool Resources::reserve(shm::ObjKind k, Counts& session, std::uint32_t uid) {
     const auto i = static_cast<std::size_t>(k);
     const KindLimit l = limits_.objects[i];
     if (session[i] >= l.per_client || counts_[i] >= l.per_daemon) return false;
+    if (uid != 0 &&
+        (count_of_uid(k, uid) >= l.per_uid() || counts_[i] >= l.per_daemon - l.root_reserve()))
+        return false;
     ++session[i];
     ++counts_[i];
+    ++counts_by_uid_[uid][i];
     return true;
 }
 
-void Resources::release(shm::ObjKind k, Counts& session) {
+void Resources::release(shm::ObjKind k, Counts& session, std::uint32_t uid) {
     const auto i = static_cast<std::size_t>(k);
     assert(session[i] > 0 && counts_[i] > 0);
     --session[i];
     --counts_[i];
+    const auto it = counts_by_uid_.find(uid);
+    assert(it != counts_by_uid_.end() && it->second[i] > 0);
+    if (it == counts_by_uid_.end()) return;
+    --it->second[i];
+    if (it->second == Counts{}) counts_by_uid_.erase(it);
+}
+
+std::uint32_t Resources::count_of_uid(shm::ObjKind k, std::uint32_t uid) const {
+    const auto it = counts_by_uid_.find(uid);
+    return it == counts_by_uid_.end() ? 0 : it->second[static_cast<std::size_t>(k)];
 }
 
 Result<KeptFd> Resources::keep_fd(Fd fd, std::uint32_t uid, std::uint32_t& client) {

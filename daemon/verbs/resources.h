@@ -179,10 +179,13 @@ class Resources {
 
     const Limits& limits() const { return limits_; }
 
-    // One object of kind `k` for the session counting in `session`: counted in both, or false
-    // when the per-client or the per-daemon limit is reached (ENOMEM).
-    bool reserve(shm::ObjKind k, Counts& session);
-    void release(shm::ObjKind k, Counts& session);
+    // One object of kind `k` for the session counting in `session`, a client of user `uid`:
+    // counted in both and in the user's, or false (ENOMEM) when the per-client or the
+    // per-daemon limit is reached, or, for a user other than root, its share (per_uid) or the
+    // daemon's limit less root's reserve.
+    bool reserve(shm::ObjKind k, Counts& session, std::uint32_t uid);
+    void release(shm::ObjKind k, Counts& session, std::uint32_t uid);
+    std::uint32_t count_of_uid(shm::ObjKind k, std::uint32_t uid) const;
     std::uint32_t count(shm::ObjKind k) const { return counts_[static_cast<std::size_t>(k)]; }
     const Counts& counts() const { return counts_; }
 
@@ -220,6 +223,7 @@ class Resources {
     const Limits limits_;
     Counts counts_{};
     std::map<std::uint32_t, std::uint32_t> fds_by_uid_;  // users keeping none are left out
+    std::map<std::uint32_t, Counts> counts_by_uid_;      // users holding none are left out
     NameTable keys_;
     NameTable qpns_;
     NameTable srqns_;
@@ -231,26 +235,29 @@ class Resources {
 class Counted {
   public:
     Counted() = default;
-    Counted(Resources& r, shm::ObjKind k, Counts& session) : r_(&r), k_(k), session_(&session) {}
+    Counted(Resources& r, shm::ObjKind k, Counts& session, std::uint32_t uid)
+        : r_(&r), k_(k), session_(&session), uid_(uid) {}
     Counted(Counted&& o) noexcept
-        : r_(std::exchange(o.r_, nullptr)), k_(o.k_), session_(o.session_) {}
+        : r_(std::exchange(o.r_, nullptr)), k_(o.k_), session_(o.session_), uid_(o.uid_) {}
     Counted& operator=(Counted&& o) noexcept {
         if (this != &o) {
-            if (r_ != nullptr) r_->release(k_, *session_);
+            if (r_ != nullptr) r_->release(k_, *session_, uid_);
             r_ = std::exchange(o.r_, nullptr);
             k_ = o.k_;
             session_ = o.session_;
+            uid_ = o.uid_;
         }
         return *this;
     }
     ~Counted() {
-        if (r_ != nullptr) r_->release(k_, *session_);
+        if (r_ != nullptr) r_->release(k_, *session_, uid_);
     }
 
   private:
     Resources* r_ = nullptr;
     shm::ObjKind k_ = shm::ObjKind::pd;
     Counts* session_ = nullptr;
+    std::uint32_t uid_ = 0;
 };
 
 // One session's objects of one kind, named by handles (generation << 16) | index. Each

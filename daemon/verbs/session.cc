@@ -105,7 +105,7 @@ shm::ClientInfo Session::info() const {
     if (port_ != nullptr) std::snprintf(c.device, sizeof c.device, "%s", device_name().c_str());
     std::copy(counts_.begin(), counts_.end(), c.counts);
     c.fds = fds_;
-    c.mapped_bytes = mapped_bytes_;
+    c.mapped_bytes = mapped_.bytes;
     return c;
 }
 
@@ -133,7 +133,8 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     if (!notify) return refuse_quota(notify.error().code, op, notify.error().message);
 
     const shm::ContextLayout layout = shm::context_layout(shm::kAsyncCapacity);
-    auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
+    if (const int err = check_address_space(layout.bytes, 1, op); err != 0) return err;
+    auto map = map_object(fds.get(1), layout.bytes, &mapped_);
     if (!map) return refuse(map.error().code, op, "context memfd: " + map.error().message);
     shm::Doorbells* doorbells = doorbells_in(*map, layout);
     if (doorbells == nullptr) return refuse(EINVAL, op, "context memfd: no room for doorbells");
@@ -178,9 +179,10 @@ int Session::query_port(const shm::Empty&, FdList&, shm::QueryPortReply& out) {
 // ---- protection domains ---------------------------------------------------------
 
 int Session::alloc_pd(const shm::Empty&, FdList&, shm::HandleReply& out) {
-    if (!r_.reserve(ObjKind::pd, counts_)) return refuse(ENOMEM, "alloc_pd", "PD limit reached");
+    if (!r_.reserve(ObjKind::pd, counts_, peer_.uid))
+        return refuse(ENOMEM, "alloc_pd", "PD limit reached");
     auto pd = std::make_unique<Pd>();
-    pd->counted = Counted(r_, ObjKind::pd, counts_);
+    pd->counted = Counted(r_, ObjKind::pd, counts_, peer_.uid);
     const shm::Handle h = pds_.insert(std::move(pd));
     if (h == shm::kNoHandle) return refuse(ENOMEM, "alloc_pd", "handle table full");
     out = {h, 0};
@@ -202,29 +204,42 @@ int Session::check_address_space(std::uint64_t bytes, std::uint32_t mappings,
                                  const char* op) const {
     const Limits& l = r_.limits();
     std::uint64_t of_uid = 0;
-    for (const Session* s : r_.sessions())
-        if (s->peer().uid == peer_.uid) of_uid += s->mapped_bytes();
+    std::uint32_t maps_of_uid = 0;
+    for (const Session* s : r_.sessions()) {
+        if (s->peer().uid != peer_.uid) continue;
+        of_uid += s->mapped_bytes();
+        maps_of_uid += s->mappings();
+    }
     const ClientMemoryStats all = client_memory_stats();
     auto tib = [](std::uint64_t b) {
         return static_cast<double>(b) / double(std::uint64_t{1} << 40);
     };
-    if (mapped_bytes_ + bytes > l.max_mapped_per_client)
+    if (mapped_.bytes + bytes > l.max_mapped_per_client)
         return refuse(ENOMEM, op,
                       fmt::format("this client has {:.2f} TiB mapped: {:.2f} more would pass its "
                                   "quota of {:.0f} TiB",
-                                  tib(mapped_bytes_), tib(bytes), tib(l.max_mapped_per_client)));
+                                  tib(mapped_.bytes), tib(bytes), tib(l.max_mapped_per_client)));
     if (of_uid + bytes > l.max_mapped_per_uid)
         return refuse(ENOMEM, op,
                       fmt::format("uid {} has {:.2f} TiB mapped: {:.2f} more would pass its quota "
                                   "of {:.0f} TiB",
                                   peer_.uid, tib(of_uid), tib(bytes), tib(l.max_mapped_per_uid)));
+    // A user other than root holds at most its share of the daemon's mmaps, and leaves root
+    // its reserve: one user's regions cannot leave every other user, root included, ENOMEM.
+    if (peer_.uid != 0 && maps_of_uid + mappings > l.max_mappings_per_uid)
+        return refuse(ENOMEM, op,
+                      fmt::format("uid {} holds {} mappings: {} more would pass its share of {}",
+                                  peer_.uid, maps_of_uid, mappings, l.max_mappings_per_uid));
+    const std::uint32_t max_mappings =
+        l.max_mappings_per_daemon - (peer_.uid == 0 ? 0 : l.root_reserved_mappings);
     if (all.mapped_bytes + bytes > l.max_mapped_per_daemon ||
-        all.mappings + mappings > l.max_mappings_per_daemon)
+        all.mappings + mappings > max_mappings)
         return refuse(ENOMEM, op,
                       fmt::format("snicd maps {:.2f} TiB of client memory in {} mappings: no room "
-                                  "for {:.2f} TiB in {} more ({:.0f} TiB, {} mappings at most)",
+                                  "for {:.2f} TiB in {} more ({:.0f} TiB, {} mappings at most{})",
                                   tib(all.mapped_bytes), all.mappings, tib(bytes), mappings,
-                                  tib(l.max_mapped_per_daemon), l.max_mappings_per_daemon));
+                                  tib(l.max_mapped_per_daemon), max_mappings,
+                                  peer_.uid == 0 ? "" : ", the rest root's"));
     return 0;
 }
 
@@ -279,15 +294,15 @@ int Session::reg_mr(const shm::RegMrReq& req, FdList& fds, shm::RegMrReply& out)
                       fmt::format("segments end at {:#x}, the range at {:#x}", next, end));
 
     if (const int err = check_address_space(next - start, req.nsegs, op); err != 0) return err;
-    if (!r_.reserve(ObjKind::mr, counts_)) return refuse(ENOMEM, op, "MR limit reached");
+    if (!r_.reserve(ObjKind::mr, counts_, peer_.uid)) return refuse(ENOMEM, op, "MR limit reached");
     auto mr = std::make_unique<Mr>();
-    mr->counted = Counted(r_, ObjKind::mr, counts_);
+    mr->counted = Counted(r_, ObjKind::mr, counts_, peer_.uid);
 
     std::array<int, shm::kMaxMrSegments> fdv{};
     for (std::size_t i = 0; i < memfds; ++i) fdv[i] = fds.get(i);
     const MemoryOwner owner{peer_.pid, peer_.uid, peer_.gid};
     auto map = map_region(std::span(req.segs, req.nsegs), std::span(fdv.data(), memfds),
-                          (access & IBV_ACCESS_LOCAL_WRITE) != 0, owner, &mapped_bytes_);
+                          (access & IBV_ACCESS_LOCAL_WRITE) != 0, owner, &mapped_);
     if (!map) return refuse(map.error().code, op, map.error().message);
 
     mr->pd = Ref<Pd>(pd);
@@ -333,9 +348,9 @@ int Session::alloc_mw(const shm::AllocMwReq& req, FdList&, shm::AllocMwReply& ou
     if (pd == nullptr) return refuse(EINVAL, op, "no such PD " + hex(req.pd));
     if (req.type != IBV_MW_TYPE_1 && req.type != IBV_MW_TYPE_2)
         return refuse(EINVAL, op, fmt::format("window type {} (1 or 2)", req.type));
-    if (!r_.reserve(ObjKind::mw, counts_)) return refuse(ENOMEM, op, "MW limit reached");
+    if (!r_.reserve(ObjKind::mw, counts_, peer_.uid)) return refuse(ENOMEM, op, "MW limit reached");
     auto mw = std::make_unique<Mw>();
-    mw->counted = Counted(r_, ObjKind::mw, counts_);
+    mw->counted = Counted(r_, ObjKind::mw, counts_, peer_.uid);
     mw->pd = Ref<Pd>(pd);
     mw->type = req.type;
     const std::uint32_t rkey = r_.keys().acquire(mw.get(), NameTable::kMw);
@@ -366,12 +381,14 @@ int Session::create_channel(const shm::Empty&, FdList& fds, shm::HandleReply& ou
         return refuse(EINVAL, op, "first fd is not a notification socket (AF_UNIX SOCK_STREAM)");
     auto notify = r_.keep_fd(fds.take(0), peer_.uid, fds_);
     if (!notify) return refuse_quota(notify.error().code, op, notify.error().message);
-    if (!r_.reserve(ObjKind::channel, counts_)) return refuse(ENOMEM, op, "channel limit reached");
+    if (!r_.reserve(ObjKind::channel, counts_, peer_.uid))
+        return refuse(ENOMEM, op, "channel limit reached");
     auto ch = std::make_unique<Channel>();
-    ch->counted = Counted(r_, ObjKind::channel, counts_);
+    ch->counted = Counted(r_, ObjKind::channel, counts_, peer_.uid);
 
     const shm::Layout layout = shm::channel_layout(shm::kChannelCapacity);
-    auto map = map_object(fds.get(1), layout.bytes, &mapped_bytes_);
+    if (const int err = check_address_space(layout.bytes, 1, op); err != 0) return err;
+    auto map = map_object(fds.get(1), layout.bytes, &mapped_);
     if (!map) return refuse(map.error().code, op, map.error().message);
     auto ring = attach_ring<shm::RingProducer<std::uint32_t>>(*map, layout.ring0, layout.bytes,
                                                               shm::kChannelCapacity, "ring");
@@ -412,12 +429,13 @@ int Session::create_cq(const shm::CreateCqReq& req, FdList& fds, shm::CreateCqRe
         if (ch == nullptr) return refuse(EINVAL, op, "no such channel " + hex(req.channel));
     }
     if (fds.size() != 1) return refuse(EINVAL, op, "takes 1 fd: the CQ memfd");
-    if (!r_.reserve(ObjKind::cq, counts_)) return refuse(ENOMEM, op, "CQ limit reached");
+    if (!r_.reserve(ObjKind::cq, counts_, peer_.uid)) return refuse(ENOMEM, op, "CQ limit reached");
     auto cq = std::make_unique<Cq>();
-    cq->counted = Counted(r_, ObjKind::cq, counts_);
+    cq->counted = Counted(r_, ObjKind::cq, counts_, peer_.uid);
 
     const shm::Layout layout = shm::cq_layout(req.capacity);
-    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (const int err = check_address_space(layout.bytes, 1, op); err != 0) return err;
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_);
     if (!map) return refuse(map.error().code, op, map.error().message);
     auto ring = attach_ring<shm::RingProducer<shm::Cqe>>(*map, layout.ring0, layout.bytes,
                                                          req.capacity, "ring");
@@ -471,12 +489,14 @@ int Session::create_srq(const shm::CreateSrqReq& req, FdList& fds, shm::CreateSr
             fmt::format("ring capacity {} for max_wr {} (a power of two >= max_wr, <= {})",
                         req.capacity, req.max_wr, l.max_wq_capacity));
     if (fds.size() != 1) return refuse(EINVAL, op, "takes 1 fd: the SRQ memfd");
-    if (!r_.reserve(ObjKind::srq, counts_)) return refuse(ENOMEM, op, "SRQ limit reached");
+    if (!r_.reserve(ObjKind::srq, counts_, peer_.uid))
+        return refuse(ENOMEM, op, "SRQ limit reached");
     auto srq = std::make_unique<Srq>();
-    srq->counted = Counted(r_, ObjKind::srq, counts_);
+    srq->counted = Counted(r_, ObjKind::srq, counts_, peer_.uid);
 
     const shm::Layout layout = shm::srq_layout(req.capacity);
-    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (const int err = check_address_space(layout.bytes, 1, op); err != 0) return err;
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_);
     if (!map) return refuse(map.error().code, op, map.error().message);
     auto ring = attach_ring<shm::RingConsumer<shm::RecvWqe>>(*map, layout.ring0, layout.bytes,
                                                              req.capacity, "ring");
@@ -545,7 +565,8 @@ int Session::resize_srq(Srq& srq, const shm::ModifySrqReq& req, FdList& fds, std
             fmt::format("ring capacity {} for max_wr {} (a power of two >= max_wr, <= {})",
                         req.capacity, req.max_wr, l.max_wq_capacity));
     const shm::Layout layout = shm::srq_layout(req.capacity);
-    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (const int err = check_address_space(layout.bytes, 1, op); err != 0) return err;
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_);
     if (!map) return refuse(map.error().code, op, map.error().message);
     const std::span<std::byte> area = map->span(layout.ring0, layout.bytes - layout.ring0);
     // The limit the request arms is checked by the caller; otherwise the one armed now.

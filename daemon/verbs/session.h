@@ -221,11 +221,13 @@ class Session {
     const Peer& peer() const { return peer_; }
     bool opened() const { return port_ != nullptr; }
     const Counts& counts() const { return counts_; }
-    std::uint64_t mapped_bytes() const { return mapped_bytes_; }
+    std::uint64_t mapped_bytes() const { return mapped_.bytes; }
+    std::uint32_t mappings() const { return mapped_.mappings; }
     // The client's descriptors it keeps: the device's notification socket and each channel's.
     std::uint32_t fds() const { return fds_; }
     // Whether `bytes` more of client memory in `mappings` more mmaps fit the quotas of
-    // limits.h (this client, its uid, the daemon): 0, or ENOMEM with the reason logged.
+    // limits.h (this client, its uid, the daemon less root's reserve): 0, or ENOMEM with the
+    // reason logged. Asked before every mmap, a region's or an object's rings.
     int check_address_space(std::uint64_t bytes, std::uint32_t mappings, const char* op) const;
     shm::ClientInfo info() const;
     // The port of the device it opened (nullptr before open_device), and which of the port's
@@ -297,7 +299,7 @@ class Session {
     const std::uint32_t id_;
     // Declared before the tables: the objects update them as they go.
     Counts counts_{};
-    std::uint64_t mapped_bytes_ = 0;
+    MappedTotals mapped_;  // kept by the session's Mappings
     std::uint32_t fds_ = 0;
 
     const DevicePort* port_ = nullptr;  // set by open_device

@@ -86,12 +86,13 @@ int Session::create_qp(const shm::CreateQpReq& req, FdList& fds, shm::CreateQpRe
     if (const int err = check_qp_caps(req, srq != nullptr); err != 0) return err;
     const shm::QpCap& c = req.cap;
     if (fds.size() != 1) return refuse(EINVAL, op, "takes 1 fd: the QP memfd");
-    if (!r_.reserve(ObjKind::qp, counts_)) return refuse(ENOMEM, op, "QP limit reached");
+    if (!r_.reserve(ObjKind::qp, counts_, peer_.uid)) return refuse(ENOMEM, op, "QP limit reached");
     auto qp = std::make_unique<Qp>();
-    qp->counted = Counted(r_, ObjKind::qp, counts_);
+    qp->counted = Counted(r_, ObjKind::qp, counts_, peer_.uid);
 
     const shm::Layout layout = shm::qp_layout(req.sq_capacity, req.rq_capacity);
-    auto map = map_object(fds.get(0), layout.bytes, &mapped_bytes_);
+    if (const int err = check_address_space(layout.bytes, 1, op); err != 0) return err;
+    auto map = map_object(fds.get(0), layout.bytes, &mapped_);
     if (!map) return refuse(map.error().code, op, map.error().message);
     const std::size_t sq_end = req.rq_capacity == 0 ? layout.bytes : layout.ring1;
     auto sq = attach_ring<shm::RingConsumer<shm::SendWqe>>(*map, layout.ring0, sq_end,

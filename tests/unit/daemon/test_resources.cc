@@ -337,15 +337,45 @@ constexpr Limits small_limits() {
 TEST(Resources, per_client_and_per_daemon_limits) {
     Resources r(small_limits());
     Counts a{}, b{};
-    EXPECT_TRUE(r.reserve(ObjKind::pd, a));
-    EXPECT_TRUE(r.reserve(ObjKind::pd, a));
-    EXPECT_FALSE(r.reserve(ObjKind::pd, a));  // per client
-    EXPECT_TRUE(r.reserve(ObjKind::pd, b));
-    EXPECT_FALSE(r.reserve(ObjKind::pd, b));  // per daemon
+    EXPECT_TRUE(r.reserve(ObjKind::pd, a, 0));
+    EXPECT_TRUE(r.reserve(ObjKind::pd, a, 0));
+    EXPECT_FALSE(r.reserve(ObjKind::pd, a, 0));  // per client
+    EXPECT_TRUE(r.reserve(ObjKind::pd, b, 0));
+    EXPECT_FALSE(r.reserve(ObjKind::pd, b, 0));  // per daemon
     EXPECT_EQ(r.count(ObjKind::pd), 3u);
-    r.release(ObjKind::pd, a);
-    EXPECT_TRUE(r.reserve(ObjKind::pd, b));
+    r.release(ObjKind::pd, a, 0);
+    EXPECT_TRUE(r.reserve(ObjKind::pd, b, 0));
     EXPECT_EQ(b[static_cast<std::size_t>(ObjKind::pd)], 2u);
+}
+
+// The review's case: one user's clients (16 sessions of 1,024 PDs, 2 of 8,192 QPs) took the
+// daemon's whole table and every other user, root included, got ENOMEM. A user other than
+// root now stops at half the table, users together leave root its sixteenth, and root is
+// bound by the table alone.
+TEST(Resources, a_user_holds_its_share_of_a_table_and_root_keeps_its_reserve) {
+    Resources r;  // the daemon's limits: QPs 8,192 per client, 16,384 in all
+    const KindLimit qp = kLimits.of(ObjKind::qp);
+    Counts s1{}, s2{}, s3{}, other{}, root{};
+    std::uint32_t got = 0;
+    for (Counts* s : {&s1, &s2, &s3})
+        while (r.reserve(ObjKind::qp, *s, 1000)) ++got;
+    EXPECT_EQ(got, qp.per_uid()) << "uid 1000's three sessions stop at its share";
+    EXPECT_EQ(r.count_of_uid(ObjKind::qp, 1000), qp.per_uid());
+    got = 0;
+    while (r.reserve(ObjKind::qp, other, 2000)) ++got;
+    EXPECT_EQ(got, qp.per_daemon - qp.root_reserve() - qp.per_uid())
+        << "a second user gets what is left but root's reserve";
+    got = 0;
+    while (r.reserve(ObjKind::qp, root, 0)) ++got;
+    EXPECT_EQ(got, qp.root_reserve()) << "root takes its reserve, and it alone";
+    EXPECT_EQ(r.count(ObjKind::qp), qp.per_daemon);
+    // Users other than root hold more than the table less root's reserve (root took its
+    // reserve after them): one freed is root's alone until they drop below that.
+    r.release(ObjKind::qp, s1, 1000);
+    EXPECT_EQ(r.count_of_uid(ObjKind::qp, 1000), qp.per_uid() - 1);
+    EXPECT_FALSE(r.reserve(ObjKind::qp, other, 2000));
+    EXPECT_FALSE(r.reserve(ObjKind::qp, s2, 1000));
+    EXPECT_TRUE(r.reserve(ObjKind::qp, root, 0));
 }
 
 TEST(Resources, device_limits_are_the_contract) {
@@ -888,6 +918,45 @@ TEST_F(SessionTest, registrations_stop_at_the_address_space_quotas) {
     ASSERT_EQ(other.open(), 0);
     shm::RegMrReply out{};
     EXPECT_EQ(other.reg_mr(other.pd(), m, kTiB, IBV_ACCESS_LOCAL_WRITE, out), 0);
+}
+
+// The review's case: one client's small regions (3,071 MRs of 16 one-page segments) took the
+// daemon's 49,152 mmaps and every other user, root included, got ENOMEM; rings were not
+// counted at all. Now a user other than root stops at its share of the mmaps (rings
+// included), users together leave root its reserve, and root reaches the daemon's limit.
+TEST_F(SessionTest, a_user_holds_its_share_of_the_mappings_and_root_keeps_its_reserve) {
+    Limits small = kLimits;
+    small.max_mappings_per_daemon = 64;
+    small.max_mappings_per_uid = 32;
+    small.root_reserved_mappings = 8;
+    Resources r(small);
+    constexpr std::uint64_t kPage = 4096;
+    ClientMemfd m(kPage);
+    auto fill = [&](Client& c) {
+        const Handle pd = c.pd();
+        shm::RegMrReply out{};
+        int err = 0;
+        while ((err = c.reg_mr(pd, m, kPage, IBV_ACCESS_LOCAL_WRITE, out)) == 0) {
+        }
+        EXPECT_EQ(err, ENOMEM);
+        return c.session.mappings();
+    };
+    Client a(r, ports, Peer{100, 1000, 1000});
+    ASSERT_EQ(a.open(), 0);
+    EXPECT_EQ(fill(a), 32u) << "its share, its context ring counted";
+    Client b(r, ports, Peer{200, 2000, 2000});
+    ASSERT_EQ(b.open(), 0);
+    EXPECT_EQ(fill(b), 64u - 8u - 32u) << "the rest but root's reserve";
+    Client root(r, ports, Peer{300, 0, 0});
+    ASSERT_EQ(root.open(), 0);
+    EXPECT_EQ(fill(root), 8u) << "root's reserve";
+    // A ring is an mmap too: a CQ of a user without room is refused.
+    const shm::Layout l = shm::cq_layout(16);
+    ClientMemfd cq(l.bytes);
+    ASSERT_TRUE(shm::RingConsumer<shm::Cqe>::init(cq.span(l.ring0), 16));
+    FdList fds = fds_of({cq.fd()});
+    shm::CreateCqReply out{};
+    EXPECT_EQ(a.session.create_cq({15, 16, kNoHandle, 0}, fds, out), ENOMEM);
 }
 
 }  // namespace
