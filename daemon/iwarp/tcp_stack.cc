@@ -418,12 +418,12 @@ bool TcpStack::cookie_ack(Listener& l, net::Ipv4Addr src, const tcp::Segment& se
         counters_.syn_table_full.add();
         return true;
     }
-    counters_.syn_cookies_accepted.add();
     if (!c->engine.open_from_cookie(seg, seg.ack - 1, mss, now_)) {
         c->dead = true;  // an ACK the connection could not take (data past the window)
         dead_.push_back(c);
         return true;
     }
+    counters_.syn_cookies_accepted.add();
     c->from = &l;
     c->incoming = true;
     counters_.passive_opens.add();
