@@ -1,6 +1,6 @@
-// The TCP of one port: connection and listener tables, the bounds, RSTs for closed ports,
-// ICMP errors, and the events of the engines to their owners. No syscalls, locks or logs;
-// memory is taken when a connection or listener is made, never per segment.
+// The TCP of one port: connection and listener tables, the bounds, SYN cookies, RSTs for
+// closed ports, ICMP errors, and the events of the engines to their owners. No syscalls,
+// locks or logs; memory is taken when a connection or listener is made, never per segment.
 #include "daemon/iwarp/tcp_stack.h"
 
 #include <algorithm>
