@@ -1,11 +1,13 @@
-// The TCP of one port: connection and listener tables, the bounds, RSTs for closed ports,
-// ICMP errors, and the events of the engines to their owners. No syscalls, locks or logs;
-// memory is taken when a connection or listener is made, never per segment.
+// The TCP of one port: connection and listener tables, the bounds, SYN cookies, RSTs for
+// closed ports, ICMP errors, and the events of the engines to their owners. No syscalls,
+// locks or logs; memory is taken when a connection or listener is made, never per segment.
 #include "daemon/iwarp/tcp_stack.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "proto/tcp/isn.h"
 
 namespace snic::daemon {
 
@@ -64,6 +66,9 @@ const char* tcp_stack_config_error(const TcpStackConfig& c) {
     if (c.max_connections == 0 || c.max_connections >= kMaxSlots) return "max_connections";
     if (c.max_listeners == 0 || c.max_listeners >= kMaxSlots) return "max_listeners";
     if (c.syn_backlog == 0 || c.max_per_peer == 0 || c.max_listen_backlog == 0) return "bounds";
+    if (c.listener_syn_backlog == 0 || c.listener_syn_backlog > c.syn_backlog)
+        return "listener_syn_backlog";
+    if (c.syn_cookie_slot_ns == 0) return "syn_cookie_slot_ns";
     if (c.ephemeral_first == 0 || c.ephemeral_first > c.ephemeral_last) return "ephemeral ports";
     tcp::TcpConfig probe = c.conn;
     probe.local = endpoint(c.local_ip, 1);
@@ -158,6 +163,7 @@ struct TcpStack::Conn final : public tcp::TcpWire, public Schedulable {
     TcpStreamOwner* owner = nullptr;
     Listener* from = nullptr;          // passive, until accepted (or its listener goes)
     bool embryonic = false;            // passive in SYN-RECEIVED: counted in the SYN backlog
+    bool incoming = false;             // passive, not yet ESTABLISHED: then queued for accept()
     bool queued = false;               // ESTABLISHED, waiting for accept()
     bool pending_peer_closed = false;  // the peer's FIN came before accept()
     bool unreachable = false;          // ended by an ICMP error
@@ -169,8 +175,13 @@ struct TcpStack::Listener {
     TcpHandle handle;
     std::uint16_t port = 0;
     std::uint32_t backlog = 0;
+    std::uint32_t syn_backlog = 0;  // its bound on `embryonic`
     TcpStreamOwner* owner = nullptr;
     std::uint32_t embryonic = 0;
+    // The time slot of its last cookie: ACKs are checked as cookies only for two slots after
+    // (a listener that sent none has nothing for a forger to guess at).
+    std::uint64_t cookie_slot = 0;
+    bool sent_cookies = false;
     std::vector<Conn*> queue;  // ESTABLISHED, not accepted; reserved to `backlog`
 };
 
@@ -309,6 +320,11 @@ void TcpStack::on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes
         reap();
         return;
     }
+    if (l != nullptr && seg.has(tcp::flag::ack) && !seg.has(tcp::flag::syn) &&
+        !seg.has(tcp::flag::rst) && cookie_ack(*l, src, seg)) {
+        reap();
+        return;
+    }
     // RFC 9293 §3.10.7.1: a segment to no connection is answered with RST (never an RST),
     // whether the port is closed or a listener sees a non-SYN.
     send_reset(src, seg);
@@ -316,8 +332,15 @@ void TcpStack::on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes
 
 void TcpStack::accept_syn(Listener& l, net::Ipv4Addr src, const tcp::Segment& seg) {
     if (!link_.on_link(src)) return counters_.syn_off_link.add();
-    if (l.embryonic + l.queue.size() >= l.backlog || syn_received_ >= cfg_.syn_backlog)
-        return counters_.syn_backlog_full.add();
+    // A full accept queue drops the SYN, cookie or not (as Linux): a connection made now
+    // would have nowhere to wait. The peer retries.
+    if (l.queue.size() >= l.backlog) return counters_.accept_queue_full.add();
+    if (l.embryonic >= l.syn_backlog || l.embryonic + l.queue.size() >= l.backlog ||
+        syn_received_ >= cfg_.syn_backlog) {
+        counters_.syn_backlog_full.add();
+        if (cfg_.syn_cookies) send_cookie(l, src, seg);
+        return;
+    }
     if (const std::uint32_t* n = by_peer_.find(src.value); n != nullptr && *n >= cfg_.max_per_peer)
         return counters_.syn_peer_limit.add();
     Conn* c = make_conn(src, seg.src_port, seg.dst_port, true);
@@ -329,12 +352,84 @@ void TcpStack::accept_syn(Listener& l, net::Ipv4Addr src, const tcp::Segment& se
     }
     c->from = &l;
     c->embryonic = true;
+    c->incoming = true;
     ++l.embryonic;
     ++syn_received_;
     counters_.syn_received.set(syn_received_);
     counters_.syn_accepted.add();
     counters_.passive_opens.add();
     sched_.add(*c, now_);
+}
+
+// The SYN-ACK of a SYN the SYN backlog had no room for: its ISN is a cookie (proto/tcp/isn.h)
+// and nothing is kept. It offers our MSS only, and the window a passive connection's SYN-ACK
+// offers (none: no buffer is posted before accept()). Not retransmitted: the peer's SYN is.
+void TcpStack::send_cookie(Listener& l, net::Ipv4Addr to, const tcp::Segment& syn) {
+    const std::uint32_t peer_mss = syn.opts.has_mss ? syn.opts.mss : 536u;  // RFC 9293 §3.7.1
+    tcp::SegmentSpec s;
+    s.src_port = syn.dst_port;
+    s.dst_port = syn.src_port;
+    s.seq = tcp::make_syn_cookie(cfg_.conn.isn_key, endpoint(cfg_.local_ip, syn.dst_port),
+                                 endpoint(to, syn.src_port), syn.seq, cookie_slot(),
+                                 tcp::cookie_mss_index(peer_mss));
+    s.ack = syn.seq + 1;
+    s.flags = tcp::flag::syn | tcp::flag::ack;
+    s.window = 0;
+    s.opts.has_mss = true;
+    s.opts.mss = static_cast<std::uint16_t>(std::min<std::uint32_t>(cfg_.conn.mtu - 40, 65535));
+    const std::size_t len = tcp::header_length(s);
+    const std::span<std::uint8_t> buf = link_.tx_alloc(to, len);
+    if (buf.size() < len) return;
+    tcp::write_segment(buf, s, {}, {},
+                       tcp::pseudo_sum(tcp::IpAddr::v4(cfg_.local_ip), tcp::IpAddr::v4(to),
+                                       static_cast<std::uint32_t>(len)));
+    link_.tx_send(len);
+    l.cookie_slot = cookie_slot();
+    l.sent_cookies = true;
+    counters_.syn_cookies_sent.add();
+}
+
+bool TcpStack::cookie_ack(Listener& l, net::Ipv4Addr src, const tcp::Segment& seg) {
+    if (!cfg_.syn_cookies || !l.sent_cookies || cookie_slot() - l.cookie_slot > 1) return false;
+    const std::uint16_t mss =
+        tcp::check_syn_cookie(cfg_.conn.isn_key, endpoint(cfg_.local_ip, seg.dst_port),
+                              endpoint(src, seg.src_port), seg.seq - 1, seg.ack - 1, cookie_slot());
+    if (mss == 0) {
+        counters_.syn_cookies_rejected.add();
+        return false;
+    }
+    // The bounds a SYN meets, but the SYN backlog's: the connection skips SYN-RECEIVED. A
+    // drop leaves the peer retransmitting; its retransmissions carry the same cookie.
+    if (!link_.on_link(src)) {
+        counters_.syn_off_link.add();
+        return true;
+    }
+    if (l.queue.size() >= l.backlog) {
+        counters_.accept_queue_full.add();
+        return true;
+    }
+    if (const std::uint32_t* n = by_peer_.find(src.value);
+        n != nullptr && *n >= cfg_.max_per_peer) {
+        counters_.syn_peer_limit.add();
+        return true;
+    }
+    Conn* c = make_conn(src, seg.src_port, seg.dst_port, true);
+    if (c == nullptr) {
+        counters_.syn_table_full.add();
+        return true;
+    }
+    if (!c->engine.open_from_cookie(seg, seg.ack - 1, mss, now_)) {
+        c->dead = true;  // an ACK the connection could not take (data past the window)
+        dead_.push_back(c);
+        return true;
+    }
+    counters_.syn_cookies_accepted.add();
+    c->from = &l;
+    c->incoming = true;
+    counters_.passive_opens.add();
+    sched_.add(*c, now_);
+    drain(*c);  // `connected`: into the accept queue
+    return true;
 }
 
 void TcpStack::send_reset(net::Ipv4Addr to, const tcp::Segment& seg) {
@@ -431,14 +526,25 @@ void TcpStack::drain(Conn& c) {
                     c.embryonic = false;
                     --syn_received_;
                     counters_.syn_received.set(syn_received_);
+                    if (c.from != nullptr) --c.from->embryonic;
+                }
+                if (c.incoming) {
+                    c.incoming = false;
                     Listener* l = c.from;
                     if (l == nullptr) {  // its listener went meanwhile
                         c.engine.abort();
                         continue;
                     }
-                    --l->embryonic;
+                    // Cookies may have filled the accept queue while this one was in
+                    // SYN-RECEIVED; the queue's memory is reserved to `backlog`, never more.
+                    if (l->queue.size() >= l->backlog) {
+                        counters_.accept_queue_full.add();
+                        c.from = nullptr;
+                        c.engine.abort();
+                        continue;
+                    }
                     c.queued = true;
-                    l->queue.push_back(&c);  // room: embryonic + queued <= backlog
+                    l->queue.push_back(&c);
                     deliver(l->owner, TcpStreamEvent{TcpStreamEventKind::incoming, c.handle,
                                                      l->handle, 0, 0});
                     continue;
@@ -492,6 +598,7 @@ int TcpStack::listen(std::uint16_t port, std::uint32_t backlog, TcpStreamOwner& 
     l->handle = make_handle(i, listener_gen_[i], true);
     l->port = port;
     l->backlog = std::min(backlog, cfg_.max_listen_backlog);
+    l->syn_backlog = std::min(l->backlog, cfg_.listener_syn_backlog);
     l->owner = &owner;
     l->queue.reserve(l->backlog);
     out = l->handle;

@@ -8,11 +8,19 @@
 //
 // Bounds, so that a flood costs memory the operator can name (`memory_bound` below):
 //   max_connections  engines at once, any state (each memory_per_connection() bytes)
-//   syn_backlog      connections in SYN-RECEIVED at once, all listeners together; a
-//                    listener's own backlog bounds those plus the ones waiting for accept()
+//   syn_backlog      connections in SYN-RECEIVED at once, all listeners together: a cap on
+//                    the memory half-open connections hold
+//   listener_syn_backlog  connections in SYN-RECEIVED at once for one listener, so that a
+//                    flood to one port leaves room in syn_backlog for the others
+//   a listener's backlog  its SYN-RECEIVED connections plus those waiting for accept(); the
+//                    accept queue alone never holds more
 //   max_per_peer     connections at once with one remote address
-// A SYN past a bound is dropped and counted by reason (as Linux drops it without syncookies):
-// the peer retries, and established connections are not touched.
+// A SYN that finds a SYN backlog full (the port's or its listener's) is answered with a SYN
+// cookie (RFC 4987 §3.6, as Linux does): a SYN-ACK whose ISN encodes what the connection
+// needs (proto/tcp/isn.h), no state kept. The final ACK, if its cookie checks out, makes the
+// connection in ESTABLISHED, without window scaling, SACK or timestamps (the cookie cannot
+// carry them). A SYN past any other bound is dropped and counted by reason: the peer retries,
+// and established connections are not touched.
 //
 // Pure, like the engines: no DPDK. Frames leave through TcpLink (the port's IPv4 framing,
 // ARP and tx path: daemon/iwarp/tcp_service.h), so tests run it over a fake link. Connections are
@@ -59,6 +67,10 @@ struct TcpStackConfig {
     tcp::TcpConfig conn;  // every connection's (local and remote are filled in per connection)
     std::uint32_t max_connections = 256;
     std::uint32_t syn_backlog = 64;
+    std::uint32_t listener_syn_backlog = 32;  // at most syn_backlog
+    bool syn_cookies = true;
+    // A cookie is good for the slot it was made in and the next (64 to 128 s, as Linux's).
+    std::uint64_t syn_cookie_slot_ns = 64'000'000'000;
     std::uint32_t max_per_peer = 64;
     std::uint32_t max_listeners = 16;
     std::uint32_t max_listen_backlog = 128;
@@ -72,17 +84,25 @@ const char* tcp_stack_config_error(const TcpStackConfig& c);
 
 // The stack's counters (per port); the engines count per connection.
 struct TcpStackCounters {
-    Counter segments_in;       // segments that reached the stack
-    Counter bad_segment;       // parse_segment() refused them (by reason below)
-    Counter to_connection;     // handed to a connection's engine
-    Counter rst_sent;          // RSTs for segments to no connection or closed port
-    Counter no_listener;       // segments (SYNs among them) to a port nobody listens on
-    Counter syn_accepted;      // SYNs a listener took: a passive connection
-    Counter syn_backlog_full;  // SYNs dropped: the SYN backlog or the listener's was full
-    Counter syn_peer_limit;    // SYNs dropped: that peer holds max_per_peer connections
-    Counter syn_table_full;    // SYNs dropped: max_connections reached
-    Counter syn_off_link;      // SYNs dropped: from an address we cannot answer (no gateway)
-    Counter connect_refused;   // connect() calls refused (bounds, addresses, ports)
+    Counter segments_in;           // segments that reached the stack
+    Counter bad_segment;           // parse_segment() refused them (by reason below)
+    Counter to_connection;         // handed to a connection's engine
+    Counter rst_sent;              // RSTs for segments to no connection or closed port
+    Counter no_listener;           // segments (SYNs among them) to a port nobody listens on
+    Counter syn_accepted;          // SYNs a listener took: a passive connection
+    Counter syn_backlog_full;      // SYNs that found the SYN backlog (the port's or the
+                                   // listener's) full: answered with a cookie, or dropped when
+                                   // syn_cookies is off
+    Counter accept_queue_full;     // SYNs and cookie ACKs dropped, and handshakes that completed
+                                   // aborted: the listener's accept queue was full
+    Counter syn_cookies_sent;      // SYN-ACKs sent as cookies
+    Counter syn_cookies_accepted;  // final ACKs whose cookie checked out
+    Counter syn_cookies_rejected;  // ACKs to a listener that sent cookies lately, with no
+                                   // good cookie: answered with RST
+    Counter syn_peer_limit;        // SYNs dropped: that peer holds max_per_peer connections
+    Counter syn_table_full;        // SYNs dropped: max_connections reached
+    Counter syn_off_link;          // SYNs dropped: from an address we cannot answer (no gateway)
+    Counter connect_refused;       // connect() calls refused (bounds, addresses, ports)
     Counter active_opens, passive_opens;  // connections made
     Counter established;                  // connections that reached ESTABLISHED
     Counter accepted;                     // incoming connections accept()ed
@@ -110,7 +130,7 @@ struct TcpStackCounterField {
     std::string_view name;
     Counter TcpStackCounters::*field;
 };
-inline constexpr std::array<TcpStackCounterField, 33> kTcpStackCounterFields = {{
+inline constexpr std::array<TcpStackCounterField, 37> kTcpStackCounterFields = {{
     {"segments_in", &TcpStackCounters::segments_in},
     {"bad_segment", &TcpStackCounters::bad_segment},
     {"to_connection", &TcpStackCounters::to_connection},
@@ -118,6 +138,10 @@ inline constexpr std::array<TcpStackCounterField, 33> kTcpStackCounterFields = {
     {"no_listener", &TcpStackCounters::no_listener},
     {"syn_accepted", &TcpStackCounters::syn_accepted},
     {"syn_backlog_full", &TcpStackCounters::syn_backlog_full},
+    {"accept_queue_full", &TcpStackCounters::accept_queue_full},
+    {"syn_cookies_sent", &TcpStackCounters::syn_cookies_sent},
+    {"syn_cookies_accepted", &TcpStackCounters::syn_cookies_accepted},
+    {"syn_cookies_rejected", &TcpStackCounters::syn_cookies_rejected},
     {"syn_peer_limit", &TcpStackCounters::syn_peer_limit},
     {"syn_table_full", &TcpStackCounters::syn_table_full},
     {"syn_off_link", &TcpStackCounters::syn_off_link},
@@ -239,6 +263,11 @@ class TcpStack final : public TcpStreams {
     Conn* make_conn(net::Ipv4Addr remote, std::uint16_t rport, std::uint16_t lport, bool passive);
     int refuse_connect(int err);
     void accept_syn(Listener& l, net::Ipv4Addr src, const tcp::Segment& seg);
+    void send_cookie(Listener& l, net::Ipv4Addr to, const tcp::Segment& syn);
+    // True when `seg` (an ACK to listener `l`) was taken as a handshake's last ACK by cookie,
+    // or dropped; false when it is to be answered with RST.
+    bool cookie_ack(Listener& l, net::Ipv4Addr src, const tcp::Segment& seg);
+    std::uint64_t cookie_slot() const { return now_ / cfg_.syn_cookie_slot_ns; }
     void send_reset(net::Ipv4Addr to, const tcp::Segment& seg);
     void frag_needed(Conn& c, const IcmpUnreachable& icmp);
     // Delivers the engine's events to their owners; a terminal one marks the connection dead.

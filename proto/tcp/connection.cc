@@ -75,6 +75,32 @@ bool TcpConnection::open_passive(const Segment& syn, TcpTime now) {
     return true;
 }
 
+bool TcpConnection::open_from_cookie(const Segment& ack, Seq iss, std::uint32_t peer_mss,
+                                     TcpTime now) {
+    if (state_ != TcpState::closed || !ack.has(flag::ack) || ack.has(flag::syn) ||
+        ack.has(flag::rst)) {
+        return false;
+    }
+    // What open_passive() and sending the SYN-ACK would have left, had we kept state: the
+    // SYN (offset 0) sent, nothing acknowledged, the peer's ISN just before its ACK.
+    iss_ = iss;
+    irs_ = ack.seq - 1;
+    rcv_nxt_ = 1;
+    rcv_adv_ = 1;
+    ws_ok_ = sack_ok_ = ts_ok_ = false;
+    snd_wscale_ = rcv_wscale_ = 0;
+    peer_mss_ = std::max(peer_mss, kMinSendMss);
+    mss_ = max_segment();
+    cc_.init(mss_, false);
+    snd_nxt_ = snd_max_ = 1;
+    snd_wl1_ = irs_;
+    snd_wl2_ = iss_;
+    state_ = TcpState::syn_received;
+    passive_ = true;
+    on_segment(ack, now);
+    return state_ == TcpState::established || state_ == TcpState::close_wait;
+}
+
 // --- the byte stream ---------------------------------------------------------------------------
 
 std::size_t TcpConnection::send_space() const {

@@ -86,6 +86,13 @@ class TcpConnection {
     // CLOSED -> SYN-RECEIVED from a SYN the owner's listener took (no ACK, no RST). False,
     // with nothing changed, for anything else.
     bool open_passive(const Segment& syn, TcpTime now);
+    // CLOSED -> ESTABLISHED from the final ACK of a handshake whose SYN-ACK (ISN `iss`, our
+    // MSS and no other option) the owner's listener sent as a SYN cookie without keeping
+    // state (RFC 4987 §3.6). The cookie gave back the peer's MSS; window scaling, SACK and
+    // timestamps are off, as the SYN-ACK did not offer them. The ACK is then taken as in
+    // SYN-RECEIVED, with any data or FIN on it. False when it does not end in ESTABLISHED
+    // (not an ACK of iss + 1, or not acceptable): the owner drops the connection.
+    bool open_from_cookie(const Segment& ack, Seq iss, std::uint32_t peer_mss, TcpTime now);
 
     // --- the wire -------------------------------------------------------------------------
     // A segment of this connection's 4-tuple (the owner matched ports and addresses and

@@ -360,7 +360,7 @@ print("flooded", n, flush=True)
 
 def test_a_syn_flood_leaves_established_connections_serving(daemons, veth_ns, mem_args):
     v = setup_ns(veth_ns)
-    d = wait_ready(snicd(daemons, mem_args, v, "tcp-sink,port=5002"))
+    d = wait_ready(snicd(daemons, mem_args, v, "tcp-sink,port=5002,count=13"))
     mac = d.wait_ready().ports[0].mac
     # An established connection, mid-transfer when the flood starts.
     cl = start_in_ns(v, "client", SNIC_IP, "5002", str(32 << 20), "--hold", stdin=subprocess.PIPE)
@@ -372,11 +372,25 @@ def test_a_syn_flood_leaves_established_connections_serving(daemons, veth_ns, me
         (stats,) = st.telemetry_query(d.prefix, "/snic/tcp_stats,0")
         s = stats["/snic/tcp_stats"]
         print("after the flood:", {k: s[k] for k in ("syn_accepted", "syn_backlog_full",
-                                                    "syn_peer_limit", "syn_received",
-                                                    "memory_bytes", "memory_bound")})
+                                                    "syn_cookies_sent", "syn_peer_limit",
+                                                    "syn_received", "memory_bytes",
+                                                    "memory_bound")})
         assert s["syn_backlog_full"] + s["syn_peer_limit"] > 0, s
+        # Past the backlog the SYNs were answered with cookies, not dropped.
+        assert s["syn_cookies_sent"] > 0, s
         assert s["syn_received"] <= 64, s
         assert s["memory_bytes"] <= s["memory_bound"], s
+        # The flood's half-open connections hold the backlog for 15 s: new clients meanwhile
+        # get through by cookie, each at its first SYN.
+        for i in range(12):
+            new = start_in_ns(v, "client", SNIC_IP, "5002", "4096")
+            # Without cookies its SYNs (at 0, 1, 3, 7 s) would all be dropped.
+            out, err = finish(new, timeout=5)
+            k = json.loads(out.strip().splitlines()[-1])
+            assert k["answer"] == f"4096 {k['crc32']}", (i, k, err)
+        (stats,) = st.telemetry_query(d.prefix, "/snic/tcp_stats,0")
+        s = stats["/snic/tcp_stats"]
+        assert s["syn_cookies_accepted"] >= 12, s
         cl.stdin.write("go\n")
         cl.stdin.flush()
         out, err = finish(cl, timeout=120)

@@ -252,6 +252,8 @@ TEST(TcpStack, a_segment_with_a_bad_checksum_is_counted_and_not_answered) {
 TEST(TcpStack, the_syn_backlog_bounds_half_open_connections_and_says_what_they_cost) {
     TcpStackConfig cb = config(kB);
     cb.syn_backlog = 4;
+    cb.listener_syn_backlog = 4;
+    cb.syn_cookies = false;  // the bound alone: what a SYN past it costs without cookies
     Net n(config(kA), cb);
     Server srv(n, 64);
     for (std::uint16_t p = 0; p < 10; ++p)
@@ -315,6 +317,210 @@ TEST(TcpStack, a_syn_flood_leaves_established_connections_moving) {
     EXPECT_GT(sent, 100'000u);
     EXPECT_GT(n.b.counters().syn_backlog_full.get(), 3000u);
     EXPECT_LE(n.b.counters().syn_received.get(), 8u);
+}
+
+// Spoofed SYNs from many on-link addresses and ports, none of which will ever answer.
+void flood(Net& n, std::uint16_t port, int count, std::uint32_t seed = 7) {
+    std::mt19937 rng(seed);
+    for (int i = 0; i < count; ++i) {
+        const net::Ipv4Addr src{kNet.addr.value | static_cast<std::uint32_t>(10 + rng() % 200)};
+        n.b.on_segment(
+            src,
+            segment(src, static_cast<std::uint16_t>(1024 + rng() % 60000), port, tcp::flag::syn),
+            n.now);
+    }
+}
+
+// Sends b a SYN from kRaw:`sport` and returns b's SYN-ACK to it.
+tcp::Segment raw_syn(Net& n, std::uint16_t sport, std::uint16_t dport = 80, tcp::Seq seq = 1000) {
+    n.raw.clear();
+    n.b.on_segment(kRaw, segment(kRaw, sport, dport, tcp::flag::syn, seq), n.now);
+    n.pump();
+    for (const Frame& f : n.raw) {
+        if (f.dst != kRaw) continue;
+        const tcp::Segment s = parse(f);
+        if (s.dst_port == sport && s.has(tcp::flag::syn) && s.has(tcp::flag::ack)) return s;
+    }
+    ADD_FAILURE() << "no SYN-ACK to port " << sport;
+    return {};
+}
+
+// The handshake's last ACK from kRaw:`sport`, for a SYN of sequence number `seq`.
+void raw_ack(Net& n, std::uint16_t sport, tcp::Seq cookie, tcp::Seq seq = 1000,
+             std::uint16_t dport = 80) {
+    n.raw.clear();
+    n.b.on_segment(kRaw, segment(kRaw, sport, dport, tcp::flag::ack, seq + 1, cookie + 1), n.now);
+    n.pump();
+}
+
+bool raw_got_rst(const Net& n, std::uint16_t sport) {
+    for (const Frame& f : n.raw) {
+        if (f.dst != kRaw) continue;
+        const tcp::Segment s = parse(f);
+        if (s.dst_port == sport && s.has(tcp::flag::rst)) return true;
+    }
+    return false;
+}
+
+TEST(TcpStack, a_syn_flood_past_the_backlog_gets_cookies_and_a_real_client_connects_and_sends) {
+    Net n;  // the defaults: 64 half-open for the port, 32 for one listener
+    Server srv(n, 128);
+    flood(n, 80, 500);
+    n.pump();
+    EXPECT_EQ(n.b.counters().syn_received.get(), 32u);
+    EXPECT_EQ(n.b.counters().syn_backlog_full.get(), 468u);
+    EXPECT_EQ(n.b.counters().syn_cookies_sent.get(), 468u);
+    // The SYN backlog stays full: the client's SYN gets a cookie, its ACK makes the connection.
+    Recorder client;
+    TcpHandle c;
+    ASSERT_EQ(n.a.connect(kB, 80, client, c), 0);
+    n.pump();
+    ASSERT_EQ(client.count(TcpStreamEventKind::connected), 1u);
+    ASSERT_EQ(srv.conns.size(), 1u);
+    EXPECT_EQ(n.b.counters().syn_cookies_sent.get(), 469u);
+    EXPECT_EQ(n.b.counters().syn_cookies_accepted.get(), 1u);
+    EXPECT_EQ(n.b.counters().syn_cookies_rejected.get(), 0u);
+    EXPECT_EQ(n.b.counters().syn_received.get(), 32u) << "the cookie connection skipped it";
+    // The cookie kept A's MSS (1460 on a 1500 MTU); the options it cannot carry are off.
+    EXPECT_EQ(n.b.mss(srv.conns[0]), 1460u);
+    EXPECT_EQ(n.a.mss(c), 1460u);
+    TcpFourTuple t;
+    ASSERT_TRUE(n.b.four_tuple(srv.conns[0], t));
+    EXPECT_EQ(t.remote_ip, kA);
+    // And the stream flows both ways.
+    std::vector<std::byte> reply(16);
+    ASSERT_TRUE(n.a.post_receive(c, reply, 1));
+    const char hello[] = "through a cookie";
+    ASSERT_TRUE(n.a.send(c, std::as_bytes(std::span(hello, sizeof hello))));
+    n.pump();
+    ASSERT_EQ(n.b.received(srv.conns[0]), sizeof hello);
+    EXPECT_EQ(std::memcmp(srv.bufs[0].data(), hello, sizeof hello), 0);
+    ASSERT_TRUE(n.b.send(srv.conns[0], std::as_bytes(std::span(hello, 7))));
+    n.pump();
+    EXPECT_EQ(n.a.received(c), 7u);
+    EXPECT_EQ(std::memcmp(reply.data(), hello, 7), 0);
+}
+
+TEST(TcpStack, an_ack_with_a_forged_cookie_is_rejected_with_rst) {
+    Net n;
+    Server srv(n, 128);
+    flood(n, 80, 100);
+    n.pump();
+    const tcp::Segment synack = raw_syn(n, 5000);
+    EXPECT_EQ(synack.ack, 1001u);
+    EXPECT_EQ(synack.window, 0u);
+    EXPECT_FALSE(synack.opts.has_wscale || synack.opts.sack_permitted ||
+                 synack.opts.has_timestamps);
+    const std::uint64_t rst_before = n.b.counters().rst_sent.get();
+    // A guess, the cookie of another port, one with its MSS bits changed, one with its hash
+    // bits changed, and the right cookie for a different peer ISN.
+    raw_ack(n, 5001, 0x12345670);
+    EXPECT_TRUE(raw_got_rst(n, 5001));
+    raw_ack(n, 5001, synack.seq);
+    raw_ack(n, 5000, synack.seq ^ 0x7);
+    raw_ack(n, 5000, synack.seq ^ 0x100);
+    raw_ack(n, 5000, synack.seq, 2000);
+    EXPECT_TRUE(raw_got_rst(n, 5000));
+    EXPECT_EQ(n.b.counters().syn_cookies_rejected.get(), 5u);
+    EXPECT_EQ(n.b.counters().rst_sent.get(), rst_before + 5);
+    EXPECT_EQ(n.b.counters().syn_cookies_accepted.get(), 0u);
+    EXPECT_TRUE(srv.conns.empty());
+    // The right one is taken: the peer's MSS was unknown (no option), so 536.
+    raw_ack(n, 5000, synack.seq);
+    EXPECT_EQ(n.b.counters().syn_cookies_accepted.get(), 1u);
+    ASSERT_EQ(srv.conns.size(), 1u);
+    EXPECT_EQ(n.b.mss(srv.conns[0]), 536u);
+    EXPECT_FALSE(raw_got_rst(n, 5000));
+}
+
+TEST(TcpStack, a_cookie_is_good_for_its_time_slot_and_the_next_and_no_longer) {
+    TcpStackConfig cb = config(kB);
+    cb.syn_cookie_slot_ns = kSec;
+    Net n(config(kA), cb);
+    Server srv(n, 128);
+    n.now = 10 * kSec;  // the start of a slot
+    flood(n, 80, 40);
+    n.pump();
+    const tcp::Segment old = raw_syn(n, 6000);
+    const tcp::Segment recent = raw_syn(n, 6001);
+    n.now += kSec + 500 * kMs;  // the next slot
+    raw_ack(n, 6001, recent.seq);
+    EXPECT_EQ(n.b.counters().syn_cookies_accepted.get(), 1u);
+    n.now += kSec;       // two slots after `old` was made: its slot bit is that of the current one
+    flood(n, 80, 1, 8);  // the listener still sends cookies: ACKs are still checked
+    raw_ack(n, 6000, old.seq);
+    EXPECT_EQ(n.b.counters().syn_cookies_rejected.get(), 1u);
+    EXPECT_TRUE(raw_got_rst(n, 6000));
+    EXPECT_EQ(srv.conns.size(), 1u);
+}
+
+TEST(TcpStack, a_listener_that_sent_no_cookie_lately_answers_any_ack_with_rst_unchecked) {
+    Net n;
+    Server srv(n);
+    raw_ack(n, 7000, 0x12345670);
+    EXPECT_TRUE(raw_got_rst(n, 7000));
+    EXPECT_EQ(n.b.counters().syn_cookies_rejected.get(), 0u);
+}
+
+TEST(TcpStack, a_good_cookie_that_finds_the_accept_queue_full_is_dropped) {
+    TcpStackConfig cb = config(kB);
+    cb.listener_syn_backlog = 1;
+    Net n(config(kA), cb);
+    Server srv(n, 2);
+    srv.accepting = false;
+    const tcp::Segment half_open = raw_syn(n, 8000);  // the listener's one SYN-RECEIVED place
+    EXPECT_EQ(n.b.counters().syn_received.get(), 1u);
+    const tcp::Segment c1 = raw_syn(n, 8001), c2 = raw_syn(n, 8002), c3 = raw_syn(n, 8003);
+    EXPECT_EQ(n.b.counters().syn_cookies_sent.get(), 3u);
+    raw_ack(n, 8001, c1.seq);
+    raw_ack(n, 8002, c2.seq);
+    EXPECT_EQ(srv.listener_events.count(TcpStreamEventKind::incoming), 2u);
+    raw_ack(n, 8003, c3.seq);
+    EXPECT_EQ(srv.listener_events.count(TcpStreamEventKind::incoming), 2u);
+    EXPECT_EQ(n.b.counters().accept_queue_full.get(), 1u);
+    EXPECT_EQ(n.b.counters().syn_cookies_accepted.get(), 2u);
+    EXPECT_FALSE(raw_got_rst(n, 8003)) << "dropped: the peer's retransmission may find room";
+    // A SYN now is dropped too, with no cookie; and the half-open one that completes finds
+    // no room either, and is reset.
+    n.raw.clear();
+    n.b.on_segment(kRaw, segment(kRaw, 8004, 80, tcp::flag::syn), n.now);
+    n.pump();
+    EXPECT_TRUE(n.raw.empty());
+    EXPECT_EQ(n.b.counters().accept_queue_full.get(), 2u);
+    EXPECT_EQ(n.b.counters().syn_cookies_sent.get(), 3u);
+    raw_ack(n, 8000, half_open.seq);
+    EXPECT_EQ(n.b.counters().accept_queue_full.get(), 3u);
+    EXPECT_TRUE(raw_got_rst(n, 8000));
+    EXPECT_EQ(srv.listener_events.count(TcpStreamEventKind::incoming), 2u);
+    EXPECT_EQ(n.b.counters().syn_received.get(), 0u);
+}
+
+TEST(TcpStack, a_flood_to_one_listener_leaves_syn_backlog_for_another) {
+    TcpStackConfig cb = config(kB);
+    cb.syn_cookies = false;  // the per-listener bound alone
+    Net n(config(kA), cb);
+    Server flooded(n, 128);
+    Recorder other_events;
+    TcpHandle other;
+    ASSERT_EQ(n.b.listen(81, 16, other_events, other), 0);
+    flood(n, 80, 200);
+    n.pump();
+    EXPECT_EQ(n.b.counters().syn_received.get(), 32u);
+    EXPECT_EQ(n.b.counters().syn_backlog_full.get(), 168u);
+    Recorder client;
+    TcpHandle c;
+    ASSERT_EQ(n.a.connect(kB, 81, client, c), 0);
+    n.pump();
+    EXPECT_EQ(client.count(TcpStreamEventKind::connected), 1u);
+    EXPECT_EQ(other_events.count(TcpStreamEventKind::incoming), 1u);
+    EXPECT_EQ(n.b.counters().syn_backlog_full.get(), 168u);
+    // Two listeners flooded together cannot pass the port's bound.
+    ASSERT_EQ(n.b.listen(82, 128, other_events, other), 0);
+    ASSERT_EQ(n.b.listen(83, 128, other_events, other), 0);
+    flood(n, 82, 100, 9);
+    flood(n, 83, 100, 10);
+    n.pump();
+    EXPECT_EQ(n.b.counters().syn_received.get(), 64u);
 }
 
 TEST(TcpStack, one_peer_holds_at_most_max_per_peer_connections) {

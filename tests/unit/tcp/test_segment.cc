@@ -194,6 +194,30 @@ TEST(TcpIsn, rfc6528_isn_is_hash_plus_4us_clock) {
     EXPECT_NE(timestamp_offset(k, a, b), timestamp_offset(k, a, ep(2, 2001)));
 }
 
+TEST(TcpIsn, a_syn_cookie_carries_the_mss_and_slot_bit_and_holds_for_two_slots) {
+    IsnKey k{};
+    k[0] = 3;
+    const Endpoint a = ep(1, 80), b = ep(2, 4000);
+    EXPECT_EQ(cookie_mss_index(0), 0u);     // no option, or a tiny one: 536
+    EXPECT_EQ(cookie_mss_index(1459), 3u);  // rounded down: 1440
+    EXPECT_EQ(cookie_mss_index(1460), 4u);
+    EXPECT_EQ(cookie_mss_index(65535), 7u);
+    const Seq c = make_syn_cookie(k, a, b, 1000, 41, 4);
+    EXPECT_EQ(c & 7, 4u);         // bits 2..0: the MSS index
+    EXPECT_EQ((c >> 3) & 1, 1u);  // bit 3: the slot's low bit
+    EXPECT_EQ(check_syn_cookie(k, a, b, 1000, c, 41), 1460u);
+    EXPECT_EQ(check_syn_cookie(k, a, b, 1000, c, 42), 1460u);  // the next slot
+    EXPECT_EQ(check_syn_cookie(k, a, b, 1000, c, 43), 0u);     // two slots on
+    EXPECT_EQ(check_syn_cookie(k, a, b, 1000, c, 40), 0u);     // not yet made
+    EXPECT_EQ(check_syn_cookie(k, a, b, 1001, c, 41), 0u);     // another SYN
+    EXPECT_EQ(check_syn_cookie(k, a, ep(2, 4001), 1000, c, 41), 0u);
+    EXPECT_EQ(check_syn_cookie(k, a, b, 1000, (c & ~7u) | 7u, 41), 0u);  // MSS bits forged
+    IsnKey k2 = k;
+    k2[15] = 1;
+    EXPECT_EQ(check_syn_cookie(k2, a, b, 1000, c, 41), 0u);
+    EXPECT_EQ(check_syn_cookie(k, a, b, 1000, make_syn_cookie(k, a, b, 1000, 0, 0), 0), 536u);
+}
+
 // --- RTO -------------------------------------------------------------------------------------
 
 TEST(TcpRto, rfc6298_estimator_and_backoff) {
