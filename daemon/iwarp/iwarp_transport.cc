@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "daemon/verbs/completion.h"
 #include "daemon/verbs/limits.h"
 #include "daemon/verbs/session.h"
 
@@ -294,6 +295,7 @@ Result<std::unique_ptr<QpEngine>> IwarpTransport::start(Qp& qp) {
     cfg.sq_depth = std::max<std::uint32_t>(qp.cap.max_send_wr, 1);
     cfg.max_inline = qp.cap.max_inline_data;
     cfg.srq = static_cast<bool>(qp.srq);
+    cfg.flush_budget = flush_budget(qp);
     auto q = std::make_unique<IwarpQp>(*this, qp, keys_, cfg);
     IwarpQp* p = q.get();
     runner_.add(*p, qp, [&](std::uint64_t now_tsc) {

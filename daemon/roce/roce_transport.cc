@@ -8,6 +8,7 @@
 
 #include "daemon/port/port.h"
 #include "daemon/roce/roce_rules.h"
+#include "daemon/verbs/completion.h"
 #include "daemon/verbs/session.h"
 
 namespace snic::daemon {
@@ -44,6 +45,7 @@ roce::RcConfig rc_config_of(const Qp& qp) {
     c.sq_depth = std::max<std::uint32_t>(qp.cap.max_send_wr, 1);
     c.max_inline = qp.cap.max_inline_data;
     c.srq = static_cast<bool>(qp.srq);
+    c.flush_budget = flush_budget(qp);
     return c;
 }
 
@@ -56,6 +58,7 @@ roce::UdConfig ud_config_of(const Qp& qp, std::uint32_t ip_mtu) {
     c.mtu = 128u << std::clamp<std::uint32_t>(active_ib_mtu(ip_mtu), 1, 5);
     c.sq_psn = qp.attr.sq_psn;
     c.srq = static_cast<bool>(qp.srq);
+    c.flush_budget = flush_budget(qp);
     return c;
 }
 

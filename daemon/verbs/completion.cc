@@ -104,6 +104,13 @@ void reset_recv_counters(Qp& qp) {
     publish_recv(qp);
 }
 
+std::uint32_t flush_budget(const Qp& qp) {
+    std::uint32_t n = 1;
+    if (qp.sq) n = std::max(n, qp.sq->capacity());
+    if (qp.rq) n = std::max(n, qp.rq->capacity());
+    return n;
+}
+
 FlushResult flush_qp(Qp& qp) {
     FlushResult r;
     if (qp.sq) {

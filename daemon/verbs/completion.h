@@ -32,6 +32,10 @@ std::uint32_t drain_bounded(shm::RingConsumer<T>& ring, Fn&& fn) {
     return n;
 }
 
+// The most WRs the QP's engine flushes from each of its queues per call (its configs'
+// flush_budget): the larger of its rings' capacities, the bound drain_bounded keeps.
+std::uint32_t flush_budget(const Qp& qp);
+
 // The QP's receive counters (shm::QpRecvCounters, what snic_query_qp_recv reads): a receive
 // WQE taken for the QP, a receive completion made for it, both at once (a WQE flushed from the
 // QP's own RQ), or both back to 0 (the QP reset). Each publishes the new pair at once.

@@ -61,6 +61,7 @@ IwQp::IwQp(const IwConfig& config, verbs::QpMemory& memory, verbs::QpQueues& que
     cfg_.mss = std::max(cfg_.mss, kMinMss);
     cfg_.max_inline = std::min(cfg_.max_inline, verbs::kMaxInline);
     cfg_.ord = std::max(cfg_.ord, 1u);
+    cfg_.flush_budget = std::max(cfg_.flush_budget, 1u);
     sq_size_ = pow2_at_least(std::max(cfg_.sq_depth, 1u));
     sq_mask_ = sq_size_ - 1;
     sq_ = std::make_unique<Held[]>(sq_size_);
@@ -195,19 +196,9 @@ bool IwQp::poll(IwTime /*now*/) {
         did = true;
     }
     if (state_ == IwState::error) {
-        // WRs posted since the QP failed.
-        Held h;
-        while (queues_.pop_send(h.wr)) {
-            complete_send(h, WcStatus::wr_flush_err);
-            did = true;
-        }
-        if (!cfg_.srq) {
-            RecvWr r;
-            while (queues_.pop_recv(r)) {
-                complete_recv_error(r, WcStatus::wr_flush_err);
-                did = true;
-            }
-        }
+        // WRs posted since the QP failed, or left by the last flush; more_ when some may be
+        // left.
+        if (flush() > 0) did = true;
         return did;
     }
     if (!rtr_sent_) {
@@ -307,33 +298,45 @@ void IwQp::complete_recv_error(const RecvWr& wr, WcStatus status) {
     queues_.complete_recv(c);
 }
 
-void IwQp::flush() {
+std::uint32_t IwQp::flush() {
+    std::uint32_t n = 0;
     // Send WRs in order: those done before the first unfinished or failed one complete as
     // they are; after it, a WR that failed keeps its status and everything else is flushed
     // (a WR done on the wire but waiting behind an unfinished READ included).
     while (head_ != cur_ && held(head_).done && held(head_).status == WcStatus::success) {
         complete_send(held(head_), WcStatus::success);
         ++head_;
+        ++n;
     }
     for (; head_ != tail_; ++head_) {
         const Held& h = held(head_);
         complete_send(h,
                       h.done && h.status != WcStatus::success ? h.status : WcStatus::wr_flush_err);
+        ++n;
     }
     cur_ = tail_;
     rd_out_ = 0;
+    // The held WRs are at most sq_depth; the queues hold as many as the client keeps posting,
+    // so at most flush_budget of each go per call and poll() takes the rest (more_).
     Held spare;
-    while (queues_.pop_send(spare.wr)) complete_send(spare, WcStatus::wr_flush_err);
+    std::uint32_t sends = 0;
+    for (; sends < cfg_.flush_budget && queues_.pop_send(spare.wr); ++sends)
+        complete_send(spare, WcStatus::wr_flush_err);
     if (have_recv_) {
         complete_recv_error(recv_, WcStatus::wr_flush_err);
         have_recv_ = false;
+        ++n;
     }
     in_msg_ = false;
+    std::uint32_t recvs = 0;
     if (!cfg_.srq) {
         RecvWr r;
-        while (queues_.pop_recv(r)) complete_recv_error(r, WcStatus::wr_flush_err);
+        for (; recvs < cfg_.flush_budget && queues_.pop_recv(r); ++recvs)
+            complete_recv_error(r, WcStatus::wr_flush_err);
     }
     res_count_ = 0;
+    if (sends == cfg_.flush_budget || recvs == cfg_.flush_budget) more_ = true;
+    return n + sends + recvs;
 }
 
 }  // namespace snic::iwarp

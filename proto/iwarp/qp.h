@@ -52,6 +52,7 @@ struct IwConfig {
     std::uint32_t sq_depth = 128;     // send WRs held at once
     std::uint32_t max_inline = verbs::kMaxInline;
     bool srq = false;  // receive WRs come from an SRQ: flushing leaves its WRs alone
+    std::uint32_t flush_budget = verbs::kFlushBudget;  // WRs flushed per queue per call
     // RFC 6581 ready-to-receive: the zero-length message this side sends first (send, write
     // or read) and the one it takes as the peer's first (swallowed: no receive WR, no
     // completion; a read RTR is answered with a zero-length Read Response). none: no RTR.
@@ -169,7 +170,7 @@ class IwQp {
     void set_mss(std::uint32_t mss);
 
     // Moves the QP to the error state: outstanding and later WRs complete with WR_FLUSH_ERR,
-    // in order. Sends no Terminate.
+    // in order (flush_budget of each queue at once, the rest by poll()). Sends no Terminate.
     void to_error() { fail(IwError::requested); }
 
     // The TCP connection ended (graceful: FIN; else RST or timeout): QP to error, flush.
@@ -225,7 +226,10 @@ class IwQp {
 
     // --- qp.cc ---
     void fail(IwError why);
-    void flush();
+    // Completes the WRs held (those done before the first unfinished one as they are) and at
+    // most flush_budget of each queue's with WR_FLUSH_ERR, in order; sets more_ when a queue
+    // may hold more. Returns how many it completed.
+    std::uint32_t flush();
     void complete_send(const Held& h, verbs::WcStatus status);
     void complete_recv_error(const verbs::RecvWr& wr, verbs::WcStatus status);
     // Queues a Terminate for the segment `seg` (may be null) and fails the QP.

@@ -202,6 +202,7 @@ struct RcConfig {
     std::uint32_t max_inline = kMaxInline;
     bool srq = false;  // receive WRs come from an SRQ: flushing leaves its WRs alone
     // Tuning (not IBA attributes):
+    std::uint32_t flush_budget = verbs::kFlushBudget;  // WRs flushed per queue per call
     std::uint32_t window = 128;        // request PSNs sent beyond the oldest unacknowledged
     std::uint32_t max_burst = 32;      // packets sent per poll()
     std::uint32_t ack_req_every = 32;  // AckReq also on every Nth packet of long messages

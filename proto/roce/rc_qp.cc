@@ -54,6 +54,7 @@ RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& w
     cfg_.max_inline = std::min(cfg_.max_inline, kMaxInline);
     cfg_.window = std::clamp<std::uint32_t>(cfg_.window, 1, 1u << 20);
     cfg_.max_burst = std::max<std::uint32_t>(cfg_.max_burst, 1);
+    cfg_.flush_budget = std::max<std::uint32_t>(cfg_.flush_budget, 1);
     cfg_.ack_req_every = std::max<std::uint32_t>(cfg_.ack_req_every, 1);
     cfg_.ack_every = std::max<std::uint32_t>(cfg_.ack_every, 1);
 
@@ -167,9 +168,9 @@ bool RcQp::poll(RcTime now) {
     if (state_ == RcState::error) {
         bool did = false;
         if (nak_pending_ && nak_fatal_) did = resp_send_nak();
-        const std::uint32_t before = tail_;
-        flush();  // WRs posted since the error
-        return did || tail_ != before;
+        // WRs posted since the error, or left by the last flush; more_ when some may be left.
+        if (flush() > 0) did = true;
+        return did;
     }
     bool did = req_timers(now);
     if (state_ == RcState::error) return true;
@@ -253,19 +254,24 @@ void RcQp::complete_recv_error(const RecvWr& wr, WcStatus status) {
     queues_.complete_recv(c);
 }
 
-void RcQp::flush() {
-    // Send WRs held by the engine, in order, then those still in the queue.
+std::uint32_t RcQp::flush() {
+    std::uint32_t n = 0;
+    // Send WRs held by the engine, in order, then those still in the queue. The held ones are
+    // at most sq_depth; the queue's are as many as the client keeps posting, so at most
+    // flush_budget of them go per call and poll() takes the rest (more_).
     while (head_ != tail_) {
         SendSlot& s = slot(head_);
         if (s.op == nullptr) s.op = &wr_op_info(WrOp::send);
         complete_send_slot(s, WcStatus::wr_flush_err);
         pop_head();
+        ++n;
     }
     start_ = cur_ = tail_;
     cur_pkt_ = 0;
     rd_atomic_out_ = 0;
     SendSlot spare;  // on the stack: no chunk needed to flush what the queue still holds
-    while (queues_.pop_send(spare.wr)) {
+    std::uint32_t sends = 0;
+    for (; sends < cfg_.flush_budget && queues_.pop_send(spare.wr); ++sends) {
         const auto op = static_cast<std::uint8_t>(spare.wr.op);
         spare.op = op < kWrOpCount ? &kWrOpTable[op] : &wr_op_info(WrOp::send);
         complete_send_slot(spare, WcStatus::wr_flush_err);
@@ -275,11 +281,16 @@ void RcQp::flush() {
     if (have_recv_) {
         complete_recv_error(recv_, WcStatus::wr_flush_err);
         have_recv_ = false;
+        ++n;
     }
+    std::uint32_t recvs = 0;
     if (!cfg_.srq) {
         RecvWr r;
-        while (queues_.pop_recv(r)) complete_recv_error(r, WcStatus::wr_flush_err);
+        for (; recvs < cfg_.flush_budget && queues_.pop_recv(r); ++recvs)
+            complete_recv_error(r, WcStatus::wr_flush_err);
     }
+    if (sends == cfg_.flush_budget || recvs == cfg_.flush_budget) more_ = true;
+    return n + sends + recvs;
 }
 
 // --- the packet writer -------------------------------------------------------------------------

@@ -59,7 +59,9 @@ class RcQp {
                          std::uint8_t rnr_retry, std::uint8_t max_rd_atomic);
 
     // Moves the QP to the error state: every outstanding send and receive WR completes with
-    // WR_FLUSH_ERR, in order; WRs posted later are flushed by poll().
+    // WR_FLUSH_ERR, in order: those held at once, and at most flush_budget of each queue; the
+    // rest, and WRs posted later, are flushed by poll() (next_deadline() is 0 while some may
+    // be left), flush_budget of each queue per poll.
     void to_error() { fail(RcError::requested); }
 
     RcState state() const { return state_; }
@@ -105,7 +107,9 @@ class RcQp {
     // --- shared ----------------------------------------------------------------------------
     bool uc() const { return cfg_.service == Transport::uc; }
     void fail(RcError why);
-    void flush();
+    // Completes the WRs held and at most flush_budget of each queue's with WR_FLUSH_ERR, in
+    // order; sets more_ when a queue may hold more. Returns how many it completed.
+    std::uint32_t flush();
     void complete_send_slot(const SendSlot& s, WcStatus status);
     void complete_recv_error(const RecvWr& wr, WcStatus status);
     // Writes one packet: headers from spec, `len` payload bytes gathered from pieces.

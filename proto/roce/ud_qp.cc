@@ -27,7 +27,9 @@ constexpr bool default_partition(std::uint16_t pkey) {
 }  // namespace
 
 UdQp::UdQp(const UdConfig& config, verbs::QpMemory& memory, verbs::QpQueues& queues, UdWire& wire)
-    : cfg_(config), memory_(memory), queues_(queues), wire_(wire), psn_(config.sq_psn & kPsnMask) {}
+    : cfg_(config), memory_(memory), queues_(queues), wire_(wire), psn_(config.sq_psn & kPsnMask) {
+    cfg_.flush_budget = std::max<std::uint32_t>(cfg_.flush_budget, 1);
+}
 
 // ---- send side --------------------------------------------------------------------------------
 
@@ -115,12 +117,9 @@ UdQp::Sent UdQp::send(const verbs::SendWr& wr, std::uint64_t now_ns) {
 }
 
 bool UdQp::poll(std::uint64_t now_ns) {
-    if (error_) {
-        flush();
-        return false;
-    }
-    bool did = false;
     more_ = false;
+    if (error_) return flush() > 0;
+    bool did = false;
     if (held_) {
         if (now_ns < retry_at_) return false;
         if (send(wr_, now_ns) == Sent::retry) return did;
@@ -146,15 +145,22 @@ std::uint64_t UdQp::next_deadline() const {
     return std::numeric_limits<std::uint64_t>::max();
 }
 
-void UdQp::flush() {
+std::uint32_t UdQp::flush() {
+    std::uint32_t n = 0;
     if (held_) {
         held_ = false;
         complete_send(wr_, WcStatus::wr_flush_err);
+        ++n;
     }
-    while (queues_.pop_send(wr_)) complete_send(wr_, WcStatus::wr_flush_err);
-    if (cfg_.srq) return;  // an SRQ's WRs belong to its other QPs too
+    // At most flush_budget of each queue: a client that keeps posting gets the rest flushed
+    // on the next poll (more_), not this one.
+    std::uint32_t sends = 0;
+    for (; sends < cfg_.flush_budget && queues_.pop_send(wr_); ++sends)
+        complete_send(wr_, WcStatus::wr_flush_err);
+    std::uint32_t recvs = 0;
     verbs::RecvWr r;
-    while (queues_.pop_recv(r)) {
+    // An SRQ's WRs belong to its other QPs too.
+    for (; !cfg_.srq && recvs < cfg_.flush_budget && queues_.pop_recv(r); ++recvs) {
         verbs::Completion c;
         c.wr_id = r.wr_id;
         c.status = WcStatus::wr_flush_err;
@@ -162,6 +168,8 @@ void UdQp::flush() {
         c.qp_num = cfg_.qpn;
         queues_.complete_recv(c);
     }
+    if (sends == cfg_.flush_budget || recvs == cfg_.flush_budget) more_ = true;
+    return n + sends + recvs;
 }
 
 // ---- receive side -----------------------------------------------------------------------------

@@ -48,6 +48,7 @@ struct UdConfig {
     std::uint32_t sq_psn = 0;
     std::uint16_t pkey = kDefaultPkey;
     bool srq = false;  // receive WRs from an SRQ: an error never flushes it
+    std::uint32_t flush_budget = verbs::kFlushBudget;  // WRs flushed per queue per poll
 };
 
 // Written by the owning lcore only, readable from any thread.
@@ -100,8 +101,8 @@ class UdQp {
 
     // A packet to this QP (parsed, ICRC verified), with the IPv4 header it came in.
     void on_packet(const Packet& pkt, std::span<const std::uint8_t, 20> ipv4_header);
-    // Takes and sends send WRs (kMaxBurst at most); in error, flushes what is posted. True
-    // when it did something.
+    // Takes and sends send WRs (kMaxBurst at most); in error, flushes what is posted
+    // (flush_budget of each queue at most). True when it did something.
     bool poll(std::uint64_t now_ns);
     // 0 when poll() has output it could send now, a time when a WR waits for its destination's
     // MAC, else UINT64_MAX.
@@ -118,7 +119,9 @@ class UdQp {
     enum class Sent : std::uint8_t { done, retry, failed };
     Sent send(const verbs::SendWr& wr, std::uint64_t now_ns);
     void complete_send(const verbs::SendWr& wr, verbs::WcStatus status);
-    void flush();
+    // Completes the WR held and at most flush_budget of each queue's with WR_FLUSH_ERR, in
+    // order; sets more_ when a queue may hold more. Returns how many it completed.
+    std::uint32_t flush();
     // Scatters the GRH area and the payload into `wr`'s buffers; the completion status.
     verbs::WcStatus place(const verbs::RecvWr& wr, std::span<const std::uint8_t, 20> ipv4_header,
                           std::span<const std::uint8_t> payload);

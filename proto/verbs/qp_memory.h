@@ -42,6 +42,13 @@ class QpMemory {
     ~QpMemory() = default;
 };
 
+// The most WRs an engine flushes from each of its queues in one call (Modify QP to ERR, then
+// each poll in ERR), unless its config says otherwise; the rest waits for its next poll. A
+// client that keeps posting to a QP in ERR would otherwise hold the lcore for as long as it
+// likes. The daemon gives each QP the capacity of its rings (daemon/verbs/completion.h), as
+// the flush of a QP without an engine has.
+inline constexpr std::uint32_t kFlushBudget = 4096;
+
 // The QP's work queues and completion queues. The engine takes a send WR only when it has
 // a slot for it and keeps it until it completes; receive WRs come from the RQ or the SRQ.
 class QpQueues {
