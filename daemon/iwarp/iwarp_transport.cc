@@ -353,9 +353,12 @@ void IwarpTransport::to_error(Qp& qp) {
     });
 }
 
-void IwarpTransport::stop(Qp& qp) {
-    IwarpQp& q = of(qp);
-    runner_.remove(q, [&] {
+void IwarpTransport::stop(std::span<Qp* const> qps) {
+    std::vector<RunningQp*> running;
+    running.reserve(qps.size());
+    for (Qp* qp : qps) running.push_back(&of(*qp));
+    runner_.remove(running, [this](RunningQp& r) {
+        auto& q = static_cast<IwarpQp&>(r);
         IwConn* c = std::exchange(q.conn_, nullptr);
         if (c == nullptr) return;
         c->qp = nullptr;

@@ -203,7 +203,7 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     void drain(Qp& qp) override;
     void resume(Qp& qp) override;
     void to_error(Qp& qp) override;
-    void stop(Qp& qp) override;
+    void stop(std::span<Qp* const> qps) override;
     void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;
 
     // --- the lcore ---

@@ -221,9 +221,12 @@ void RoceTransport::modified(Qp& qp, std::uint32_t mask) {
     tasks_.run([&] { rt.modified(mask, a); });
 }
 
-void RoceTransport::stop(Qp& qp) {
-    RoceQpBase& rt = of(qp);
-    runner_.remove(rt, [&] {
+void RoceTransport::stop(std::span<Qp* const> qps) {
+    std::vector<RunningQp*> running;
+    running.reserve(qps.size());
+    for (Qp* qp : qps) running.push_back(&of(*qp));
+    runner_.remove(running, [](RunningQp& q) {
+        auto& rt = static_cast<RoceQpBase&>(q);
         if (rt.tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(rt.tx_m_, nullptr));
     });
 }

@@ -204,7 +204,7 @@ class RoceTransport final : public Transport {
     void resume(Qp& qp) override;
     void to_error(Qp& qp) override;
     void modified(Qp& qp, std::uint32_t mask) override;
-    void stop(Qp& qp) override;
+    void stop(std::span<Qp* const> qps) override;
     void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const override;
 
     // --- the lcore ---

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <utility>
+#include <vector>
 
 #include "daemon/verbs/resources.h"
 #include "daemon/verbs/session.h"
@@ -52,23 +53,27 @@ void QpRunner::add(RunningQp& q, const Qp& qp, const std::function<void(std::uin
     peak_ = std::max(peak_, ++running_);
 }
 
-void QpRunner::remove(RunningQp& q, const std::function<void()>& also) {
-    DoorbellWatch* gone = nullptr;
-    if (auto it = watches_.find(q.doorbells_); it != watches_.end() && --it->second->qps == 0)
-        gone = it->second.get();
+void QpRunner::remove(std::span<RunningQp* const> qs, const std::function<void(RunningQp&)>& also) {
+    std::vector<DoorbellWatch*> gone;
+    for (RunningQp* q : qs)
+        if (auto it = watches_.find(q->doorbells_); it != watches_.end() && --it->second->qps == 0)
+            gone.push_back(it->second.get());
     tasks_.run([&] {
-        if (also) also();
-        auto& slot = (*by_slot_)[q.qpn() & (kQpnSlots - 1)];
-        if (slot == &q) slot = nullptr;
-        sched_.remove(q);
-        if (gone != nullptr) unlink(gone);
+        for (RunningQp* q : qs) {
+            if (also) also(*q);
+            auto& slot = (*by_slot_)[q->qpn() & (kQpnSlots - 1)];
+            if (slot == q) slot = nullptr;
+            sched_.remove(*q);
+        }
+        for (DoorbellWatch* w : gone) unlink(w);
     });
-    if (gone != nullptr) watches_.erase(gone->area);
+    for (DoorbellWatch* w : gone) watches_.erase(w->area);
     // When many QPs went, the heap's free pages go back to the system (a QP is small, but tens
     // of thousands come and go with their clients): each time the QPs running here halved
     // from a peak of at least kTrimPeak. The engines stopped before this call are freed by now.
     constexpr std::uint32_t kTrimPeak = 256;
-    if (--running_ <= peak_ / 2 && peak_ >= kTrimPeak) {
+    running_ -= static_cast<std::uint32_t>(qs.size());
+    if (running_ <= peak_ / 2 && peak_ >= kTrimPeak) {
         malloc_trim(0);
         peak_ = running_;
     }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 
 #include "daemon/lcore/lcore_tasks.h"
 #include "daemon/lcore/qp_sched.h"
@@ -65,10 +66,10 @@ class QpRunner {
     // `q` (the engine of `qp`) starts running: its client's doorbells are watched, its number
     // finds it, it is scheduled. `also` runs in the same lcore task, after, with the turn's TSC.
     void add(RunningQp& q, const Qp& qp, const std::function<void(std::uint64_t)>& also = {});
-    // `q` stops: off the table, the scheduler and (its client's last QP here) the doorbell
-    // watch; `also` runs in the same lcore task, before. Afterwards the lcore no longer touches
-    // it. Gives the heap's free pages back when many QPs went.
-    void remove(RunningQp& q, const std::function<void()>& also = {});
+    // The QPs stop: off the table, the scheduler and (a client's last QP here) the doorbell
+    // watch, all in one lcore task; `also` runs in it for each, before. Afterwards the lcore no
+    // longer touches them. Gives the heap's free pages back when many QPs went.
+    void remove(std::span<RunningQp* const> qs, const std::function<void(RunningQp&)>& also = {});
 
     // --- the lcore ---
     // The running QP with number `qpn`, or nullptr.

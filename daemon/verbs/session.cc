@@ -69,7 +69,12 @@ Session::Session(Resources& resources, std::span<const DevicePort> ports, Peer p
 Session::~Session() {
     // The engines stop first; then each kind goes before what it references, and client
     // memory is unmapped only once no lcore can be using it.
-    qps_.for_each([this](Qp& qp) { stop_engine(qp); });
+    std::vector<Qp*> running;
+    qps_.for_each([&](Qp& qp) {
+        if (qp.engine) running.push_back(&qp);
+    });
+    if (!running.empty()) transport_->stop(running);  // one lcore task for them all
+    for (Qp* qp : running) qp->engine.reset();
     qps_.clear();
     mrs_.for_each([](Mr& mr) { mr.key = NameLease{}; });
     mws_.for_each([](Mw& mw) { mw.key = NameLease{}; });

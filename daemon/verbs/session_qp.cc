@@ -371,7 +371,8 @@ void Session::sync_state(Qp& qp) {
 
 void Session::stop_engine(Qp& qp) {
     if (!qp.engine) return;
-    transport_->stop(qp);
+    Qp* one = &qp;
+    transport_->stop({&one, 1});
     qp.engine.reset();
 }
 

@@ -116,9 +116,11 @@ class Transport : public LcorePoller {
         (void)qp;
         (void)mask;
     }
-    // The QP leaves RTR..ERR (RESET, destroy, the client gone): afterwards the lcore no longer
-    // touches the engine and it may be destroyed.
-    virtual void stop(Qp& qp) = 0;
+    // The QPs leave RTR..ERR (RESET, destroy, the client gone): afterwards the lcore no longer
+    // touches their engines and they may be destroyed. One lcore task for all of them: a
+    // client's thousands of QPs going at once cost the control thread one lcore turn, not
+    // one each (with the lcore busy, those turns held the control socket for seconds).
+    virtual void stop(std::span<Qp* const> qps) = 0;
     // Calls `fn` with each of the transport's own counters (per port).
     virtual void for_each_counter(void (*fn)(void* ctx, NamedCounter c), void* ctx) const = 0;
 };

@@ -78,8 +78,8 @@ class FakeTransport final : public Transport {
         calls.push_back("to_error");
         engine->glue.note_failed(true);
     }
-    void stop(Qp&) override {
-        calls.push_back("stop");
+    void stop(std::span<Qp* const> qps) override {
+        calls.push_back(qps.size() == 1 ? "stop" : "stop " + std::to_string(qps.size()));
         engine = nullptr;
     }
     void for_each_counter(void (*)(void*, NamedCounter), void*) const override {}

@@ -226,6 +226,23 @@ TEST_F(TransportSeam, a_second_transport_runs_a_qp_from_rtr_to_destroy) {
     EXPECT_EQ(fake.calls.back(), "stop");
 }
 
+// A client that goes with QPs running stops their engines in one request to the transport
+// (one lcore task), not one each: with the lcore busy, one turn per QP held the control thread,
+// and the control socket, for seconds while a client with thousands of QPs went.
+TEST_F(TransportSeam, a_client_that_goes_stops_its_running_qps_at_once) {
+    {
+        RingClient many(resources, ports);
+        many.open();
+        many.make_cq();
+        for (int i = 0; i < 3; ++i) {
+            ASSERT_EQ(many.make_qp(), 0);
+            ASSERT_EQ(many.connect(), 0);
+        }
+        fake.calls.clear();
+    }
+    EXPECT_EQ(fake.calls, (std::vector<std::string>{"stop 3"}));
+}
+
 // A QP's doorbell is the slot of its number, which no other live QP has.
 TEST_F(TransportSeam, each_qp_is_told_its_doorbell) {
     RingClient cl(resources, ports);
