@@ -601,36 +601,29 @@ TEST(CmAgent, APeersLongResponseTimeoutIsBoundedToo) {
     EXPECT_EQ(p.b.next_deadline(), p.now + interval_ns(20));
 }
 
-// An MRA's service timeout is bounded as Linux's own MRAs ask (2^24 units, 69 s), not the
-// 2.4 hours of 31.
-TEST(CmAgent, AnMrasServiceTimeoutIsBounded) {
+// A's REQ answered by B's MRA asking `service_timeout`: A's next deadline, A in mra_req_rcvd.
+std::uint64_t deadline_after_mra(std::uint8_t service_timeout) {
     CmPair p;
     auto id = p.a.connect(CmPair::params(), p.now);
     p.pump();
-    const ConnId passive = p.ep_b.events.at(0).id;
     MraMsg m;
-    m.local_comm_id = passive;
+    m.local_comm_id = p.ep_b.events.at(0).id;
     m.remote_comm_id = *id;
     m.message_mraed = static_cast<std::uint8_t>(MsgCode::req);
-    m.service_timeout = 31;
+    m.service_timeout = service_timeout;
     p.a.receive(kIpB, kGsiQpn, build_mad(9, m), p.now);
     EXPECT_EQ(p.a.state_of(*id), State::mra_req_rcvd);
-    EXPECT_EQ(p.a.next_deadline(), p.now + interval_ns(24));
+    return p.a.next_deadline() - p.now;
 }
 
 TEST(CmAgent, MraFromPeerExtendsTheReqTimer) {
-    CmPair p;
-    auto id = p.a.connect(CmPair::params(), p.now);
-    p.pump();
-    const ConnId passive = p.ep_b.events.at(0).id;
-    MraMsg m;
-    m.local_comm_id = passive;
-    m.remote_comm_id = *id;
-    m.message_mraed = static_cast<std::uint8_t>(MsgCode::req);
-    m.service_timeout = 16;
-    p.a.receive(kIpB, kGsiQpn, build_mad(9, m), p.now);
-    EXPECT_EQ(p.a.state_of(*id), State::mra_req_rcvd);
-    EXPECT_EQ(p.a.next_deadline(), p.now + interval_ns(16));
+    EXPECT_EQ(deadline_after_mra(16), interval_ns(16));
+}
+
+// An MRA's service timeout is bounded as Linux's own MRAs ask (2^24 units, 69 s), not the
+// 2.4 hours of 31.
+TEST(CmAgent, AnMrasServiceTimeoutIsBounded) {
+    EXPECT_EQ(deadline_after_mra(31), interval_ns(24));
 }
 
 TEST(CmAgent, HalfOpenBoundRefusesReqWithNoResources) {
