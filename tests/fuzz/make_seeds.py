@@ -183,6 +183,28 @@ def main():
           u8(1) + u8(0) + u32(0x789) + u8(3) + u64(1) + u8(0) +  # REP to our REQ
           u8(5) + u8(0) +  # confirm: RTU
           u8(11) + u8(0) + u32(1000))  # time
+    # cm_agent: the same connection established, then spoofed DREQs and REJs (our comm ID
+    # right; the peer's off by one, another, 0, or from another address), each of which must
+    # change nothing, then the peer's own DREQ, which ends it; TimeWait runs out.
+    established = (u8(7) + u8(1) +
+                   u8(3) + u16(7471) + u32(0x123) + u32(0x456) + u8(20) + u8(3) + u8(0) +
+                   u8(1) + u8(0) + u32(0x789) + u8(3) + u64(1) + u8(0) +
+                   u8(5) + u8(0))
+    spoofed = (u8(12) + u8(0) + u8(1 | 2 << 1) + u8(0) + u64(2) +  # DREQ, peer ID + 1
+               u8(12) + u8(0) + u8(1 | 3 << 1) + u8(4) + u64(3) +  # DREQ, peer ID - 1
+               # DREQ, both IDs right (the REP's 0x789 read big-endian), from elsewhere
+               u8(12) + u8(0) + u8(1 | 8) + u32(0x89070000) + u8(3) + u8(0) + u64(4) +
+               u8(12) + u8(0) + u8(0) + u32(0x55) + u8(8) + u8(2) + u8(28) + u64(5) +  # REJ
+               u8(12) + u8(0) + u8(1 << 1) + u8(0) + u8(1) + u8(28) + u64(6))  # REJ, peer ID 0
+    write(args.out, "cm_agent", "established-spoofed-then-dreq",
+          established + spoofed + u8(13) + u8(0) + u8(8) + u64(7) + u8(11) + u8(1))
+    if 0x0010 in mads:
+        # The captured REQ received and accepted (REP sent), a spoofed DREQ, the peer's DREQ.
+        write(args.out, "cm_agent", "req-accept-spoofed-then-dreq",
+              u8(7) + u8(1) + u8(0) + u8(1) + mads[0x0010] +
+              u8(4) + u32(0x42) + u8(0) + u8(0) +
+              u8(12) + u8(0) + u8(1) + u32(0x1234) + u8(0) + u64(8) +
+              u8(13) + u8(0) + u8(0) + u64(9))
 
     tcp_seeds(args)
     mpa_seeds(args)
