@@ -801,8 +801,6 @@ struct Receivers {
         ++a.counters_.drops[static_cast<std::size_t>(why)];
     }
 
-    // The connection a response names: ours by `remote_comm_id` (our id), from the same
-    // peer, and with the peer's id if we know it.
     // The connection a message names: ours by `our_id`, with the address it was made with,
     // and with the peer's ID it recorded, exactly: a 0 is no wildcard (Linux's
     // cm_acquire_id). `early`: a message that may come before the peer's ID is known to us
@@ -1204,6 +1202,12 @@ std::size_t Agent::count_in_state(State s) const {
 State Agent::state_of(ConnId id) const {
     const Conn* c = find(id);
     return c == nullptr ? State::idle : c->state;
+}
+
+std::optional<std::uint32_t> Agent::peer_comm_id(ConnId id) const {
+    const Conn* c = find(id);
+    if (c == nullptr || c->remote_comm_id == 0) return std::nullopt;
+    return c->remote_comm_id;
 }
 
 }  // namespace snic::cm

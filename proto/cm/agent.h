@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string_view>
@@ -227,6 +228,10 @@ class Agent {
     void for_each_state(const std::function<void(std::string_view, std::size_t)>& fn) const;
     std::size_t count_in_state(State s) const;
     State state_of(ConnId id) const;  // State::idle for an unknown id
+    // The peer's communication ID of `id` as the agent matches its messages against it, once
+    // the peer's REQ or REP has named it (a SIDR request received: its request ID); nullopt
+    // before that and for an unknown id. For checks and tools (the cm_agent fuzz target).
+    std::optional<std::uint32_t> peer_comm_id(ConnId id) const;
     std::size_t half_open() const { return half_open_; }
 
     struct Conn;  // agent.cc

@@ -3,7 +3,8 @@
 and siw captures in tests/vectors: the frames and RoCEv2 packets as they are, and, for the
 targets that read a stream of choices (rc_*, ud_qp, cm_agent, tcp_connection, mpa_frames),
 the same packets wrapped in the commands those targets understand; and control_socket's
-message sequences, built from the control protocol's layouts (shm/control_abi.h).
+message sequences, built from the control protocol's layouts (shm/control_abi.h), and
+cm_private_data's rdma_cm op sequences (shm/cm.h).
 Deterministic; run it again after changing a target's input format:
 
     tests/fuzz/make_seeds.py [--vectors DIR] [--out DIR]
@@ -183,10 +184,33 @@ def main():
           u8(1) + u8(0) + u32(0x789) + u8(3) + u64(1) + u8(0) +  # REP to our REQ
           u8(5) + u8(0) +  # confirm: RTU
           u8(11) + u8(0) + u32(1000))  # time
+    # cm_agent: the same connection established, then spoofed DREQs and REJs (our comm ID
+    # right; the peer's off by one, another, 0, or from another address), each of which must
+    # change nothing, then the peer's own DREQ, which ends it; TimeWait runs out.
+    established = (u8(7) + u8(1) +
+                   u8(3) + u16(7471) + u32(0x123) + u32(0x456) + u8(20) + u8(3) + u8(0) +
+                   u8(1) + u8(0) + u32(0x789) + u8(3) + u64(1) + u8(0) +
+                   u8(5) + u8(0))
+    spoofed = (u8(12) + u8(0) + u8(1 | 2 << 1) + u8(0) + u64(2) +  # DREQ, peer ID + 1
+               u8(12) + u8(0) + u8(1 | 3 << 1) + u8(4) + u64(3) +  # DREQ, peer ID - 1
+               # DREQ, both IDs right (the REP's 0x789 read big-endian), from elsewhere
+               u8(12) + u8(0) + u8(1 | 8) + u32(0x89070000) + u8(3) + u8(0) + u64(4) +
+               u8(12) + u8(0) + u8(0) + u32(0x55) + u8(8) + u8(2) + u8(28) + u64(5) +  # REJ
+               u8(12) + u8(0) + u8(1 << 1) + u8(0) + u8(1) + u8(28) + u64(6))  # REJ, peer ID 0
+    write(args.out, "cm_agent", "established-spoofed-then-dreq",
+          established + spoofed + u8(13) + u8(0) + u8(8) + u64(7) + u8(11) + u8(1))
+    if 0x0010 in mads:
+        # The captured REQ received and accepted (REP sent), a spoofed DREQ, the peer's DREQ.
+        write(args.out, "cm_agent", "req-accept-spoofed-then-dreq",
+              u8(7) + u8(1) + u8(0) + u8(1) + mads[0x0010] +
+              u8(4) + u32(0x42) + u8(0) + u8(0) +
+              u8(12) + u8(0) + u8(1) + u32(0x1234) + u8(0) + u64(8) +
+              u8(13) + u8(0) + u8(0) + u64(9))
 
     tcp_seeds(args)
     mpa_seeds(args)
     control_socket_seeds(args.out)
+    cm_private_data_seeds(args.out)
 
 
 def tcp_config(open_mode):
@@ -361,6 +385,80 @@ def control_socket_seeds(out):
     write(out, t, "close-unread",
           ctl_msg(0, OP["open_device"], u32(0) + u32(0), flags=0x80, fds=ctx) +
           ctl_msg(0, OP["status"]))
+
+
+# cm_private_data: ops and wire events (tests/fuzz/cm_private_data.cc's step numbers).
+CM_CREATE, CM_BIND, CM_LISTEN, CM_CONNECT, CM_ACCEPT, CM_REJECT, CM_DISCONNECT, CM_DESTROY, \
+    CM_EVENT = range(9)
+WIRE_ROCE, WIRE_IWARP = 0, 1
+EV_REQUEST, EV_REPLY, EV_ESTABLISHED, EV_REJECTED = 0, 1, 2, 3
+
+
+def cm_priv(n):
+    """A private data length and its bytes (as many as the request's array holds)."""
+    return u8(n) + bytes((i * 7 + 1) & 0xFF for i in range(n))
+
+
+def cm_param(n, cap=224):
+    # qpn, psn, responder_resources, initiator_depth, qp_type, qkey, private data
+    return u32(0x11) + u32(0x22) + u8(1) + u8(1) + u8(2) + u32(0) + u8(n) + \
+        bytes((i * 7 + 1) & 0xFF for i in range(min(n, cap)))
+
+
+def cm_event(wire, kind, conn=0, pd=8, qp=0, ps=0):
+    """A wire event: a request of connection 0x1000 + `conn` (to port 7000 of the port's
+    address; QP type RC, UC, UD by `qp`; port space TCP, UDP by `ps`), or an event of the
+    wire's `conn`-th connection."""
+    head = u8(CM_EVENT) + u8(wire | kind << 1)
+    head += u16(conn) if kind == EV_REQUEST else u8(conn)
+    return (head + u8(0) + u8(1) + u8(0) + u16(40000) + u8(ps) + u8(1) + u32(0x1234) + u8(qp) +
+            u8(pd) + bytes(range(pd)))
+
+
+def cm_listener(pick=0):
+    # create_id (TCP, RC), bind 0.0.0.0:7000, listen with backlog 4
+    return (u8(CM_CREATE) + u8(0) + u64(7) + u8(CM_BIND) + u8(0) + u8(pick) +
+            u8(CM_LISTEN) + u8(pick) + u8(4))
+
+
+def cm_private_data_seeds(out):
+    t = "cm_private_data"
+    for wire, name in ((WIRE_ROCE, "roce"), (WIRE_IWARP, "iwarp")):
+        # A request to a listener, rejected with 255 bytes (more than CmRejectReq holds:
+        # EINVAL on both wires), then with 148; a second request accepted with 255 bytes
+        # (more than CmConnParam holds), then with 196.
+        write(out, t, f"{name}-passive",
+              u8(0) + cm_listener() +
+              cm_event(wire, EV_REQUEST, conn=1) +
+              u8(CM_REJECT) + u8(1) + cm_priv(255)[:1 + 148] +
+              u8(CM_REJECT) + u8(1) + cm_priv(148) +
+              cm_event(wire, EV_REQUEST, conn=2) +
+              u8(CM_ACCEPT) + u8(2) + cm_param(255) +
+              u8(CM_ACCEPT) + u8(2) + cm_param(196) +
+              cm_event(wire, EV_ESTABLISHED, conn=1) + u8(CM_DISCONNECT) + u8(2) +
+              u8(CM_DESTROY) + u8(0))
+        # An active id: connect with 255 bytes, then 92; the reply, confirmed with 224 bytes;
+        # a rejected one.
+        transport = 8 if wire == WIRE_IWARP else 0
+        connect = u8(CM_CONNECT) + u8(transport) + u8(0) + u8(20) + u8(3)
+        write(out, t, f"{name}-active",
+              u8(1) + u8(CM_CREATE) + u8(0) + u64(9) +
+              connect + cm_param(255) + connect + cm_param(92) +
+              cm_event(wire, EV_REPLY, pd=196) +
+              u8(CM_ACCEPT) + u8(0) + cm_param(224) +
+              u8(CM_DISCONNECT) + u8(0) +
+              u8(CM_CREATE) + u8(0) + u64(10) +
+              u8(CM_CONNECT) + u8(transport) + u8(1) + u8(20) + u8(3) + cm_param(56) +
+              cm_event(wire, EV_REJECTED, conn=1, pd=148))
+    # A datagram (SIDR) exchange on RoCE: a UDP id connects with 216 bytes; a UD listener's
+    # request rejected with 148 bytes (a SIDR_REP holds 136).
+    write(out, t, "roce-sidr",
+          u8(0) + u8(CM_CREATE) + u8(1 | 2 << 2) + u64(11) +
+          u8(CM_CONNECT) + u8(0) + u8(0) + u8(20) + u8(3) + cm_param(216) +
+          u8(CM_CREATE) + u8(1 | 2 << 2) + u64(12) +
+          u8(CM_BIND) + u8(0) + u8(1) + u8(CM_LISTEN) + u8(1) + u8(4) +
+          cm_event(WIRE_ROCE, EV_REQUEST, conn=3, qp=2, ps=1) +
+          u8(CM_REJECT) + u8(2) + cm_priv(148))
 
 
 if __name__ == "__main__":
