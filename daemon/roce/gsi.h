@@ -76,16 +76,35 @@ class GsiPort final : public LcorePoller {
     }
 
     // A MAD the wire would not take yet (the peer's MAC being resolved) is held and tried
-    // again on every poll for this long, so that a connection's first REQ is not lost to ARP.
+    // again for this long, so that a connection's first REQ is not lost to ARP; every
+    // kRetrySeconds, not on every poll (each try of an unresolved peer costs a lookup and
+    // counts as unresolved).
     static constexpr double kHoldSeconds = 0.5;
+    static constexpr double kRetrySeconds = 0.001;
+    // MADs held at once. They are held aside, per peer in order, and the MADs of other peers
+    // go on past them: connects to an address nothing answers no longer hold up every other
+    // peer's MADs behind theirs. A MAD past the bound gives the oldest held one up (counted
+    // unsent; the CM retransmits).
+    static constexpr std::size_t kHeld = 32;
 
   private:
+    struct Held {
+        GsiMad mad;
+        std::uint64_t until;
+    };
+    // Tries the held MADs, oldest first, a peer's in order; drops those held too long.
+    bool retry_held(std::uint64_t now);
+    void hold(const GsiMad& m, std::uint64_t now);
+    bool holds_for(std::uint32_t ip) const;
+
     SendFn send_;
     void* ctx_;
     std::uint64_t hold_tsc_;
-    bool held_ = false;
-    std::uint64_t held_until_ = 0;
-    GsiMad held_mad_{};
+    std::uint64_t retry_tsc_;
+    std::array<Held, kHeld> held_{};
+    std::size_t held_head_ = 0, held_count_ = 0;
+    std::uint64_t next_retry_ = 0;
+    GsiMad next_{};
     Wakeup wakeup_;
     MadQueue in_;
     MadQueue out_;

@@ -274,6 +274,19 @@ def test_one_user_has_at_most_1024_connects_unanswered(wire):
         assert cm_ids(d, AS_OTHER)["connecting"] == 0
 
 
+def test_another_user_connects_while_one_has_its_share_unanswered(wire, tmp_path):
+    """The share is there so that another user still connects: while nobody's 1,024 connects
+    wait, uid 65533's rping to a live listener (root's) works, over the same port. (It did
+    not while QP1's outbound queue held every MAD behind one whose peer was unresolved.)"""
+    d, sock_dir = wire
+    with user(AS_NOBODY, sock_dir, roce(d),
+              f"connects={CLIENT_IP}:{NOBODY_IP}:20310:{CONNECTING_PER_UID}") as hog:
+        assert hog.results == [("connects", CONNECTING_PER_UID, 0)]
+        rping_pair(d, sock_dir, tmp_path, roce(d), 20311, server_as=AS_ROOT, client_as=AS_OTHER)
+        # The hog's connects are all still waiting: the other user's did not take their place.
+        assert cm_ids(d, AS_NOBODY)["connecting"] == CONNECTING_PER_UID
+
+
 def test_snicctl_cm_counts_a_users_own_ids(wire):
     """snicctl cm, asked by a uid other than root, counts that uid's rdma_cm ids alone (by
     state); a user with none sees none; root counts every user's."""
