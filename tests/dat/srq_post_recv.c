@@ -275,7 +275,10 @@ static void disconnect_completed_to_recv_evd_rest_stay(struct h_pair* p) {
     REQUIRE_OK(h_srq_connect(p, srq, 4, &sep, &cep), "connect");
     REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 16), "send 1");
     REQUIRE_OK(h_send(&p->cli, cep, &sm, 0, 16), "send 2");
-    /* Both sends completed at the sender, so both messages were placed and acknowledged. */
+    /* Both messages placed before the server disconnects: a send's completion says so over
+     * RoCE (the peer's acknowledgement), not over iWARP (TCP took it), where the server's
+     * disconnect could otherwise come before its QP read them. */
+    REQUIRE_OK(h_srq_wait_available(srq, 2, NULL, NULL), "both messages placed");
     REQUIRE_OK(h_disconnect(p, sep, &p->srv, cep, &p->cli), "disconnect");
     for (int i = 0; i < 2; ++i) {
         DAT_EVENT ev;
