@@ -8,8 +8,11 @@ leftovers) in its finaliser, so also when the test fails.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Iterator, Optional
 
 import pytest
 
@@ -90,6 +93,18 @@ class VethNs:
     host: str
     peer: str
     peer_ip: str
+
+
+@pytest.fixture(scope="module")
+def public_sock_dir() -> Iterator[Path]:
+    """A socket directory any user may reach (pytest's own are root's alone): for a daemon
+    whose control socket other uids are to reach."""
+    d = Path(tempfile.mkdtemp(prefix="snic-public-"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

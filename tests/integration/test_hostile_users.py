@@ -20,10 +20,8 @@ import contextlib
 import errno
 import os
 import queue
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -49,17 +47,6 @@ STEP_TIMEOUT = 120  # s for a client's step; only ever cuts a hang short on a lo
 LISTENERS_PER_UID = 32
 CONNECTING_PER_UID = 1024
 PDS_PER_CLIENT, PDS_PER_UID = 1024, 8192
-
-
-@pytest.fixture(scope="module")
-def public_sock_dir() -> Iterator[Path]:
-    """A socket directory any user may reach (pytest's own are root's alone)."""
-    d = Path(tempfile.mkdtemp(prefix="snic-hostile-"))
-    d.chmod(0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

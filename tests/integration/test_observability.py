@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -33,17 +31,6 @@ ROCE_COUNTERS = {"rx_packets", "tx_packets", "rx_unknown_qpn", "rx_bad_source", 
                  "roce_truncated", "roce_unknown_opcode", "roce_bad_version",
                  "roce_unexpected_payload", "roce_bad_pad", "roce_misaligned_length",
                  "roce_bad_icrc"}
-
-
-@pytest.fixture(scope="module")
-def public_sock_dir() -> Iterator[Path]:
-    """A socket directory any user may reach (pytest's own are root's alone)."""
-    d = Path(tempfile.mkdtemp(prefix="snic-obs-"))
-    d.chmod(0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
