@@ -56,7 +56,10 @@ class ControlServer {
         return questions_.ask<T>(std::move(fn), timeout);
     }
     // Closes every client connection, releasing their sessions (after serve() returned).
-    void disconnect_all() { clients_.clear(); }
+    void disconnect_all() {
+        clients_.clear();
+        dying_.clear();
+    }
     // The client connections open now (sessions, CM connections and idle ones). The control
     // thread's: from another thread, through ask() while it serves.
     std::size_t connections() const { return clients_.size(); }
@@ -118,6 +121,9 @@ class ControlServer {
     std::vector<DevicePort> devices_;
     Resources resources_;
     std::vector<std::unique_ptr<Client>> clients_;
+    // Sessions whose clients went, taken apart kDismantlePerTurn objects a turn (oldest first)
+    // so that requests are answered meanwhile.
+    std::vector<std::unique_ptr<Session>> dying_;
     ControlQueue questions_;  // from other threads, answered in serve()
     CmService* cm_ = nullptr;
     TcpRowsFn tcp_rows_;

@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -318,6 +319,21 @@ class HandleTable {
     }
 
     std::size_t size() const { return size_; }
+
+    // Destroys up to `n` objects, most recent slot first, after `before` has seen them all
+    // (a std::span<T* const>). Returns how many it destroyed.
+    template <class F>
+    std::size_t drop(std::size_t n, F&& before) {
+        std::vector<T*> picked;
+        for (std::size_t i = slots_.size(); i-- > 0 && picked.size() < n;)
+            if (slots_[i].obj) picked.push_back(slots_[i].obj.get());
+        before(std::span<T* const>(picked));
+        for (T* obj : picked) take(obj->handle).reset();
+        return picked.size();
+    }
+    std::size_t drop(std::size_t n) {
+        return drop(n, [](std::span<T* const>) {});
+    }
 
     template <class F>
     void for_each(F&& f) const {

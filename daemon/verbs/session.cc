@@ -67,26 +67,38 @@ Session::Session(Resources& resources, std::span<const DevicePort> ports, Peer p
     : r_(resources), ports_(ports), peer_(peer), id_(resources.add_session(this)) {}
 
 Session::~Session() {
-    // The engines stop first; then each kind goes before what it references, and client
-    // memory is unmapped only once no lcore can be using it.
-    std::vector<Qp*> running;
-    qps_.for_each([&](Qp& qp) {
-        if (qp.engine) running.push_back(&qp);
-    });
-    if (!running.empty()) transport_->stop(running);  // one lcore task for them all
-    for (Qp* qp : running) qp->engine.reset();
-    qps_.clear();
-    mrs_.for_each([](Mr& mr) { mr.key = NameLease{}; });
-    mws_.for_each([](Mw& mw) { mw.key = NameLease{}; });
-    r_.quiesce();
-    srqs_.clear();
-    cqs_.clear();
-    channels_.clear();
-    mws_.clear();
-    mrs_.clear();
-    pds_.clear();
+    while (dismantle(kDismantleAll)) {
+    }
     events_ = AsyncEvents{};
     r_.remove_session(this);
+}
+
+bool Session::dismantle(std::size_t budget) {
+    // The engines stop first (those of this turn's QPs in one lcore task); then each kind goes
+    // before what it references, and client memory is unmapped only once no lcore can be
+    // using it.
+    if (qps_.size() != 0) {
+        budget -= qps_.drop(budget, [&](std::span<Qp* const> qps) {
+            std::vector<Qp*> running;
+            for (Qp* qp : qps)
+                if (qp->engine) running.push_back(qp);
+            if (running.empty()) return;
+            transport_->stop(running);
+            for (Qp* qp : running) qp->engine.reset();
+        });
+        if (qps_.size() != 0) return true;
+    }
+    if (!keys_withdrawn_) {
+        mrs_.for_each([](Mr& mr) { mr.key = NameLease{}; });
+        mws_.for_each([](Mw& mw) { mw.key = NameLease{}; });
+        r_.quiesce();
+        keys_withdrawn_ = true;
+    }
+    const auto drop = [&budget](auto& table) {
+        budget -= table.drop(budget);
+        return table.size() != 0;
+    };
+    return drop(srqs_) || drop(cqs_) || drop(channels_) || drop(mws_) || drop(mrs_) || drop(pds_);
 }
 
 int Session::refuse(int err, const char* op, std::string_view why) const {

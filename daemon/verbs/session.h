@@ -217,6 +217,14 @@ class Session {
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
+    // Takes the session apart a share at a time, so that one with thousands of objects does
+    // not hold the control thread while it goes: destroys at most `budget` of its objects (QPs
+    // first, the engines of those stopped in one lcore task; then SRQs, CQs, channels, MWs,
+    // MRs, PDs) and returns whether any are left. The destructor takes apart what is left.
+    // Control thread only.
+    bool dismantle(std::size_t budget);
+    static constexpr std::size_t kDismantleAll = ~std::size_t{0};
+
     std::uint32_t id() const { return id_; }
     const Peer& peer() const { return peer_; }
     bool opened() const { return port_ != nullptr; }
@@ -301,6 +309,7 @@ class Session {
     Counts counts_{};
     MappedTotals mapped_;  // kept by the session's Mappings
     std::uint32_t fds_ = 0;
+    bool keys_withdrawn_ = false;  // by dismantle, once no QP is left
 
     const DevicePort* port_ = nullptr;  // set by open_device
     const Device* device_ = nullptr;    // one of port_'s

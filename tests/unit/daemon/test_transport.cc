@@ -243,6 +243,46 @@ TEST_F(TransportSeam, a_client_that_goes_stops_its_running_qps_at_once) {
     EXPECT_EQ(fake.calls, (std::vector<std::string>{"stop 3"}));
 }
 
+// A gone client's session is taken apart a share at a time (the control server answers other
+// clients between shares): each share stops the engines of its running QPs in one request,
+// QPs go before anything they refer to, and the resources come back as they go.
+TEST_F(TransportSeam, a_session_is_dismantled_a_share_at_a_time) {
+    auto many = std::make_unique<RingClient>(resources, ports);
+    many->open();
+    many->make_cq();
+    for (int i = 0; i < 5; ++i) {
+        ASSERT_EQ(many->make_qp(), 0);
+        if (i != 2) {  // QP 2 never runs
+            ASSERT_EQ(many->connect(), 0);
+        }
+    }
+    fake.calls.clear();
+    Session& s = many->c.session;
+    const auto qps = [&] { return resources.count(shm::ObjKind::qp); };
+    const auto cqs = [&] { return resources.count(shm::ObjKind::cq); };
+    ASSERT_EQ(qps(), 5u);
+
+    // Most recent first: QPs 4 and 3, both running.
+    EXPECT_TRUE(s.dismantle(2));
+    EXPECT_EQ(fake.calls, (std::vector<std::string>{"stop 2"}));
+    EXPECT_EQ(qps(), 3u);
+    // QPs 2 (idle) and 1 (running): one engine to stop.
+    EXPECT_TRUE(s.dismantle(2));
+    EXPECT_EQ(fake.calls.back(), "stop");
+    EXPECT_EQ(qps(), 1u);
+    // QP 0, then the share's rest on the CQ: nothing refers to it any more.
+    EXPECT_TRUE(s.dismantle(2));
+    EXPECT_EQ(fake.calls.size(), 3u);
+    EXPECT_EQ(qps(), 0u);
+    EXPECT_EQ(cqs(), 0u);
+    EXPECT_EQ(resources.count(shm::ObjKind::pd), 1u) << "a share is at most two objects";
+    EXPECT_FALSE(s.dismantle(2));
+    EXPECT_EQ(resources.count(shm::ObjKind::pd), 0u);
+    EXPECT_FALSE(s.dismantle(2)) << "nothing left: nothing to do";
+    many.reset();
+    EXPECT_EQ(fake.calls.size(), 3u) << "the destructor had nothing left to stop";
+}
+
 // A QP's doorbell is the slot of its number, which no other live QP has.
 TEST_F(TransportSeam, each_qp_is_told_its_doorbell) {
     RingClient cl(resources, ports);
