@@ -1,6 +1,7 @@
 #include "daemon/cm/service.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -23,7 +24,9 @@ constexpr std::size_t kMaxWires = 64;
 
 CmService::CmService(const std::vector<DevicePort>& devices, std::vector<PortWire> wires,
                      std::uint64_t seed)
-    : devices_(devices), next_cookie_(seed | 1), rng_(seed ^ 0x9e3779b97f4a7c15ull) {
+    : devices_(devices), next_cookie_(seed | 1) {
+    const std::uint64_t halves[2] = {seed, seed * 0x9e3779b97f4a7c15ull ^ 0x736e6963u};
+    std::memcpy(port_key_.data(), halves, sizeof halves);
     for (const PortWire& w : wires) {
         if (w.wire == nullptr || wires_.size() == kMaxWires) continue;
         w.wire->attach(*this, wires_.size());
@@ -91,8 +94,12 @@ bool CmService::bindable(const Id& id, std::uint32_t ip, std::uint16_t port, boo
 
 std::uint16_t CmService::ephemeral_port(const Id& id, std::uint32_t ip) {
     constexpr std::uint32_t span = kEphemeralLast - kEphemeralFirst + 1;
-    rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
-    const std::uint32_t start = static_cast<std::uint32_t>(rng_ % span);
+    // Where the search starts: a keyed hash of a counter (RFC 6056's aim), so that the ports
+    // a user sees do not tell the next one; a linear generator's outputs did.
+    std::array<std::uint8_t, 8> n;
+    const std::uint64_t draw = ++port_draws_;
+    std::memcpy(n.data(), &draw, sizeof draw);
+    const auto start = static_cast<std::uint32_t>(siphash24(port_key_, n) % span);
     for (std::uint32_t i = 0; i < span; ++i) {
         const auto port = static_cast<std::uint16_t>(kEphemeralFirst + (start + i) % span);
         if (bindable(id, ip, port, false)) return port;

@@ -31,6 +31,7 @@
 #include "daemon/verbs/client_memory.h"
 #include "daemon/verbs/resources.h"
 #include "daemon/verbs/session.h"
+#include "proto/crc/siphash.h"
 #include "shm/cm.h"
 #include "shm/ring.h"
 
@@ -212,7 +213,8 @@ class CmService final : private CmWireSink {
     std::map<std::uint32_t, std::uint32_t> ids_by_uid_;
     std::map<std::uint32_t, std::uint32_t> listeners_by_uid_;  // ids with `listening` set
     std::uint64_t next_cookie_;
-    std::uint64_t rng_;
+    SipKey port_key_{};             // ephemeral ports: from the seed
+    std::uint64_t port_draws_ = 0;  // ephemeral ports drawn
     CmServiceCounters counters_;
 };
 

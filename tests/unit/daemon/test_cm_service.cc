@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "daemon/roce/ib_cm_wire.h"
@@ -74,6 +75,29 @@ TEST_F(CmServiceTest, binding_follows_the_port_space_and_the_address) {
     ASSERT_EQ(a->listen({h1, 0}), 0);
     EXPECT_EQ(a->listen({h1, 0}), EINVAL);
     EXPECT_EQ(a->bind({h3, 0xc6120001, 7000, 1, 0}, rep), EADDRINUSE);  // a listener's
+}
+
+// Ephemeral ports are drawn under the service's secret: distinct, in the range, and another
+// daemon (another seed) draws others.
+TEST_F(CmServiceTest, ephemeral_ports_depend_on_the_secret) {
+    const auto draw = [](CmService& svc) {
+        auto a = svc.new_session(Peer{100, 1000, 1000});
+        std::vector<std::uint16_t> ports;
+        for (int i = 0; i < 64; ++i) {
+            shm::CmIdReply id{};
+            EXPECT_EQ(a->create_id({1, shm::kCmPsTcp, 2, {}}, id), 0);
+            shm::CmBindReply rep{};
+            EXPECT_EQ(a->bind({id.id, 0, 0, 0, 0}, rep), 0);
+            EXPECT_GE(rep.port, 32768);
+            EXPECT_LE(rep.port, 60999);
+            ports.push_back(rep.port);
+        }
+        return ports;
+    };
+    const std::vector<std::uint16_t> ours = draw(service);
+    EXPECT_EQ(std::set<std::uint16_t>(ours.begin(), ours.end()).size(), ours.size());
+    CmService other{ports, {{0, &wire}}, 43};
+    EXPECT_NE(draw(other), ours);
 }
 
 TEST_F(CmServiceTest, ids_are_bounded_per_connection_and_per_user) {
