@@ -21,6 +21,9 @@ SNIC_PACKAGES=(
     libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils rdma-core
     iproute2 iputils-ping tshark ethtool perftest gnuplot-nox valgrind clang-format
     clang libclang-rt-14-dev
+    # a shared-address port's XDP program: clang builds it for BPF, libbpf finds its maps,
+    # DPDK's af_xdp PMD loads it (through libxdp)
+    libbpf-dev libxdp-dev
     # gcc's sanitizer runtimes, for scripts/test.sh's sanitizer builds (g++ depends on them too)
     libasan8 libubsan1 libtsan2
     dapl2-utils libdapl2 libdapl-dev qperf
