@@ -167,13 +167,30 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
     spec.port = std::string(fields[0]);
     const std::string option = "--port " + spec.port;
     if (spec.port.empty()) return bad("--port", "port (expected <port>,ip=<addr/len>)", text);
+    // iface=IF,shared: the address, prefix and MTU are IF's.
+    if (spec.port.starts_with("iface=")) {
+        spec.iface = spec.port.substr(6);
+        spec.port.clear();
+        if (spec.iface.empty() || spec.iface.size() >= 16 ||
+            spec.iface.find_first_of("/ \t") != std::string::npos)
+            return bad("--port", "interface name", fields[0]);
+    }
     bool have_ip = false;
     for (std::size_t i = 1; i < fields.size(); ++i) {
         const auto f = fields[i];
         const std::size_t eq = f.find('=');
         const auto key = f.substr(0, eq);
         const auto value = eq == std::string_view::npos ? std::string_view{} : f.substr(eq + 1);
-        if (key == "ip") {
+        if (!spec.iface.empty() && (key == "ip" || key == "mtu" || key == "mac"))
+            return make_error(
+                EINVAL, option + ": " + std::string(key) + " is the interface's on a shared port");
+        if (key == "shared" && eq == std::string_view::npos) {
+            if (spec.iface.empty())
+                return make_error(EINVAL, option +
+                                              ": shared takes an interface: --port "
+                                              "iface=IF,shared");
+            spec.shared = true;
+        } else if (key == "ip") {
             auto p = net::Ipv4Prefix::parse(value);
             if (!p || p->length == 0) return bad(option, "IPv4 address/prefix", value);
             spec.ip = *p;
@@ -196,9 +213,18 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
             for (double* r : *rate) *r = *p;
         } else {
             return bad(option,
-                       "parameter (known: ip, mac, mtu, [rx-|tx-]loss|dup|reorder|corrupt, seed)",
+                       "parameter (known: ip, mac, mtu, shared, "
+                       "[rx-|tx-]loss|dup|reorder|corrupt, seed)",
                        f);
         }
+    }
+    if (!spec.iface.empty()) {
+        if (!spec.shared)
+            return make_error(EINVAL, option +
+                                          ": an interface is driven as a shared port only: "
+                                          "--port iface=" +
+                                          spec.iface + ",shared");
+        return spec;
     }
     if (!have_ip) return make_error(EINVAL, option + ": missing ip=<a.b.c.d/len>");
     return spec;
@@ -245,6 +271,12 @@ Status add_port(Config& cfg, std::string_view v) {
     auto spec = parse_port_spec(v);
     if (!spec) return spec.error();
     for (const auto& p : cfg.ports) {
+        if (spec->shared) {
+            if (p.iface == spec->iface)
+                return bad("--port", "interface (given twice)", spec->iface);
+            continue;  // its address is the interface's, known at start
+        }
+        if (p.shared) continue;
         if (p.port == spec->port) return bad("--port", "port (given twice)", spec->port);
         if (p.ip.addr == spec->ip.addr)
             return bad("--port " + spec->port, "IP (already on another port)",
@@ -372,6 +404,8 @@ Runs the snic soft RDMA NIC on DPDK ports. EAL options are DPDK's (for example
 snicd options:
   -n, --name NAME        daemon name (default snic): control socket and device names
   --port SPEC            configure a port; SPEC = <port>,ip=<a.b.c.d/len>[,mac=<mac>][,mtu=<68..9000>]
+                         or iface=IF,shared: the kernel interface IF through AF_XDP, with
+                         IF's address, prefix and MTU, beside the kernel's own traffic
                          [,loss=F][,dup=F][,reorder=F][,corrupt=F][,seed=N]
                          <port> is a DPDK port id or device name (net_af_packet0, wire0, ...);
                          loss/dup/reorder/corrupt inject faults into that fraction F (0.01 or 1%)

@@ -1,6 +1,7 @@
 // snicd: the snic daemon. Parses its options, claims its control socket, brings
 // up DPDK and the ports, runs the data lcores until SIGINT/SIGTERM (or the end of
 // a self-test), then reports its counters and tears everything down.
+#include <net/if.h>
 #include <pthread.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -29,6 +30,7 @@
 #include "daemon/cm/service.h"
 #include "daemon/config.h"
 #include "daemon/control/device_nodes.h"
+#include "daemon/control/kernel_neighbours.h"
 #include "daemon/control/server.h"
 #include "daemon/iwarp/iw_cm_wire.h"
 #include "daemon/iwarp/iwarp_rules.h"
@@ -37,8 +39,10 @@
 #include "daemon/lcore/lcore.h"
 #include "daemon/lcore/lcore_tasks.h"
 #include "daemon/port/eal.h"
+#include "daemon/port/iface.h"
 #include "daemon/port/port.h"
 #include "daemon/port/wire.h"
+#include "daemon/port/xdp_maps.h"
 #include "daemon/roce/gsi.h"
 #include "daemon/roce/ib_cm_wire.h"
 #include "daemon/roce/roce_rules.h"
@@ -224,6 +228,9 @@ struct Running {
     std::vector<std::unique_ptr<TcpService>> tcp;            // per port: snic's TCP
     std::vector<std::unique_ptr<IwarpTransport>> iwarp;      // per port: on its TCP
     std::vector<std::unique_ptr<CmWire>> cm_wires;           // per device: its CM
+    // Per port, for a shared-address port: its XDP program's maps and its neighbours.
+    std::vector<std::optional<XdpMaps>> xdp;
+    std::vector<std::unique_ptr<KernelNeighbours>> neighbours;
     ~Running() {
         cm_wires.clear();
         iwarp.clear();
@@ -235,6 +242,26 @@ struct Running {
         if (pool != nullptr) rte_mempool_free(pool);
     }
 };
+
+// A shared-address port, once its PMD has attached snicd's XDP program to the interface: the
+// program learns the port's address (it sends snicd nothing before), and the port its
+// neighbours from the kernel. 0 or the exit code (the error said).
+int share_port(const PortSpec& spec, Port& port, Running& r) {
+    const std::string what = "--port iface=" + spec.iface + ",shared";
+    const int index = static_cast<int>(::if_nametoindex(spec.iface.c_str()));
+    auto maps = XdpMaps::of_interface(index);
+    if (!maps) return fail(kExitRuntime, what + ": " + maps.error().message);
+    if (auto st = maps->set_address(spec.ip.addr.value); !st)
+        return fail(kExitRuntime, what + ": " + st.error().message);
+    r.xdp.back().emplace(std::move(*maps));
+    auto neighbours = KernelNeighbours::open(index);
+    if (!neighbours) return fail(kExitRuntime, what + ": " + neighbours.error().message);
+    port.set_neighbour_source(neighbours->get());
+    r.neighbours.back() = std::move(*neighbours);
+    spdlog::info("{}: {} with the kernel, address {}, MTU {}, MAC {}", what, port.name(),
+                 spec.ip.to_string(), port.mtu(), port.mac().to_string());
+    return 0;
+}
 
 // The virtual wire (if asked for), the packet pool and every --port, started. 0 or the exit
 // code (the error said).
@@ -266,6 +293,11 @@ int open_ports(const Config& cfg, Running& r) {
         auto port = Port::open(*id, spec, r.pool, settings);
         if (!port) return fail(kExitRuntime, port.error().message);
         r.ports.push_back(std::move(port.value()));
+        r.xdp.emplace_back();
+        r.neighbours.emplace_back();
+        if (spec.shared) {
+            if (const int err = share_port(spec, *r.ports.back(), r); err != 0) return err;
+        }
     }
     return 0;
 }
@@ -404,6 +436,7 @@ void start_telemetry(TelemetryInfo& tel, const Running& r, ControlServer& ctl,
     for (const auto& t : r.transports) tel.transports.push_back(t.get());
     for (const auto& t : r.iwarp) tel.iwarp.push_back(t.get());
     for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
+    for (const auto& x : r.xdp) tel.xdp.push_back(x ? &*x : nullptr);
     tel.qps = [&ctl] { return ctl.ask_qps(kTelemetryWait); };
     tel.qp = [&ctl](std::uint32_t qpn) { return ctl.ask_qp(qpn, kTelemetryWait); };
     register_telemetry(tel);
@@ -467,7 +500,7 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     }
     std::vector<TcpService*> tcp_services;
     for (const auto& t : r.tcp) tcp_services.push_back(t.get());
-    TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}};
+    TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     start_telemetry(tel, r, control, tcp_services);
 
     for (std::size_t i = 1; i < r.lcore_ids.size(); ++i)
@@ -498,6 +531,11 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
         unregister_telemetry();
         return fail(kExitRuntime, st.error().message);
     }
+    for (const auto& n : r.neighbours) {
+        if (!n) continue;
+        control.watch(n->fd(), [k = n.get()] { k->on_kernel(); });
+        control.watch(n->wakeup_fd(), [k = n.get()] { k->on_asks(); });
+    }
     const cpu_set_t cpus = control_cpus(given, r);
     std::thread control_thread([&] {
         if (CPU_COUNT(&cpus) != 0) pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
@@ -520,6 +558,29 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     spdlog::info("snicd {} stopping", cfg.name);
     print_all_counters(r);
     return selftest ? report_selftest(cfg, *selftest) : 0;
+}
+
+// Each shared-address port: its interface's address, prefix and MTU, and the af_xdp device
+// that drives it with snicd's XDP program (one queue: the interface's first).
+Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args) {
+    std::size_t n = 0;
+    for (PortSpec& spec : cfg.ports) {
+        if (!spec.shared) continue;
+        auto facts = iface_facts(spec.iface);
+        if (!facts)
+            return make_error(facts.error().code,
+                              "--port iface=" + spec.iface + ",shared: " + facts.error().message);
+        for (const PortSpec& other : cfg.ports)
+            if (&other != &spec && !other.shared && other.ip.addr == facts->ip.addr)
+                return make_error(EINVAL, "--port iface=" + spec.iface + ",shared: " +
+                                              facts->ip.to_string() + " is on another port too");
+        spec.ip = facts->ip;
+        spec.mtu = facts->mtu;
+        spec.port = "net_af_xdp_shared" + std::to_string(n++);
+        eal_args.push_back("--vdev=" + spec.port + ",iface=" + spec.iface +
+                           ",start_queue=0,queue_count=1,xdp_prog=" + xdp_program_path());
+    }
+    return Ok{};
 }
 
 int run(const Config& cfg, std::vector<std::string> eal_args) {
@@ -562,5 +623,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     spdlog::set_level(spdlog::level::from_str(cfg->log_level));
+    if (auto st = prepare_shared_ports(*cfg, args.eal); !st)
+        return fail(kExitRuntime, st.error().message);
     return run(*cfg, std::move(args.eal));
 }

@@ -115,11 +115,13 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
         // client.
         cm_fds.clear();
         if (cm_ != nullptr) cm_->poll_fds(cm_fds);
-        const std::size_t first_client = 2 + cm_fds.size();
+        const std::size_t first_watched = 2 + cm_fds.size();
+        const std::size_t first_client = first_watched + watched_.size();
         fds.clear();
         fds.push_back({listen_.get(), POLLIN, 0});
         fds.push_back({questions_.fd(), POLLIN, 0});
         for (const int fd : cm_fds) fds.push_back({fd, POLLIN, 0});
+        for (const auto& w : watched_) fds.push_back({w.first, POLLIN, 0});
         for (const auto& c : clients_) fds.push_back({c->sock.get(), POLLIN, 0});
         const int timeout = !dying_.empty()  ? 0
                             : cm_ != nullptr ? cm_->timeout_ms(CmService::now_ns(), kPollMs)
@@ -130,6 +132,8 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
         if (!dying_.empty() && !dying_.front()->dismantle(kDismantlePerTurn))
             dying_.erase(dying_.begin());
         if (ready <= 0) continue;
+        for (std::size_t i = 0; i < watched_.size(); ++i)
+            if ((fds[first_watched + i].revents & POLLIN) != 0) watched_[i].second();
 
         // One request per ready client per turn; a client that must go is disconnected here,
         // and its session taken apart over the next turns.

@@ -56,6 +56,11 @@ class ControlServer {
         return questions_.ask<T>(std::move(fn), timeout);
     }
     // Closes every client connection, releasing their sessions (after serve() returned).
+    // Another descriptor for the control thread to poll (set before serve()): `on_readable`
+    // runs on the control thread each turn it is readable.
+    void watch(int fd, std::function<void()> on_readable) {
+        watched_.emplace_back(fd, std::move(on_readable));
+    }
     void disconnect_all() {
         clients_.clear();
         dying_.clear();
@@ -126,6 +131,7 @@ class ControlServer {
     std::vector<std::unique_ptr<Session>> dying_;
     ControlQueue questions_;  // from other threads, answered in serve()
     CmService* cm_ = nullptr;
+    std::vector<std::pair<int, std::function<void()>>> watched_;
     TcpRowsFn tcp_rows_;
 };
 

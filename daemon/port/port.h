@@ -13,6 +13,7 @@
 #include "common/result.h"
 #include "daemon/port/arp_cache.h"
 #include "daemon/port/fault.h"
+#include "daemon/port/neighbours.h"
 #include "daemon/port/port_spec.h"
 #include "daemon/port/stats.h"
 #include "proto/net/addr.h"
@@ -77,6 +78,9 @@ class Port {
     // Other UDP traffic (the raw-bw self-test's sink); dropped as udp_no_listener without one.
     void set_udp_hook(RxHook h) { udp_hook_ = h; }
     void set_echo_listener(EchoListener* l) { echo_listener_ = l; }
+    // A shared-address port resolves its peers through the kernel's neighbour table (set
+    // once, before the port runs): it sends no ARP request of its own.
+    void set_neighbour_source(NeighbourSource* n) { neighbours_ = n; }
 
     // --- datapath: owning lcore only ---
 
@@ -133,6 +137,7 @@ class Port {
     RxHook udp_hook_;
     RxHook icmp_error_hook_;
     EchoListener* echo_listener_ = nullptr;
+    NeighbourSource* neighbours_ = nullptr;
 
     FaultPath rx_fault_;
     FaultPath tx_fault_;

@@ -16,6 +16,14 @@ namespace snic::daemon {
 
 std::uint16_t Port::poll_rx(std::uint64_t now) {
     rte_mbuf* pkts[2 * kMaxBurst + 1];
+    if (neighbours_ != nullptr) {
+        net::Ipv4Addr ip;
+        net::MacAddr mac;
+        while (neighbours_->next(ip, mac)) {
+            arp_.learn(ip, mac, now);
+            counters_.neighbours_learnt.add();
+        }
+    }
     std::uint16_t n = rte_eth_rx_burst(id_, 0, pkts, rx_burst_);
     if (rx_fault_.injector.active()) {
         rte_mbuf* in[kMaxBurst];
@@ -186,6 +194,11 @@ std::optional<net::MacAddr> Port::resolve(net::Ipv4Addr ip, std::uint64_t now) {
     // connection does not stall (and exhaust its retries) every time the entry ages out.
     const std::optional<net::MacAddr> stale = arp_.last_known(ip);
     if (!arp_.should_request(ip, now)) return stale;
+    if (neighbours_ != nullptr) {  // a shared address: ARP is the kernel's
+        neighbours_->ask(ip);
+        counters_.neighbour_asks.add();
+        return stale;
+    }
     rte_mbuf* m = alloc();
     if (m == nullptr) return stale;
     auto* buf = rte_pktmbuf_mtod(m, std::uint8_t*);

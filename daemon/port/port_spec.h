@@ -13,6 +13,11 @@ namespace snic::daemon {
 
 struct PortSpec {
     std::string port;  // DPDK port id ("0") or device name ("net_af_packet0", "wire0")
+    // A shared-address port (iface=IF,shared): snicd drives the kernel interface IF through
+    // AF_XDP beside the kernel, with IF's address, prefix and MTU; `port` is the PMD's device
+    // snicd makes for it.
+    std::string iface;
+    bool shared = false;
     net::Ipv4Prefix ip;
     std::optional<net::MacAddr> mac;
     std::optional<std::uint16_t> mtu;

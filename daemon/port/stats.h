@@ -18,6 +18,7 @@ using snic::Counter;
 struct PortCounters {
     Counter rx_packets, rx_bytes, tx_packets, tx_bytes, tx_dropped;
     Counter arp_requests_answered, arp_replies_received, arp_requests_sent;
+    Counter neighbour_asks, neighbours_learnt;  // a shared-address port's, of the kernel
     Counter icmp_echo_answered, icmp_echo_replies_received;
     Counter roce_dispatched, tcp_dispatched;
     Counter rx_fault_dropped, rx_fault_duplicated, rx_fault_reordered, rx_fault_corrupted;
@@ -32,7 +33,7 @@ struct CounterField {
     Counter PortCounters::*field;
 };
 
-inline constexpr std::array<CounterField, 20> kPortCounterFields = {{
+inline constexpr std::array<CounterField, 22> kPortCounterFields = {{
     {"rx_packets", &PortCounters::rx_packets},
     {"rx_bytes", &PortCounters::rx_bytes},
     {"tx_packets", &PortCounters::tx_packets},
@@ -41,6 +42,8 @@ inline constexpr std::array<CounterField, 20> kPortCounterFields = {{
     {"arp_requests_answered", &PortCounters::arp_requests_answered},
     {"arp_replies_received", &PortCounters::arp_replies_received},
     {"arp_requests_sent", &PortCounters::arp_requests_sent},
+    {"neighbour_asks", &PortCounters::neighbour_asks},
+    {"neighbours_learnt", &PortCounters::neighbours_learnt},
     {"icmp_echo_answered", &PortCounters::icmp_echo_answered},
     {"icmp_echo_replies_received", &PortCounters::icmp_echo_replies_received},
     {"roce_dispatched", &PortCounters::roce_dispatched},

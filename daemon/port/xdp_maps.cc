@@ -24,6 +24,10 @@ Error bpf_error(int err, const std::string& what) {
 
 }  // namespace
 
+std::string xdp_program_path() {
+    return ::access(SNIC_XDP_BUILD_PATH, R_OK) == 0 ? SNIC_XDP_BUILD_PATH : SNIC_XDP_INSTALL_PATH;
+}
+
 XdpMaps::MapFd& XdpMaps::MapFd::operator=(MapFd&& o) noexcept {
     if (this != &o) {
         if (fd_ >= 0) ::close(fd_);

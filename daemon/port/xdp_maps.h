@@ -5,12 +5,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <utility>
 
 #include "common/result.h"
 
 namespace snic::daemon {
+
+// Where snicd's XDP program is: the build tree's while snicd runs from it, else the installed
+// one.
+std::string xdp_program_path();
 
 // What the program did with the frames it saw, summed over the CPUs.
 struct XdpCounts {

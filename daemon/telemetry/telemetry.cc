@@ -13,6 +13,7 @@
 
 #include "daemon/iwarp/tcp_service.h"
 #include "daemon/port/port.h"
+#include "daemon/port/xdp_maps.h"
 #include "daemon/roce/gsi.h"
 #include "daemon/verbs/transport.h"
 #include "proto/net/addr.h"
@@ -102,6 +103,15 @@ int cmd_port_stats(const char*, const char* params, rte_tel_data* d) {
     add_u64(d, "lcore", info->ports[*i]->lcore());
     for_each_counter(info->ports[*i]->counters(),
                      [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
+    // A shared-address port: what its XDP program sent snicd and what it left to the kernel.
+    if (*i < info->xdp.size() && info->xdp[*i] != nullptr) {
+        if (auto c = info->xdp[*i]->counts()) {
+            add_u64(d, "xdp_roce", c->roce);
+            add_u64(d, "xdp_tcp", c->tcp);
+            add_u64(d, "xdp_passed", c->passed);
+            add_u64(d, "xdp_no_socket", c->no_sock);
+        }
+    }
     return 0;
 }
 

@@ -26,6 +26,7 @@ class GsiPort;
 
 class Port;
 class TcpService;
+class XdpMaps;
 class Transport;
 
 struct TelemetryInfo {
@@ -36,6 +37,9 @@ struct TelemetryInfo {
     std::vector<const Transport*> iwarp;       // per port: iWARP's
     // Each port's QP1 bridge (the CM's MADs), in the order of `ports`; must outlive it too.
     std::vector<const GsiPort*> gsi;
+    // Each shared-address port's XDP program, in the order of `ports` (nullptr: not shared);
+    // must outlive it too.
+    std::vector<const XdpMaps*> xdp;
     // The sessions' QPs as the control thread answers for them (ControlServer::ask_qps and
     // ask_qp, with their bound): every QP by increasing number, and one in full. Unset: the
     // QP commands answer nothing.

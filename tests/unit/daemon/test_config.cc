@@ -193,10 +193,10 @@ TEST(Config, port_without_name_is_rejected) {
 
 TEST(Config, unknown_port_parameter_is_named) {
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,speed=10G"}),
-              "--port 0: invalid parameter (known: ip, mac, mtu, "
+              "--port 0: invalid parameter (known: ip, mac, mtu, shared, "
               "[rx-|tx-]loss|dup|reorder|corrupt, seed) 'speed=10G'");
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,"}),
-              "--port 0: invalid parameter (known: ip, mac, mtu, "
+              "--port 0: invalid parameter (known: ip, mac, mtu, shared, "
               "[rx-|tx-]loss|dup|reorder|corrupt, seed) ''");
 }
 
@@ -591,6 +591,36 @@ TEST(PortSpec, errors_name_the_port) {
     EXPECT_EQ(port_error("7"), "--port 7: missing ip=<a.b.c.d/len>");
     EXPECT_EQ(port_error("7,ip"), "--port 7: invalid IPv4 address/prefix ''");
     EXPECT_EQ(port_error(""), "--port: invalid port (expected <port>,ip=<addr/len>) ''");
+}
+
+// A shared-address port names a kernel interface; its address, prefix and MTU are the
+// interface's, found at start.
+TEST(PortSpec, a_shared_port_names_an_interface) {
+    auto r = parse_port_spec("iface=eth1,shared");
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_TRUE(r->shared);
+    EXPECT_EQ(r->iface, "eth1");
+    EXPECT_TRUE(r->port.empty()) << "snicd names the device it makes for it";
+    EXPECT_FALSE(r->mtu.has_value());
+    auto faulty = parse_port_spec("iface=eth1,shared,loss=1%");
+    ASSERT_TRUE(faulty.ok()) << faulty.error().message;
+    EXPECT_DOUBLE_EQ(faulty->fault.rx.drop, 0.01);
+}
+
+TEST(PortSpec, shared_port_errors) {
+    EXPECT_EQ(port_error("iface=eth1"),
+              "--port iface=eth1: an interface is driven as a shared port only: --port "
+              "iface=eth1,shared");
+    EXPECT_EQ(port_error("iface=eth1,shared,ip=10.0.0.1/24"),
+              "--port iface=eth1: ip is the interface's on a shared port");
+    EXPECT_EQ(port_error("iface=eth1,shared,mtu=9000"),
+              "--port iface=eth1: mtu is the interface's on a shared port");
+    EXPECT_EQ(port_error("0,ip=10.0.0.1/24,shared"),
+              "--port 0: shared takes an interface: --port iface=IF,shared");
+    EXPECT_EQ(port_error("iface=,shared"), "--port: invalid interface name 'iface='");
+    EXPECT_EQ(port_error("iface=a/b,shared"), "--port: invalid interface name 'iface=a/b'");
+    EXPECT_EQ(error_of({"--port", "iface=eth1,shared", "--port", "iface=eth1,shared"}),
+              "--port: invalid interface (given twice) 'eth1'");
 }
 
 }  // namespace

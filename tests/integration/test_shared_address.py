@@ -1,0 +1,256 @@
+"""Shared-address ports: snicd on the host's own interface beside the kernel, as an RNIC is.
+
+Two network namespaces are two hosts, joined by a veth pair; each end has its kernel's
+address (198.18.31.1 and .2). Each host runs a snicd with --port iface=END,shared: snicd
+drives the end through AF_XDP with its XDP program, which sends it RoCEv2 and leaves
+everything else to the host's kernel. Programs on one host are given the other host's
+address and nothing else, as they would be between two machines with RNICs:
+
+- rping (rdma_cm: the CM's MADs and RoCEv2 to that address);
+- perftest without -R, whose setup goes over the kernels' TCP to that address, then RDMA;
+- the kernels' own traffic while RDMA runs: ping, and a TCP stream compared byte for byte;
+  the XDP program's counters say what it passed to each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import snictest as st
+import test_rdmacm as rcm
+
+SNIC_RUN = st.BUILD / "libclient" / "snic-run"
+SUBNET = "198.18.31"
+A_IP, B_IP = f"{SUBNET}.1", f"{SUBNET}.2"
+TCP_PORT = 5231  # the kernels' own stream
+STREAM_BYTES = 8 << 20
+WAIT = 120  # s: only ever cuts a hang short
+
+
+@dataclass
+class Hosts:
+    ns_a: str
+    ns_b: str
+    end_a: str
+    end_b: str
+
+
+@pytest.fixture
+def namespaces():
+    """Two hosts: a namespace each, one end of a veth pair each, with its kernel's address.
+    Set up before the daemons and removed after them."""
+    if not st.af_xdp_supported():
+        pytest.skip("no AF_XDP here (no XDP sockets, or DPDK without net_af_xdp)")
+    h = Hosts(st.unique("snic-ha", maxlen=40), st.unique("snic-hb", maxlen=40), st.unique("sha"),
+              st.unique("shb"))
+    try:
+        for ns in (h.ns_a, h.ns_b):
+            st.add_netns(ns)
+        st.delete_link(h.end_a)
+        st.run(["ip", "link", "add", h.end_a, "type", "veth", "peer", "name", h.end_b], check=True)
+        for end, ns, ip in ((h.end_a, h.ns_a, A_IP), (h.end_b, h.ns_b, B_IP)):
+            st.run(["ip", "link", "set", end, "netns", ns], check=True)
+            st.disable_ipv6(end, ns)
+            st.run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", end], check=True)
+            st.run(["ip", "-n", ns, "link", "set", end, "up"], check=True)
+        yield h
+    finally:
+        for ns in (h.ns_a, h.ns_b):
+            st.delete_netns(ns)
+        st.delete_link(h.end_a)
+
+
+@dataclass
+class Setup:
+    hosts: Hosts
+    a: st.Daemon
+    b: st.Daemon
+    # Each host's own socket directory, as /run/snic is a host's: a program finds its own
+    # host's snicd only.
+    dirs: dict[str, Path]
+
+
+@pytest.fixture
+def shared(namespaces, daemons, mem_args, tmp_path) -> Setup:
+    h = namespaces
+    dirs = {h.ns_a: tmp_path / "host-a", h.ns_b: tmp_path / "host-b"}
+    for d in dirs.values():
+        d.mkdir()
+    name_a, name_b = st.unique("sha", maxlen=24), st.unique("shb", maxlen=24)
+    a = daemons(name_a, ["-l", "0", "--no-pci", *mem_args],
+                ["--port", f"iface={h.end_a},shared", "--idle-backoff", "20"],
+                ctrl=str(dirs[h.ns_a] / f"{name_a}.sock"), netns=h.ns_a)
+    b = daemons(name_b, ["-l", "1", "--no-pci", *mem_args],
+                ["--port", f"iface={h.end_b},shared", "--idle-backoff", "20"],
+                ctrl=str(dirs[h.ns_b] / f"{name_b}.sock"), netns=h.ns_b)
+    for d, ip in ((a, A_IP), (b, B_IP)):
+        status = d.wait_ready()
+        assert status.ports[0].ip == f"{ip}/24", (
+            f"the shared port took {status.ports[0].ip}, not its interface's {ip}/24")
+    return Setup(h, a, b, dirs)
+
+
+def env(s: Setup, ns: str) -> dict:
+    e = dict(os.environ, SNIC_SOCKET_DIR=str(s.dirs[ns]))
+    e.pop("LD_PRELOAD", None)
+    return e
+
+
+def on_host(ns: str, *cmd: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *cmd]
+
+
+def background(s: Setup, ns: str, log: Path, *cmd: str) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(on_host(ns, *cmd), env=env(s, ns), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def finish(p: subprocess.Popen, log: Path, what: str) -> str:
+    try:
+        p.wait(timeout=WAIT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise AssertionError(f"{what} did not finish within {WAIT} s:\n{log.read_text()}")
+    out = log.read_text()
+    assert p.returncode == 0, f"{what} exited {p.returncode}:\n{out}"
+    return out
+
+
+def kill(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def tcp_listening(ns: str, port: int) -> bool:
+    out = st.run(on_host(ns, "ss", "-Hltn", f"sport = :{port}"), check=True).stdout
+    return out.strip() != ""
+
+
+def xdp_counts(d: st.Daemon) -> dict:
+    (reply,) = st.telemetry_query(d.prefix, "/snic/port_stats,0")
+    stats = reply["/snic/port_stats"]
+    assert "xdp_passed" in stats, f"no XDP counters on a shared port: {sorted(stats)}"
+    return stats
+
+
+def test_rping_between_two_hosts_by_address(shared, tmp_path):
+    s = shared
+    before = rcm.cm_status(s.b)["listening"]
+    server = background(s, s.hosts.ns_b, tmp_path / "server.log", str(SNIC_RUN), "rping", "-s",
+                        "-a", B_IP, "-C", "10", "-v")
+    client = None
+    try:
+        st.poll(lambda: server.poll() is not None or rcm.cm_status(s.b)["listening"] > before,
+                "rping's server listening")
+        client = background(s, s.hosts.ns_a, tmp_path / "client.log", str(SNIC_RUN), "rping",
+                            "-c", "-a", B_IP, "-C", "10", "-v")
+        out = finish(client, tmp_path / "client.log", "rping -c")
+        assert out.count("ping data: rdma-ping-") == 10, out
+        finish(server, tmp_path / "server.log", "rping -s")
+    finally:
+        kill(*(p for p in (client, server) if p is not None))
+    # A resolved B through its kernel's neighbour table: it sent no ARP of its own.
+    (stats,) = st.telemetry_query(s.a.prefix, "/snic/port_stats,0")
+    ports = stats["/snic/port_stats"]
+    assert ports["arp_requests_sent"] == 0, ports
+    assert ports["neighbours_learnt"] >= 1, ports
+
+
+def test_perftest_sets_up_over_the_kernels_tcp(shared, tmp_path):
+    """ib_send_lat without -R: its exchange is a TCP connection to the server host's address
+    (the kernels'), its traffic RDMA to the same address (the snicds')."""
+    s = shared
+    server = background(s, s.hosts.ns_b, tmp_path / "server.log", str(SNIC_RUN), "ib_send_lat",
+                        "-d", f"{s.b.name}_0", "-x", "0", "-n", "2000")
+    client = None
+    try:
+        st.poll(lambda: server.poll() is not None or tcp_listening(s.hosts.ns_b, 18515),
+                "ib_send_lat's server listening on TCP 18515")
+        client = background(s, s.hosts.ns_a, tmp_path / "client.log", str(SNIC_RUN),
+                            "ib_send_lat", "-d", f"{s.a.name}_0", "-x", "0", "-n", "2000", B_IP)
+        out = finish(client, tmp_path / "client.log", "ib_send_lat (client)")
+        assert "t_typical" in out, out
+        finish(server, tmp_path / "server.log", "ib_send_lat (server)")
+    finally:
+        kill(*(p for p in (client, server) if p is not None))
+
+
+RECEIVER = r"""
+import hashlib, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+h, n = hashlib.sha256(), 0
+while True:
+    b = c.recv(1 << 16)
+    if not b:
+        break
+    h.update(b)
+    n += len(b)
+print(n, h.hexdigest(), flush=True)
+"""
+
+SENDER = r"""
+import hashlib, socket, sys
+n = int(sys.argv[3])
+data = hashlib.shake_256(b"snic shared address").digest(n)
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c.sendall(data)
+c.close()
+"""
+
+
+def test_the_kernels_traffic_flows_beside_rdma(shared, tmp_path):
+    """While ib_write_bw runs between the snicds: ping and a TCP stream between the two
+    kernels, the stream's bytes compared; the XDP programs passed the kernels' frames on and
+    sent the snicds RoCEv2."""
+    s = shared
+    a_before, b_before = xdp_counts(s.a), xdp_counts(s.b)
+    server = background(s, s.hosts.ns_b, tmp_path / "bw-server.log", str(SNIC_RUN),
+                        "ib_write_bw", "-d", f"{s.b.name}_0", "-x", "0", "-D", "4")
+    client = receiver = None
+    try:
+        st.poll(lambda: server.poll() is not None or tcp_listening(s.hosts.ns_b, 18515),
+                "ib_write_bw's server listening on TCP 18515")
+        client = background(s, s.hosts.ns_a, tmp_path / "bw-client.log", str(SNIC_RUN),
+                            "ib_write_bw", "-d", f"{s.a.name}_0", "-x", "0", "-D", "4", B_IP)
+        receiver = subprocess.Popen(on_host(s.hosts.ns_b, "python3", "-c", RECEIVER, B_IP,
+                                            str(TCP_PORT)),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert receiver.stdout.readline().strip() == "listening", receiver.stderr.read()
+        sent = st.run(on_host(s.hosts.ns_a, "python3", "-c", SENDER, B_IP, str(TCP_PORT),
+                              str(STREAM_BYTES)), timeout=WAIT)
+        assert sent.returncode == 0, sent.stderr
+        got = receiver.stdout.readline().split()
+        want = hashlib.sha256(hashlib.shake_256(b"snic shared address").digest(STREAM_BYTES))
+        assert got == [str(STREAM_BYTES), want.hexdigest()], got
+        ping = st.run(on_host(s.hosts.ns_a, "ping", "-c", "5", "-i", "0.2", "-W", "2", B_IP),
+                      timeout=WAIT)
+        assert ping.returncode == 0 and " 0% packet loss" in ping.stdout, ping.stdout
+        out = finish(client, tmp_path / "bw-client.log", "ib_write_bw (client)")
+        assert "BW average" in out, out
+        finish(server, tmp_path / "bw-server.log", "ib_write_bw (server)")
+    finally:
+        kill(*(p for p in (client, server, receiver) if p is not None))
+    a_after, b_after = xdp_counts(s.a), xdp_counts(s.b)
+    # B's kernel received the stream (thousands of segments) and the pings through B's program;
+    # A's kernel the stream's ACKs and the ping replies.
+    assert b_after["xdp_passed"] - b_before["xdp_passed"] > 100, (b_before, b_after)
+    assert a_after["xdp_passed"] - a_before["xdp_passed"] > 100, (a_before, a_after)
+    # The RDMA WRITEs reached B's snicd, their ACKs A's.
+    assert b_after["xdp_roce"] - b_before["xdp_roce"] > 1000, (b_before, b_after)
+    assert a_after["xdp_roce"] - a_before["xdp_roce"] > 0, (a_before, a_after)
+    assert b_after["xdp_no_socket"] == b_before["xdp_no_socket"], b_after
