@@ -41,6 +41,7 @@
 #include "daemon/port/eal.h"
 #include "daemon/port/iface.h"
 #include "daemon/port/port.h"
+#include "daemon/port/tcp_ports.h"
 #include "daemon/port/wire.h"
 #include "daemon/port/xdp_maps.h"
 #include "daemon/roce/gsi.h"
@@ -229,7 +230,8 @@ struct Running {
     std::vector<std::unique_ptr<IwarpTransport>> iwarp;      // per port: on its TCP
     std::vector<std::unique_ptr<CmWire>> cm_wires;           // per device: its CM
     // Per port, for a shared-address port: its XDP program's maps and its neighbours.
-    std::vector<std::optional<XdpMaps>> xdp;
+    std::vector<std::unique_ptr<XdpMaps>> xdp;
+    std::vector<std::unique_ptr<SharedTcpPorts>> tcp_ports;  // its iWARP's TCP ports
     std::vector<std::unique_ptr<KernelNeighbours>> neighbours;
     ~Running() {
         cm_wires.clear();
@@ -253,7 +255,8 @@ int share_port(const PortSpec& spec, Port& port, Running& r) {
     if (!maps) return fail(kExitRuntime, what + ": " + maps.error().message);
     if (auto st = maps->set_address(spec.ip.addr.value); !st)
         return fail(kExitRuntime, what + ": " + st.error().message);
-    r.xdp.back().emplace(std::move(*maps));
+    r.xdp.back() = std::make_unique<XdpMaps>(std::move(*maps));
+    r.tcp_ports.back() = std::make_unique<SharedTcpPorts>(*r.xdp.back(), spec.ip.addr.value);
     auto neighbours = KernelNeighbours::open(index);
     if (!neighbours) return fail(kExitRuntime, what + ": " + neighbours.error().message);
     port.set_neighbour_source(neighbours->get());
@@ -294,6 +297,7 @@ int open_ports(const Config& cfg, Running& r) {
         if (!port) return fail(kExitRuntime, port.error().message);
         r.ports.push_back(std::move(port.value()));
         r.xdp.emplace_back();
+        r.tcp_ports.emplace_back();
         r.neighbours.emplace_back();
         if (spec.shared) {
             if (const int err = share_port(spec, *r.ports.back(), r); err != 0) return err;
@@ -436,7 +440,7 @@ void start_telemetry(TelemetryInfo& tel, const Running& r, ControlServer& ctl,
     for (const auto& t : r.transports) tel.transports.push_back(t.get());
     for (const auto& t : r.iwarp) tel.iwarp.push_back(t.get());
     for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
-    for (const auto& x : r.xdp) tel.xdp.push_back(x ? &*x : nullptr);
+    for (const auto& x : r.xdp) tel.xdp.push_back(x.get());
     tel.qps = [&ctl] { return ctl.ask_qps(kTelemetryWait); };
     tel.qp = [&ctl](std::uint32_t qpn) { return ctl.ask_qp(qpn, kTelemetryWait); };
     register_telemetry(tel);
@@ -454,7 +458,7 @@ std::vector<PortWire> make_cm_wires(Running& r) {
                                                         random_key(),
                                                         CmService::kMaxIdsPerSession));
         wires.push_back({port, r.cm_wires.back().get()});
-        r.cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i]));
+        r.cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i], r.tcp_ports[i].get()));
         wires.push_back({port, r.cm_wires.back().get()});
     }
     return wires;

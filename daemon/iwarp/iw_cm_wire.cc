@@ -39,24 +39,49 @@ Result<bool> IwCmWire::listen(std::uint16_t port, std::uint32_t backlog, std::ui
     // rdma_listen does when a device's listen fails), so that no listener seems to serve
     // connects it never sees.
     if (qp_type == IBV_QPT_UD) return false;
-    if (const int err = iw_.listen(port, backlog); err != 0)
+    // On a shared address the port must be free of the kernel's sockets first.
+    if (ports_ != nullptr) {
+        if (const int err = ports_->hold(port); err != 0)
+            return make_error(
+                err, fmt::format("TCP port {} is the kernel's: {}", port, std::strerror(err)));
+    }
+    if (const int err = iw_.listen(port, backlog); err != 0) {
+        if (ports_ != nullptr) ports_->release(port);
         return make_error(err, fmt::format("no TCP listener on port {}: {}", port,
                                            err == ENOBUFS ? "the port's listener table is full"
                                                           : std::strerror(err)));
+    }
     return true;
 }
 
 void IwCmWire::unlisten(std::uint16_t port) {
     iw_.unlisten(port);
+    if (ports_ != nullptr) ports_->release(port);
+}
+
+void IwCmWire::let_go(WireConn conn) {
+    auto it = held_.find(conn);
+    if (it == held_.end()) return;
+    ports_->release(it->second);
+    held_.erase(it);
 }
 
 Result<WireConn> IwCmWire::connect(const CmConnectSpec& s) {
     if (s.qp_type == IBV_QPT_UD) return make_error(EINVAL, "iWARP has no datagram service (SIDR)");
     const shm::CmConnParam& p = *s.param;
+    if (ports_ != nullptr) {
+        if (const int err = ports_->hold(s.local_port); err != 0)
+            return make_error(err, fmt::format("TCP port {} is the kernel's: {}", s.local_port,
+                                               std::strerror(err)));
+    }
     auto conn =
         iw_.connect(s.remote_ip, s.remote_port, s.local_port, {p.private_data, p.private_data_len},
                     p.responder_resources, p.initiator_depth, *s.owner);
-    if (!conn) return make_error(conn.error().code, conn.error().message);
+    if (!conn) {
+        if (ports_ != nullptr) ports_->release(s.local_port);
+        return make_error(conn.error().code, conn.error().message);
+    }
+    if (ports_ != nullptr) held_[WireConn{*conn}] = s.local_port;
     return WireConn{*conn};
 }
 
@@ -102,10 +127,12 @@ Status IwCmWire::disconnect(WireConn conn) {
 // Aborted unless a QP runs on it.
 void IwCmWire::forget(WireConn conn) {
     iw_.release(id_of(conn));
+    let_go(conn);
 }
 
 void IwCmWire::release(WireConn conn) {
     iw_.release(id_of(conn));
+    let_go(conn);
 }
 
 std::uint32_t IwCmWire::qp_binding(WireConn conn) const {
@@ -148,6 +175,8 @@ void IwCmWire::translate(const IwCmEvent& e) {
     };
     switch (e.kind) {
         case I::request:
+            // A connection a listener took keeps its port, should the listener go first.
+            if (ports_ != nullptr && ports_->hold(e.local_port) == 0) held_[e.conn] = e.local_port;
             w.kind = K::request;
             w.local_ip = e.local_ip;
             w.remote_ip = e.remote_ip;

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 
 #include "daemon/cm/wire.h"
+#include "daemon/port/tcp_ports.h"
 
 namespace snic::daemon {
 
@@ -17,7 +19,10 @@ struct IwCmEvent;
 
 class IwCmWire final : public CmWire {
   public:
-    explicit IwCmWire(IwarpTransport& iw) : iw_(iw) {}
+    // `ports`: a shared-address port's TCP ports (nullptr: the address is snicd's alone),
+    // taken for each listener and connection and given back when they go.
+    explicit IwCmWire(IwarpTransport& iw, TcpPortHolder* ports = nullptr)
+        : iw_(iw), ports_(ports) {}
 
     std::uint8_t transport() const override { return shm::kTransportIwarp; }
     bool datagrams() const override { return false; }  // iWARP is connected alone
@@ -44,8 +49,12 @@ class IwCmWire final : public CmWire {
 
   private:
     void translate(const IwCmEvent& e);
+    // A connection's hold of its local port, given back once.
+    void let_go(WireConn conn);
 
     IwarpTransport& iw_;
+    TcpPortHolder* ports_;
+    std::map<WireConn, std::uint16_t> held_;  // connection -> its local port, with ports_
 };
 
 }  // namespace snic::daemon

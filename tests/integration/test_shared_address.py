@@ -96,9 +96,11 @@ def shared(namespaces, daemons, mem_args, tmp_path) -> Setup:
     return Setup(h, a, b, dirs)
 
 
-def env(s: Setup, ns: str) -> dict:
-    e = dict(os.environ, SNIC_SOCKET_DIR=str(s.dirs[ns]))
+def env(s: Setup, ns: str, **extra: str) -> dict:
+    e = dict(os.environ, SNIC_SOCKET_DIR=str(s.dirs[ns]), **extra)
     e.pop("LD_PRELOAD", None)
+    if "SNIC_DEVICES" not in extra:
+        e.pop("SNIC_DEVICES", None)
     return e
 
 
@@ -106,9 +108,9 @@ def on_host(ns: str, *cmd: str) -> list[str]:
     return ["ip", "netns", "exec", ns, *cmd]
 
 
-def background(s: Setup, ns: str, log: Path, *cmd: str) -> subprocess.Popen:
+def background(s: Setup, ns: str, log: Path, *cmd: str, **extra: str) -> subprocess.Popen:
     with open(log, "wb") as out:
-        return subprocess.Popen(on_host(ns, *cmd), env=env(s, ns), stdout=out,
+        return subprocess.Popen(on_host(ns, *cmd), env=env(s, ns, **extra), stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
@@ -166,23 +168,93 @@ def test_rping_between_two_hosts_by_address(shared, tmp_path):
     assert ports["neighbours_learnt"] >= 1, ports
 
 
-def test_perftest_sets_up_over_the_kernels_tcp(shared, tmp_path):
-    """ib_send_lat without -R: its exchange is a TCP connection to the server host's address
-    (the kernels'), its traffic RDMA to the same address (the snicds')."""
+BIND = r"""
+import errno, socket, sys
+s = socket.socket()
+try:
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    print("bound")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
+
+def kernel_bind(ns: str, ip: str, port: int) -> str:
+    """What binding ip:port does in host `ns`'s kernel: "bound" or the errno's name."""
+    res = st.run(on_host(ns, "python3", "-c", BIND, ip, str(port)), check=True)
+    return res.stdout.strip()
+
+
+def test_iwarp_rping_between_two_hosts_by_address(shared, tmp_path):
+    """The same over the ports' iWARP devices: snic's TCP on the kernels' addresses. While
+    the server listens its port is snicd's, and the kernel's programs cannot have it."""
     s = shared
-    server = background(s, s.hosts.ns_b, tmp_path / "server.log", str(SNIC_RUN), "ib_send_lat",
-                        "-d", f"{s.b.name}_0", "-x", "0", "-n", "2000")
+    port = 7390
+    before = rcm.cm_status(s.b)["listening"]
+    server = background(s, s.hosts.ns_b, tmp_path / "server.log", str(SNIC_RUN), "rping", "-s",
+                        "-a", B_IP, "-p", str(port), "-C", "10", "-v",
+                        SNIC_DEVICES=f"{s.b.name}_iw0")
     client = None
     try:
-        st.poll(lambda: server.poll() is not None or tcp_listening(s.hosts.ns_b, 18515),
-                "ib_send_lat's server listening on TCP 18515")
-        client = background(s, s.hosts.ns_a, tmp_path / "client.log", str(SNIC_RUN),
-                            "ib_send_lat", "-d", f"{s.a.name}_0", "-x", "0", "-n", "2000", B_IP)
-        out = finish(client, tmp_path / "client.log", "ib_send_lat (client)")
-        assert "t_typical" in out, out
-        finish(server, tmp_path / "server.log", "ib_send_lat (server)")
+        st.poll(lambda: server.poll() is not None or rcm.cm_status(s.b)["listening"] > before,
+                "rping's server listening")
+        assert kernel_bind(s.hosts.ns_b, B_IP, port) == "EADDRINUSE", \
+            "the kernel let a program bind the port snicd's iWARP listens on"
+        client = background(s, s.hosts.ns_a, tmp_path / "client.log", str(SNIC_RUN), "rping",
+                            "-c", "-a", B_IP, "-p", str(port), "-C", "10", "-v",
+                            SNIC_DEVICES=f"{s.a.name}_iw0")
+        out = finish(client, tmp_path / "client.log", "rping -c (iWARP)")
+        assert out.count("ping data: rdma-ping-") == 10, out
+        finish(server, tmp_path / "server.log", "rping -s (iWARP)")
     finally:
         kill(*(p for p in (client, server) if p is not None))
+    stats = xdp_counts(s.b)
+    assert stats["xdp_tcp"] > 0, stats
+    # The server gone, its port is the kernel's again.
+    st.poll(lambda: kernel_bind(s.hosts.ns_b, B_IP, port) == "bound",
+            "the iWARP listener's port given back to the kernel")
+
+
+@pytest.mark.parametrize("transport,cm", [("roce", False), ("roce", True), ("iwarp", True)])
+def test_perftest_by_the_servers_address(shared, tmp_path, transport, cm):
+    """ib_send_lat to the server host's address: without -R its exchange is a TCP connection
+    between the kernels, with -R rdma_cm's (over snic's TCP for iWARP); the traffic is RDMA
+    to the same address (the snicds'). With -R, an attempt that hits perftest's own race
+    (its client connects before the server's second listen, test_rdmacm's lost_perftest_race)
+    is run again on a fresh port, at most three times."""
+    s = shared
+    dev = "_iw0" if transport == "iwarp" else "_0"
+    for attempt in range(3):
+        port = 18600 + 10 * attempt + (2 if transport == "iwarp" else 0) + (1 if cm else 0)
+        args = ["-n", "2000", "-p", str(port), *(["-R"] if cm else ["-x", "0"])]
+        before = rcm.cm_status(s.b)["listening"]
+        server = background(s, s.hosts.ns_b, tmp_path / f"server-{attempt}.log", str(SNIC_RUN),
+                            "ib_send_lat", "-d", f"{s.b.name}{dev}", *args,
+                            SNIC_DEVICES=f"{s.b.name}{dev}")
+        client = None
+        try:
+            if cm:
+                st.poll(lambda: server.poll() is not None
+                        or rcm.cm_status(s.b)["listening"] > before,
+                        "ib_send_lat's server listening (rdma_cm)")
+            else:
+                st.poll(lambda: server.poll() is not None or tcp_listening(s.hosts.ns_b, port),
+                        f"ib_send_lat's server listening on TCP {port}")
+            log = tmp_path / f"client-{attempt}.log"
+            client = background(s, s.hosts.ns_a, log, str(SNIC_RUN), "ib_send_lat", "-d",
+                                f"{s.a.name}{dev}", *args, B_IP, SNIC_DEVICES=f"{s.a.name}{dev}")
+            client.wait(timeout=WAIT)
+            out = log.read_text()
+            if cm and rcm.lost_perftest_race(
+                    subprocess.CompletedProcess(client.args, client.returncode, out, "")):
+                print(f"attempt {attempt + 1} lost perftest's race")
+                continue
+            assert client.returncode == 0 and "t_typical" in out, out
+            finish(server, tmp_path / f"server-{attempt}.log", "ib_send_lat (server)")
+            return
+        finally:
+            kill(*(p for p in (client, server) if p is not None))
+    pytest.fail("three attempts lost perftest's race")
 
 
 RECEIVER = r"""
