@@ -4,6 +4,7 @@ killed."""
 import os
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,51 @@ def test_devnet_carries_rc_traffic_with_each_veth_driver(devnet, monkeypatch, pm
         assert st.ctl_status_ok(f"/run/snic/{name}.sock").ports[0].device == f"net_{want}0"
     rc.pingpong("ibv_rc_pingpong", "snicA_0", "snicB_0", Path("/run/snic"),
                 ["-s", "4096", "-n", "200"])
+
+
+HOSTS = {"snicA": ("snic-hostA", "/run/snic/hostA"), "snicB": ("snic-hostB", "/run/snic/hostB")}
+
+
+def test_devnet_hosts_talk_by_their_addresses(devnet, tmp_path):
+    """`up --hosts`: each daemon in a namespace of its own with the kernel's address on its
+    veth end, shared (--port iface=IF,shared). ibv_rc_pingpong's exchange goes over the
+    kernels' TCP to the server host's address and its RDMA to the same address; `exec`
+    runs each side on its host. `status` says the same as without --hosts, with each host's
+    socket; `down` removes both namespaces."""
+    if not st.af_xdp_supported():
+        pytest.skip("no XDP sockets or no net_af_xdp driver on this machine")
+    check(devnet("up", "--hosts"), "up --hosts")
+    out = check(devnet("status"), "status")
+    found = {m[1]: m for m in LINE.finditer(out)}
+    assert set(found) == set(EXPECT), out
+    for name, ip in EXPECT.items():
+        ns, sock_dir = HOSTS[name]
+        assert found[name][3] == ip, out
+        assert found[name][5] == f"{sock_dir}/{name}.sock", out
+        assert st.netns_exists(ns), ns
+    ping = devnet("exec", "A", "--", "ping", "-c", "2", "-i", "0.2", "-W", "2", "198.18.0.2")
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    snic_run = str(st.BUILD / "libclient" / "snic-run")
+    args = ["ibv_rc_pingpong", "-g", "0", "-s", "4096", "-n", "200", "-c"]
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out_file:
+        server = subprocess.Popen(["bash", str(st.DEVNET_SH), "exec", "B", "--", snic_run, *args,
+                                   "-d", "snicB_0"], stdout=out_file, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL)
+    try:
+        st.poll(lambda: server.poll() is not None or ":18515" in st.run(
+            ["ip", "netns", "exec", "snic-hostB", "ss", "-Hltn"], check=True).stdout,
+                "ibv_rc_pingpong's server listening")
+        client = devnet("exec", "A", "--", snic_run, *args, "-d", "snicA_0", "198.18.0.2",
+                        timeout=120)
+        assert client.returncode == 0, client.stdout + client.stderr
+        assert "bytes in" in client.stdout + client.stderr, client.stdout + client.stderr
+        server.wait(timeout=60)
+        assert server.returncode == 0, log.read_text()
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+    check(devnet("down"), "down")
+    for ns, _ in HOSTS.values():
+        assert not st.netns_exists(ns), ns
