@@ -2,12 +2,19 @@
 
 Two network namespaces are two hosts, joined by a veth pair; each end has its kernel's
 address (198.18.31.1 and .2). Each host runs a snicd with --port iface=END,shared: snicd
-drives the end through AF_XDP with its XDP program, which sends it RoCEv2 and leaves
-everything else to the host's kernel. Programs on one host are given the other host's
-address and nothing else, as they would be between two machines with RNICs:
+drives the end through AF_XDP with its XDP program, which sends it RoCEv2 and its iWARP
+ports and leaves everything else to the host's kernel. Each host has its own socket
+directory, as /run/snic is a host's. Programs on one host are given the other host's address
+and nothing else, as they would be between two machines with RNICs, unmodified under
+snic-run:
 
-- rping (rdma_cm: the CM's MADs and RoCEv2 to that address);
-- perftest without -R, whose setup goes over the kernels' TCP to that address, then RDMA;
+- rping over RoCEv2 and over iWARP (snic's TCP on the kernel's address: the listener's port
+  is refused to the kernel's programs while it listens, and given back after);
+- perftest's ib_send_lat without -R (its setup over the kernels' TCP) and with -R (rdma_cm),
+  over RoCEv2 and iWARP;
+- qperf -cm1 (rc_lat, rc_bw, rc_rdma_read_lat, rc_rdma_write_bw, rc_compare_swap_mr),
+  ucx_perftest (tag_lat, tag_bw, ucp_put_bw), libfabric's fi_pingpong (verbs, RDM and MSG);
+- Open MPI over UCX, one rank per host, launched as on two machines;
 - the kernels' own traffic while RDMA runs: ping, and a TCP stream compared byte for byte;
   the XDP program's counters say what it passed to each.
 """
@@ -15,6 +22,7 @@ address and nothing else, as they would be between two machines with RNICs:
 from __future__ import annotations
 
 import hashlib
+import re
 import os
 import subprocess
 from dataclasses import dataclass
@@ -24,6 +32,7 @@ import pytest
 
 import snictest as st
 import test_rdmacm as rcm
+from test_mpi import mpi_check, run_job  # noqa: F401  (the fixture, and the job runner)
 
 SNIC_RUN = st.BUILD / "libclient" / "snic-run"
 SUBNET = "198.18.31"
@@ -326,3 +335,144 @@ def test_the_kernels_traffic_flows_beside_rdma(shared, tmp_path):
     assert b_after["xdp_roce"] - b_before["xdp_roce"] > 1000, (b_before, b_after)
     assert a_after["xdp_roce"] - a_before["xdp_roce"] > 0, (a_before, a_after)
     assert b_after["xdp_no_socket"] == b_before["xdp_no_socket"], b_after
+
+
+# ------------------------------------------------------------------ the users' tools
+
+def serve_and_run(s: Setup, tmp_path: Path, what: str, server_cmd: list[str], ready,
+                  client_cmd: list[str], server_env: dict, client_env: dict) -> str:
+    """A server on host B until `ready()`, then the client on host A to its end; the client's
+    output. Both must exit 0."""
+    server = background(s, s.hosts.ns_b, tmp_path / f"{what}-server.log", *server_cmd,
+                        **server_env)
+    client = None
+    try:
+        st.poll(lambda: server.poll() is not None or ready(), f"{what}'s server ready")
+        assert server.poll() is None, (tmp_path / f"{what}-server.log").read_text()
+        client = background(s, s.hosts.ns_a, tmp_path / f"{what}-client.log", *client_cmd,
+                            **client_env)
+        return finish(client, tmp_path / f"{what}-client.log", f"{what} (client)")
+    finally:
+        kill(*(p for p in (client, server) if p is not None))
+
+
+QPERF_TESTS = ["rc_lat", "rc_bw", "rc_rdma_read_lat", "rc_rdma_write_bw", "rc_compare_swap_mr"]
+
+
+def test_qperf_cm_by_address(shared, tmp_path):
+    """qperf -cm1 to the server host's address: its control connection is the kernels' TCP,
+    its RDMA connections rdma_cm's to the same address. (ud_lat is left out: qperf 0.4.11
+    makes its UD address handle without a GRH, which a RoCE device refuses, snic as the
+    kernel's rxe and RoCE NICs do.) qperf's own race (its server sends its rdma_cm port before
+    it listens, test_rdmacm_clients' lost_qperf_race) is run again, at most twice."""
+    s = shared
+    for attempt in range(3):
+        ctrl = 19765 + attempt
+        refused = rcm.cm_status(s.b)["no_listener"]
+        try:
+            out = serve_and_run(s, tmp_path,
+                                f"qperf{attempt}", [str(SNIC_RUN), "qperf", "-lp", str(ctrl)],
+                                lambda c=ctrl: tcp_listening(s.hosts.ns_b, c),
+                                [str(SNIC_RUN), "qperf", B_IP, "-lp", str(ctrl), "-cm1", "-t",
+                                 "1", *QPERF_TESTS], {}, {})
+        except AssertionError as e:
+            lost = ("Event rejected" in str(e)
+                    and rcm.cm_status(s.b)["no_listener"] > refused)
+            if lost and attempt < 2:
+                print(f"qperf: attempt {attempt + 1} lost its race to the server's rdma_listen")
+                continue
+            raise
+        break
+    values = re.findall(r"^\s+(latency|bw|msg_rate)\s+=\s+([\d.]+) (\S+)", out, re.M)
+    assert len(values) == len(QPERF_TESTS), out
+    assert all(float(v) > 0 for _, v, _ in values), out
+    print("qperf -cm1 between hosts:", values)
+
+
+UCX_TESTS = [("tag_lat", 8), ("tag_bw", 65536), ("ucp_put_bw", 65536)]
+
+
+@pytest.mark.parametrize("test,size", UCX_TESTS, ids=[f"{t}-{s}" for t, s in UCX_TESTS])
+def test_ucx_perftest_by_address(shared, tmp_path, test, size):
+    """ucx_perftest to the server host's address (its setup over the kernels' TCP), UCX over
+    rc_verbs and ud_verbs on each host's device."""
+    s = shared
+    port = 17620 + UCX_TESTS.index((test, size))
+    ucx = {"UCX_TLS": "rc_verbs,ud_verbs"}
+    out = serve_and_run(
+        s, tmp_path, "ucx_perftest", [str(SNIC_RUN), "ucx_perftest", "-p", str(port)],
+        lambda: tcp_listening(s.hosts.ns_b, port),
+        [str(SNIC_RUN), "ucx_perftest", B_IP, "-p", str(port), "-t", test, "-s", str(size),
+         "-n", "500"],
+        dict(ucx, UCX_NET_DEVICES=f"{s.b.name}_0:1"), dict(ucx, UCX_NET_DEVICES=f"{s.a.name}_0:1"))
+    assert re.search(r"^Final:", out, re.M), out
+
+
+@pytest.mark.parametrize("ep", ["rdm", "msg"])
+def test_fi_pingpong_by_address(shared, tmp_path, ep):
+    """libfabric's fi_pingpong over the verbs provider (RDM: with RxM, as fi_rdm_pingpong
+    runs; Debian 12 ships fabtests' fi_pingpong alone) to the server host's address, every
+    byte checked (-c)."""
+    s = shared
+    port = 17700 + (1 if ep == "msg" else 0)
+    common = ["fi_pingpong", "-p", "verbs", "-e", ep, "-c", "-I", "100", "-S", "4096"]
+    out = serve_and_run(
+        s, tmp_path, "fi_pingpong", [str(SNIC_RUN), *common, "-B", str(port)],
+        lambda: tcp_listening(s.hosts.ns_b, port) or udp_bound(s.hosts.ns_b, port),
+        [str(SNIC_RUN), *common, "-P", str(port), B_IP],
+        {"SNIC_DEVICES": f"{s.b.name}_0"}, {"SNIC_DEVICES": f"{s.a.name}_0"})
+    assert re.search(r"^\S+\s+100\s+=100\s", out, re.M), out
+
+
+def udp_bound(ns: str, port: int) -> bool:
+    out = st.run(on_host(ns, "ss", "-Hlun", f"sport = :{port}"), check=True).stdout
+    return out.strip() != ""
+
+
+def test_open_mpi_one_rank_per_host(shared, tmp_path, mpi_check):
+    """Open MPI (pml ucx, osc ucx), one rank on each host, launched as on two machines:
+    mpirun runs on host A with a hostfile of the two hosts' addresses, and its rsh agent
+    (a script here, in place of ssh) runs Open MPI's daemon in the other host's namespace,
+    which connects back to mpirun over the kernels' TCP. Each rank finds its host's snicd;
+    UCX reaches the other rank at its host's address. tests/mpi's mpi_check sends every size
+    class both ways and checks each byte, runs an allreduce, and puts and gets through a
+    window."""
+    s = shared
+    h = s.hosts
+    agent = tmp_path / "netns-rsh"
+    agent.write_text(f"""#!/bin/sh
+host=$1; shift
+case $host in
+    {A_IP}) ns={h.ns_a} ;;
+    {B_IP}) ns={h.ns_b} ;;
+    *) echo "netns-rsh: no host $host" >&2; exit 1 ;;
+esac
+exec ip netns exec "$ns" sh -c "$*"
+""")
+    rank = tmp_path / "rank"
+    rank.write_text(f"""#!/bin/sh
+case $(ip netns identify $$) in
+    {h.ns_a}) d={s.a.name}; dir={s.dirs[h.ns_a]} ;;
+    {h.ns_b}) d={s.b.name}; dir={s.dirs[h.ns_b]} ;;
+    *) echo "rank: not on a host" >&2; exit 1 ;;
+esac
+export SNIC_SOCKET_DIR=$dir SNIC_DEVICES=${{d}}_0 UCX_NET_DEVICES=${{d}}_0:1
+exec {SNIC_RUN} {mpi_check}
+""")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"{A_IP} slots=1\n{B_IP} slots=1\n")
+    for f in (agent, rank):
+        f.chmod(0o755)
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    e = dict(os.environ, UCX_TLS="rc_verbs,ud_verbs")
+    e.pop("LD_PRELOAD", None)
+    before = xdp_counts(s.b)["xdp_roce"]
+    res = run_job(on_host(h.ns_a, "mpirun", *root, "--hostfile", str(hostfile), "-np", "2",
+                          "--mca", "plm_rsh_agent", str(agent), "--mca", "pml", "ucx", "--mca",
+                          "osc", "ucx", "--mca", "btl", "self", "-x", "UCX_TLS", str(rank)), e)
+    context = f"stdout:\n{res.stdout}\nstderr:\n{res.stderr[-4000:]}"
+    assert res.returncode == 0, context
+    assert "mpi_check: OK" in res.stdout, context
+    print(res.stdout.strip())
+    # The ranks' traffic crossed the wire between the hosts' snicds.
+    assert xdp_counts(s.b)["xdp_roce"] - before > 1000, xdp_counts(s.b)
