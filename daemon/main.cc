@@ -10,6 +10,7 @@
 #include <rte_mbuf.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -289,6 +290,12 @@ int open_ports(const Config& cfg, Running& r) {
     const PortSettings settings{rte_get_tsc_hz(), cfg.arp_timeout_s, cfg.rx_burst, cfg.tx_burst};
     for (const auto& spec : cfg.ports) {
         auto id = find_port(spec);
+        if (!id && spec.shared)
+            return fail(kExitRuntime,
+                        "--port iface=" + spec.iface + ",shared: DPDK could not drive " +
+                            spec.iface + " with net_af_xdp and snicd's XDP program " +
+                            xdp_program_path() + " (no net_af_xdp driver, or the kernel " +
+                            "refused the program; DPDK's log above says which)");
         if (!id) return fail(kExitRuntime, id.error().message);
         for (const auto& p : r.ports)
             if (p->id() == *id)
@@ -570,6 +577,19 @@ Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args) {
     std::size_t n = 0;
     for (PortSpec& spec : cfg.ports) {
         if (!spec.shared) continue;
+        // AF_XDP is what lets the kernel keep its share of the interface's traffic; without
+        // it there is no shared port (an address of snicd's own still works).
+        if (const int s = ::socket(AF_XDP, SOCK_RAW | SOCK_CLOEXEC, 0); s < 0) {
+            return make_error(errno, "--port iface=" + spec.iface +
+                                         ",shared: this kernel makes no XDP sockets (" +
+                                         std::strerror(errno) +
+                                         "), which a shared-address port needs; give the port "
+                                         "an address of its own instead: --vdev=net_af_packet0,"
+                                         "iface=" +
+                                         spec.iface + " -- --port net_af_packet0,ip=A.B.C.D/LEN");
+        } else {
+            ::close(s);
+        }
         auto facts = iface_facts(spec.iface);
         if (!facts)
             return make_error(facts.error().code,

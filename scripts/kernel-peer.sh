@@ -9,7 +9,12 @@
 # wire, the CM or MPA, and put its summary in docs/INTEROP.md.
 #
 #   scripts/kernel-peer.sh [--dev rxe|siw|both] [--only REGEX] [--side active|passive|both]
-#                          [--out DIR]
+#                          [--shared] [--out DIR]
+#
+# --shared runs snicd on a shared-address port (--port iface=IF,shared): the kernel has snic's
+# address on snicd's veth end and snicd shares it, so the tools' TCP side channel goes to the
+# same address as their RDMA (without it, snicd owns its address alone and the side channel
+# goes to the host's address on the bridge).
 #
 # The guest image is built once into $SNIC_KPEER_DIR (default /var/cache/snic/kpeer) from
 # Debian's registry (scripts/kpeer/build-guest.sh). Results: DIR (default
@@ -18,12 +23,14 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 out=$SNIC_BUILD/kernel-peer
 run_args=()
+shared=0
 while (($#)); do
     case $1 in
+        --shared) shared=1; run_args+=(--shared) ;;
         --dev | --only | --side) (($# >= 2)) || snic_die "$1 needs a value"; run_args+=("$1" "$2"); shift ;;
         --out) (($# >= 2)) || snic_die "--out needs a directory"; out=$2; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -57,12 +64,15 @@ ip netns add "$ns"
 nx() { ip netns exec "$ns" "$@"; }
 nx ip link set lo up
 nx ip link add "$br" type bridge
-nx ip addr add 198.18.90.1/24 dev "$br"
+# The host's kernel on the wire: on the bridge, or (--shared) on snicd's veth end with
+# snic's own address.
+((shared)) || nx ip addr add 198.18.90.1/24 dev "$br"
 nx ip tuntap add dev "$tap" mode tap
 nx ip link add "$veth" type veth peer name "${veth}b"
 for l in "$tap" "${veth}b"; do nx ip link set "$l" master "$br"; nx ip link set "$l" up; done
 nx ip link set "$br" up
 nx ip link set "$veth" up
+((shared)) && nx ip addr add 198.18.90.11/24 dev "$veth"
 # The bridge forwards at once (no STP delay) and the host's kernel stays quiet on it.
 nx sysctl -q -w net.ipv6.conf.all.disable_ipv6=1
 mkdir -p "$out"

@@ -35,6 +35,7 @@ CHECK_ROCE = ROOT / "tests" / "interop" / "check_roce_pcap.py"
 
 NET = "198.18.90"
 BRIDGE_IP, GUEST_IP, SNIC_IP = f"{NET}.1", f"{NET}.2", f"{NET}.11"
+SHARED = False  # --shared: snic's address is the kernel's too (the side channel goes there)
 NAME = "kpeer"  # the daemon: devices kpeer_0 (RoCEv2) and kpeer_iw0 (iWARP)
 CASE_TIMEOUT = 240  # s; a client in the guest runs 10-50x slower than on the host
 GUEST_MAC = "52:54:00:12:90:02"
@@ -155,15 +156,19 @@ class Guest:
 # ----------------------------------------------------------------------------- snic's side
 
 class Snic:
-    def __init__(self, work: Path, iface: str):
+    def __init__(self, work: Path, iface: str, shared: bool):
         self.work = work
         self.ctrl = f"/run/snic/{NAME}.sock"
         self.out = open(work / "snicd.log", "wb")
         mem = shlex.split(os.environ.get("SNIC_EAL_MEM", ""))
+        # Shared: the kernel has SNIC_IP on the interface (kernel-peer.sh --shared).
+        if shared:
+            eal, ports = [], ["--port", f"iface={iface},shared"]
+        else:
+            eal, ports = [f"--vdev=net_af_packet0,iface={iface}"], ["--port", f"0,ip={SNIC_IP}/24"]
         self.proc = subprocess.Popen(
-            [str(SNICD), "-l", "0", "--no-pci", f"--vdev=net_af_packet0,iface={iface}",
-             "--file-prefix", f"snic-{NAME}", *mem, "--", "--name", NAME, "--ctrl", self.ctrl,
-             "--port", f"0,ip={SNIC_IP}/24"],
+            [str(SNICD), "-l", "0", "--no-pci", *eal, "--file-prefix", f"snic-{NAME}", *mem,
+             "--", "--name", NAME, "--ctrl", self.ctrl, *ports],
             stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         end = time.monotonic() + 60
         while self.ctl("status")[0] != 0:
@@ -317,7 +322,7 @@ def run_case(c: Case, dev: str, snic_active: bool, guest: Guest, snic: Snic, por
             time.sleep(0.05)
         # The client aims at the server's kernel address for a TCP side channel (the host's
         # address on the bridge), at snic's address with rdma_cm.
-        addr = BRIDGE_IP if c.side_channel else SNIC_IP
+        addr = BRIDGE_IP if c.side_channel and not SHARED else SNIC_IP
         crc, cout = guest.run(f"timeout {CASE_TIMEOUT} {fill(c.client, guest_dev, gid, port, addr)}",
                               timeout=CASE_TIMEOUT + 30)
         src = srv.wait(60)
@@ -391,6 +396,8 @@ def main() -> int:
     ap.add_argument("--dev", choices=("rxe", "siw", "both"), default="both")
     ap.add_argument("--only", default="", help="run only the cases whose name matches this regex")
     ap.add_argument("--side", choices=("active", "passive", "both"), default="both")
+    ap.add_argument("--shared", action="store_true",
+                    help="snicd on a shared-address port; the side channel to snic's address")
     args = ap.parse_args()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
@@ -398,7 +405,9 @@ def main() -> int:
     results: list[Result] = []
     captures: dict[str, tuple[bool, str]] = {}
     port = 18600
-    snic = Snic(work, args.iface)
+    global SHARED
+    SHARED = args.shared
+    snic = Snic(work, args.iface, args.shared)
     try:
         for dev in devs:
             pcap = work / f"{dev}.pcap"

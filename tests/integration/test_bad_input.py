@@ -36,7 +36,20 @@ BAD_USAGE = [
     pytest.param(["--port", "0,ip=300.1.2.3/24"], 2, "invalid IPv4 address/prefix '300.1.2.3/24'", id="bad-ip"),
     pytest.param(["--wire", "--port", "7,ip=198.18.4.1/24"], 1, "--port 7: no such DPDK port",
                  id="no-such-port"),
+    pytest.param(["--port", "iface=snicnosuch0,shared"], 1,
+                 "--port iface=snicnosuch0,shared: no interface snicnosuch0", id="no-such-iface"),
+    pytest.param(["--port", "iface=lo,shared,ip=127.0.0.1/8"], 2,
+                 "ip is the interface's on a shared port", id="shared-with-ip"),
 ]
+
+
+def test_a_shared_port_needs_an_ipv4_address(binaries, mem_args, veth_ns):
+    """An interface without an IPv4 address cannot be shared: snicd says so and stops."""
+    v = veth_ns("198.18.4.9/24")  # the host end, in this namespace, has no address
+    name = st.unique("bad", maxlen=24)
+    rc, err, out = run_snicd(["-l", "0", "--no-pci", *mem_args],
+                             ["--port", f"iface={v.host},shared"], name)
+    assert_one_error_line(rc, err, out, 1, f"interface {v.host} has no IPv4 address")
 
 
 @pytest.mark.parametrize("args,exit_code,phrase", BAD_USAGE)
