@@ -573,7 +573,8 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
 
 // Each shared-address port: its interface's address, prefix and MTU, and the af_xdp device
 // that drives it with snicd's XDP program (one queue: the interface's first).
-Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args) {
+Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args,
+                            std::vector<int>& claims) {
     std::size_t n = 0;
     for (PortSpec& spec : cfg.ports) {
         if (!spec.shared) continue;
@@ -594,6 +595,11 @@ Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args) {
         if (!facts)
             return make_error(facts.error().code,
                               "--port iface=" + spec.iface + ",shared: " + facts.error().message);
+        auto claim = claim_interface(facts->index, spec.iface);
+        if (!claim)
+            return make_error(claim.error().code,
+                              "--port iface=" + spec.iface + ",shared: " + claim.error().message);
+        claims.push_back(*claim);  // held until snicd exits
         for (const PortSpec& other : cfg.ports)
             if (&other != &spec && !other.shared && other.ip.addr == facts->ip.addr)
                 return make_error(EINVAL, "--port iface=" + spec.iface + ",shared: " +
@@ -647,7 +653,8 @@ int main(int argc, char** argv) {
         return 0;
     }
     spdlog::set_level(spdlog::level::from_str(cfg->log_level));
-    if (auto st = prepare_shared_ports(*cfg, args.eal); !st)
+    std::vector<int> claims;  // the shared interfaces' locks: open until snicd exits
+    if (auto st = prepare_shared_ports(*cfg, args.eal, claims); !st)
         return fail(kExitRuntime, st.error().message);
     return run(*cfg, std::move(args.eal));
 }

@@ -2,8 +2,11 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <fcntl.h>
 #include <linux/bpf.h>
 #include <linux/if_link.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -15,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 namespace snic::daemon {
 namespace {
 
@@ -23,6 +28,52 @@ Error bpf_error(int err, const std::string& what) {
 }
 
 }  // namespace
+
+Result<int> claim_interface(int ifindex, const std::string& name) {
+    // The claim: a lock named after the network namespace and the interface, held while the
+    // port runs; the kernel lets it go when its snicd ends, however it ends.
+    struct stat ns {};
+    if (::stat("/proc/self/ns/net", &ns) != 0)
+        return bpf_error(errno, "cannot tell this network namespace");
+    ::mkdir("/run/snic", 0755);
+    const std::string path =
+        "/run/snic/shared-" + std::to_string(ns.st_ino) + "-" + std::to_string(ifindex) + ".lock";
+    const int lock = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lock < 0) return bpf_error(errno, "cannot open " + path);
+    if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        ::close(lock);
+        return make_error(e == EWOULDBLOCK ? EBUSY : e,
+                          name + " is shared by another snicd already (" + path + " is locked)");
+    }
+    __u32 id = 0;
+    if (const int err = bpf_xdp_query_id(ifindex, 0, &id); err != 0) {
+        ::close(lock);
+        return bpf_error(-err, "cannot ask which XDP program " + name + " runs");
+    }
+    if (id == 0) return lock;
+    const int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) {
+        const int e = errno;
+        ::close(lock);
+        return bpf_error(e, "cannot open the XDP program on " + name);
+    }
+    auto maps = XdpMaps::of_program(fd);
+    ::close(fd);
+    if (!maps) {
+        ::close(lock);
+        return make_error(EBUSY, name + " runs an XDP program that is not snicd's (" +
+                                     maps.error().message + "); detach it (ip link set " + name +
+                                     " xdp off) or share another interface");
+    }
+    // snicd's, and no snicd holds the interface: one that died left it.
+    if (const int err = bpf_xdp_detach(ifindex, 0, nullptr); err != 0) {
+        ::close(lock);
+        return bpf_error(-err, "cannot detach the XDP program a snicd that died left on " + name);
+    }
+    spdlog::warn("{}: detached the XDP program (id {}) a snicd that died left on it", name, id);
+    return lock;
+}
 
 std::string xdp_program_path() {
     return ::access(SNIC_XDP_BUILD_PATH, R_OK) == 0 ? SNIC_XDP_BUILD_PATH : SNIC_XDP_INSTALL_PATH;

@@ -17,6 +17,13 @@ namespace snic::daemon {
 // one.
 std::string xdp_program_path();
 
+// Makes interface `ifindex` ready for a shared-address port before its PMD loads snicd's
+// program there, and claims it: the returned descriptor holds a lock (per network namespace
+// and interface) for as long as it is open, so that a second snicd cannot take the interface.
+// Nothing attached is fine; snicd's program with the lock free is what a snicd that died left
+// behind, and is detached; another program, or the lock held, is an error that says so.
+Result<int> claim_interface(int ifindex, const std::string& name);
+
 // What the program did with the frames it saw, summed over the CPUs.
 struct XdpCounts {
     std::uint64_t roce = 0;     // RoCEv2 frames sent to snicd

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -476,3 +477,63 @@ exec {SNIC_RUN} {mpi_check}
     print(res.stdout.strip())
     # The ranks' traffic crossed the wire between the hosts' snicds.
     assert xdp_counts(s.b)["xdp_roce"] - before > 1000, xdp_counts(s.b)
+
+
+# ---------------------------------------------------------------- the interface's owner
+
+XDP_PASS_PROGRAM = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("xdp") int other(struct xdp_md *ctx) { return XDP_PASS; }
+char _license[] SEC("license") = "GPL";
+"""
+
+
+def xdp_program_on(ns: str, iface: str) -> str:
+    """The name of the XDP program on the interface, or ""."""
+    out = st.run(on_host(ns, "ip", "-d", "link", "show", "dev", iface), check=True).stdout
+    m = re.search(r"prog/xdp id \d+ name (\S+)", out)
+    return m[1] if m else ""
+
+
+def test_one_snicd_per_interface_and_a_dead_ones_program_is_taken_back(
+        namespaces, daemons, mem_args, tmp_path):
+    """A second snicd on a shared interface is refused while the first runs. A snicd killed
+    with SIGKILL leaves its XDP program attached; the next snicd on the interface detaches it
+    and starts. A program that is not snicd's is left alone, and snicd says so."""
+    h = namespaces
+    sock_dir = tmp_path / "sockets"
+    sock_dir.mkdir()
+
+    def start(tag: str, lcore: str) -> st.Daemon:
+        name = st.unique(tag, maxlen=24)
+        return daemons(name, ["-l", lcore, "--no-pci", *mem_args],
+                       ["--port", f"iface={h.end_a},shared"],
+                       ctrl=str(sock_dir / f"{name}.sock"), netns=h.ns_a)
+
+    first = start("sh1", "0")
+    first.wait_ready()
+    second = start("sh2", "1")
+    assert second.wait(timeout=60) != 0, second.describe()
+    assert f"{h.end_a} is shared by another snicd already" in second.stderr(), second.describe()
+    assert first.running(), first.describe()
+
+    first.signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    assert xdp_program_on(h.ns_a, h.end_a) == "snic_xdp", "SIGKILL took the program with it"
+    third = start("sh3", "0")
+    third.wait_ready()
+    assert "detached the XDP program" in third.stdout() + third.stderr(), third.describe()
+    third.stop()
+    assert xdp_program_on(h.ns_a, h.end_a) == "", "a clean stop leaves no program behind"
+
+    src, obj = tmp_path / "other.c", tmp_path / "other.o"
+    src.write_text(XDP_PASS_PROGRAM)
+    st.run(["clang", "-O2", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c", str(src),
+            "-o", str(obj)], check=True)
+    st.run(on_host(h.ns_a, "ip", "link", "set", "dev", h.end_a, "xdpgeneric", "obj", str(obj),
+                   "sec", "xdp"), check=True)
+    fourth = start("sh4", "0")
+    assert fourth.wait(timeout=60) != 0, fourth.describe()
+    assert "runs an XDP program that is not snicd's" in fourth.stderr(), fourth.describe()
+    assert xdp_program_on(h.ns_a, h.end_a) == "other", "snicd detached another's program"
