@@ -38,6 +38,10 @@ struct CmService::Id {
     std::uint8_t qp_type = 0;
     State state = State::idle;
     bool bound = false;
+    // The port was drawn from the ephemeral range (bind to port 0, or none before listen or
+    // connect): a connect may draw another when the wire finds it taken (a shared address,
+    // where the kernel uses ports of that range too).
+    bool ephemeral = false;
     bool reuse = false;
     bool disconnect_delivered = false;
     bool sidr = false;     // a UD id's exchange (a datagram request), not a connection

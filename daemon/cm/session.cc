@@ -146,6 +146,7 @@ int CmSession::bind(const shm::CmBindReq& req, shm::CmBindReply& out) {
         return cm_refuse(EADDRINUSE, op, fmt::format("port {} is in use", port));
     }
     id->bound = true;
+    id->ephemeral = req.port == 0;
     id->reuse = req.reuse_addr != 0;
     id->ip = req.ip;
     id->port = port;
@@ -163,7 +164,8 @@ int CmSession::listen(const shm::CmListenReq& req) {
     if (!id->bound) {
         const std::uint16_t port = service_.ephemeral_port(*id, 0);
         if (port == 0) return cm_refuse(EADDRINUSE, op, "no ephemeral port left");
-        id->bound = true, id->ip = 0, id->port = port, id->port_index = shm::kCmNoPort;
+        id->bound = true, id->ephemeral = true, id->ip = 0, id->port = port,
+        id->port_index = shm::kCmNoPort;
     }
     // REUSEADDR shares an address between ids that do not listen: a listen wants it alone
     // (Linux's rdma_listen checks the port as if no id reused it), and keeps it so.
@@ -214,7 +216,7 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     if (!id->bound) {
         const std::uint16_t port = service_.ephemeral_port(*id, local);
         if (port == 0) return cm_refuse(EADDRINUSE, op, "no ephemeral port left");
-        id->bound = true, id->port = port;
+        id->bound = true, id->ephemeral = true, id->port = port;
     }
     id->ip = local;
     id->port_index = index;
@@ -231,6 +233,15 @@ int CmSession::connect(const shm::CmConnectReq& req) {
     spec.max_cm_retries = req.max_cm_retries;
     spec.owner = &peer_;
     auto conn = w.connect(spec);
+    // A port the service drew that the wire finds taken (by the kernel, on a shared address):
+    // another draw, a few times, as the kernel's own connect moves on past a used port.
+    for (int tries = 0; !conn && conn.error().code == EADDRINUSE && id->ephemeral && tries < 8;
+         ++tries) {
+        const std::uint16_t port = service_.ephemeral_port(*id, local);
+        if (port == 0) break;
+        id->port = spec.local_port = port;
+        conn = w.connect(spec);
+    }
     if (!conn) return failed(op, conn.error());
     id->wire = *wire;
     id->conn = *conn;

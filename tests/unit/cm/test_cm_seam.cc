@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ class FakeCmWire final : public CmWire {
         last_connect = s;
         last_connect.param = nullptr;
         if (refuse_connect) return make_error(ECONNREFUSED, "refused");
+        if (taken_ports.contains(s.local_port)) return make_error(EADDRINUSE, "taken");
         return WireConn{next_conn++};
     }
     void owned_by(WireConn conn, const Peer& owner) override {
@@ -94,7 +96,8 @@ class FakeCmWire final : public CmWire {
     CmConnectSpec last_connect;
     std::int32_t owner_pid = 0;
     bool refuse_connect = false;
-    int listen_error = 0;  // listen() fails with it
+    std::set<std::uint16_t> taken_ports;  // connect() from one of them: EADDRINUSE
+    int listen_error = 0;                 // listen() fails with it
     WireConn next_conn = 0x100;
 
   private:
@@ -320,6 +323,28 @@ TEST_F(CmSeam, a_datagram_request_needs_a_wire_that_carries_datagrams) {
     EXPECT_EQ(e->event, shm::kCmEstablished);
     EXPECT_EQ(e->param.qp_type, kUd);
     EXPECT_EQ(roce.calls.back(), "forget 256");
+}
+
+// A wire that finds a local port taken (a shared address, where the kernel uses ports of the
+// ephemeral range too) makes a connect from a port the service drew draw another; a port the
+// user chose is the user's, and the connect fails with EADDRINUSE.
+TEST_F(CmSeam, a_drawn_port_the_wire_finds_taken_is_drawn_again) {
+    shm::CmConnectReq c{};
+    c.dst_ip = 0xc6120009;
+    c.dst_port = 5000;
+    c.transport = static_cast<std::uint8_t>(shm::kTransportIwarp);
+    c.id = create();
+    shm::CmBindReply b{};
+    ASSERT_EQ(session->bind({c.id, 0xc6120001, 0, 0, 0}, b), 0);
+    iw.taken_ports.insert(b.port);
+    ASSERT_EQ(session->connect(c), 0);
+    EXPECT_NE(iw.last_connect.local_port, b.port);
+    EXPECT_GE(iw.last_connect.local_port, 32768);
+
+    c.id = create();
+    ASSERT_EQ(session->bind({c.id, 0xc6120001, 7100, 0, 0}, b), 0);
+    iw.taken_ports.insert(7100);
+    EXPECT_EQ(session->connect(c), EADDRINUSE) << "the user's own port is not drawn again";
 }
 
 TEST_F(CmSeam, failures_end_the_connection_and_the_wire_forgets_it) {
