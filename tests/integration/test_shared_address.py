@@ -15,15 +15,15 @@ snic-run:
 - qperf -cm1 (rc_lat, rc_bw, rc_rdma_read_lat, rc_rdma_write_bw, rc_compare_swap_mr),
   ucx_perftest (tag_lat, tag_bw, ucp_put_bw), libfabric's fi_pingpong (verbs, RDM and MSG);
 - Open MPI over UCX, one rank per host, launched as on two machines;
-- the kernels' own traffic while RDMA runs: ping, and a TCP stream compared byte for byte;
-  the XDP program's counters say what it passed to each.
+- the kernels' own traffic all along while ibv_rc_pingpong checks every byte of its RDMA:
+  ping, and a TCP stream compared byte for byte; the XDP program's counters say what it
+  passed to each.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 import os
+import re
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -39,7 +39,6 @@ SNIC_RUN = st.BUILD / "libclient" / "snic-run"
 SUBNET = "198.18.31"
 A_IP, B_IP = f"{SUBNET}.1", f"{SUBNET}.2"
 TCP_PORT = 5231  # the kernels' own stream
-STREAM_BYTES = 8 << 20
 WAIT = 120  # s: only ever cuts a hang short
 
 
@@ -285,56 +284,82 @@ while True:
 print(n, h.hexdigest(), flush=True)
 """
 
+# Streams until its stdin closes, then says how many bytes it sent and their hash.
 SENDER = r"""
-import hashlib, socket, sys
-n = int(sys.argv[3])
-data = hashlib.shake_256(b"snic shared address").digest(n)
+import hashlib, os, select, socket, sys
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
-c.sendall(data)
+print("streaming", flush=True)
+h, n, i = hashlib.sha256(), 0, 0
+while not select.select([sys.stdin], [], [], 0)[0]:
+    chunk = hashlib.shake_256(i.to_bytes(8, "big")).digest(65536)
+    c.sendall(chunk)
+    h.update(chunk)
+    n += len(chunk)
+    i += 1
 c.close()
+print(n, h.hexdigest(), flush=True)
 """
 
 
+def counters(s: Setup) -> str:
+    """Each daemon's port and RoCEv2 counters that are not 0, for a failure's context."""
+    out = []
+    for d in (s.a, s.b):
+        for cmd in ("/snic/port_stats,0", "/snic/roce_stats,0"):
+            (r,) = st.telemetry_query(d.prefix, cmd)
+            vals = {k: v for k, v in r[cmd.split(",")[0]].items() if v}
+            out.append(f"{d.name} {cmd}: {vals}")
+    return "\n".join(out)
+
+
 def test_the_kernels_traffic_flows_beside_rdma(shared, tmp_path):
-    """While ib_write_bw runs between the snicds: ping and a TCP stream between the two
-    kernels, the stream's bytes compared; the XDP programs passed the kernels' frames on and
-    sent the snicds RoCEv2."""
+    """A TCP stream between the two kernels runs from before ibv_rc_pingpong starts until
+    after it ends, with pings; ibv_rc_pingpong checks every byte of its 64 KiB messages (-c),
+    the stream's bytes are compared at the end. Both are byte-exact; the XDP programs passed
+    the kernels' frames on and sent the snicds RoCEv2."""
     s = shared
     a_before, b_before = xdp_counts(s.a), xdp_counts(s.b)
-    server = background(s, s.hosts.ns_b, tmp_path / "bw-server.log", str(SNIC_RUN),
-                        "ib_write_bw", "-d", f"{s.b.name}_0", "-x", "0", "-D", "4")
-    client = receiver = None
+    receiver = subprocess.Popen(on_host(s.hosts.ns_b, "python3", "-c", RECEIVER, B_IP,
+                                        str(TCP_PORT)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sender = server = client = None
     try:
-        st.poll(lambda: server.poll() is not None or tcp_listening(s.hosts.ns_b, 18515),
-                "ib_write_bw's server listening on TCP 18515")
-        client = background(s, s.hosts.ns_a, tmp_path / "bw-client.log", str(SNIC_RUN),
-                            "ib_write_bw", "-d", f"{s.a.name}_0", "-x", "0", "-D", "4", B_IP)
-        receiver = subprocess.Popen(on_host(s.hosts.ns_b, "python3", "-c", RECEIVER, B_IP,
-                                            str(TCP_PORT)),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert receiver.stdout.readline().strip() == "listening", receiver.stderr.read()
-        sent = st.run(on_host(s.hosts.ns_a, "python3", "-c", SENDER, B_IP, str(TCP_PORT),
-                              str(STREAM_BYTES)), timeout=WAIT)
-        assert sent.returncode == 0, sent.stderr
-        got = receiver.stdout.readline().split()
-        want = hashlib.sha256(hashlib.shake_256(b"snic shared address").digest(STREAM_BYTES))
-        assert got == [str(STREAM_BYTES), want.hexdigest()], got
+        sender = subprocess.Popen(on_host(s.hosts.ns_a, "python3", "-c", SENDER, B_IP,
+                                          str(TCP_PORT)), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert sender.stdout.readline().strip() == "streaming", sender.stderr.read()
+        args = ["ibv_rc_pingpong", "-g", "0", "-c", "-s", "65536", "-n", "2000"]
+        server = background(s, s.hosts.ns_b, tmp_path / "pp-server.log", str(SNIC_RUN), *args,
+                            "-d", f"{s.b.name}_0")
+        st.poll(lambda: server.poll() is not None or tcp_listening(s.hosts.ns_b, 18515),
+                "ibv_rc_pingpong's server listening on TCP 18515")
+        client = background(s, s.hosts.ns_a, tmp_path / "pp-client.log", str(SNIC_RUN), *args,
+                            "-d", f"{s.a.name}_0", B_IP)
         ping = st.run(on_host(s.hosts.ns_a, "ping", "-c", "5", "-i", "0.2", "-W", "2", B_IP),
                       timeout=WAIT)
         assert ping.returncode == 0 and " 0% packet loss" in ping.stdout, ping.stdout
-        out = finish(client, tmp_path / "bw-client.log", "ib_write_bw (client)")
-        assert "BW average" in out, out
-        finish(server, tmp_path / "bw-server.log", "ib_write_bw (server)")
+        try:
+            out = finish(client, tmp_path / "pp-client.log", "ibv_rc_pingpong (client)")
+            finish(server, tmp_path / "pp-server.log", "ibv_rc_pingpong (server)")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{counters(s)}") from None
+        assert "262144000 bytes in" in out, out  # 2,000 x 64 KiB, both ways
+        sender.stdin.close()
+        sent = sender.stdout.readline().split()
+        got = receiver.stdout.readline().split()
+        assert sent and got == sent, f"sent {sent}, received {got}"
+        assert int(sent[0]) > 0, sent
     finally:
-        kill(*(p for p in (client, server, receiver) if p is not None))
+        kill(*(p for p in (client, server, sender, receiver) if p is not None))
     a_after, b_after = xdp_counts(s.a), xdp_counts(s.b)
-    # B's kernel received the stream (thousands of segments) and the pings through B's program;
-    # A's kernel the stream's ACKs and the ping replies.
+    # B's kernel received the stream and the pings through B's program; A's kernel the
+    # stream's ACKs and the ping replies.
     assert b_after["xdp_passed"] - b_before["xdp_passed"] > 100, (b_before, b_after)
-    assert a_after["xdp_passed"] - a_before["xdp_passed"] > 100, (a_before, a_after)
-    # The RDMA WRITEs reached B's snicd, their ACKs A's.
-    assert b_after["xdp_roce"] - b_before["xdp_roce"] > 1000, (b_before, b_after)
-    assert a_after["xdp_roce"] - a_before["xdp_roce"] > 0, (a_before, a_after)
+    assert a_after["xdp_passed"] - a_before["xdp_passed"] > 10, (a_before, a_after)
+    # The messages reached the snicds both ways (44 frames a 64 KiB message at MTU 1500).
+    assert b_after["xdp_roce"] - b_before["xdp_roce"] > 2000 * 44, (b_before, b_after)
+    assert a_after["xdp_roce"] - a_before["xdp_roce"] > 2000 * 44, (a_before, a_after)
     assert b_after["xdp_no_socket"] == b_before["xdp_no_socket"], b_after
 
 
