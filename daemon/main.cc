@@ -258,7 +258,7 @@ int share_port(const PortSpec& spec, Port& port, Running& r) {
         return fail(kExitRuntime, what + ": " + st.error().message);
     r.xdp.back() = std::make_unique<XdpMaps>(std::move(*maps));
     r.tcp_ports.back() = std::make_unique<SharedTcpPorts>(*r.xdp.back(), spec.ip.addr.value);
-    auto neighbours = KernelNeighbours::open(index);
+    auto neighbours = KernelNeighbours::open(index, spec.ip.addr.value, port.mtu());
     if (!neighbours) return fail(kExitRuntime, what + ": " + neighbours.error().message);
     port.set_neighbour_source(neighbours->get());
     r.neighbours.back() = std::move(*neighbours);

@@ -1,6 +1,8 @@
 #include "daemon/control/kernel_neighbours.h"
 
 #include <arpa/inet.h>
+#include <linux/if_addr.h>
+#include <linux/if_link.h>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -24,21 +26,22 @@ constexpr std::uint16_t kUsable =
 
 }  // namespace
 
-Result<std::unique_ptr<KernelNeighbours>> KernelNeighbours::open(int ifindex) {
+Result<std::unique_ptr<KernelNeighbours>> KernelNeighbours::open(int ifindex, std::uint32_t ip,
+                                                                 std::uint32_t mtu) {
     const int s = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
     if (s < 0)
         return make_error(errno,
                           std::string("cannot open an rtnetlink socket: ") + std::strerror(errno));
     sockaddr_nl addr{};
     addr.nl_family = AF_NETLINK;
-    addr.nl_groups = RTMGRP_NEIGH;
+    addr.nl_groups = RTMGRP_NEIGH | RTMGRP_IPV4_IFADDR | RTMGRP_LINK;
     if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
         const int e = errno;
         ::close(s);
         return make_error(
             e, std::string("cannot listen to the kernel's neighbour table: ") + std::strerror(e));
     }
-    std::unique_ptr<KernelNeighbours> n(new KernelNeighbours(ifindex, s));
+    std::unique_ptr<KernelNeighbours> n(new KernelNeighbours(ifindex, s, ip, mtu));
     if (!n->request(RTM_GETNEIGH, NLM_F_DUMP, 0, false))
         return make_error(errno, std::string("cannot read the kernel's neighbour table: ") +
                                      std::strerror(errno));
@@ -124,9 +127,12 @@ void KernelNeighbours::on_kernel() {
 void KernelNeighbours::take(const std::uint8_t* buf, std::size_t len) {
     for (auto* h = reinterpret_cast<const nlmsghdr*>(buf); NLMSG_OK(h, len);
          h = NLMSG_NEXT(h, len)) {
-        if (h->nlmsg_type != RTM_NEWNEIGH)
-            continue;  // errors (a GET of an unknown address),
-                       // deletions, the dump's end
+        if (h->nlmsg_type == RTM_DELADDR || h->nlmsg_type == RTM_NEWLINK) {
+            interface_news(h);
+            continue;
+        }
+        // Errors (a GET of an unknown address), deletions, the dump's end.
+        if (h->nlmsg_type != RTM_NEWNEIGH) continue;
         if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ndmsg))) continue;
         const auto* nd = static_cast<const ndmsg*>(NLMSG_DATA(h));
         if (nd->ndm_family != AF_INET || nd->ndm_ifindex != ifindex_ ||
@@ -149,6 +155,42 @@ void KernelNeighbours::take(const std::uint8_t* buf, std::size_t len) {
         Learnt l{ip, {}};
         std::memcpy(l.mac.bytes.data(), mac, 6);
         if (!learnt_.push(l)) ++learnt_lost_;
+    }
+}
+
+void KernelNeighbours::interface_news(const nlmsghdr* h) {
+    if (h->nlmsg_type == RTM_DELADDR) {
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifaddrmsg))) return;
+        const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
+        if (ifa->ifa_family != AF_INET || static_cast<int>(ifa->ifa_index) != ifindex_) return;
+        auto len = static_cast<unsigned>(h->nlmsg_len - NLMSG_LENGTH(sizeof(ifaddrmsg)));
+        for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+            if (a->rta_type != IFA_LOCAL || RTA_PAYLOAD(a) != 4) continue;
+            std::uint32_t ip;
+            std::memcpy(&ip, RTA_DATA(a), 4);
+            if (ntohl(ip) == ip_)
+                spdlog::warn(
+                    "the shared interface (index {}) no longer has the port's address "
+                    "{}: snicd serves it until it is restarted, and the kernel no "
+                    "longer answers ARP for it",
+                    ifindex_, net::Ipv4Addr{ip_}.to_string());
+        }
+        return;
+    }
+    if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) return;
+    const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
+    if (ifi->ifi_index != ifindex_) return;
+    auto len = static_cast<unsigned>(h->nlmsg_len - NLMSG_LENGTH(sizeof(ifinfomsg)));
+    for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (a->rta_type != IFLA_MTU || RTA_PAYLOAD(a) != 4) continue;
+        std::uint32_t mtu;
+        std::memcpy(&mtu, RTA_DATA(a), 4);
+        if (mtu != mtu_ && mtu != mtu_seen_)
+            spdlog::warn(
+                "the shared interface (index {}) has MTU {} now: snicd's port keeps "
+                "MTU {} until it is restarted",
+                ifindex_, mtu, mtu_);
+        mtu_seen_ = mtu;
     }
 }
 

@@ -11,10 +11,17 @@
 //
 // The lcore and the control thread meet in two SPSC queues; the control thread watches
 // fd() (the netlink socket) and wakeup_fd() (the lcore's asks) in its poll.
+//
+// The same socket hears the interface's addresses and MTU (RTMGRP_IPV4_IFADDR, RTMGRP_LINK):
+// the port keeps the address and MTU it started with, and when the interface loses that
+// address or changes its MTU, snicd's log says so (once a change), that it goes on with what
+// it had until it is restarted.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+
+#include <linux/netlink.h>
 
 #include "common/result.h"
 #include "daemon/lcore/spsc_queue.h"
@@ -24,7 +31,9 @@ namespace snic::daemon {
 
 class KernelNeighbours final : public NeighbourSource {
   public:
-    static Result<std::unique_ptr<KernelNeighbours>> open(int ifindex);
+    // `ip` (host order) and `mtu`: the port's, as it started.
+    static Result<std::unique_ptr<KernelNeighbours>> open(int ifindex, std::uint32_t ip,
+                                                          std::uint32_t mtu);
     ~KernelNeighbours() override;
     KernelNeighbours(const KernelNeighbours&) = delete;
     KernelNeighbours& operator=(const KernelNeighbours&) = delete;
@@ -49,7 +58,11 @@ class KernelNeighbours final : public NeighbourSource {
         std::uint32_t ip;
         net::MacAddr mac;
     };
-    explicit KernelNeighbours(int ifindex, int sock) : ifindex_(ifindex), sock_(sock) {}
+    KernelNeighbours(int ifindex, int sock, std::uint32_t ip, std::uint32_t mtu)
+        : ifindex_(ifindex), sock_(sock), ip_(ip), mtu_(mtu) {}
+    // An address or link message about the interface: a warning if it takes the port's
+    // address or MTU away.
+    void interface_news(const nlmsghdr* h);
     // Sends one rtnetlink request about `ip` (0 with `dump`: the whole table).
     bool request(std::uint16_t type, std::uint16_t flags, std::uint32_t ip, bool use);
     // Takes the entries of one batch of messages.
@@ -57,6 +70,9 @@ class KernelNeighbours final : public NeighbourSource {
 
     const int ifindex_;
     const int sock_;
+    const std::uint32_t ip_;
+    const std::uint32_t mtu_;
+    std::uint32_t mtu_seen_ = 0;  // the interface's MTU last warned about
     std::uint32_t seq_ = 0;
     SpscQueue<std::uint32_t, 256> asks_;  // lcore -> control thread
     SpscQueue<Learnt, 1024> learnt_;      // control thread -> lcore

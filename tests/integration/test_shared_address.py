@@ -562,3 +562,18 @@ def test_one_snicd_per_interface_and_a_dead_ones_program_is_taken_back(
     assert fourth.wait(timeout=60) != 0, fourth.describe()
     assert "runs an XDP program that is not snicd's" in fourth.stderr(), fourth.describe()
     assert xdp_program_on(h.ns_a, h.end_a) == "other", "snicd detached another's program"
+
+
+def test_the_port_says_when_its_interface_changes(shared):
+    """The port keeps the address and MTU it started with; when the interface loses that
+    address or changes its MTU, snicd's log says so (the port is not moved: a restart
+    follows the interface)."""
+    s = shared
+    h = s.hosts
+    st.run(on_host(h.ns_a, "ip", "link", "set", "dev", h.end_a, "mtu", "1400"), check=True)
+    st.poll(lambda: "has MTU 1400 now" in s.a.stdout(), "snicd to say the MTU changed")
+    st.run(on_host(h.ns_a, "ip", "addr", "del", f"{A_IP}/24", "dev", h.end_a), check=True)
+    st.poll(lambda: f"no longer has the port's address {A_IP}" in s.a.stdout(),
+            "snicd to say the address went")
+    assert s.a.running(), s.a.describe()
+    assert st.ctl_status_ok(s.a.ctrl).ports[0].ip == f"{A_IP}/24"
