@@ -100,6 +100,8 @@ SANITIZER_OPTIONS = {
     "UBSAN_OPTIONS": "halt_on_error=1:abort_on_error=1:print_stacktrace=1",
     "TSAN_OPTIONS": "halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:"
                     f"suppressions={REPO / 'tests' / 'sanitizers' / 'tsan.supp'}",
+    # What DPDK's af_xdp PMD leaks through libbpf and libxdp (the file says why).
+    "LSAN_OPTIONS": f"suppressions={REPO / 'tests' / 'sanitizers' / 'lsan.supp'}",
 }
 # snicd stops on SIGTERM by returning from main: what it still holds then is a leak.
 SNICD_SANITIZER_OPTIONS = {"ASAN_OPTIONS": "detect_leaks=1"}
