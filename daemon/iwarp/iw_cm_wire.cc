@@ -40,13 +40,9 @@ Result<bool> IwCmWire::listen(std::uint16_t port, std::uint32_t backlog, std::ui
     // connects it never sees.
     if (qp_type == IBV_QPT_UD) return false;
     // On a shared address the port must be free of the kernel's sockets first.
-    if (ports_ != nullptr) {
-        if (const int err = ports_->hold(port); err != 0)
-            return make_error(
-                err, fmt::format("TCP port {} is the kernel's: {}", port, std::strerror(err)));
-    }
+    if (auto st = take_port(port); !st) return st.error();
     if (const int err = iw_.listen(port, backlog); err != 0) {
-        if (ports_ != nullptr) ports_->release(port);
+        give_port(port);
         return make_error(err, fmt::format("no TCP listener on port {}: {}", port,
                                            err == ENOBUFS ? "the port's listener table is full"
                                                           : std::strerror(err)));
@@ -56,6 +52,18 @@ Result<bool> IwCmWire::listen(std::uint16_t port, std::uint32_t backlog, std::ui
 
 void IwCmWire::unlisten(std::uint16_t port) {
     iw_.unlisten(port);
+    give_port(port);
+}
+
+Status IwCmWire::take_port(std::uint16_t port) {
+    if (ports_ == nullptr) return Ok{};
+    if (const int err = ports_->hold(port); err != 0)
+        return make_error(err,
+                          fmt::format("TCP port {} is the kernel's: {}", port, std::strerror(err)));
+    return Ok{};
+}
+
+void IwCmWire::give_port(std::uint16_t port) {
     if (ports_ != nullptr) ports_->release(port);
 }
 
@@ -69,16 +77,12 @@ void IwCmWire::let_go(WireConn conn) {
 Result<WireConn> IwCmWire::connect(const CmConnectSpec& s) {
     if (s.qp_type == IBV_QPT_UD) return make_error(EINVAL, "iWARP has no datagram service (SIDR)");
     const shm::CmConnParam& p = *s.param;
-    if (ports_ != nullptr) {
-        if (const int err = ports_->hold(s.local_port); err != 0)
-            return make_error(err, fmt::format("TCP port {} is the kernel's: {}", s.local_port,
-                                               std::strerror(err)));
-    }
+    if (auto st = take_port(s.local_port); !st) return st.error();
     auto conn =
         iw_.connect(s.remote_ip, s.remote_port, s.local_port, {p.private_data, p.private_data_len},
                     p.responder_resources, p.initiator_depth, *s.owner);
     if (!conn) {
-        if (ports_ != nullptr) ports_->release(s.local_port);
+        give_port(s.local_port);
         return make_error(conn.error().code, conn.error().message);
     }
     if (ports_ != nullptr) held_[WireConn{*conn}] = s.local_port;

@@ -49,6 +49,9 @@ class IwCmWire final : public CmWire {
 
   private:
     void translate(const IwCmEvent& e);
+    // On a shared address, `port` taken from the kernel, or given back (no-ops otherwise).
+    Status take_port(std::uint16_t port);
+    void give_port(std::uint16_t port);
     // A connection's hold of its local port, given back once.
     void let_go(WireConn conn);
 
