@@ -64,6 +64,12 @@ def iwarp_counters(d: st.Daemon) -> dict[str, int]:
     return out
 
 
+def refusals(d: st.Daemon) -> int:
+    """Connect requests the daemon refused for want of a listener: REQs answered with REJ 8
+    or 28 (RoCEv2), and iWARP active opens the port's TCP refused with a RST."""
+    return rcm.cm_status(d)["no_listener"] + iwarp_counters(d).get("iw_refused", 0)
+
+
 def test_each_port_shows_an_iwarp_device(wire):
     d, sock_dir = wire
     env = rcm.env_for(sock_dir)

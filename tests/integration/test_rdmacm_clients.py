@@ -92,12 +92,6 @@ def stream_pair(d: st.Daemon, sock_dir, tmp_path: Path, env: dict, tool: str,
 
 # ------------------------------------------------------------------------------ qperf
 
-def refusals(d: st.Daemon) -> int:
-    """Connect requests the daemon refused for want of a listener: REQs answered with REJ 8
-    or 28 (RoCEv2), and iWARP active opens the port's TCP refused with a RST."""
-    return rcm.cm_status(d)["no_listener"] + iw.iwarp_counters(d).get("iw_refused", 0)
-
-
 def lost_qperf_race(client: subprocess.CompletedProcess, refused_before: int,
                     d: st.Daemon) -> bool:
     """qperf 0.4.11 (Debian 12's) has its server send its rdma_cm port to the client before its
@@ -106,7 +100,7 @@ def lost_qperf_race(client: subprocess.CompletedProcess, refused_before: int,
     RST on iWARP). Both signs: the client's complaint, and the daemon counting a request that
     nobody listened for."""
     rejected = "unexpected event from RDMA CM: Event rejected" in client.stdout
-    return rejected and refusals(d) > refused_before
+    return rejected and iw.refusals(d) > refused_before
 
 
 @pytest.mark.parametrize("kind", ["roce", "iwarp"])
@@ -118,7 +112,7 @@ def test_qperf_over_rdma_cm(wire, tmp_path, kind):
     d, sock_dir = wire
     env = env_of(d, sock_dir, kind)
     for attempt in range(3):
-        refused = refusals(d)
+        refused = iw.refusals(d)
         ctrl_port = st.free_tcp_port()
         server = rcm.Background(sock_dir, tmp_path / f"qperf-server-{attempt}.out", "qperf",
                                 "-lp", str(ctrl_port), env=env)
