@@ -1,7 +1,6 @@
 // snicd: the snic daemon. Parses its options, claims its control socket, brings
 // up DPDK and the ports, runs the data lcores until SIGINT/SIGTERM (or the end of
 // a self-test), then reports its counters and tears everything down.
-#include <net/if.h>
 #include <pthread.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -250,15 +249,14 @@ struct Running {
 // program learns the port's address (it sends snicd nothing before), and the port its
 // neighbours from the kernel. 0 or the exit code (the error said).
 int share_port(const PortSpec& spec, Port& port, Running& r) {
-    const std::string what = "--port iface=" + spec.iface + ",shared";
-    const int index = static_cast<int>(::if_nametoindex(spec.iface.c_str()));
-    auto maps = XdpMaps::of_interface(index);
+    const std::string what = spec.shared_option();
+    auto maps = XdpMaps::of_interface(spec.ifindex);
     if (!maps) return fail(kExitRuntime, what + ": " + maps.error().message);
     if (auto st = maps->set_address(spec.ip.addr.value); !st)
         return fail(kExitRuntime, what + ": " + st.error().message);
     r.xdp.back() = std::make_unique<XdpMaps>(std::move(*maps));
     r.tcp_ports.back() = std::make_unique<SharedTcpPorts>(*r.xdp.back(), spec.ip.addr.value);
-    auto neighbours = KernelNeighbours::open(index, spec.ip.addr.value, port.mtu());
+    auto neighbours = KernelNeighbours::open(spec.ifindex, spec.ip.addr.value, port.mtu());
     if (!neighbours) return fail(kExitRuntime, what + ": " + neighbours.error().message);
     port.set_neighbour_source(neighbours->get());
     r.neighbours.back() = std::move(*neighbours);
@@ -292,7 +290,7 @@ int open_ports(const Config& cfg, Running& r) {
         auto id = find_port(spec);
         if (!id && spec.shared)
             return fail(kExitRuntime,
-                        "--port iface=" + spec.iface + ",shared: DPDK could not drive " +
+                        spec.shared_option() + ": DPDK could not drive " +
                             spec.iface + " with net_af_xdp and snicd's XDP program " +
                             xdp_program_path() + " (no net_af_xdp driver, or the kernel " +
                             "refused the program; DPDK's log above says which)");
@@ -578,11 +576,11 @@ Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args,
     std::size_t n = 0;
     for (PortSpec& spec : cfg.ports) {
         if (!spec.shared) continue;
+        const std::string what = spec.shared_option();
         // AF_XDP is what lets the kernel keep its share of the interface's traffic; without
         // it there is no shared port (an address of snicd's own still works).
         if (const int s = ::socket(AF_XDP, SOCK_RAW | SOCK_CLOEXEC, 0); s < 0) {
-            return make_error(errno, "--port iface=" + spec.iface +
-                                         ",shared: this kernel makes no XDP sockets (" +
+            return make_error(errno, what + ": this kernel makes no XDP sockets (" +
                                          std::strerror(errno) +
                                          "), which a shared-address port needs; give the port "
                                          "an address of its own instead: --vdev=net_af_packet0,"
@@ -592,18 +590,15 @@ Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args,
             ::close(s);
         }
         auto facts = iface_facts(spec.iface);
-        if (!facts)
-            return make_error(facts.error().code,
-                              "--port iface=" + spec.iface + ",shared: " + facts.error().message);
+        if (!facts) return make_error(facts.error().code, what + ": " + facts.error().message);
         auto claim = claim_interface(facts->index, spec.iface);
-        if (!claim)
-            return make_error(claim.error().code,
-                              "--port iface=" + spec.iface + ",shared: " + claim.error().message);
+        if (!claim) return make_error(claim.error().code, what + ": " + claim.error().message);
         claims.push_back(*claim);  // held until snicd exits
         for (const PortSpec& other : cfg.ports)
             if (&other != &spec && !other.shared && other.ip.addr == facts->ip.addr)
-                return make_error(EINVAL, "--port iface=" + spec.iface + ",shared: " +
-                                              facts->ip.to_string() + " is on another port too");
+                return make_error(EINVAL,
+                                  what + ": " + facts->ip.to_string() + " is on another port too");
+        spec.ifindex = facts->index;
         spec.ip = facts->ip;
         spec.mtu = facts->mtu;
         spec.port = "net_af_xdp_shared" + std::to_string(n++);

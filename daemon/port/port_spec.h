@@ -15,13 +15,17 @@ struct PortSpec {
     std::string port;  // DPDK port id ("0") or device name ("net_af_packet0", "wire0")
     // A shared-address port (iface=IF,shared): snicd drives the kernel interface IF through
     // AF_XDP beside the kernel, with IF's address, prefix and MTU; `port` is the PMD's device
-    // snicd makes for it.
+    // snicd makes for it, `ifindex` IF's index once snicd has looked it up.
     std::string iface;
     bool shared = false;
+    int ifindex = 0;
     net::Ipv4Prefix ip;
     std::optional<net::MacAddr> mac;
     std::optional<std::uint16_t> mtu;
     FaultSpec fault;  // injected faults, none by default
+
+    // How a message names a shared-address port: the option as the user gave it.
+    std::string shared_option() const { return "--port iface=" + iface + ",shared"; }
 };
 
 // Frames per rx poll and per tx flush, at most (--rx-burst, --tx-burst).
