@@ -149,8 +149,9 @@ std::vector<DevicePort> device_ports(const Config& cfg,
     return devices;
 }
 
+// `devices` (the control thread's) has each port's address and MTU as the sessions see them.
 void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& ports,
-                 shm::StatusReply& r) {
+                 const std::vector<DevicePort>& devices, shm::StatusReply& r) {
     auto copy = [](char* dst, std::size_t cap, const std::string& src) {
         std::snprintf(dst, cap, "%s", src.c_str());
     };
@@ -162,11 +163,11 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
         const Port& p = *ports[i];
         shm::PortInfo& info = r.ports[i];
         info.port_id = p.id();
-        info.mtu = p.mtu();
+        info.mtu = devices[i].mtu;
         std::memcpy(info.mac, p.mac().bytes.data(), 6);
-        info.prefix_length = p.ip().length;
+        info.prefix_length = devices[i].ip.length;
         info.link_up = p.link_up() ? 1 : 0;
-        info.ipv4 = p.ip().addr.value;
+        info.ipv4 = devices[i].ip.addr.value;
         info.ndevices = 2;
         copy(info.devices[0], sizeof info.devices[0], device_name(cfg, i));
         copy(info.devices[1], sizeof info.devices[1], iw_device_name(cfg, i));
@@ -216,6 +217,13 @@ int lcore_main(void* arg) {
 }
 
 // Everything the daemon holds once EAL is up, destroyed in reverse order.
+// What a shared-address port takes of its interface's changes (the control thread).
+struct Following {
+    std::uint16_t max_mtu = 0;     // the largest the port's device takes
+    bool said_no_address = false;  // the warning is given once per absence
+    bool said_mtu = false;         // and once per MTU too large
+};
+
 struct Running {
     std::optional<VirtualWire> wire;
     rte_mempool* pool = nullptr;
@@ -233,6 +241,7 @@ struct Running {
     std::vector<std::unique_ptr<XdpMaps>> xdp;
     std::vector<std::unique_ptr<SharedTcpPorts>> tcp_ports;  // its iWARP's TCP ports
     std::vector<std::unique_ptr<KernelNeighbours>> neighbours;
+    std::vector<Following> following;
     ~Running() {
         cm_wires.clear();
         iwarp.clear();
@@ -256,10 +265,13 @@ int share_port(const PortSpec& spec, Port& port, Running& r) {
         return fail(kExitRuntime, what + ": " + st.error().message);
     r.xdp.back() = std::make_unique<XdpMaps>(std::move(*maps));
     r.tcp_ports.back() = std::make_unique<SharedTcpPorts>(*r.xdp.back(), spec.ip.addr.value);
-    auto neighbours = KernelNeighbours::open(spec.ifindex, spec.ip.addr.value, port.mtu());
+    auto neighbours = KernelNeighbours::open(spec.ifindex);
     if (!neighbours) return fail(kExitRuntime, what + ": " + neighbours.error().message);
     port.set_neighbour_source(neighbours->get());
     r.neighbours.back() = std::move(*neighbours);
+    rte_eth_dev_info info{};
+    r.following.back().max_mtu =
+        rte_eth_dev_info_get(port.id(), &info) == 0 ? info.max_mtu : port.mtu();
     spdlog::info("{}: {} with the kernel, address {}, MTU {}, MAC {}", what, port.name(),
                  spec.ip.to_string(), port.mtu(), port.mac().to_string());
     return 0;
@@ -289,11 +301,11 @@ int open_ports(const Config& cfg, Running& r) {
     for (const auto& spec : cfg.ports) {
         auto id = find_port(spec);
         if (!id && spec.shared)
-            return fail(kExitRuntime,
-                        spec.shared_option() + ": DPDK could not drive " +
-                            spec.iface + " with net_af_xdp and snicd's XDP program " +
-                            xdp_program_path() + " (no net_af_xdp driver, or the kernel " +
-                            "refused the program; DPDK's log above says which)");
+            return fail(kExitRuntime, spec.shared_option() + ": DPDK could not drive " +
+                                          spec.iface + " with net_af_xdp and snicd's XDP program " +
+                                          xdp_program_path() +
+                                          " (no net_af_xdp driver, or the kernel " +
+                                          "refused the program; DPDK's log above says which)");
         if (!id) return fail(kExitRuntime, id.error().message);
         for (const auto& p : r.ports)
             if (p->id() == *id)
@@ -304,6 +316,7 @@ int open_ports(const Config& cfg, Running& r) {
         r.xdp.emplace_back();
         r.tcp_ports.emplace_back();
         r.neighbours.emplace_back();
+        r.following.emplace_back();
         if (spec.shared) {
             if (const int err = share_port(spec, *r.ports.back(), r); err != 0) return err;
         }
@@ -469,6 +482,70 @@ std::vector<PortWire> make_cm_wires(Running& r) {
     return wires;
 }
 
+// A shared-address port after news of its interface (the control thread): it keeps its
+// address while the interface has it, and otherwise takes the interface's (first) one; its
+// MTU is the interface's, up to what its device takes. New connections, listeners and
+// sessions use what it has now; connections on an address gone end as their peers' segments
+// stop reaching snicd, as on an RNIC whose GID went. Without any address the port keeps the
+// one it had, and says so.
+void follow_interface(const PortSpec& spec, std::size_t i, Running& r, ControlServer& control) {
+    const DevicePort& was = control.devices()[i];
+    const net::Ipv4Prefix old_ip = was.ip;
+    const std::uint16_t old_mtu = was.mtu;
+    Following& f = r.following[i];
+    auto facts = iface_facts(spec.iface, old_ip.addr);
+    if (!facts) {
+        if (!f.said_no_address)
+            spdlog::warn("{}: {}; the port keeps {} until the interface has an address again",
+                         spec.shared_option(), facts.error().message, old_ip.to_string());
+        f.said_no_address = true;
+        return;
+    }
+    f.said_no_address = false;
+    std::uint16_t mtu = facts->mtu;
+    if (mtu > f.max_mtu) {
+        if (!f.said_mtu)
+            spdlog::warn(
+                "{}: the interface's MTU {} is more than the port's device takes; the "
+                "port's is {}",
+                spec.shared_option(), mtu, f.max_mtu);
+        f.said_mtu = true;
+        mtu = f.max_mtu;
+    } else {
+        f.said_mtu = false;
+    }
+    const net::Ipv4Prefix ip = facts->ip;
+    if (ip.addr == old_ip.addr && ip.length == old_ip.length && mtu == old_mtu) return;
+
+    // The lcore first: from here on the port answers the new address. An MTU the TCP cannot
+    // use (too small for its segments) leaves the MTU as it was.
+    Port& port = *r.ports[i];
+    const auto lcore = static_cast<std::size_t>(
+        std::find(r.lcore_ids.begin(), r.lcore_ids.end(), port.lcore()) - r.lcore_ids.begin());
+    std::uint16_t taken = mtu;
+    r.tasks.at(lcore)->run([&] {
+        TcpStack& tcp = r.tcp[i]->stack();
+        if (!tcp.readdress(ip.addr, mtu)) {
+            taken = old_mtu;
+            (void)tcp.readdress(ip.addr, old_mtu);
+        }
+        port.readdress(ip, taken);
+    });
+    if (ip.addr != old_ip.addr) {
+        if (auto st = r.xdp[i]->set_address(ip.addr.value); !st)
+            spdlog::warn("{}: {}", spec.shared_option(), st.error().message);
+        r.tcp_ports[i]->readdress(ip.addr.value);
+        r.cm_wires[2 * i]->readdress(ip.addr.value);
+        r.cm_wires[2 * i + 1]->readdress(ip.addr.value);
+    }
+    control.readdress(i, ip, taken);
+    if (taken != mtu)
+        spdlog::warn("{}: MTU {} is too small for the port's TCP; it keeps MTU {}",
+                     spec.shared_option(), mtu, taken);
+    spdlog::info("{}: the port follows its interface: address {} MTU {} (was {} MTU {})",
+                 spec.shared_option(), ip.to_string(), taken, old_ip.to_string(), old_mtu);
+}
+
 // The CPUs given to snicd that no data lcore busy-polls (all of them when none is left): the
 // control thread runs there, as DPDK's control threads do, so that it does not wait for a
 // busy lcore's time slice on every request.
@@ -540,15 +617,20 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
         unregister_telemetry();
         return fail(kExitRuntime, st.error().message);
     }
-    for (const auto& n : r.neighbours) {
-        if (!n) continue;
-        control.watch(n->fd(), [k = n.get()] { k->on_kernel(); });
-        control.watch(n->wakeup_fd(), [k = n.get()] { k->on_asks(); });
+    for (std::size_t i = 0; i < r.neighbours.size(); ++i) {
+        KernelNeighbours* n = r.neighbours[i].get();
+        if (n == nullptr) continue;
+        n->on_interface_change(
+            [&cfg, i, &r, &control] { follow_interface(cfg.ports[i], i, r, control); });
+        control.watch(n->fd(), [n] { n->on_kernel(); });
+        control.watch(n->wakeup_fd(), [n] { n->on_asks(); });
     }
     const cpu_set_t cpus = control_cpus(given, r);
     std::thread control_thread([&] {
         if (CPU_COUNT(&cpus) != 0) pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
-        control.serve(g_stop, [&](shm::StatusReply& reply) { fill_status(cfg, r.ports, reply); });
+        control.serve(g_stop, [&](shm::StatusReply& reply) {
+            fill_status(cfg, r.ports, control.devices(), reply);
+        });
     });
     spdlog::info("snicd {} ready: {} port(s), {} lcore(s), control socket {}", cfg.name,
                  r.ports.size(), r.lcore_ids.size(), cfg.ctrl_path);

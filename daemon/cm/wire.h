@@ -158,6 +158,9 @@ class CmWire {
     virtual std::uint64_t next_deadline() const = 0;
     // snicctl cm: the wire's own counters; false when it keeps none.
     virtual bool status(shm::CmPortStatus& out) const = 0;
+    // The port's address changed (a shared-address port following its interface): the
+    // connections set up from here on are on `ip` (host order).
+    virtual void readdress(std::uint32_t ip) { (void)ip; }
 
   protected:
     void queue(const CmWireEvent& e) {

@@ -15,8 +15,6 @@
 #include <memory>
 #include <string>
 
-#include <spdlog/spdlog.h>
-
 namespace snic::daemon {
 namespace {
 
@@ -26,8 +24,7 @@ constexpr std::uint16_t kUsable =
 
 }  // namespace
 
-Result<std::unique_ptr<KernelNeighbours>> KernelNeighbours::open(int ifindex, std::uint32_t ip,
-                                                                 std::uint32_t mtu) {
+Result<std::unique_ptr<KernelNeighbours>> KernelNeighbours::open(int ifindex) {
     const int s = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
     if (s < 0)
         return make_error(errno,
@@ -41,7 +38,7 @@ Result<std::unique_ptr<KernelNeighbours>> KernelNeighbours::open(int ifindex, st
         return make_error(
             e, std::string("cannot listen to the kernel's neighbour table: ") + std::strerror(e));
     }
-    std::unique_ptr<KernelNeighbours> n(new KernelNeighbours(ifindex, s, ip, mtu));
+    std::unique_ptr<KernelNeighbours> n(new KernelNeighbours(ifindex, s));
     if (!n->request(RTM_GETNEIGH, NLM_F_DUMP, 0, false))
         return make_error(errno, std::string("cannot read the kernel's neighbour table: ") +
                                      std::strerror(errno));
@@ -115,20 +112,26 @@ void KernelNeighbours::on_kernel() {
     for (;;) {
         const ssize_t n = ::recv(sock_, buf.data(), buf.size(), 0);
         if (n < 0) {
-            // ENOBUFS: the kernel dropped news while we were slow; the table is read again.
-            if (errno == ENOBUFS) request(RTM_GETNEIGH, NLM_F_DUMP, 0, false);
+            // ENOBUFS: the kernel dropped news while we were slow; the table is read again,
+            // and the interface as it is now.
+            if (errno == ENOBUFS) {
+                request(RTM_GETNEIGH, NLM_F_DUMP, 0, false);
+                if (interface_change_) interface_change_();
+            }
             return;
         }
         if (n == 0) return;
-        take(buf.data(), static_cast<std::size_t>(n));
+        if (take(buf.data(), static_cast<std::size_t>(n)) && interface_change_) interface_change_();
     }
 }
 
-void KernelNeighbours::take(const std::uint8_t* buf, std::size_t len) {
+bool KernelNeighbours::take(const std::uint8_t* buf, std::size_t len) {
+    bool news = false;
     for (auto* h = reinterpret_cast<const nlmsghdr*>(buf); NLMSG_OK(h, len);
          h = NLMSG_NEXT(h, len)) {
-        if (h->nlmsg_type == RTM_DELADDR || h->nlmsg_type == RTM_NEWLINK) {
-            interface_news(h);
+        if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR ||
+            h->nlmsg_type == RTM_NEWLINK) {
+            news = news || about_interface(h);
             continue;
         }
         // Errors (a GET of an unknown address), deletions, the dump's end.
@@ -156,42 +159,17 @@ void KernelNeighbours::take(const std::uint8_t* buf, std::size_t len) {
         std::memcpy(l.mac.bytes.data(), mac, 6);
         if (!learnt_.push(l)) ++learnt_lost_;
     }
+    return news;
 }
 
-void KernelNeighbours::interface_news(const nlmsghdr* h) {
-    if (h->nlmsg_type == RTM_DELADDR) {
-        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifaddrmsg))) return;
-        const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
-        if (ifa->ifa_family != AF_INET || static_cast<int>(ifa->ifa_index) != ifindex_) return;
-        auto len = static_cast<unsigned>(h->nlmsg_len - NLMSG_LENGTH(sizeof(ifaddrmsg)));
-        for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-            if (a->rta_type != IFA_LOCAL || RTA_PAYLOAD(a) != 4) continue;
-            std::uint32_t ip;
-            std::memcpy(&ip, RTA_DATA(a), 4);
-            if (ntohl(ip) == ip_)
-                spdlog::warn(
-                    "the shared interface (index {}) no longer has the port's address "
-                    "{}: snicd serves it until it is restarted, and the kernel no "
-                    "longer answers ARP for it",
-                    ifindex_, net::Ipv4Addr{ip_}.to_string());
-        }
-        return;
+bool KernelNeighbours::about_interface(const nlmsghdr* h) const {
+    if (h->nlmsg_type == RTM_NEWLINK) {
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) return false;
+        return static_cast<const ifinfomsg*>(NLMSG_DATA(h))->ifi_index == ifindex_;
     }
-    if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) return;
-    const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
-    if (ifi->ifi_index != ifindex_) return;
-    auto len = static_cast<unsigned>(h->nlmsg_len - NLMSG_LENGTH(sizeof(ifinfomsg)));
-    for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-        if (a->rta_type != IFLA_MTU || RTA_PAYLOAD(a) != 4) continue;
-        std::uint32_t mtu;
-        std::memcpy(&mtu, RTA_DATA(a), 4);
-        if (mtu != mtu_ && mtu != mtu_seen_)
-            spdlog::warn(
-                "the shared interface (index {}) has MTU {} now: snicd's port keeps "
-                "MTU {} until it is restarted",
-                ifindex_, mtu, mtu_);
-        mtu_seen_ = mtu;
-    }
+    if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifaddrmsg))) return false;
+    const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
+    return ifa->ifa_family == AF_INET && static_cast<int>(ifa->ifa_index) == ifindex_;
 }
 
 }  // namespace snic::daemon

@@ -12,13 +12,13 @@
 // The lcore and the control thread meet in two SPSC queues; the control thread watches
 // fd() (the netlink socket) and wakeup_fd() (the lcore's asks) in its poll.
 //
-// The same socket hears the interface's addresses and MTU (RTMGRP_IPV4_IFADDR, RTMGRP_LINK):
-// the port keeps the address and MTU it started with, and when the interface loses that
-// address or changes its MTU, snicd's log says so (once a change), that it goes on with what
-// it had until it is restarted.
+// The same socket hears the interface's addresses and its link (RTMGRP_IPV4_IFADDR,
+// RTMGRP_LINK): news of either is passed on to whoever follows the interface
+// (on_interface_change), once per batch the kernel sends.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <linux/netlink.h>
@@ -31,9 +31,7 @@ namespace snic::daemon {
 
 class KernelNeighbours final : public NeighbourSource {
   public:
-    // `ip` (host order) and `mtu`: the port's, as it started.
-    static Result<std::unique_ptr<KernelNeighbours>> open(int ifindex, std::uint32_t ip,
-                                                          std::uint32_t mtu);
+    static Result<std::unique_ptr<KernelNeighbours>> open(int ifindex);
     ~KernelNeighbours() override;
     KernelNeighbours(const KernelNeighbours&) = delete;
     KernelNeighbours& operator=(const KernelNeighbours&) = delete;
@@ -49,6 +47,9 @@ class KernelNeighbours final : public NeighbourSource {
     void on_kernel();
     // The control thread: passes the lcore's asks on to the kernel (wakeup_fd() readable).
     void on_asks();
+    // The control thread: `fn` runs (from on_kernel) when the interface's addresses or link
+    // may have changed; it reads what they are now.
+    void on_interface_change(std::function<void()> fn) { interface_change_ = std::move(fn); }
 
     std::uint64_t asks_lost() const { return asks_lost_; }
     std::uint64_t learnt_lost() const { return learnt_lost_; }
@@ -58,21 +59,17 @@ class KernelNeighbours final : public NeighbourSource {
         std::uint32_t ip;
         net::MacAddr mac;
     };
-    KernelNeighbours(int ifindex, int sock, std::uint32_t ip, std::uint32_t mtu)
-        : ifindex_(ifindex), sock_(sock), ip_(ip), mtu_(mtu) {}
-    // An address or link message about the interface: a warning if it takes the port's
-    // address or MTU away.
-    void interface_news(const nlmsghdr* h);
+    KernelNeighbours(int ifindex, int sock) : ifindex_(ifindex), sock_(sock) {}
+    // Whether an address or link message is about the interface.
+    bool about_interface(const nlmsghdr* h) const;
     // Sends one rtnetlink request about `ip` (0 with `dump`: the whole table).
     bool request(std::uint16_t type, std::uint16_t flags, std::uint32_t ip, bool use);
-    // Takes the entries of one batch of messages.
-    void take(const std::uint8_t* buf, std::size_t len);
+    // Takes the entries of one batch of messages; true when one was news of the interface.
+    bool take(const std::uint8_t* buf, std::size_t len);
 
     const int ifindex_;
     const int sock_;
-    const std::uint32_t ip_;
-    const std::uint32_t mtu_;
-    std::uint32_t mtu_seen_ = 0;  // the interface's MTU last warned about
+    std::function<void()> interface_change_;
     std::uint32_t seq_ = 0;
     SpscQueue<std::uint32_t, 256> asks_;  // lcore -> control thread
     SpscQueue<Learnt, 1024> learnt_;      // control thread -> lcore

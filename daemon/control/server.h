@@ -40,6 +40,12 @@ class ControlServer {
     // The RDMA devices clients may open, one per port in --port order. Set before serve().
     void set_devices(std::vector<DevicePort> devices) { devices_ = std::move(devices); }
     const std::vector<DevicePort>& devices() const { return devices_; }
+    // The control thread: port `port`'s new address and MTU (a shared-address port following
+    // its interface), for what sessions and rdma_cm are told and bind to from here on.
+    void readdress(std::size_t port, net::Ipv4Prefix ip, std::uint16_t mtu) {
+        devices_.at(port).ip = ip;
+        devices_.at(port).mtu = mtu;
+    }
     Resources& resources() { return resources_; }
     // rdma_cm's service (cm_* ops); none: those ops fail with ENOSYS. Set before serve().
     void set_cm(CmService* cm) { cm_ = cm; }

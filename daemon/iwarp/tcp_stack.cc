@@ -214,6 +214,16 @@ TcpStack::TcpStack(const TcpStackConfig& config, TcpLink& link)
     counters_.memory_bound.set(per_conn_bytes_ * cfg_.max_connections);
 }
 
+bool TcpStack::readdress(net::Ipv4Addr ip, std::uint16_t mtu) {
+    TcpStackConfig c = cfg_;
+    c.local_ip = ip;
+    c.conn.mtu = mtu;
+    if (tcp_stack_config_error(c) != nullptr) return false;
+    cfg_.local_ip = ip;
+    cfg_.conn.mtu = mtu;
+    return true;
+}
+
 TcpStack::~TcpStack() {
     for (auto& c : conns_)
         if (c) sched_.remove(*c);

@@ -220,6 +220,10 @@ class TcpStack final : public TcpStreams {
     const TcpStackCounters& counters() const { return counters_; }
     const SchedCounters& sched_counters() const { return sched_.counters(); }
     const TcpStackConfig& config() const { return cfg_; }
+    // The lcore: the port's new address and MTU (a shared-address port whose interface
+    // changed), for the connections opened or accepted from here on; those open keep their
+    // own. False, and nothing changed, when the MTU is one a connection cannot use.
+    bool readdress(net::Ipv4Addr ip, std::uint16_t mtu);
     // The lcore: rows for the listeners, then the connections, from row `first` on; the number
     // written. `total` gets the number of rows there are.
     std::size_t snapshot(std::size_t first, std::span<TcpConnRow> out, std::size_t& total) const;
@@ -279,7 +283,7 @@ class TcpStack final : public TcpStreams {
     void free_conn(Conn& c);
     std::uint16_t pick_ephemeral(net::Ipv4Addr remote, std::uint16_t rport);
 
-    const TcpStackConfig cfg_;
+    TcpStackConfig cfg_;
     TcpLink& link_;
     const std::uint64_t per_conn_bytes_;
     TcpStackCounters counters_;

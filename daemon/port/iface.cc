@@ -14,7 +14,7 @@
 
 namespace snic::daemon {
 
-Result<IfaceFacts> iface_facts(const std::string& name) {
+Result<IfaceFacts> iface_facts(const std::string& name, std::optional<net::Ipv4Addr> keep) {
     IfaceFacts f;
     f.index = static_cast<int>(::if_nametoindex(name.c_str()));
     if (f.index == 0)
@@ -24,15 +24,19 @@ Result<IfaceFacts> iface_facts(const std::string& name) {
     if (::getifaddrs(&list) != 0)
         return make_error(errno, std::string("cannot list the addresses: ") + std::strerror(errno));
     bool found = false;
-    for (const ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
+    for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
         if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || name != a->ifa_name)
             continue;
         const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
         const auto* mask = reinterpret_cast<const sockaddr_in*>(a->ifa_netmask);
-        f.ip.addr = net::Ipv4Addr{ntohl(in->sin_addr.s_addr)};
-        f.ip.length =
-            mask != nullptr ? static_cast<std::uint8_t>(std::popcount(mask->sin_addr.s_addr)) : 32;
+        const net::Ipv4Prefix ip{
+            net::Ipv4Addr{ntohl(in->sin_addr.s_addr)},
+            mask != nullptr ? static_cast<std::uint8_t>(std::popcount(mask->sin_addr.s_addr))
+                            : std::uint8_t{32}};
+        const bool kept = keep && ip.addr == *keep;
+        if (!found || kept) f.ip = ip;
         found = true;
+        if (kept || !keep) break;
     }
     ::freeifaddrs(list);
     if (!found) return make_error(EADDRNOTAVAIL, "interface " + name + " has no IPv4 address");

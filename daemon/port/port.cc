@@ -37,9 +37,9 @@ Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAdd
            std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings)
     : id_(id),
       name_(std::move(name)),
-      ip_(spec.ip),
+      mac_(mac),
+      addr_(pack(spec.ip, mtu)),
       local_{mac, spec.ip.addr},
-      mtu_(mtu),
       pool_(pool),
       rx_burst_(std::clamp<std::uint16_t>(settings.rx_burst, 1, kMaxBurst)),
       tx_burst_(std::clamp<std::uint16_t>(settings.tx_burst, 1, kMaxBurst)),

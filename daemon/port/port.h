@@ -5,6 +5,7 @@
 
 #include <rte_mbuf.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -61,9 +62,13 @@ class Port {
 
     std::uint16_t id() const { return id_; }
     const std::string& name() const { return name_; }
-    net::MacAddr mac() const { return local_.mac; }
-    net::Ipv4Prefix ip() const { return ip_; }
-    std::uint16_t mtu() const { return mtu_; }
+    net::MacAddr mac() const { return mac_; }
+    // The address and MTU: any thread may read them (a shared-address port's change as its
+    // interface's changes, readdress()).
+    net::Ipv4Prefix ip() const { return unpack_ip(addr_.load(std::memory_order_relaxed)); }
+    std::uint16_t mtu() const {
+        return static_cast<std::uint16_t>(addr_.load(std::memory_order_relaxed));
+    }
     bool link_up() const;
     const PortCounters& counters() const { return counters_; }
     // The EAL lcore that polls the port and runs its transports (set once, before it runs).
@@ -96,6 +101,9 @@ class Port {
     rte_mbuf* alloc();
     // Takes a frame this port sent to itself (a transport's loopback) as if received.
     void receive_local(rte_mbuf* m, std::uint64_t now) { handle(m, now); }
+    // A new address and MTU (a shared-address port whose interface changed): what the port
+    // answers and sends from here on; run as one of the lcore's tasks.
+    void readdress(net::Ipv4Prefix ip, std::uint16_t mtu);
 
   private:
     Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
@@ -122,9 +130,18 @@ class Port {
     const std::uint16_t id_;
     const std::string name_;
     unsigned lcore_ = 0;
-    const net::Ipv4Prefix ip_;
-    const net::LocalIf local_;
-    const std::uint16_t mtu_;
+    // The address, its prefix length and the MTU in one word: bits 63..32, 23..16, 15..0.
+    static std::uint64_t pack(net::Ipv4Prefix ip, std::uint16_t mtu) {
+        return std::uint64_t{ip.addr.value} << 32 | std::uint64_t{ip.length} << 16 | mtu;
+    }
+    static net::Ipv4Prefix unpack_ip(std::uint64_t word) {
+        return {net::Ipv4Addr{static_cast<std::uint32_t>(word >> 32)},
+                static_cast<std::uint8_t>(word >> 16)};
+    }
+
+    const net::MacAddr mac_;
+    std::atomic<std::uint64_t> addr_;
+    net::LocalIf local_;  // the owning lcore's copy of the MAC and address, for classify()
     rte_mempool* const pool_;
     const std::uint16_t rx_burst_;  // 1..kMaxBurst
     const std::uint16_t tx_burst_;

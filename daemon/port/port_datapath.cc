@@ -187,9 +187,14 @@ rte_mbuf* Port::alloc() {
     return m;
 }
 
+void Port::readdress(net::Ipv4Prefix ip, std::uint16_t mtu) {
+    local_.ip = ip.addr;
+    addr_.store(pack(ip, mtu), std::memory_order_relaxed);
+}
+
 std::optional<net::MacAddr> Port::resolve(net::Ipv4Addr ip, std::uint64_t now) {
     if (auto mac = arp_.lookup(ip, now)) return mac;
-    if (!ip_.contains(ip)) return std::nullopt;
+    if (!this->ip().contains(ip)) return std::nullopt;
     // Expired: ask again (paced), and meanwhile keep using the MAC it had, so that a
     // connection does not stall (and exhaust its retries) every time the entry ages out.
     const std::optional<net::MacAddr> stale = arp_.last_known(ip);

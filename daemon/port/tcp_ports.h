@@ -37,14 +37,20 @@ class SharedTcpPorts final : public TcpPortHolder {
     int hold(std::uint16_t port) override;
     void release(std::uint16_t port) override;
     std::size_t held() const { return ports_.size(); }
+    // The port's address changed: the ports held are held on `ip` from here on (a port the
+    // kernel has on `ip` already stays held on the old address only, and a warning says so).
+    void readdress(std::uint32_t ip);
 
   private:
+    // A kernel socket bound to ip:port, or -errno.
+    static int bind_port(std::uint32_t ip, std::uint16_t port);
+
     struct Held {
         int fd = -1;  // the kernel socket bound to the port
         std::uint32_t holds = 0;
     };
     XdpMaps& maps_;
-    const std::uint32_t ip_;
+    std::uint32_t ip_;
     std::map<std::uint16_t, Held> ports_;
 };
 

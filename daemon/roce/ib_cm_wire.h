@@ -44,6 +44,7 @@ class IbCmWire final : public CmWire, private cm::Sink {
     void run(std::uint64_t now_ns) override;
     std::uint64_t next_deadline() const override { return agent_.next_deadline(); }
     bool status(shm::CmPortStatus& out) const override;
+    void readdress(std::uint32_t ip) override { agent_.set_local_ip(ip); }
 
   private:
     // cm::Sink: the agent's MADs out through QP1, its events to the service.

@@ -212,6 +212,9 @@ class Agent {
     // (timeout); established -> DREQ. No further events for it; its state is reclaimed after
     // TimeWait internally.
     void release(ConnId id, std::uint64_t now);
+    // The address the agent's connections are on from here on (AgentConfig::local_ip); those
+    // it holds keep theirs.
+    void set_local_ip(std::uint32_t ip) { config_.local_ip = ip; }
     Result<ConnId> sidr_request(std::uint32_t local_ip, std::uint32_t remote_ip,
                                 std::uint64_t service_id,
                                 std::span<const std::uint8_t> private_data, std::uint8_t timeout,

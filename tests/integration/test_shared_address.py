@@ -17,7 +17,9 @@ snic-run:
 - Open MPI over UCX, one rank per host, launched as on two machines;
 - the kernels' own traffic all along while ibv_rc_pingpong checks every byte of its RDMA:
   ping, and a TCP stream compared byte for byte; the XDP program's counters say what it
-  passed to each.
+  passed to each;
+- the ports following their interfaces: a new MTU, host B's new address (and none for a
+  while), then rping to B's new address over both devices.
 """
 
 from __future__ import annotations
@@ -154,22 +156,35 @@ def xdp_counts(d: st.Daemon) -> dict:
     return stats
 
 
-def test_rping_between_two_hosts_by_address(shared, tmp_path):
-    s = shared
+def rping_to_b(s: Setup, tmp_path: Path, ip: str, iwarp: bool = False, port: int = 7174,
+               while_listening=None) -> None:
+    """rping's server on host B at `ip`, its client on host A given that address only: ten
+    pings, over the ports' RoCEv2 devices or their iWARP ones. `while_listening` runs once
+    the server listens."""
+    kind = "iWARP" if iwarp else "RoCEv2"
+    devices = ({"SNIC_DEVICES": f"{s.b.name}_iw0"}, {"SNIC_DEVICES": f"{s.a.name}_iw0"}) \
+        if iwarp else ({}, {})
     before = rcm.cm_status(s.b)["listening"]
     server = background(s, s.hosts.ns_b, tmp_path / "server.log", str(SNIC_RUN), "rping", "-s",
-                        "-a", B_IP, "-C", "10", "-v")
+                        "-a", ip, "-p", str(port), "-C", "10", "-v", **devices[0])
     client = None
     try:
         st.poll(lambda: server.poll() is not None or rcm.cm_status(s.b)["listening"] > before,
                 "rping's server listening")
+        if while_listening is not None:
+            while_listening()
         client = background(s, s.hosts.ns_a, tmp_path / "client.log", str(SNIC_RUN), "rping",
-                            "-c", "-a", B_IP, "-C", "10", "-v")
-        out = finish(client, tmp_path / "client.log", "rping -c")
+                            "-c", "-a", ip, "-p", str(port), "-C", "10", "-v", **devices[1])
+        out = finish(client, tmp_path / "client.log", f"rping -c ({kind})")
         assert out.count("ping data: rdma-ping-") == 10, out
-        finish(server, tmp_path / "server.log", "rping -s")
+        finish(server, tmp_path / "server.log", f"rping -s ({kind})")
     finally:
         kill(*(p for p in (client, server) if p is not None))
+
+
+def test_rping_between_two_hosts_by_address(shared, tmp_path):
+    s = shared
+    rping_to_b(s, tmp_path, B_IP)
     # A resolved B through its kernel's neighbour table: it sent no ARP of its own.
     (stats,) = st.telemetry_query(s.a.prefix, "/snic/port_stats,0")
     ports = stats["/snic/port_stats"]
@@ -199,24 +214,12 @@ def test_iwarp_rping_between_two_hosts_by_address(shared, tmp_path):
     the server listens its port is snicd's, and the kernel's programs cannot have it."""
     s = shared
     port = 7390
-    before = rcm.cm_status(s.b)["listening"]
-    server = background(s, s.hosts.ns_b, tmp_path / "server.log", str(SNIC_RUN), "rping", "-s",
-                        "-a", B_IP, "-p", str(port), "-C", "10", "-v",
-                        SNIC_DEVICES=f"{s.b.name}_iw0")
-    client = None
-    try:
-        st.poll(lambda: server.poll() is not None or rcm.cm_status(s.b)["listening"] > before,
-                "rping's server listening")
+
+    def port_is_snicds():
         assert kernel_bind(s.hosts.ns_b, B_IP, port) == "EADDRINUSE", \
             "the kernel let a program bind the port snicd's iWARP listens on"
-        client = background(s, s.hosts.ns_a, tmp_path / "client.log", str(SNIC_RUN), "rping",
-                            "-c", "-a", B_IP, "-p", str(port), "-C", "10", "-v",
-                            SNIC_DEVICES=f"{s.a.name}_iw0")
-        out = finish(client, tmp_path / "client.log", "rping -c (iWARP)")
-        assert out.count("ping data: rdma-ping-") == 10, out
-        finish(server, tmp_path / "server.log", "rping -s (iWARP)")
-    finally:
-        kill(*(p for p in (client, server) if p is not None))
+
+    rping_to_b(s, tmp_path, B_IP, iwarp=True, port=port, while_listening=port_is_snicds)
     stats = xdp_counts(s.b)
     assert stats["xdp_tcp"] > 0, stats
     # The server gone, its port is the kernel's again.
@@ -566,16 +569,35 @@ def test_one_snicd_per_interface_and_a_dead_ones_program_is_taken_back(
     assert xdp_program_on(h.ns_a, h.end_a) == "other", "snicd detached another's program"
 
 
-def test_the_port_says_when_its_interface_changes(shared):
-    """The port keeps the address and MTU it started with; when the interface loses that
-    address or changes its MTU, snicd's log says so (the port is not moved: a restart
-    follows the interface)."""
+def test_the_port_follows_its_interface(shared, tmp_path):
+    """As an RNIC's GID table follows its netdev: when the interfaces' MTU and host B's
+    address change, the ports take them (snicctl status and ibv_devinfo say so), and host A
+    reaches B's RoCEv2 and iWARP devices at B's new address. While B's interface has no
+    address at all, B's port keeps its old one and says so."""
     s = shared
     h = s.hosts
-    st.run(on_host(h.ns_a, "ip", "link", "set", "dev", h.end_a, "mtu", "1400"), check=True)
-    st.poll(lambda: "has MTU 1400 now" in s.a.stdout(), "snicd to say the MTU changed")
-    st.run(on_host(h.ns_a, "ip", "addr", "del", f"{A_IP}/24", "dev", h.end_a), check=True)
-    st.poll(lambda: f"no longer has the port's address {A_IP}" in s.a.stdout(),
-            "snicd to say the address went")
-    assert s.a.running(), s.a.describe()
-    assert st.ctl_status_ok(s.a.ctrl).ports[0].ip == f"{A_IP}/24"
+    new_b = f"{SUBNET}.12"
+    for ns, end in ((h.ns_a, h.end_a), (h.ns_b, h.end_b)):
+        st.run(on_host(ns, "ip", "link", "set", "dev", end, "mtu", "1280"), check=True)
+    for d in (s.a, s.b):
+        st.poll(lambda d=d: st.ctl_status_ok(d.ctrl).ports[0].mtu == 1280,
+                f"{d.name}'s port to take MTU 1280")
+    st.run(on_host(h.ns_b, "ip", "addr", "del", f"{B_IP}/24", "dev", h.end_b), check=True)
+    st.poll(lambda: f"the port keeps {B_IP}/24 until the interface has an address again"
+            in s.b.stdout(), "snicd to say its interface has no address")
+    assert st.ctl_status_ok(s.b.ctrl).ports[0].ip == f"{B_IP}/24"
+    st.run(on_host(h.ns_b, "ip", "addr", "add", f"{new_b}/24", "dev", h.end_b), check=True)
+    st.poll(lambda: st.ctl_status_ok(s.b.ctrl).ports[0].ip == f"{new_b}/24",
+            f"B's port to take {new_b}")
+
+    res = st.run(on_host(h.ns_b, str(SNIC_RUN), "ibv_devinfo", "-v", "-d", f"{s.b.name}_0"),
+                 env=env(s, h.ns_b))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"active_mtu:\s+1024", res.stdout), res.stdout
+    assert f"::ffff:{new_b}" in res.stdout, f"B's GID is not its new address:\n{res.stdout}"
+
+    for kind in ("roce", "iwarp"):
+        (tmp_path / kind).mkdir()
+    rping_to_b(s, tmp_path / "roce", new_b)
+    rping_to_b(s, tmp_path / "iwarp", new_b, iwarp=True, port=7391)
+    assert s.a.running() and s.b.running()

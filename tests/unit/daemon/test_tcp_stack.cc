@@ -752,6 +752,36 @@ TEST(TcpStack, icmp_frag_needed_for_a_live_connection_lowers_its_mss_and_resends
     EXPECT_EQ(n.a.counters(c)->timeouts.get(), 0u);
 }
 
+TEST(TcpStack, a_new_mtu_is_announced_on_new_connections_and_one_too_small_is_refused) {
+    Net n;
+    Server srv(n);
+    Recorder first, second;
+    TcpHandle c1, c2;
+    ASSERT_EQ(n.a.connect(kB, 80, first, c1), 0);
+    n.pump();
+    ASSERT_EQ(first.count(TcpStreamEventKind::connected), 1u);
+    EXPECT_EQ(n.a.mss(c1), 1448u);  // 1500 less IP, TCP and the timestamps
+
+    // The port's interface went to MTU 1280 (a shared-address port following it).
+    ASSERT_TRUE(n.b.readdress(kB, 1280));
+    EXPECT_EQ(n.b.config().conn.mtu, 1280u);
+    ASSERT_EQ(n.a.connect(kB, 80, second, c2), 0);
+    n.pump();
+    ASSERT_EQ(second.count(TcpStreamEventKind::connected), 1u);
+    EXPECT_EQ(n.a.mss(c2), 1228u) << "B's SYN-ACK did not announce its new MSS";
+    EXPECT_EQ(n.a.mss(c1), 1448u) << "a connection made before kept what it had";
+    ASSERT_EQ(srv.conns.size(), 2u);
+    const char hello[] = "after the change";
+    ASSERT_TRUE(n.a.send(c2, std::as_bytes(std::span(hello, sizeof hello))));
+    n.pump();
+    EXPECT_EQ(n.b.received(srv.conns[1]), sizeof hello);
+
+    // Too small for a TCP segment: refused, and nothing changed.
+    EXPECT_FALSE(n.b.readdress(kA, 60));
+    EXPECT_EQ(n.b.config().conn.mtu, 1280u);
+    EXPECT_EQ(n.b.config().local_ip, kB);
+}
+
 TEST(TcpStack, a_stale_handle_never_reaches_the_connection_that_took_its_slot) {
     TcpStackConfig ca = config(kA);
     ca.max_connections = 1;
