@@ -184,7 +184,15 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
         if (!spec.iface.empty() && (key == "ip" || key == "mtu" || key == "mac"))
             return make_error(
                 EINVAL, option + ": " + std::string(key) + " is the interface's on a shared port");
-        if (key == "shared" && eq == std::string_view::npos) {
+        if (key == "fallback") {
+            if (spec.iface.empty())
+                return make_error(EINVAL, option +
+                                              ": fallback is a shared port's: --port "
+                                              "iface=IF,shared,fallback=A.B.C.D/LEN");
+            auto p = net::Ipv4Prefix::parse(value);
+            if (!p || p->length == 0) return bad(option, "IPv4 address/prefix", value);
+            spec.fallback = *p;
+        } else if (key == "shared" && eq == std::string_view::npos) {
             if (spec.iface.empty())
                 return make_error(EINVAL, option +
                                               ": shared takes an interface: --port "
@@ -213,7 +221,7 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
             for (double* r : *rate) *r = *p;
         } else {
             return bad(option,
-                       "parameter (known: ip, mac, mtu, shared, "
+                       "parameter (known: ip, mac, mtu, shared, fallback, "
                        "[rx-|tx-]loss|dup|reorder|corrupt, seed)",
                        f);
         }
@@ -233,8 +241,8 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
 namespace {
 
 // The options that take no value, and those that take one ("--opt value" or "--opt=value").
-constexpr std::string_view kFlags[] = {"-h",        "--help", "-V",
-                                       "--version", "--wire", "--no-dev-nodes"};
+constexpr std::string_view kFlags[] = {"-h",     "--help",         "-V",      "--version",
+                                       "--wire", "--no-dev-nodes", "--no-xdp"};
 constexpr std::string_view kValued[] = {"-n",
                                         "--name",
                                         "--port",
@@ -265,6 +273,7 @@ void set_flag(Config& cfg, std::string_view flag) {
     if (flag == "-V" || flag == "--version") cfg.version = true;
     if (flag == "--wire") cfg.wire = true;
     if (flag == "--no-dev-nodes") cfg.dev_dir.clear();
+    if (flag == "--no-xdp") cfg.no_xdp = true;
 }
 
 Status add_port(Config& cfg, std::string_view v) {
@@ -404,14 +413,18 @@ Runs the snic soft RDMA NIC on DPDK ports. EAL options are DPDK's (for example
 snicd options:
   -n, --name NAME        daemon name (default snic): control socket and device names
   --port SPEC            configure a port; SPEC = <port>,ip=<a.b.c.d/len>[,mac=<mac>][,mtu=<68..9000>]
-                         or iface=IF,shared: the kernel interface IF through AF_XDP, with
-                         IF's address, prefix and MTU, beside the kernel's own traffic
+                         or iface=IF,shared[,fallback=<a.b.c.d/len>]: the kernel interface IF
+                         through AF_XDP, with IF's address, prefix and MTU (followed as they
+                         change), beside the kernel's own traffic; where the kernel makes no
+                         XDP sockets the port runs on IF with the fallback address of its own
+                         (net_af_packet), or snicd stops without one
                          [,loss=F][,dup=F][,reorder=F][,corrupt=F][,seed=N]
                          <port> is a DPDK port id or device name (net_af_packet0, wire0, ...);
                          loss/dup/reorder/corrupt inject faults into that fraction F (0.01 or 1%)
                          of the frames in both directions (rx-loss=, tx-dup=, ... for one),
                          from a generator seeded with N (default 1) so that runs repeat
   --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
+  --no-xdp               use no XDP socket: shared ports run as on a kernel without them
   --ctrl PATH            control socket (default /run/snic/NAME.sock)
   --ctrl-mode MODE       octal permissions of the control socket (default 0660)
   --dev-dir DIR          where the device nodes verbs consumers look for go (default

@@ -52,6 +52,8 @@ struct Config {
     std::string name = "snic";
     std::vector<PortSpec> ports;
     bool wire = false;
+    // --no-xdp: shared-address ports are driven as on a kernel without XDP sockets.
+    bool no_xdp = false;
     std::string ctrl_path;  // default /run/snic/<name>.sock
     mode_t ctrl_mode = 0660;
     std::string dev_dir = "/dev/infiniband";  // where device nodes go; empty: none

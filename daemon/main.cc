@@ -651,25 +651,59 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     return selftest ? report_selftest(cfg, *selftest) : 0;
 }
 
+// Why this snicd cannot share an interface: "" when it can (the kernel makes XDP sockets and
+// --no-xdp was not given).
+std::string why_not_shared(const Config& cfg) {
+    if (cfg.no_xdp) return "--no-xdp was given";
+    const int s = ::socket(AF_XDP, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return std::string("this kernel makes no XDP sockets (") + std::strerror(errno) + ")";
+    ::close(s);
+    return "";
+}
+
+// A shared port that cannot be shared, with a fallback address: the port runs on its
+// interface with that address of its own (net_af_packet), as a port that is not shared.
+Status fall_back(Config& cfg, PortSpec& spec, const std::string& why, std::size_t n) {
+    const std::string what = spec.shared_option();
+    if (!spec.fallback)
+        return make_error(EAFNOSUPPORT,
+                          what + ": " + why +
+                              "; a shared-address port needs XDP sockets (AF_XDP). Give the "
+                              "port an address of its own to run on instead: --port iface=" +
+                              spec.iface + ",shared,fallback=A.B.C.D/LEN");
+    if (auto facts = iface_facts(spec.iface); !facts && facts.error().code == ENODEV)
+        return make_error(ENODEV, what + ": " + facts.error().message);
+    for (const PortSpec& other : cfg.ports)
+        if (&other != &spec && !other.shared && other.ip.addr == spec.fallback->addr)
+            return make_error(EINVAL, what + ": the fallback " + spec.fallback->to_string() +
+                                          " is on another port too");
+    spdlog::warn(
+        "{}: {}; {} is not shared: the port runs on it with an address of its own, "
+        "{} (net_af_packet), which the kernel's programs cannot reach by {}'s address",
+        what, why, spec.iface, spec.fallback->to_string(), spec.iface);
+    spec.shared = false;
+    spec.ip = *spec.fallback;
+    spec.port = "net_af_packet_fallback" + std::to_string(n);
+    return Ok{};
+}
+
 // Each shared-address port: its interface's address, prefix and MTU, and the af_xdp device
-// that drives it with snicd's XDP program (one queue: the interface's first).
+// that drives it with snicd's XDP program (one queue: the interface's first); or, where the
+// interface cannot be shared, its fallback.
 Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args,
                             std::vector<int>& claims) {
     std::size_t n = 0;
+    std::optional<std::string> why;  // asked once, at the first shared port
     for (PortSpec& spec : cfg.ports) {
         if (!spec.shared) continue;
         const std::string what = spec.shared_option();
-        // AF_XDP is what lets the kernel keep its share of the interface's traffic; without
-        // it there is no shared port (an address of snicd's own still works).
-        if (const int s = ::socket(AF_XDP, SOCK_RAW | SOCK_CLOEXEC, 0); s < 0) {
-            return make_error(errno, what + ": this kernel makes no XDP sockets (" +
-                                         std::strerror(errno) +
-                                         "), which a shared-address port needs; give the port "
-                                         "an address of its own instead: --vdev=net_af_packet0,"
-                                         "iface=" +
-                                         spec.iface + " -- --port net_af_packet0,ip=A.B.C.D/LEN");
-        } else {
-            ::close(s);
+        if (!why) why = why_not_shared(cfg);
+        if (!why->empty()) {
+            if (auto st = fall_back(cfg, spec, *why, n); !st) return st;
+            eal_args.push_back("--vdev=" + spec.port + ",iface=" + spec.iface);
+            ++n;
+            continue;
         }
         auto facts = iface_facts(spec.iface);
         if (!facts) return make_error(facts.error().code, what + ": " + facts.error().message);

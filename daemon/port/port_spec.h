@@ -19,6 +19,9 @@ struct PortSpec {
     std::string iface;
     bool shared = false;
     int ifindex = 0;
+    // fallback=A.B.C.D/LEN: where IF cannot be shared (no XDP sockets), the port runs on IF
+    // with this address of snicd's own instead, not shared (net_af_packet).
+    std::optional<net::Ipv4Prefix> fallback;
     net::Ipv4Prefix ip;
     std::optional<net::MacAddr> mac;
     std::optional<std::uint16_t> mtu;

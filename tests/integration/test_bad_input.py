@@ -40,6 +40,10 @@ BAD_USAGE = [
                  "--port iface=snicnosuch0,shared: no interface snicnosuch0", id="no-such-iface"),
     pytest.param(["--port", "iface=lo,shared,ip=127.0.0.1/8"], 2,
                  "ip is the interface's on a shared port", id="shared-with-ip"),
+    pytest.param(["--port", "0,ip=198.18.4.1/24,fallback=198.18.4.2/24"], 2,
+                 "fallback is a shared port's", id="fallback-unshared"),
+    pytest.param(["--port", "iface=lo,shared,fallback=10.1.2.300/24"], 2,
+                 "invalid IPv4 address/prefix '10.1.2.300/24'", id="bad-fallback"),
 ]
 
 
@@ -50,6 +54,18 @@ def test_a_shared_port_needs_an_ipv4_address(binaries, mem_args, veth_ns):
     rc, err, out = run_snicd(["-l", "0", "--no-pci", *mem_args],
                              ["--port", f"iface={v.host},shared"], name)
     assert_one_error_line(rc, err, out, 1, f"interface {v.host} has no IPv4 address")
+
+
+def test_a_shared_port_without_xdp_sockets_needs_a_fallback(binaries, mem_args, veth_ns):
+    """--no-xdp stands for a kernel without XDP sockets: a shared port without a fallback
+    address cannot run, and snicd says what to give."""
+    v = veth_ns("198.18.4.9/24")
+    st.run(["ip", "addr", "add", "198.18.4.1/24", "dev", v.host], check=True)
+    name = st.unique("bad", maxlen=24)
+    rc, err, out = run_snicd(["-l", "0", "--no-pci", *mem_args],
+                             ["--no-xdp", "--port", f"iface={v.host},shared"], name)
+    line = assert_one_error_line(rc, err, out, 1, "--no-xdp was given")
+    assert f"--port iface={v.host},shared,fallback=A.B.C.D/LEN" in line, line
 
 
 @pytest.mark.parametrize("args,exit_code,phrase", BAD_USAGE)

@@ -601,3 +601,23 @@ def test_the_port_follows_its_interface(shared, tmp_path):
     rping_to_b(s, tmp_path / "roce", new_b)
     rping_to_b(s, tmp_path / "iwarp", new_b, iwarp=True, port=7391)
     assert s.a.running() and s.b.running()
+
+
+def test_without_xdp_sockets_a_shared_port_runs_on_its_fallback(daemons, mem_args, veth_ns):
+    """--no-xdp stands for a kernel without XDP sockets: snicd says the interface is not
+    shared and runs the port on it with the fallback address, an address of its own as
+    before shared ports; the other end reaches both snicd there and the kernel at its own."""
+    v = veth_ns(f"{SUBNET}.2/24")
+    kernels, fallback = f"{SUBNET}.1", f"{SUBNET}.3"
+    st.run(["ip", "addr", "add", f"{kernels}/24", "dev", v.host], check=True)
+    name = st.unique("shf", maxlen=24)
+    d = daemons(name, ["-l", "0", "--no-pci", *mem_args],
+                ["--no-xdp", "--port", f"iface={v.host},shared,fallback={fallback}/24",
+                 "--idle-backoff", "20"])
+    status = d.wait_ready()
+    assert status.ports[0].ip == f"{fallback}/24", status
+    assert f"{v.host} is not shared" in d.stdout(), d.describe()
+    for ip in (fallback, kernels):
+        res = st.run(on_host(v.ns, "ping", "-c", "3", "-i", "0.2", "-W", "5", ip))
+        assert res.returncode == 0, f"ping {ip}:\n{res.stdout}{res.stderr}\n{d.describe()}"
+

@@ -193,10 +193,10 @@ TEST(Config, port_without_name_is_rejected) {
 
 TEST(Config, unknown_port_parameter_is_named) {
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,speed=10G"}),
-              "--port 0: invalid parameter (known: ip, mac, mtu, shared, "
+              "--port 0: invalid parameter (known: ip, mac, mtu, shared, fallback, "
               "[rx-|tx-]loss|dup|reorder|corrupt, seed) 'speed=10G'");
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,"}),
-              "--port 0: invalid parameter (known: ip, mac, mtu, shared, "
+              "--port 0: invalid parameter (known: ip, mac, mtu, shared, fallback, "
               "[rx-|tx-]loss|dup|reorder|corrupt, seed) ''");
 }
 
@@ -602,9 +602,18 @@ TEST(PortSpec, a_shared_port_names_an_interface) {
     EXPECT_EQ(r->iface, "eth1");
     EXPECT_TRUE(r->port.empty()) << "snicd names the device it makes for it";
     EXPECT_FALSE(r->mtu.has_value());
+    EXPECT_FALSE(r->fallback.has_value());
     auto faulty = parse_port_spec("iface=eth1,shared,loss=1%");
     ASSERT_TRUE(faulty.ok()) << faulty.error().message;
     EXPECT_DOUBLE_EQ(faulty->fault.rx.drop, 0.01);
+    // Where the interface cannot be shared: an address of the port's own.
+    auto fb = parse_port_spec("iface=eth1,shared,fallback=10.0.0.7/24");
+    ASSERT_TRUE(fb.ok()) << fb.error().message;
+    ASSERT_TRUE(fb->fallback.has_value());
+    EXPECT_EQ(fb->fallback->to_string(), "10.0.0.7/24");
+    auto cfg = parse({"--no-xdp", "--port", "iface=eth1,shared"});
+    ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+    EXPECT_TRUE(cfg->no_xdp);
 }
 
 TEST(PortSpec, shared_port_errors) {
@@ -619,6 +628,10 @@ TEST(PortSpec, shared_port_errors) {
               "--port 0: shared takes an interface: --port iface=IF,shared");
     EXPECT_EQ(port_error("iface=,shared"), "--port: invalid interface name 'iface='");
     EXPECT_EQ(port_error("iface=a/b,shared"), "--port: invalid interface name 'iface=a/b'");
+    EXPECT_EQ(port_error("0,ip=10.0.0.1/24,fallback=10.0.0.2/24"),
+              "--port 0: fallback is a shared port's: --port iface=IF,shared,fallback=A.B.C.D/LEN");
+    EXPECT_EQ(port_error("iface=eth1,shared,fallback=10.0.0.2/0"),
+              "--port iface=eth1: invalid IPv4 address/prefix '10.0.0.2/0'");
     EXPECT_EQ(error_of({"--port", "iface=eth1,shared", "--port", "iface=eth1,shared"}),
               "--port: invalid interface (given twice) 'eth1'");
 }
