@@ -349,18 +349,45 @@ class VethPair:
 
     @staticmethod
     def daemon(pmd: str) -> WireDaemon:
-        """One snicd driving both ends with net_PMD (af_packet or af_xdp)."""
-        ports = [f"--vdev=net_{pmd}0,iface={VETH_IFACES[0]}",
-                 f"--vdev=net_{pmd}1,iface={VETH_IFACES[1]}", "--",
-                 "--port", f"0,ip={VETH_SUBNET}.1/24", "--port", f"1,ip={VETH_SUBNET}.2/24"]
-        return WireDaemon(f"snic-veth-{pmd}".replace("_", "-"), ports=ports,
+        """One snicd driving both ends with net_PMD (af_packet or af_xdp), an address of its
+        own on each; or, for "af_xdp shared", both ends as shared-address ports whose
+        addresses are the kernel's (each end's neighbour a permanent entry of the kernel's
+        table, which snicd reads)."""
+        if pmd == "af_xdp shared":
+            VethPair.kernel_addresses(True)
+            ports = ["--", "--port", f"iface={VETH_IFACES[0]},shared",
+                     "--port", f"iface={VETH_IFACES[1]},shared"]
+        else:
+            ports = [f"--vdev=net_{pmd}0,iface={VETH_IFACES[0]}",
+                     f"--vdev=net_{pmd}1,iface={VETH_IFACES[1]}", "--",
+                     "--port", f"0,ip={VETH_SUBNET}.1/24", "--port", f"1,ip={VETH_SUBNET}.2/24"]
+        return WireDaemon(f"snic-veth-{pmd}".replace("_", "-").replace(" ", "-"), ports=ports,
                           wrap=["ip", "netns", "exec", VETH_NS])
+
+    @staticmethod
+    def kernel_addresses(on: bool) -> None:
+        """The kernel's addresses on the two ends (.1 and .2) and each one's neighbour, or
+        none of them."""
+        macs = [Path(f"/sys/class/net/{i}/address") for i in VETH_IFACES]
+        for k, ifc in enumerate(VETH_IFACES):
+            ip, peer = f"{VETH_SUBNET}.{k + 1}", f"{VETH_SUBNET}.{2 - k}"
+            if on:
+                mac = run(["ip", "netns", "exec", VETH_NS, "cat", str(macs[1 - k])]).strip()
+                run(["ip", "-n", VETH_NS, "addr", "replace", f"{ip}/24", "dev", ifc])
+                run(["ip", "-n", VETH_NS, "neigh", "replace", peer, "lladdr", mac, "dev", ifc,
+                     "nud", "permanent"])
+            else:
+                subprocess.run(["ip", "-n", VETH_NS, "addr", "flush", "dev", ifc],
+                               capture_output=True)
+                subprocess.run(["ip", "-n", VETH_NS, "neigh", "flush", "dev", ifc],
+                               capture_output=True)
 
 
 def veth_pmds() -> list[str]:
-    """af_packet, and af_xdp where this machine has it (scripts/lib.sh's snic_veth_pmd)."""
+    """af_packet, and af_xdp where this machine has it (scripts/lib.sh's snic_veth_pmd): with
+    addresses of snicd's own, and as shared-address ports."""
     pick = run(["bash", "-c", f". {ROOT}/scripts/lib.sh && SNIC_VETH_PMD= snic_veth_pmd"])
-    return ["af_packet", "af_xdp"] if pick.strip() == "af_xdp" else ["af_packet"]
+    return ["af_packet", "af_xdp", "af_xdp shared"] if pick.strip() == "af_xdp" else ["af_packet"]
 
 
 def perftest_row(d: WireDaemon, tool: str, args: list[str], port: int) -> dict:
@@ -466,7 +493,7 @@ def print_table(r: dict) -> None:
             lat = statistics.median(x["rtt_us"]["median"] for x in v["lat8"])
             p99 = statistics.median(x["rtt_us"]["p99"] for x in v["lat8"])
             bw = statistics.median(x["bw_gbps"] for x in v["bw64k"])
-            print(f"  net_{pmd:<9}  8 B SEND {lat:.2f} / {p99:.2f} us (median / p99), "
+            print(f"  net_{pmd:<16}  8 B SEND {lat:.2f} / {p99:.2f} us (median / p99), "
                   f"64 KiB WRITE {bw:.2f} Gb/s")
     if r["perftest"]:
         print()
@@ -625,6 +652,7 @@ def main() -> int:
                             snic_perf(d, "write_bw", 65536, max(bw_iters // 10, 500)))
                     finally:
                         d.stop()
+                        VethPair.kernel_addresses(False)
 
     log("kernel: TCP and UDP ping-pong over a veth pair between two namespaces")
     with KernelNet() as net:
