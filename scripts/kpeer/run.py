@@ -42,8 +42,11 @@ GUEST_MAC = "52:54:00:12:90:02"
 # perftest -R's lost race as its client reports it: on RoCEv2 the REJ (reason 8: no id listens
 # on the port); on iWARP the TCP connection refused by a reset (nothing listens on the port
 # yet), which rdma_cm reports as a rejection with -ECONNRESET or -ECONNREFUSED.
+# The last: the kernel's client on siw, whose rdma_connect makes its TCP connection at once and
+# fails with ECONNREFUSED itself when snic's server does not listen yet.
 LOST_RACE = ("RDMA_CM_EVENT_REJECTED; error: 8", "RDMA_CM_EVENT_REJECTED; error: -104",
-             "RDMA_CM_EVENT_REJECTED; error: -111")
+             "RDMA_CM_EVENT_REJECTED; error: -111",
+             "Failed to connect through RDMA CM.\nERRNO: Connection refused.")
 BAD_CLOCK = "Correlation coefficient r^2"
 RETRY_TRIES = 5
 
@@ -282,8 +285,8 @@ def perftest_own(r: "Result", c: "Case") -> bool:
     """A failure of perftest's own (see main): its clock calibration in the guest, or its
     -R race lost by either side's client to the other's server: the kernel's client gets
     snic's REJ or snic's client the kernel's, reason 8 from both (no id listens on the port,
-    cm.c's answer and snicd's), or on iWARP a reset for its SYN; a try again that passes
-    shows the server was coming."""
+    cm.c's answer and snicd's), or on iWARP a reset for its SYN (siw's rdma_connect says so
+    itself, ECONNREFUSED); a try again that passes shows the server was coming."""
     return BAD_CLOCK in r.why or (" -R" in c.name and any(s in r.why for s in LOST_RACE))
 
 
