@@ -216,7 +216,6 @@ int lcore_main(void* arg) {
     return 0;
 }
 
-// Everything the daemon holds once EAL is up, destroyed in reverse order.
 // What a shared-address port takes of its interface's changes (the control thread).
 struct Following {
     std::uint16_t max_mtu = 0;     // the largest the port's device takes
@@ -224,6 +223,7 @@ struct Following {
     bool said_mtu = false;         // and once per MTU too large
 };
 
+// Everything the daemon holds once EAL is up, destroyed in reverse order.
 struct Running {
     std::optional<VirtualWire> wire;
     rte_mempool* pool = nullptr;
@@ -679,8 +679,8 @@ Status fall_back(Config& cfg, PortSpec& spec, const std::string& why, std::size_
             return make_error(EINVAL, what + ": the fallback " + spec.fallback->to_string() +
                                           " is on another port too");
     spdlog::warn(
-        "{}: {}; {} is not shared: the port runs on it with an address of its own, "
-        "{} (net_af_packet), which the kernel's programs cannot reach by {}'s address",
+        "{}: {}; {} is not shared: the port runs on it with an address of its own, {} "
+        "(net_af_packet), where RDMA programs reach it (not at {}'s own address)",
         what, why, spec.iface, spec.fallback->to_string(), spec.iface);
     spec.shared = false;
     spec.ip = *spec.fallback;
