@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -515,22 +516,10 @@ void follow_interface(const PortSpec& spec, std::size_t i, Running& r, ControlSe
         f.said_mtu = false;
     }
     const net::Ipv4Prefix ip = facts->ip;
-    if (ip.addr == old_ip.addr && ip.length == old_ip.length && mtu == old_mtu) return;
+    if (ip == old_ip && mtu == old_mtu) return;
 
-    // The lcore first: from here on the port answers the new address. An MTU the TCP cannot
-    // use (too small for its segments) leaves the MTU as it was.
-    Port& port = *r.ports[i];
-    const auto lcore = static_cast<std::size_t>(
-        std::find(r.lcore_ids.begin(), r.lcore_ids.end(), port.lcore()) - r.lcore_ids.begin());
-    std::uint16_t taken = mtu;
-    r.tasks.at(lcore)->run([&] {
-        TcpStack& tcp = r.tcp[i]->stack();
-        if (!tcp.readdress(ip.addr, mtu)) {
-            taken = old_mtu;
-            (void)tcp.readdress(ip.addr, old_mtu);
-        }
-        port.readdress(ip, taken);
-    });
+    // The lcore first: from here on the port answers the new address.
+    const std::uint16_t taken = r.tcp[i]->readdress(ip, mtu);
     if (ip.addr != old_ip.addr) {
         if (auto st = r.xdp[i]->set_address(ip.addr.value); !st)
             spdlog::warn("{}: {}", spec.shared_option(), st.error().message);
@@ -662,6 +651,13 @@ std::string why_not_shared(const Config& cfg) {
     return "";
 }
 
+// Whether `addr` is the address of a port of snicd's own other than `spec`.
+bool on_another_port(const Config& cfg, const PortSpec& spec, net::Ipv4Addr addr) {
+    return std::ranges::any_of(cfg.ports, [&](const PortSpec& other) {
+        return &other != &spec && !other.shared && other.ip.addr == addr;
+    });
+}
+
 // A shared port that cannot be shared, with a fallback address: the port runs on its
 // interface with that address of its own (net_af_packet), as a port that is not shared.
 Status fall_back(Config& cfg, PortSpec& spec, const std::string& why, std::size_t n) {
@@ -674,10 +670,9 @@ Status fall_back(Config& cfg, PortSpec& spec, const std::string& why, std::size_
                               spec.iface + ",shared,fallback=A.B.C.D/LEN");
     if (auto facts = iface_facts(spec.iface); !facts && facts.error().code == ENODEV)
         return make_error(ENODEV, what + ": " + facts.error().message);
-    for (const PortSpec& other : cfg.ports)
-        if (&other != &spec && !other.shared && other.ip.addr == spec.fallback->addr)
-            return make_error(EINVAL, what + ": the fallback " + spec.fallback->to_string() +
-                                          " is on another port too");
+    if (on_another_port(cfg, spec, spec.fallback->addr))
+        return make_error(EINVAL, what + ": the fallback " + spec.fallback->to_string() +
+                                      " is on another port too");
     spdlog::warn(
         "{}: {}; {} is not shared: the port runs on it with an address of its own, {} "
         "(net_af_packet), where RDMA programs reach it (not at {}'s own address)",
@@ -710,10 +705,9 @@ Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args,
         auto claim = claim_interface(facts->index, spec.iface);
         if (!claim) return make_error(claim.error().code, what + ": " + claim.error().message);
         claims.push_back(*claim);  // held until snicd exits
-        for (const PortSpec& other : cfg.ports)
-            if (&other != &spec && !other.shared && other.ip.addr == facts->ip.addr)
-                return make_error(EINVAL,
-                                  what + ": " + facts->ip.to_string() + " is on another port too");
+        if (on_another_port(cfg, spec, facts->ip.addr))
+            return make_error(EINVAL,
+                              what + ": " + facts->ip.to_string() + " is on another port too");
         spec.ifindex = facts->index;
         spec.ip = facts->ip;
         spec.mtu = facts->mtu;

@@ -55,6 +55,18 @@ std::vector<TcpConnRow> TcpService::rows(std::size_t first, std::size_t max, std
     return out;
 }
 
+std::uint16_t TcpService::readdress(net::Ipv4Prefix ip, std::uint16_t mtu) {
+    std::uint16_t taken = mtu;
+    tasks_.run([&] {
+        if (!stack_.readdress(ip.addr, mtu)) {
+            taken = port_.mtu();
+            (void)stack_.readdress(ip.addr, taken);
+        }
+        port_.readdress(ip, taken);
+    });
+    return taken;
+}
+
 shm::TcpConnInfo tcp_conn_info(const TcpConnRow& r) {
     shm::TcpConnInfo c{};
     c.local_ip = r.tuple.local_ip.value;

@@ -74,6 +74,10 @@ class TcpService final : public LcorePoller, public TcpLink {
     // The control thread: the listeners and connections, from row `first` on, at most `max`
     // (copied on the lcore between two turns); `total` gets how many rows there are.
     std::vector<TcpConnRow> rows(std::size_t first, std::size_t max, std::size_t& total);
+    // The control thread: the port's new address and MTU (a shared-address port following its
+    // interface), taken by the port and its TCP on the lcore between two turns. An MTU the
+    // TCP cannot use leaves the MTU as it was; the MTU taken is returned.
+    std::uint16_t readdress(net::Ipv4Prefix ip, std::uint16_t mtu);
 
   private:
     struct Held {

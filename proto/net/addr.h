@@ -56,6 +56,7 @@ struct Ipv4Prefix {
         return length == 0 ? 0u : ~std::uint32_t{0} << (32 - length);
     }
     constexpr bool contains(Ipv4Addr a) const { return ((a.value ^ addr.value) & mask()) == 0; }
+    friend constexpr bool operator==(const Ipv4Prefix&, const Ipv4Prefix&) = default;
     // "a.b.c.d/len" with len 0..32; nullopt when malformed.
     static std::optional<Ipv4Prefix> parse(std::string_view text);
     std::string to_string() const;
