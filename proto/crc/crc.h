@@ -21,6 +21,12 @@ struct Reflected32 {
     // carry-less multiplication 256 bytes a step (VPCLMULQDQ, AVX-512) or 64 (PCLMULQDQ),
     // then slicing-by-8 for what is left and on CPUs without either.
     static std::uint32_t update(std::uint32_t reg, std::span<const std::uint8_t> bytes) noexcept;
+    // Copies src to dst (same length, not overlapping) and advances the register over the
+    // bytes, in one pass: the result equals update(reg, src) and dst equals src. The same
+    // paths as update(): each 64- or 16-byte block folded is stored to dst as it is loaded,
+    // and the table loop copies the bytes it takes. Any alignment of either.
+    static std::uint32_t update_copy(std::uint32_t reg, std::uint8_t* dst,
+                                     std::span<const std::uint8_t> src) noexcept;
     // The same by slicing-by-8 only: the reference the folding is tested against.
     static std::uint32_t update_table(std::uint32_t reg,
                                       std::span<const std::uint8_t> bytes) noexcept;
