@@ -115,7 +115,7 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
         if (!peer_known_ && !await_peer()) return {};
         return alloc_packet(len);
     }
-    void tx_send(std::size_t len) override;
+    void tx_send(std::size_t len, std::size_t hdr, std::span<const roce::TxPiece> payload) override;
 
     // Schedulable
     bool sched_poll(std::uint64_t now_ns) override;
@@ -245,9 +245,12 @@ class RoceTransport final : public Transport {
     // last) towards `dst` and sends it, or loops it back when `dst` is this port. False, with
     // `m` freed and counted, when the peer's MAC is not resolved yet. Takes `m` in every case.
     bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, std::uint16_t src_port);
-    // The same for a connected QP's packet, framed by its prepared headers.
+    // The same for a connected QP's packet, framed by its prepared headers, whose first `hdr`
+    // bytes only are in place: the payload is copied in as the ICRC is folded over it
+    // (FlowFrame::frame_gather).
     bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
-                  const roce::FlowFrame& flow);
+                  const roce::FlowFrame& flow, std::size_t hdr,
+                  std::span<const roce::TxPiece> payload);
     // What both do around the framing: `frame(out, mac)` writes the frame, returns its length.
     template <typename FrameFn>
     bool transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, FrameFn&& frame);

@@ -21,6 +21,20 @@ namespace {
 
 constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv4 + UDP
 
+// Payloads from this size on have their ICRC checked as the responder copies them into place
+// (Packet::icrc_pending): an RC SEND packet's, whose place is its receive WR, and an RC RDMA
+// WRITE's after the first, whose place its first packet's checked RETH named. A WRITE's
+// first packet names the place itself, so its ICRC is checked before anything is written;
+// so are small payloads, where one pass saves less than the split costs.
+constexpr std::size_t kIcrcWithCopyMin = 256;
+
+bool icrc_with_copy(const roce::Packet& pkt) {
+    const roce::OpcodeInfo& info = *pkt.info;
+    return pkt.payload.size() >= kIcrcWithCopyMin &&
+           roce::transport_of(pkt.opcode()) == roce::Transport::rc &&
+           (info.has(roce::kSend) || (info.has(roce::kWrite) && !info.has(roce::kFirst)));
+}
+
 }  // namespace
 
 void RoceQp::note_state() {
@@ -60,10 +74,10 @@ bool RoceQp::await_peer() {
     return false;
 }
 
-void RoceQp::tx_send(std::size_t len) {
+void RoceQp::tx_send(std::size_t len, std::size_t hdr, std::span<const roce::TxPiece> payload) {
     rte_mbuf* m = std::exchange(tx_m_, nullptr);
     if (m == nullptr) return;
-    transport_.transmit(m, len + roce::kIcrcLen, peer_, flow_);
+    transport_.transmit(m, len + roce::kIcrcLen, peer_, flow_, hdr, payload);
 }
 
 bool RoceUdQp::tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn) {
@@ -119,14 +133,23 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
     const std::span<const std::uint8_t> payload(frame + f.l4_offset + net::kUdpHdrLen,
                                                 f.l4_length - net::kUdpHdrLen);
-    const roce::Packet pkt = roce::parse(payload);
+    roce::Packet pkt = roce::parse(payload);
     auto drop = [&](roce::Drop why) {
         counters_.drops[static_cast<std::size_t>(why)].add();
         rte_pktmbuf_free(m);
     };
     if (!pkt.ok()) return drop(pkt.drop);
-    const std::size_t l3_len = f.l4_offset + f.l4_length - f.l3_offset;
-    if (!roce::icrc_verify({frame + f.l3_offset, l3_len})) return drop(roce::Drop::bad_icrc);
+    const std::span<const std::uint8_t> l3(frame + f.l3_offset,
+                                           f.l4_offset + f.l4_length - f.l3_offset);
+    const auto start = icrc_with_copy(pkt) ? roce::icrc_begin(l3) : std::nullopt;
+    if (start && start->ip_end == l3.size()) {
+        // Checked by the responder as it copies the payload out: one pass over its bytes.
+        pkt.icrc_reg =
+            roce::crc32_update(start->reg, {l3.data() + start->bth_end, pkt.payload.data()});
+        pkt.icrc_pending = true;
+    } else if (!roce::icrc_verify(l3)) {
+        return drop(roce::Drop::bad_icrc);
+    }
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
     if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
     auto* rt = static_cast<RoceQpBase*>(runner_.find(qpn));
@@ -182,9 +205,10 @@ bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr 
 }
 
 bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
-                             const roce::FlowFrame& flow) {
+                             const roce::FlowFrame& flow, std::size_t hdr,
+                             std::span<const roce::TxPiece> payload) {
     return transmit_framed(m, dst, [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
-        return flow.frame(out, mac, packet_len);
+        return flow.frame_gather(out, mac, packet_len, hdr, payload);
     });
 }
 

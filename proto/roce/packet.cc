@@ -142,12 +142,40 @@ FlowFrame::FlowFrame(const net::UdpFlow& flow, std::uint16_t pkey, std::uint32_t
     ip_sum_ = net::csum_add({headers_.data() + net::kEthHdrLen, net::kIpv4MinHdrLen});
 }
 
-std::size_t FlowFrame::frame(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
-                             std::size_t packet_length) const noexcept {
+bool icrc_settle(const Packet& pkt) noexcept {
+    return !pkt.icrc_pending || icrc_finish(pkt, crc32_update(pkt.icrc_reg, pkt.payload));
+}
+
+bool gather_payload(std::span<std::uint8_t> packet, std::size_t hdr,
+                    std::span<const TxPiece> payload) noexcept {
+    if (hdr > packet.size()) return false;
+    std::size_t room = packet.size() - hdr;
+    for (const TxPiece& piece : payload) {
+        if (piece.len > room) return false;
+        room -= piece.len;
+    }
+    std::uint8_t* p = packet.data() + hdr;
+    for (const TxPiece& piece : payload) {
+        if (piece.len != 0) std::memcpy(p, piece.data, piece.len);
+        p += piece.len;
+    }
+    std::memset(p, 0, room);
+    return true;
+}
+
+std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
+                                    std::size_t packet_length, std::size_t hdr,
+                                    std::span<const TxPiece> payload) const noexcept {
     constexpr std::size_t kL4 = net::kIpv4MinHdrLen + net::kUdpHdrLen;
     if (packet_length < kBthLen + kIcrcLen || packet_length > 0xffff - kL4 ||
-        out.size() < net::kUdpFrameOverhead + packet_length)
+        out.size() < net::kUdpFrameOverhead + packet_length || hdr < kBthLen ||
+        hdr > packet_length - kIcrcLen)
         return 0;
+    std::size_t pad = packet_length - kIcrcLen - hdr;
+    for (const TxPiece& piece : payload) {
+        if (piece.len > pad) return 0;
+        pad -= piece.len;
+    }
     std::uint8_t* eth = out.data();
     std::memcpy(eth, headers_.data(), headers_.size());
     std::memcpy(eth, dst_mac.bytes.data(), dst_mac.bytes.size());
@@ -158,7 +186,18 @@ std::size_t FlowFrame::frame(std::span<std::uint8_t> out, const net::MacAddr& ds
     ip.total_length = ip_length;
     ip.checksum = net::csum_finish(ip_sum_ + ip_length);
     udp.length = static_cast<std::uint16_t>(net::kUdpHdrLen + packet_length);
-    icrc_store(l3 + ip_length - kIcrcLen, icrc_.compute(l3, ip_length));
+    // The pseudo-header from the flow's seed, the extension headers, then the payload as it
+    // is copied in, then the pad.
+    std::uint8_t* p = l3 + kL4 + hdr;
+    std::uint32_t reg = icrc_.begin(l3);
+    reg = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, p});
+    for (const TxPiece& piece : payload) {
+        reg = crc::Crc32::update_copy(reg, p, {piece.data, piece.len});
+        p += piece.len;
+    }
+    std::memset(p, 0, pad);
+    reg = crc32_update(reg, {p, pad});
+    icrc_store(p + pad, ~reg);
     return net::kEthHdrLen + ip_length;
 }
 

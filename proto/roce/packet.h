@@ -49,6 +49,13 @@ struct Packet {
     std::span<const std::uint8_t> payload;  // without the pad
     std::uint8_t pad = 0;
     std::uint32_t icrc = 0;  // as on the wire (see icrc_load)
+    // Set by a receiver that leaves the ICRC check to the payload's copy (an RC responder
+    // folds it while it places a SEND or RDMA WRITE payload, crc::update_copy): the CRC
+    // register over the pseudo-header and every byte before the payload. Such a packet takes
+    // effect only once icrc_settle (or icrc_finish, after the caller's own fold of the
+    // payload) says the ICRC is right.
+    bool icrc_pending = false;
+    std::uint32_t icrc_reg = 0;
 
     bool ok() const { return drop == Drop::count_; }
     const Bth& bth() const { return *reinterpret_cast<const Bth*>(base); }
@@ -72,6 +79,17 @@ struct Packet {
 // what the packet alone says (opcode known, TVer, lengths, pad); not the ICRC (that needs
 // the IP header: icrc_verify), nor anything a QP decides (P_Key, QPN, PSN).
 Packet parse(std::span<const std::uint8_t> udp_payload) noexcept;
+
+// Whether the ICRC of `pkt` is right: true when it was checked before (not pending), else the
+// pending register continued over the payload and the pad, compared with the ICRC.
+bool icrc_settle(const Packet& pkt) noexcept;
+
+// For a receiver that folded the payload itself from pkt.icrc_reg (copying it out): the
+// register `reg` after the payload continued over the pad, compared with the ICRC.
+inline bool icrc_finish(const Packet& pkt, std::uint32_t reg) noexcept {
+    reg = crc32_update(reg, {pkt.payload.data() + pkt.payload.size(), pkt.pad});
+    return ~reg == pkt.icrc;
+}
 
 // What build() writes. Extension headers are taken from the members the opcode's row
 // names and ignored otherwise; they are wire-format structs, assigned host values.
@@ -124,6 +142,18 @@ std::size_t build(std::span<std::uint8_t> out, const PacketSpec& spec) noexcept;
 std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
                        std::size_t packet_length) noexcept;
 
+// A piece of a packet's payload, gathered into the packet in order (from a WR's SGEs, its
+// inline data, or the memory a READ response reads).
+struct TxPiece {
+    const std::uint8_t* data;
+    std::uint32_t len;
+};
+
+// Copies `payload` into `packet` after its first `hdr` bytes and zeroes the rest (the pad);
+// false, with nothing copied, when the pieces do not fit.
+bool gather_payload(std::span<std::uint8_t> packet, std::size_t hdr,
+                    std::span<const TxPiece> payload) noexcept;
+
 // A connected flow's frame headers, prepared once (per RC QP): Ethernet, IPv4 and UDP as
 // frame_ipv4 writes them for `flow`, the IPv4 header's sum over its fields fixed for the
 // flow, and the flow's ICRC (IcrcFlow) for BTHs with this P_Key and destination QP. frame()
@@ -137,7 +167,17 @@ class FlowFrame {
     // the next hop `dst_mac`. The BTH's P_Key and destination QP must be the flow's. Returns
     // the frame length, or 0 when it does not fit.
     std::size_t frame(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
-                      std::size_t packet_length) const noexcept;
+                      std::size_t packet_length) const noexcept {
+        return frame_gather(out, dst_mac, packet_length, packet_length - kIcrcLen, {});
+    }
+
+    // frame() for a transport packet whose first `hdr` bytes only (BTH and extension headers)
+    // are in place: copies `payload` after them and zeroes the pad up to the ICRC, folding
+    // the ICRC over each byte as it copies it (one pass over the payload, crc::update_copy).
+    // Returns 0, with nothing sent, when the headers and pieces do not fit packet_length.
+    std::size_t frame_gather(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
+                             std::size_t packet_length, std::size_t hdr,
+                             std::span<const TxPiece> payload) const noexcept;
 
   private:
     std::array<std::uint8_t, net::kUdpFrameOverhead> headers_{};

@@ -17,6 +17,7 @@
 #include "common/counter.h"
 #include "proto/roce/headers.h"
 #include "proto/roce/opcode.h"
+#include "proto/roce/packet.h"
 #include "proto/verbs/qp_memory.h"
 #include "proto/verbs/wr.h"
 
@@ -167,12 +168,15 @@ constexpr RcTime ack_timeout_ns(std::uint8_t code) {
 // The QP's transmit path. tx_alloc(len) returns `len` bytes for one transport packet (BTH
 // through payload and pad; the glue adds Ethernet/IP/UDP in front and the ICRC behind), or
 // an empty span when the path is full: the engine then stops and tries again on its next
-// poll. tx_send(len) sends the packet just allocated (len == the length allocated). A span
-// that is not sent is abandoned by the next tx_alloc.
+// poll. tx_send(len, hdr, payload) sends the packet just allocated (len == the length
+// allocated): the engine has written its first `hdr` bytes (BTH and extension headers); the
+// wire copies the payload pieces after them and zeroes the pad (gather_payload), so that it
+// may fold the ICRC over the payload as it copies it. A span that is not sent is abandoned
+// by the next tx_alloc.
 class RcWire {
   public:
     virtual std::span<std::uint8_t> tx_alloc(std::size_t len) = 0;
-    virtual void tx_send(std::size_t len) = 0;
+    virtual void tx_send(std::size_t len, std::size_t hdr, std::span<const TxPiece> payload) = 0;
 
   protected:
     ~RcWire() = default;
@@ -246,6 +250,7 @@ struct RcCounters {
     RcCounter read_replays, atomic_replays;  // duplicate READ/atomic answered again
     // packets dropped before the engines looked at them
     RcCounter drop_qp_error, drop_bad_pkey, drop_bad_qpn, drop_bad_opcode, drop_bad_response;
+    RcCounter drop_bad_icrc;  // an ICRC left to the payload's copy was wrong: nothing took effect
     // UC's responder, which answers nothing: packets it did not execute, messages it gave up
     // (lost to a PSN gap, cut short by a new message, or refused), and why it refused one
     RcCounter uc_drop_packets, uc_drop_messages;
@@ -259,7 +264,7 @@ struct RcCounterField {
     RcCounter RcCounters::*field;
 };
 
-inline constexpr std::array<RcCounterField, 43> kRcCounterFields = {{
+inline constexpr std::array<RcCounterField, 44> kRcCounterFields = {{
     {"tx_send_packets", &RcCounters::tx_send_packets},
     {"tx_write_packets", &RcCounters::tx_write_packets},
     {"tx_read_requests", &RcCounters::tx_read_requests},
@@ -298,6 +303,7 @@ inline constexpr std::array<RcCounterField, 43> kRcCounterFields = {{
     {"drop_bad_qpn", &RcCounters::drop_bad_qpn},
     {"drop_bad_opcode", &RcCounters::drop_bad_opcode},
     {"drop_bad_response", &RcCounters::drop_bad_response},
+    {"drop_bad_icrc", &RcCounters::drop_bad_icrc},
     {"uc_drop_packets", &RcCounters::uc_drop_packets},
     {"uc_drop_messages", &RcCounters::uc_drop_messages},
     {"uc_drop_no_recv", &RcCounters::uc_drop_no_recv},

@@ -155,12 +155,28 @@ void RcQp::on_packet(const Packet& pkt, RcTime now) {
         counters_.drop_bad_pkey.add();
         return;
     }
+    if (pkt.icrc_pending && (uc() || !pkt.info->has(kRequest))) {
+        // Only RC's responder checks the ICRC as it places a payload: settled here for the rest.
+        if (!icrc_settle(pkt)) {
+            counters_.drop_bad_icrc.add();
+            return;
+        }
+        Packet checked = pkt;
+        checked.icrc_pending = false;
+        return on_packet(checked, now);
+    }
     if (uc())
         uc_on_packet(pkt);  // UC has requests only
     else if (pkt.info->has(kRequest))
         resp_on_packet(pkt, now);
     else
         comp_on_packet(pkt, now);
+}
+
+bool RcQp::icrc_bad(const Packet& pkt) {
+    if (icrc_settle(pkt)) return false;
+    counters_.drop_bad_icrc.add();
+    return true;
 }
 
 bool RcQp::poll(RcTime now) {
@@ -307,13 +323,7 @@ bool RcQp::emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
         return false;
     }
     const std::size_t hdr = write_headers(out, spec, len);
-    std::uint8_t* p = out.data() + hdr;
-    for (std::uint32_t i = 0; i < npieces; ++i) {
-        std::memcpy(p, pieces[i].data, pieces[i].len);
-        p += pieces[i].len;
-    }
-    std::memset(p, 0, pad);
-    wire_.tx_send(total);
+    wire_.tx_send(total, hdr, {pieces, npieces});
     return true;
 }
 

@@ -113,14 +113,15 @@ class RcQp {
     void complete_send_slot(const SendSlot& s, WcStatus status);
     void complete_recv_error(const RecvWr& wr, WcStatus status);
     // Writes one packet: headers from spec, `len` payload bytes gathered from pieces.
-    struct Piece {
-        const std::uint8_t* data;
-        std::uint32_t len;
-    };
+    using Piece = TxPiece;
     static constexpr std::uint32_t kMaxPieces = kMaxSge + 1;
     bool emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
               std::uint32_t npieces);
     bool pkey_ok(std::uint16_t pkey) const;
+    // A packet whose ICRC was left to the payload's copy (Packet::icrc_pending) is about to
+    // take effect without that copy (a NAK, a duplicate, a fault): true, and counted, when
+    // its ICRC is wrong and it must be dropped instead.
+    bool icrc_bad(const Packet& pkt);
 
     // --- requester (requester.cc) -----------------------------------------------------------
     void req_prepare(SendSlot& s);
@@ -177,6 +178,7 @@ class RcQp {
         no_access,     // the QP's rights, or the rkey, bounds, rights or PD of the region
         local_memory,  // the receive WR's own memory failed
         invalidate,    // Send with Invalidate may not invalidate that rkey
+        bad_icrc,      // the ICRC folded while placing the payload was wrong: drop it
     };
 
     void resp_on_packet(const Packet& pkt, RcTime now);
@@ -187,7 +189,7 @@ class RcQp {
     void resp_read(const Packet& pkt);
     void resp_atomic(const Packet& pkt);
     bool resp_take_recv();
-    bool resp_place(std::uint32_t off, std::span<const std::uint8_t> data);
+    bool resp_place(std::uint32_t off, const Packet& pkt, std::uint32_t& icrc_reg);
     void resp_fatal(NakCode code, std::uint32_t psn, WcStatus recv_status);
     void resp_queue_nak(std::uint8_t syndrome, std::uint32_t psn, bool fatal);
     void resp_executed(const Packet& pkt, RcTime now);

@@ -45,7 +45,11 @@ void RcQp::resp_on_packet(const Packet& pkt, RcTime now) {
     else
         counters_.rx_atomic_requests.add();
 
+    // A packet whose ICRC is left to the payload's copy is checked first wherever it would
+    // take effect otherwise: a NAK, a duplicate's answer, a fault.
+    const bool pending = pkt.icrc_pending;
     const std::int32_t d = psn_diff(psn, epsn_);
+    if (d != 0 && pending && icrc_bad(pkt)) return;
     if (d > 0) {
         counters_.out_of_sequence.add();
         if (!seq_nak_sent_) {
@@ -61,6 +65,7 @@ void RcQp::resp_on_packet(const Packet& pkt, RcTime now) {
     }
 
     if (pkt.payload.size() > cfg_.mtu) {
+        if (pending && icrc_bad(pkt)) return;
         resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
         return;
     }
@@ -70,15 +75,18 @@ void RcQp::resp_on_packet(const Packet& pkt, RcTime now) {
                                  ? !continues
                                  : continues && info.has(in_msg_ == InMsg::send ? kSend : kWrite);
     if (!ok_sequence) {
+        if (pending && icrc_bad(pkt)) return;
         resp_fatal(NakCode::invalid_request, psn, WcStatus::rem_inv_req_err);
         return;
     }
-    if (info.has(kRead)) return resp_read(pkt);
-    if (info.has(kAtomic)) return resp_atomic(pkt);
+    if (info.has(kRead) || info.has(kAtomic)) {
+        if (pending && icrc_bad(pkt)) return;
+        return info.has(kRead) ? resp_read(pkt) : resp_atomic(pkt);
+    }
     const ExecFault fault = info.has(kSend) ? resp_send(pkt) : resp_write(pkt);
     if (fault == ExecFault::none)
         resp_executed(pkt, now);
-    else
+    else if (fault != ExecFault::bad_icrc && !(pending && icrc_bad(pkt)))
         resp_fault(fault, psn);
 }
 
@@ -98,8 +106,9 @@ void RcQp::resp_fault(ExecFault fault, std::uint32_t psn) {
         {NakCode::remote_access_error, WcStatus::rem_access_err},     // no_access
         {NakCode::remote_operational_error, WcStatus::loc_prot_err},  // local_memory
         {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // invalidate
+        {NakCode::invalid_request, WcStatus::rem_inv_req_err},        // bad_icrc (not used)
     };
-    static_assert(std::size(kAnswers) == static_cast<std::size_t>(ExecFault::invalidate) + 1);
+    static_assert(std::size(kAnswers) == static_cast<std::size_t>(ExecFault::bad_icrc) + 1);
     if (fault == ExecFault::no_recv) {
         seq_nak_sent_ = true;  // packets after this one are dropped silently until it is back
         resp_queue_nak(aeth_syndrome(AckType::rnr_nak, cfg_.min_rnr_timer), psn, false);
@@ -164,12 +173,13 @@ bool RcQp::resp_take_recv() {
     return true;
 }
 
-// Writes data at message offset `off` of the receive WR's SGEs.
-bool RcQp::resp_place(std::uint32_t off, std::span<const std::uint8_t> data) {
+// Writes the packet's payload at message offset `off` of the receive WR's SGEs; a pending
+// ICRC is folded into `icrc_reg` as the bytes are copied (in order, so the caller finishes it).
+bool RcQp::resp_place(std::uint32_t off, const Packet& pkt, std::uint32_t& icrc_reg) {
     std::uint64_t pos = 0;
     std::uint64_t at = off;
-    const std::uint8_t* src = data.data();
-    std::size_t len = data.size();
+    const std::uint8_t* src = pkt.payload.data();
+    std::size_t len = pkt.payload.size();
     for (std::uint32_t i = 0; i < recv_.num_sge && len > 0; ++i) {
         const Sge& g = recv_.sge[i];
         if (at >= pos + g.length) {
@@ -180,7 +190,10 @@ bool RcQp::resp_place(std::uint32_t off, std::span<const std::uint8_t> data) {
         const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(len, g.length - in));
         std::uint8_t* p = mem_.local(g.lkey, g.addr + in, n, true);
         if (p == nullptr) return false;
-        std::memcpy(p, src, n);
+        if (pkt.icrc_pending)
+            icrc_reg = crc::Crc32::update_copy(icrc_reg, p, {src, n});
+        else
+            std::memcpy(p, src, n);
         src += n;
         at += n;
         len -= n;
@@ -204,7 +217,13 @@ RcQp::ExecFault RcQp::resp_send(const Packet& pkt) {
     if (info.has(kTakesRecvWqe) && !resp_take_recv()) return ExecFault::no_recv;
     if (!have_recv_) return ExecFault::bad_request;  // cannot happen after the sequence check
     if (recv_off_ + len > recv_cap_) return ExecFault::too_long;
-    if (!resp_place(recv_off_, pkt.payload)) return ExecFault::local_memory;
+    std::uint32_t icrc_reg = pkt.icrc_reg;
+    if (!resp_place(recv_off_, pkt, icrc_reg)) return ExecFault::local_memory;
+    // A wrong ICRC leaves bytes in the receive WR, at the place the retransmission takes.
+    if (pkt.icrc_pending && !icrc_finish(pkt, icrc_reg)) {
+        counters_.drop_bad_icrc.add();
+        return ExecFault::bad_icrc;
+    }
     recv_off_ += static_cast<std::uint32_t>(len);
     epsn_ = psn_add(epsn_, 1);
     in_msg_ = last ? InMsg::none : InMsg::send;
@@ -270,7 +289,15 @@ RcQp::ExecFault RcQp::resp_write(const Packet& pkt) {
                                  : mem_.remote(write_rkey_, write_va_ + write_done_,
                                                static_cast<std::uint32_t>(len), RemoteNeed::write);
         if (r.check != RemoteCheck::ok || r.ptr == nullptr) return ExecFault::no_access;
-        std::memcpy(r.ptr, pkt.payload.data(), len);
+        if (!pkt.icrc_pending) {
+            std::memcpy(r.ptr, pkt.payload.data(), len);
+        } else if (!icrc_finish(pkt, crc::Crc32::update_copy(pkt.icrc_reg, r.ptr, pkt.payload))) {
+            // The bytes are in the message's own region, where the retransmission puts them.
+            counters_.drop_bad_icrc.add();
+            return ExecFault::bad_icrc;
+        }
+    } else if (pkt.icrc_pending && icrc_bad(pkt)) {
+        return ExecFault::bad_icrc;
     }
     write_done_ = static_cast<std::uint32_t>(after);
     epsn_ = psn_add(epsn_, 1);

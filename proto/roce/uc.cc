@@ -67,6 +67,7 @@ void RcQp::uc_fault(ExecFault fault) {
         case ExecFault::bad_request:
         case ExecFault::too_long:
         case ExecFault::invalidate:  // no UC opcode carries an IETH
+        case ExecFault::bad_icrc:    // RcQp::on_packet settles UC's ICRC before this
             counters_.uc_drop_bad_request.add();
             break;
     }

@@ -130,8 +130,10 @@ class RcDriver {
             SNIC_FUZZ_REQUIRE(len + roce::kIcrcLen <= buf_.size());
             return {buf_.data(), len};
         }
-        void tx_send(std::size_t len) override {
+        void tx_send(std::size_t len, std::size_t hdr,
+                     std::span<const roce::TxPiece> payload) override {
             SNIC_FUZZ_REQUIRE(len + roce::kIcrcLen <= buf_.size());
+            SNIC_FUZZ_REQUIRE(roce::gather_payload({buf_.data(), len}, hdr, payload));
             std::memset(buf_.data() + len, 0, roce::kIcrcLen);
             const roce::Packet p = roce::parse({buf_.data(), len + roce::kIcrcLen});
             SNIC_FUZZ_REQUIRE(p.ok());

@@ -186,7 +186,8 @@ class FakeWire final : public RcWire {
         allocated_ = len;
         return {buf_.data(), len};
     }
-    void tx_send(std::size_t len) override {
+    void tx_send(std::size_t len, std::size_t hdr, std::span<const TxPiece> payload) override {
+        EXPECT_TRUE(gather_payload({buf_.data(), len}, hdr, payload));
         std::vector<std::uint8_t> frame(buf_.begin(), buf_.begin() + static_cast<long>(len));
         frame.resize(len + kIcrcLen, 0);
         ++sent_count;
@@ -218,6 +219,23 @@ struct TestPacket {
     std::vector<std::uint8_t> bytes;
     Packet parsed() const { return parse(bytes); }
 };
+
+// The ICRC a test's packet stands for here: the CRC-32 of its bytes before the ICRC (the
+// pseudo-header's masking is the transport's, tested in test_icrc.cc), stored in its ICRC.
+inline void seal(std::vector<std::uint8_t>& bytes) {
+    icrc_store(bytes.data() + bytes.size() - kIcrcLen,
+               ~crc32_update(kCrc32Init, {bytes.data(), bytes.size() - kIcrcLen}));
+}
+
+// `bytes` (sealed, then perhaps corrupted) parsed as the transport hands over a packet whose
+// ICRC it leaves to the payload's copy: the register over every byte before the payload.
+inline Packet parsed_pending(const std::vector<std::uint8_t>& bytes) {
+    Packet p = parse(bytes);
+    if (!p.ok()) return p;
+    p.icrc_pending = true;
+    p.icrc_reg = crc32_update(kCrc32Init, {bytes.data(), p.payload.data()});
+    return p;
+}
 
 inline TestPacket make_packet(const PacketSpec& spec) {
     TestPacket t;
@@ -332,9 +350,15 @@ class FakeLink {
                     ++lost;
                     continue;
                 }
+                // Every packet is handed over with its ICRC left to the engine (as the
+                // transport does for the payloads it checks while they are copied): a flipped
+                // bit anywhere must make the engine drop the packet, whatever it says.
+                seal(f);
                 if (roll(faults.corrupt)) {
-                    ++corrupted;  // a flipped bit: the ICRC check drops it
-                    continue;
+                    ++corrupted;
+                    const std::size_t bit =
+                        std::uniform_int_distribution<std::size_t>(0, f.size() * 8 - 1)(rng_);
+                    f[bit / 8] ^= static_cast<std::uint8_t>(1u << (bit % 8));
                 }
                 if (roll(faults.duplicate)) {
                     ++duplicated;
@@ -351,7 +375,7 @@ class FakeLink {
             d.held = std::move(d.next_held);
             d.next_held.clear();
             for (const auto& f : now_q) {
-                const Packet p = parse(f);
+                const Packet p = parsed_pending(f);
                 if (!p.ok()) {
                     ++parse_errors;
                     continue;
@@ -416,6 +440,12 @@ struct Solo {
 
     bool poll() { return qp.poll(now); }
     void deliver(const TestPacket& p) { qp.on_packet(p.parsed(), now); }
+    // Delivers with the ICRC left to the engine, after `corrupt` flipped what it likes.
+    void deliver_pending(TestPacket p, void (*corrupt)(std::vector<std::uint8_t>&) = nullptr) {
+        seal(p.bytes);
+        if (corrupt != nullptr) corrupt(p.bytes);
+        qp.on_packet(parsed_pending(p.bytes), now);
+    }
     // Polls until the QP has nothing more to do now.
     void settle() {
         for (int i = 0; i < 1000 && qp.poll(now); ++i) {

@@ -421,6 +421,75 @@ TEST(FlowFrame, frames_what_frame_ipv4_frames_for_every_rc_opcode) {
     EXPECT_GT(compared, 100);
 }
 
+// The payload gathered from pieces while the ICRC is folded over it (the RC QP's transmit):
+// the same bytes as the packet built whole, for any split of the payload, pad included.
+TEST(FlowFrame, gathers_the_payload_into_the_frame_frame_ipv4_frames) {
+    const FlowFrame prepared(kFlow, 0x8001, 0xabcdef);
+    const auto payload = pattern(4096);
+    int compared = 0;
+    for (const Opcode op : {Opcode::rc_send_only, Opcode::rc_rdma_write_first,
+                            Opcode::rc_rdma_write_only_with_immediate,
+                            Opcode::rc_send_last_with_invalidate, Opcode::rc_acknowledge}) {
+        const bool carries = opcode_info(op).has(kHasPayload);
+        for (const std::size_t len : {0, 1, 3, 8, 63, 64, 257, 1024, 4093, 4096}) {
+            if (len != 0 && !carries) continue;
+            PacketSpec s = full_spec(op, std::span(payload).first(len));
+            s.psn = static_cast<std::uint32_t>(len * 7919) & 0xffffff;
+            std::vector<std::uint8_t> want(net::kUdpFrameOverhead + 64 + len + 8);
+            const std::size_t n = build_ipv4_frame(want, kFlow, s);
+            ASSERT_NE(n, 0u);
+            want.resize(n);
+            const std::size_t packet = transport_length(op, len);
+            // One piece, two, and three with an empty one between.
+            const std::size_t cut = len / 3;
+            const std::vector<std::vector<TxPiece>> splits = {
+                {{payload.data(), static_cast<std::uint32_t>(len)}},
+                {{payload.data(), static_cast<std::uint32_t>(cut)},
+                 {payload.data() + cut, static_cast<std::uint32_t>(len - cut)}},
+                {{payload.data(), static_cast<std::uint32_t>(len - cut)},
+                 {nullptr, 0},
+                 {payload.data() + len - cut, static_cast<std::uint32_t>(cut)}},
+            };
+            for (const auto& pieces : splits) {
+                std::vector<std::uint8_t> got(want.size() + 16, 0xee);
+                const std::size_t hdr =
+                    write_headers(std::span(got).subspan(net::kUdpFrameOverhead), s, len);
+                ASSERT_EQ(prepared.frame_gather(got, kFlow.dst_mac, packet, hdr, pieces), n);
+                got.resize(n);
+                EXPECT_EQ(got, want) << opcode_info(op).name << ", " << len << " bytes in "
+                                     << pieces.size() << " pieces";
+                ++compared;
+            }
+        }
+    }
+    EXPECT_GT(compared, 60);
+}
+
+TEST(FlowFrame, refuses_pieces_that_do_not_fit) {
+    const FlowFrame prepared(kFlow, kDefaultPkey, 0x12);
+    const auto payload = pattern(64);
+    std::vector<std::uint8_t> out(net::kUdpFrameOverhead + 128);
+    const std::size_t packet = transport_length(Opcode::rc_send_only, 16);  // 12 + 16 + 4
+    const TxPiece sixteen{payload.data(), 16}, seventeen{payload.data(), 17};
+    EXPECT_NE(prepared.frame_gather(out, kFlow.dst_mac, packet, kBthLen, {&sixteen, 1}), 0u);
+    EXPECT_EQ(prepared.frame_gather(out, kFlow.dst_mac, packet, kBthLen, {&seventeen, 1}), 0u);
+    const TxPiece two[] = {{payload.data(), 8}, {payload.data(), 9}};
+    EXPECT_EQ(prepared.frame_gather(out, kFlow.dst_mac, packet, kBthLen, two), 0u);
+    EXPECT_EQ(prepared.frame_gather(out, kFlow.dst_mac, packet, kBthLen - 1, {}), 0u);  // no BTH
+    EXPECT_EQ(prepared.frame_gather(out, kFlow.dst_mac, packet, packet, {}), 0u);  // over the ICRC
+
+    std::vector<std::uint8_t> packet_bytes(packet - kIcrcLen, 0xee);  // what tx_alloc gives
+    const TxPiece thirteen{payload.data(), 13};
+    EXPECT_TRUE(gather_payload(packet_bytes, kBthLen, {&thirteen, 1}));
+    EXPECT_TRUE(std::equal(payload.begin(), payload.begin() + 13, packet_bytes.begin() + kBthLen));
+    EXPECT_EQ(packet_bytes[kBthLen - 1], 0xee);  // the headers are the caller's
+    EXPECT_TRUE(std::all_of(packet_bytes.end() - 3, packet_bytes.end(),
+                            [](std::uint8_t b) { return b == 0; }));  // the pad
+    EXPECT_TRUE(gather_payload(packet_bytes, kBthLen, {&sixteen, 1}));
+    EXPECT_FALSE(gather_payload(packet_bytes, kBthLen, {&seventeen, 1}));
+    EXPECT_FALSE(gather_payload(packet_bytes, packet + 1, {}));
+}
+
 // An ACK to QP `dest_qp` framed by a FlowFrame prepared for QP 0x12, towards `next_hop`.
 std::vector<std::uint8_t> framed_ack(std::uint32_t dest_qp, const net::MacAddr& next_hop) {
     const FlowFrame prepared(kFlow, kDefaultPkey, 0x12);

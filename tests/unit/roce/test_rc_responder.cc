@@ -219,6 +219,119 @@ TEST(RcResponder, message_larger_than_the_receive_wr_is_an_invalid_request_and_l
     EXPECT_EQ(r.qp.error(), RcError::responder_error);
 }
 
+// ---- the ICRC checked as the payload is copied (Packet::icrc_pending) --------------------------
+
+void flip_last_payload_byte(std::vector<std::uint8_t>& b) {
+    b[b.size() - kIcrcLen - 1] ^= 0x40;
+}
+void flip_psn(std::vector<std::uint8_t>& b) {
+    b[11] ^= 0x01;
+}  // the PSN's low bit
+
+TEST(RcResponder, a_send_checked_as_it_is_copied_completes_as_one_checked_before) {
+    Responder r;
+    r.post_recv(77, 0, 4096);
+    const auto data = bytes(256, 1);
+    PacketSpec s = spec_for(Opcode::rc_send_only_with_immediate, kQpn, kEpsn);
+    s.payload = data;
+    s.immdt.imm = 0x01020304;
+    s.ack_req = true;
+    r.deliver_pending(make_packet(s));
+    ASSERT_EQ(r.q.rcq.size(), 1u);
+    EXPECT_EQ(r.q.rcq[0].status, WcStatus::success);
+    EXPECT_EQ(r.q.rcq[0].byte_len, 256u);
+    EXPECT_TRUE(r.q.rcq[0].with_imm);
+    EXPECT_EQ(std::memcmp(r.mem.host(r.buf), data.data(), 256), 0);
+    const auto p = r.run();
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(is_ack(p[0], kEpsn));
+    EXPECT_EQ(r.qp.counters().drop_bad_icrc.get(), 0u);
+}
+
+// A corrupted SEND is dropped after its bytes were copied: no completion, no answer, ePSN and
+// the receive WR kept; the retransmission puts the right bytes over them and completes.
+TEST(RcResponder, a_send_whose_icrc_fails_in_the_copy_takes_no_effect) {
+    Responder r;
+    r.post_recv(77, 0, 4096);
+    const auto data = bytes(250, 2);  // within the path MTU (256)
+    PacketSpec s = spec_for(Opcode::rc_send_only, kQpn, kEpsn);
+    s.payload = data;
+    s.ack_req = true;
+    r.deliver_pending(make_packet(s), flip_last_payload_byte);
+    EXPECT_TRUE(r.q.rcq.empty());
+    EXPECT_TRUE(r.run().empty());
+    EXPECT_EQ(r.qp.expected_psn(), kEpsn);
+    EXPECT_EQ(r.qp.counters().drop_bad_icrc.get(), 1u);
+    EXPECT_TRUE(r.q.rq.empty());  // the WR stays with the QP for the message
+
+    r.deliver_pending(make_packet(s));
+    ASSERT_EQ(r.q.rcq.size(), 1u);
+    EXPECT_EQ(r.q.rcq[0].wr_id, 77u);
+    EXPECT_EQ(r.q.rcq[0].byte_len, 250u);
+    EXPECT_EQ(std::memcmp(r.mem.host(r.buf), data.data(), 250), 0);
+    const auto p = r.run();
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(is_ack(p[0], kEpsn));
+}
+
+TEST(RcResponder, a_write_packet_whose_icrc_fails_in_the_copy_is_not_counted_written) {
+    Responder r;
+    const auto data = bytes(600, 3);
+    const std::span<const std::uint8_t> d(data);
+    const std::uint64_t va = r.mem.va(r.target, 0);
+    r.write(Opcode::rc_rdma_write_first, kEpsn, r.target, va, 600, d.subspan(0, 256), false);
+    PacketSpec middle = spec_for(Opcode::rc_rdma_write_middle, kQpn, kEpsn + 1);
+    middle.payload = d.subspan(256, 256);
+    r.deliver_pending(make_packet(middle), flip_last_payload_byte);
+    EXPECT_EQ(r.qp.expected_psn(), kEpsn + 1);
+    EXPECT_EQ(r.qp.counters().drop_bad_icrc.get(), 1u);
+    r.deliver_pending(make_packet(middle));
+    PacketSpec last = spec_for(Opcode::rc_rdma_write_last, kQpn, kEpsn + 2);
+    last.payload = d.subspan(512, 88);
+    last.ack_req = true;
+    r.deliver_pending(make_packet(last));
+    EXPECT_EQ(std::memcmp(r.mem.host(r.target), data.data(), 600), 0);
+    const auto p = r.run();
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(is_ack(p[0], kEpsn + 2));
+    EXPECT_EQ(r.qp.state(), RcState::ok);
+}
+
+// Where a packet would take effect without its payload's copy, its ICRC is checked first: a
+// corrupted packet makes no NAK, no fault and no duplicate's ACK.
+TEST(RcResponder, a_corrupted_packet_makes_no_nak_fault_or_duplicate_ack) {
+    Responder r;
+    r.post_recv(1, 0, 256);
+    const auto data = bytes(512, 4);
+    const std::span<const std::uint8_t> d(data);
+    PacketSpec big = spec_for(Opcode::rc_send_only, kQpn, kEpsn);  // too long for the WR
+    big.payload = d;
+    r.deliver_pending(make_packet(big), flip_last_payload_byte);
+    PacketSpec ahead = spec_for(Opcode::rc_send_only, kQpn, kEpsn + 3);  // a sequence NAK
+    ahead.payload = d.subspan(0, 256);
+    r.deliver_pending(make_packet(ahead), flip_last_payload_byte);
+    PacketSpec wrong = spec_for(Opcode::rc_send_middle, kQpn, kEpsn);  // out of sequence
+    wrong.payload = d.subspan(0, 256);
+    r.deliver_pending(make_packet(wrong), flip_last_payload_byte);
+    EXPECT_TRUE(r.run().empty());
+    EXPECT_EQ(r.qp.state(), RcState::ok);
+    EXPECT_EQ(r.qp.counters().drop_bad_icrc.get(), 3u);
+
+    PacketSpec ok = spec_for(Opcode::rc_send_only, kQpn, kEpsn);
+    ok.payload = d.subspan(0, 256);
+    ok.ack_req = true;
+    r.deliver_pending(make_packet(ok));
+    ASSERT_EQ(r.run().size(), 1u);
+    // The same packet again, its PSN now behind ePSN by a flipped bit it does not have.
+    PacketSpec dup = ok;
+    dup.psn = kEpsn + 1;
+    r.deliver_pending(make_packet(dup), flip_psn);  // reads as kEpsn, a duplicate
+    EXPECT_TRUE(r.run().empty());
+    EXPECT_EQ(r.qp.counters().duplicate_requests.get(), 0u);
+    EXPECT_EQ(r.qp.counters().drop_bad_icrc.get(), 4u);
+    EXPECT_EQ(r.q.rcq.size(), 1u);
+}
+
 TEST(RcResponder, rdma_write_is_placed_after_the_rkey_check) {
     Responder r;
     const auto data = bytes(300, 6);
