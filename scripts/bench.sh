@@ -11,9 +11,12 @@
 # bandwidth by size). Run as root.
 #
 #   scripts/bench.sh [--quick] [--no-deps] [--no-build] [--out DIR] [--no-perftest] [--no-scale]
-#                    [--no-iwarp] [--no-veth]
+#                    [--no-iwarp] [--no-veth] [--target-rounds N]
 #   scripts/bench.sh --burst-sweep ROUNDS   (only: snicd's rx/tx burst sizes against
 #                    the 64 B message rate, 64 KiB bandwidth and 8 B round trip)
+#   scripts/bench.sh --targets-only [--target-rounds N]   (only: the targets, each the
+#                    median of N rounds (default 7, 3 with --quick) that measure snic and
+#                    its floor one after the other, with the spread over the rounds)
 #
 # --quick takes about 1 minute, the full run about 2 minutes on this project's 2-core machines
 # (connecting and destroying the 10,000 idle QPs of the scale rows is part of it).
@@ -23,7 +26,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 setup_args=()
@@ -31,9 +34,10 @@ bench_args=()
 while (($#)); do
     case $1 in
         --no-deps | --no-build) setup_args+=("$1") ;;
-        --quick | --no-perftest | --no-scale | --no-iwarp | --no-veth) bench_args+=("$1") ;;
+        --quick | --no-perftest | --no-scale | --no-iwarp | --no-veth | --targets-only) bench_args+=("$1") ;;
         --out) bench_args+=("$1" "${2:?--out needs a directory}"); shift ;;
         --burst-sweep) bench_args+=("$1" "${2:?--burst-sweep needs a number of rounds}"); shift ;;
+        --target-rounds) bench_args+=("$1" "${2:?--target-rounds needs a number of rounds}"); shift ;;
         -h | --help) usage; exit 0 ;;
         *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;
     esac
