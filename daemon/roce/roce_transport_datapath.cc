@@ -21,16 +21,14 @@ namespace {
 
 constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv4 + UDP
 
-// Payloads from this size on have their ICRC checked as the responder copies them into place
-// (Packet::icrc_pending): an RC SEND packet's, whose place is its receive WR, and an RC RDMA
-// WRITE's after the first, whose place its first packet's checked RETH named. A WRITE's
-// first packet names the place itself, so its ICRC is checked before anything is written;
-// so are small payloads, where one pass saves less than the split costs.
-constexpr std::size_t kIcrcWithCopyMin = 256;
-
+// Payloads from kIcrcCopyMin bytes on have their ICRC checked as the responder copies them
+// into place (Packet::icrc_pending): an RC SEND packet's, whose place is its receive WR, and
+// an RC RDMA WRITE's after the first, whose place its first packet's checked RETH named. A
+// WRITE's first packet names the place itself, so its ICRC is checked before anything is
+// written; so are small payloads, where one pass saves less than the split costs.
 bool icrc_with_copy(const roce::Packet& pkt) {
     const roce::OpcodeInfo& info = *pkt.info;
-    return pkt.payload.size() >= kIcrcWithCopyMin &&
+    return pkt.payload.size() >= roce::kIcrcCopyMin &&
            roce::transport_of(pkt.opcode()) == roce::Transport::rc &&
            (info.has(roce::kSend) || (info.has(roce::kWrite) && !info.has(roce::kFirst)));
 }

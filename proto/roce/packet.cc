@@ -176,6 +176,7 @@ std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacA
         if (piece.len > pad) return 0;
         pad -= piece.len;
     }
+    const std::size_t payload_len = packet_length - kIcrcLen - hdr - pad;
     std::uint8_t* eth = out.data();
     std::memcpy(eth, headers_.data(), headers_.size());
     std::memcpy(eth, dst_mac.bytes.data(), dst_mac.bytes.size());
@@ -186,18 +187,27 @@ std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacA
     ip.total_length = ip_length;
     ip.checksum = net::csum_finish(ip_sum_ + ip_length);
     udp.length = static_cast<std::uint16_t>(net::kUdpHdrLen + packet_length);
-    // The pseudo-header from the flow's seed, the extension headers, then the payload as it
-    // is copied in, then the pad.
     std::uint8_t* p = l3 + kL4 + hdr;
-    std::uint32_t reg = icrc_.begin(l3);
-    reg = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, p});
+    std::uint8_t* const icrc_at = l3 + ip_length - kIcrcLen;
+    const std::uint32_t reg = icrc_.begin(l3);
+    if (payload_len < kIcrcCopyMin) {
+        // Small: gathered first, then one fold over the extension headers, payload and pad.
+        for (const TxPiece& piece : payload) {
+            if (piece.len != 0) std::memcpy(p, piece.data, piece.len);
+            p += piece.len;
+        }
+        std::memset(p, 0, pad);
+        icrc_store(icrc_at, ~crc32_update(reg, {l3 + IcrcFlow::kBthEnd, icrc_at}));
+        return net::kEthHdrLen + ip_length;
+    }
+    // The extension headers, then the payload folded as it is copied in, then the pad.
+    std::uint32_t r = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, p});
     for (const TxPiece& piece : payload) {
-        reg = crc::Crc32::update_copy(reg, p, {piece.data, piece.len});
+        r = crc::Crc32::update_copy(r, p, {piece.data, piece.len});
         p += piece.len;
     }
     std::memset(p, 0, pad);
-    reg = crc32_update(reg, {p, pad});
-    icrc_store(p + pad, ~reg);
+    icrc_store(icrc_at, ~crc32_update(r, {p, pad}));
     return net::kEthHdrLen + ip_length;
 }
 

@@ -142,6 +142,11 @@ std::size_t build(std::span<std::uint8_t> out, const PacketSpec& spec) noexcept;
 std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
                        std::size_t packet_length) noexcept;
 
+// Payloads from this size on are copied in one pass with their ICRC's fold (crc::update_copy):
+// on transmit (FlowFrame::frame_gather) and on receive (Packet::icrc_pending). Below it one
+// pass saves less than splitting the fold costs, and a packet is copied, then folded whole.
+inline constexpr std::size_t kIcrcCopyMin = 256;
+
 // A piece of a packet's payload, gathered into the packet in order (from a WR's SGEs, its
 // inline data, or the memory a READ response reads).
 struct TxPiece {
@@ -173,7 +178,8 @@ class FlowFrame {
 
     // frame() for a transport packet whose first `hdr` bytes only (BTH and extension headers)
     // are in place: copies `payload` after them and zeroes the pad up to the ICRC, folding
-    // the ICRC over each byte as it copies it (one pass over the payload, crc::update_copy).
+    // the ICRC over each byte as it copies it (one pass over the payload, crc::update_copy)
+    // from kIcrcCopyMin bytes on.
     // Returns 0, with nothing sent, when the headers and pieces do not fit packet_length.
     std::size_t frame_gather(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
                              std::size_t packet_length, std::size_t hdr,
