@@ -171,12 +171,6 @@ std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacA
         out.size() < net::kUdpFrameOverhead + packet_length || hdr < kBthLen ||
         hdr > packet_length - kIcrcLen)
         return 0;
-    std::size_t pad = packet_length - kIcrcLen - hdr;
-    for (const TxPiece& piece : payload) {
-        if (piece.len > pad) return 0;
-        pad -= piece.len;
-    }
-    const std::size_t payload_len = packet_length - kIcrcLen - hdr - pad;
     std::uint8_t* eth = out.data();
     std::memcpy(eth, headers_.data(), headers_.size());
     std::memcpy(eth, dst_mac.bytes.data(), dst_mac.bytes.size());
@@ -187,27 +181,33 @@ std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacA
     ip.total_length = ip_length;
     ip.checksum = net::csum_finish(ip_sum_ + ip_length);
     udp.length = static_cast<std::uint16_t>(net::kUdpHdrLen + packet_length);
+    // The payload's room (with the pad) decides the path; the pieces are checked against it
+    // as they are copied (a frame they overrun is not sent).
     std::uint8_t* p = l3 + kL4 + hdr;
     std::uint8_t* const icrc_at = l3 + ip_length - kIcrcLen;
-    const std::uint32_t reg = icrc_.begin(l3);
-    if (payload_len < kIcrcCopyMin) {
+    std::uint32_t reg = icrc_.begin(l3);
+    if (static_cast<std::size_t>(icrc_at - p) < kIcrcCopyMin) {
         // Small: gathered first, then one fold over the extension headers, payload and pad.
         for (const TxPiece& piece : payload) {
+            if (piece.len > static_cast<std::size_t>(icrc_at - p)) return 0;
             if (piece.len != 0) std::memcpy(p, piece.data, piece.len);
             p += piece.len;
         }
+        while (p < icrc_at) *p++ = 0;  // the pad: at most 3 bytes from a well-formed packet
+        reg = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, icrc_at});
+    } else {
+        // The extension headers, then the payload folded as it is copied in, then the pad.
+        reg = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, p});
+        for (const TxPiece& piece : payload) {
+            if (piece.len > static_cast<std::size_t>(icrc_at - p)) return 0;
+            reg = crc::Crc32::update_copy(reg, p, {piece.data, piece.len});
+            p += piece.len;
+        }
+        const std::size_t pad = static_cast<std::size_t>(icrc_at - p);
         std::memset(p, 0, pad);
-        icrc_store(icrc_at, ~crc32_update(reg, {l3 + IcrcFlow::kBthEnd, icrc_at}));
-        return net::kEthHdrLen + ip_length;
+        reg = crc32_update(reg, {p, pad});
     }
-    // The extension headers, then the payload folded as it is copied in, then the pad.
-    std::uint32_t r = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, p});
-    for (const TxPiece& piece : payload) {
-        r = crc::Crc32::update_copy(r, p, {piece.data, piece.len});
-        p += piece.len;
-    }
-    std::memset(p, 0, pad);
-    icrc_store(icrc_at, ~crc32_update(r, {p, pad}));
+    icrc_store(icrc_at, ~reg);
     return net::kEthHdrLen + ip_length;
 }
 
