@@ -370,6 +370,26 @@ std::size_t seal_fpdu(std::span<std::uint8_t> out, std::size_t ulpdu_len, bool c
     return total;
 }
 
+std::uint32_t begin_fpdu(std::span<std::uint8_t> out, std::size_t ulpdu_len,
+                         std::size_t head) noexcept {
+    if (ulpdu_len > kMaxUlpdu || head > ulpdu_len || out.size() < fpdu_size(ulpdu_len))
+        return crc::Crc32c::kInit;  // seal_fpdu_folded refuses the same FPDU
+    store_be16(out.data(), static_cast<std::uint16_t>(ulpdu_len));
+    return crc::Crc32c::update(crc::Crc32c::kInit, out.first(kFpduLengthLen + head));
+}
+
+std::size_t seal_fpdu_folded(std::span<std::uint8_t> out, std::size_t ulpdu_len,
+                             std::uint32_t reg) noexcept {
+    const std::size_t total = fpdu_size(ulpdu_len);
+    if (ulpdu_len > kMaxUlpdu || out.size() < total) return 0;
+    const std::size_t covered = total - kFpduCrcLen;
+    const std::span<std::uint8_t> pad =
+        out.subspan(kFpduLengthLen + ulpdu_len, covered - kFpduLengthLen - ulpdu_len);
+    std::fill(pad.begin(), pad.end(), std::uint8_t{0});
+    store_crc(&out[covered], ~crc::Crc32c::update(reg, pad));
+    return total;
+}
+
 std::size_t write_fpdu(std::span<std::uint8_t> out, std::span<const std::uint8_t> header,
                        std::span<const std::uint8_t> payload, bool crc) noexcept {
     const std::size_t ulpdu_len = header.size() + payload.size();

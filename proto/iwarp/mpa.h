@@ -320,6 +320,17 @@ constexpr std::size_t max_ulpdu(std::size_t mss) {
 // does not fit or the ULPDU is longer than 65535.
 std::size_t seal_fpdu(std::span<std::uint8_t> out, std::size_t ulpdu_len, bool crc) noexcept;
 
+// For a sender that folds the CRC-32C over the ULPDU as it copies it in (crc::Crc32c::
+// update_copy, one pass over the payload): writes ULPDU_Length (`ulpdu_len`) and returns the
+// register over it and the ULPDU's first `head` bytes, already at out[2, 2 + head). The
+// sender folds the rest of the ULPDU from there and ends with seal_fpdu_folded.
+std::uint32_t begin_fpdu(std::span<std::uint8_t> out, std::size_t ulpdu_len,
+                         std::size_t head) noexcept;
+// seal_fpdu for such an FPDU: `reg` is the register after the whole ULPDU; writes the pad and
+// folds it, then the CRC. Returns the FPDU length, or 0 as seal_fpdu does.
+std::size_t seal_fpdu_folded(std::span<std::uint8_t> out, std::size_t ulpdu_len,
+                             std::uint32_t reg) noexcept;
+
 // Builds the FPDU of the ULPDU `header` + `payload` in `out`. A piece already in its place
 // (header at out[2], payload right after it) is not copied, so an engine that wrote it there
 // pays for no copy. Returns the FPDU length, or 0 as seal_fpdu does.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "proto/crc/crc.h"
+
 namespace snic::iwarp {
 
 using verbs::Completion;
@@ -89,10 +91,22 @@ IwTime IwQp::next_deadline() const {
 
 // --- the FPDU writer ------------------------------------------------------------------------
 
+namespace {
+
+// Payloads from this size on are copied into the FPDU with their CRC-32C folded in the same
+// pass; smaller ones are copied, then the FPDU is folded whole (one call costs less there).
+constexpr std::uint32_t kFoldMin = 256;
+
+}  // namespace
+
 IwQp::Emit IwQp::emit(const SegmentSpec& spec, std::uint32_t len, const Source& src) {
     const std::span<std::uint8_t> ulpdu = txbuf_.subspan(kFpduLengthLen);
     const std::size_t hl = build_header(ulpdu, spec);
     std::uint8_t* dst = ulpdu.data() + hl;
+    // A payload of kFoldMin bytes or more has its CRC-32C folded as it is copied in.
+    const bool fold = cfg_.crc && len >= kFoldMin;
+    std::uint32_t reg = fold ? begin_fpdu(txbuf_, hl + len, hl) : 0;
+    std::uint32_t* const fold_into = fold ? &reg : nullptr;
     if (len > 0) {
         if (src.remote) {
             const verbs::RemoteRegion r =
@@ -101,12 +115,16 @@ IwQp::Emit IwQp::emit(const SegmentSpec& spec, std::uint32_t len, const Source& 
                 remote_check_ = r.check;
                 return Emit::gather_failed;
             }
-            if (len != 0) std::memcpy(dst, r.ptr, len);  // a zero-length read has no place
-        } else if (!req_gather(*src.wr, src.off, len, dst)) {
+            if (fold)
+                reg = crc::Crc32c::update_copy(reg, dst, {r.ptr, len});
+            else
+                std::memcpy(dst, r.ptr, len);
+        } else if (!req_gather(*src.wr, src.off, len, dst, fold_into)) {
             return Emit::gather_failed;
         }
     }
-    const std::size_t n = seal_fpdu(txbuf_, hl + len, cfg_.crc);
+    const std::size_t n =
+        fold ? seal_fpdu_folded(txbuf_, hl + len, reg) : seal_fpdu(txbuf_, hl + len, cfg_.crc);
     if (!stream_.send(std::span<const std::uint8_t>(txbuf_.data(), n))) {
         counters_.tx_refused.add();
         more_ = true;

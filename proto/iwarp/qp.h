@@ -257,7 +257,10 @@ class IwQp {
     bool req_step();
     bool req_start(Held& h);
     bool req_send(Held& h);
-    bool req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::uint8_t* dst);
+    // Copies the WR's bytes [off, off + len) to dst; with `crc`, folds them into that
+    // CRC-32C register as it copies them (one pass).
+    bool req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::uint8_t* dst,
+                    std::uint32_t* crc = nullptr);
     bool req_check_local(const Held& h, bool write);
     void req_local_fail(Held& h, verbs::WcStatus status);
     bool req_rtr();

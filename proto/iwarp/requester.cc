@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "proto/crc/crc.h"
 #include "proto/iwarp/qp.h"
 
 namespace snic::iwarp {
@@ -149,9 +150,21 @@ bool IwQp::req_start(Held& h) {
 }
 
 // Copies payload bytes [off, off + len) of a WR (inline bytes or its SGEs) to dst.
-bool IwQp::req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::uint8_t* dst) {
+namespace {
+
+void copy_out(std::uint8_t* dst, const std::uint8_t* src, std::uint32_t n, std::uint32_t* crc) {
+    if (crc != nullptr)
+        *crc = crc::Crc32c::update_copy(*crc, dst, {src, n});
+    else if (n != 0)
+        std::memcpy(dst, src, n);
+}
+
+}  // namespace
+
+bool IwQp::req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::uint8_t* dst,
+                      std::uint32_t* crc) {
     if (h.wr.inline_data) {
-        if (len != 0) std::memcpy(dst, h.wr.inline_bytes.data() + off, len);
+        copy_out(dst, h.wr.inline_bytes.data() + off, len, crc);
         return true;
     }
     for (std::uint32_t i = 0; i < h.wr.num_sge && len > 0; ++i) {
@@ -163,7 +176,7 @@ bool IwQp::req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::
         const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(g.length - off, len));
         const std::uint8_t* p = mem_.local(g.lkey, g.addr + off, n, false);
         if (p == nullptr) return false;
-        std::memcpy(dst, p, n);
+        copy_out(dst, p, n, crc);
         dst += n;
         len -= n;
         off = 0;

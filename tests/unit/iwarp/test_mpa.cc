@@ -669,6 +669,32 @@ TEST(MpaFpdu, pieces_already_in_place_are_not_moved) {
     EXPECT_EQ(Bytes(out.begin(), out.begin() + 36), Bytes(copied.begin(), copied.begin() + 36));
 }
 
+// The CRC-32C folded while the payload is copied in (begin_fpdu, update_copy,
+// seal_fpdu_folded) is the FPDU seal_fpdu makes of the same ULPDU, pad and CRC included.
+TEST(MpaFpdu, folding_the_crc_while_copying_makes_the_same_fpdu) {
+    for (const std::size_t head : {0, 1, 14, 28}) {
+        for (const std::size_t len : {0, 1, 3, 255, 256, 1001, 1420, 8192}) {
+            Bytes ulpdu(head + len);
+            for (std::size_t i = 0; i < ulpdu.size(); ++i)
+                ulpdu[i] = static_cast<std::uint8_t>(i * 13 + len);
+            Bytes want(fpdu_size(ulpdu.size()) + 8, 0xee);
+            ASSERT_EQ(write_fpdu(want, ulpdu, {}, true), fpdu_size(ulpdu.size()));
+
+            Bytes got(want.size(), 0xee);
+            std::copy_n(ulpdu.begin(), head, got.begin() + 2);  // the header, written in place
+            std::uint32_t reg = begin_fpdu(got, ulpdu.size(), head);
+            reg = crc::Crc32c::update_copy(reg, got.data() + 2 + head,
+                                           std::span(ulpdu).subspan(head));
+            ASSERT_EQ(seal_fpdu_folded(got, ulpdu.size(), reg), fpdu_size(ulpdu.size()));
+            EXPECT_EQ(got, want) << head << " + " << len;
+        }
+    }
+    Bytes small(fpdu_size(10) - 1);
+    EXPECT_EQ(seal_fpdu_folded(small, 10, begin_fpdu(small, 10, 0)), 0u);  // does not fit
+    Bytes big(fpdu_size(65536));
+    EXPECT_EQ(seal_fpdu_folded(big, 65536, begin_fpdu(big, 65536, 0)), 0u);  // past the limit
+}
+
 // A stream of FPDUs of every ULPDU length 0..40, with CRCs.
 struct Stream {
     Bytes bytes;
