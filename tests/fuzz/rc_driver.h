@@ -151,9 +151,16 @@ class RcDriver {
         std::array<std::uint8_t, 4096 + 256> buf_{};
     };
 
-    void deliver(std::span<const std::uint8_t> bytes) {
-        const roce::Packet p = roce::parse(bytes);
+    // `pending`: handed over as the transport hands a payload whose ICRC the responder checks
+    // while it copies it (Packet::icrc_pending; the ICRC here is the CRC-32 of the bytes
+    // before it).
+    void deliver(std::span<const std::uint8_t> bytes, bool pending = false) {
+        roce::Packet p = roce::parse(bytes);
         if (!p.ok()) return;
+        if (pending) {
+            p.icrc_pending = true;
+            p.icrc_reg = roce::crc32_update(roce::kCrc32Init, {bytes.data(), p.payload.data()});
+        }
         mem_.begin();
         qp_->on_packet(p, now_);
         after();
@@ -215,6 +222,14 @@ class RcDriver {
         s.payload = payload;
         std::vector<std::uint8_t> bytes(roce::transport_length(s.opcode, payload.size()));
         if (roce::build(bytes, s) == 0) return;
+        if ((flags & 32) != 0) {
+            // Sealed with the CRC its bytes give, or with one bit of it off.
+            const std::size_t at = bytes.size() - roce::kIcrcLen;
+            const std::uint32_t icrc = ~roce::crc32_update(roce::kCrc32Init, {bytes.data(), at});
+            roce::icrc_store(bytes.data() + at, icrc ^ ((flags & 64) != 0 ? 1u : 0u));
+            deliver(bytes, true);
+            return;
+        }
         deliver(bytes);
     }
 
