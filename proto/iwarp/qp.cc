@@ -99,6 +99,14 @@ constexpr std::uint32_t kFoldMin = 256;
 
 }  // namespace
 
+void IwQp::copy_out(std::uint8_t* dst, const std::uint8_t* src, std::uint32_t n,
+                    std::uint32_t* crc) {
+    if (crc != nullptr)
+        *crc = crc::Crc32c::update_copy(*crc, dst, {src, n});
+    else if (n != 0)
+        std::memcpy(dst, src, n);
+}
+
 IwQp::Emit IwQp::emit(const SegmentSpec& spec, std::uint32_t len, const Source& src) {
     const std::span<std::uint8_t> ulpdu = txbuf_.subspan(kFpduLengthLen);
     const std::size_t hl = build_header(ulpdu, spec);
@@ -115,10 +123,7 @@ IwQp::Emit IwQp::emit(const SegmentSpec& spec, std::uint32_t len, const Source& 
                 remote_check_ = r.check;
                 return Emit::gather_failed;
             }
-            if (fold)
-                reg = crc::Crc32c::update_copy(reg, dst, {r.ptr, len});
-            else
-                std::memcpy(dst, r.ptr, len);
+            copy_out(dst, r.ptr, len, fold_into);
         } else if (!req_gather(*src.wr, src.off, len, dst, fold_into)) {
             return Emit::gather_failed;
         }

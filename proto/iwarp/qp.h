@@ -261,6 +261,10 @@ class IwQp {
     // CRC-32C register as it copies them (one pass).
     bool req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::uint8_t* dst,
                     std::uint32_t* crc = nullptr);
+    // Copies n bytes from src to dst; with `crc`, folds them into that CRC-32C register as it
+    // copies them (one pass, crc::Crc32c::update_copy).
+    static void copy_out(std::uint8_t* dst, const std::uint8_t* src, std::uint32_t n,
+                         std::uint32_t* crc);
     bool req_check_local(const Held& h, bool write);
     void req_local_fail(Held& h, verbs::WcStatus status);
     bool req_rtr();

@@ -150,17 +150,6 @@ bool IwQp::req_start(Held& h) {
 }
 
 // Copies payload bytes [off, off + len) of a WR (inline bytes or its SGEs) to dst.
-namespace {
-
-void copy_out(std::uint8_t* dst, const std::uint8_t* src, std::uint32_t n, std::uint32_t* crc) {
-    if (crc != nullptr)
-        *crc = crc::Crc32c::update_copy(*crc, dst, {src, n});
-    else if (n != 0)
-        std::memcpy(dst, src, n);
-}
-
-}  // namespace
-
 bool IwQp::req_gather(const Held& h, std::uint64_t off, std::uint32_t len, std::uint8_t* dst,
                       std::uint32_t* crc) {
     if (h.wr.inline_data) {

@@ -146,23 +146,6 @@ bool icrc_settle(const Packet& pkt) noexcept {
     return !pkt.icrc_pending || icrc_finish(pkt, crc32_update(pkt.icrc_reg, pkt.payload));
 }
 
-bool gather_payload(std::span<std::uint8_t> packet, std::size_t hdr,
-                    std::span<const TxPiece> payload) noexcept {
-    if (hdr > packet.size()) return false;
-    std::size_t room = packet.size() - hdr;
-    for (const TxPiece& piece : payload) {
-        if (piece.len > room) return false;
-        room -= piece.len;
-    }
-    std::uint8_t* p = packet.data() + hdr;
-    for (const TxPiece& piece : payload) {
-        if (piece.len != 0) std::memcpy(p, piece.data, piece.len);
-        p += piece.len;
-    }
-    std::memset(p, 0, room);
-    return true;
-}
-
 std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
                                     std::size_t packet_length, std::size_t hdr,
                                     std::span<const TxPiece> payload) const noexcept {
@@ -181,19 +164,14 @@ std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacA
     ip.total_length = ip_length;
     ip.checksum = net::csum_finish(ip_sum_ + ip_length);
     udp.length = static_cast<std::uint16_t>(net::kUdpHdrLen + packet_length);
-    // The payload's room (with the pad) decides the path; the pieces are checked against it
-    // as they are copied (a frame they overrun is not sent).
+    // The payload's room (with the pad) decides the path; pieces that overrun it leave the
+    // frame unsent.
     std::uint8_t* p = l3 + kL4 + hdr;
     std::uint8_t* const icrc_at = l3 + ip_length - kIcrcLen;
     std::uint32_t reg = icrc_.begin(l3);
     if (static_cast<std::size_t>(icrc_at - p) < kIcrcCopyMin) {
         // Small: gathered first, then one fold over the extension headers, payload and pad.
-        for (const TxPiece& piece : payload) {
-            if (piece.len > static_cast<std::size_t>(icrc_at - p)) return 0;
-            if (piece.len != 0) std::memcpy(p, piece.data, piece.len);
-            p += piece.len;
-        }
-        while (p < icrc_at) *p++ = 0;  // the pad: at most 3 bytes from a well-formed packet
+        if (!gather_payload({l3 + kL4, icrc_at}, hdr, payload)) return 0;
         reg = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, icrc_at});
     } else {
         // The extension headers, then the payload folded as it is copied in, then the pad.

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -155,9 +156,21 @@ struct TxPiece {
 };
 
 // Copies `payload` into `packet` after its first `hdr` bytes and zeroes the rest (the pad);
-// false, with nothing copied, when the pieces do not fit.
-bool gather_payload(std::span<std::uint8_t> packet, std::size_t hdr,
-                    std::span<const TxPiece> payload) noexcept;
+// false when the pieces do not fit (the packet is then not to be sent).
+inline bool gather_payload(std::span<std::uint8_t> packet, std::size_t hdr,
+                           std::span<const TxPiece> payload) noexcept {
+    if (hdr > packet.size()) return false;
+    std::uint8_t* p = packet.data() + hdr;
+    std::size_t room = packet.size() - hdr;
+    for (const TxPiece& piece : payload) {
+        if (piece.len > room) return false;
+        if (piece.len != 0) std::memcpy(p, piece.data, piece.len);
+        p += piece.len;
+        room -= piece.len;
+    }
+    while (room-- > 0) *p++ = 0;  // the pad: at most 3 bytes when the lengths agree
+    return true;
+}
 
 // A connected flow's frame headers, prepared once (per RC QP): Ethernet, IPv4 and UDP as
 // frame_ipv4 writes them for `flow`, the IPv4 header's sum over its fields fixed for the

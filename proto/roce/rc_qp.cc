@@ -157,10 +157,7 @@ void RcQp::on_packet(const Packet& pkt, RcTime now) {
     }
     if (pkt.icrc_pending && (uc() || !pkt.info->has(kRequest))) {
         // Only RC's responder checks the ICRC as it places a payload: settled here for the rest.
-        if (!icrc_settle(pkt)) {
-            counters_.drop_bad_icrc.add();
-            return;
-        }
+        if (icrc_bad(pkt)) return;
         Packet checked = pkt;
         checked.icrc_pending = false;
         return on_packet(checked, now);
