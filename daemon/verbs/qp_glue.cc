@@ -38,12 +38,20 @@ static_assert(static_cast<int>(verbs::WcOpcode::recv_rdma_with_imm) == IBV_WC_RE
 static_assert(verbs::kWcWithImm == IBV_WC_WITH_IMM && verbs::kWcWithInv == IBV_WC_WITH_INV);
 static_assert(verbs::kMaxSge == shm::kMaxSge && verbs::kMaxInline == shm::kMaxInline);
 
-verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
-    verbs::SendWr wr;
+void to_send_wr(const shm::SendWqe& w, const Qp& qp, verbs::SendWr& wr) {
+    // Every field but the two unions is written; of those, only what the WR uses (the slot
+    // a WR lands in keeps its last WR's bytes elsewhere, and nothing reads them).
     wr.wr_id = w.wr_id;
     wr.signaled = (w.flags & shm::kWqeSignaled) != 0 || qp.sq_sig_all != 0;
     wr.fence = (w.flags & shm::kWqeFence) != 0;
     wr.solicited = (w.flags & shm::kWqeSolicited) != 0;
+    wr.inline_data = false;
+    wr.remote_addr = 0;
+    wr.rkey = 0;
+    wr.compare_add = 0;
+    wr.swap = 0;
+    wr.num_sge = 0;
+    wr.inline_len = 0;
     const bool valid_op = w.opcode < verbs::kWrOpCount;
     const bool inline_ok = (w.flags & shm::kWqeInline) == 0 ||
                            w.inline_length <= std::min(shm::kMaxInline, qp.cap.max_inline_data);
@@ -53,7 +61,7 @@ verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
         wr.op = verbs::WrOp::local_inv;  // key 0: never valid
         wr.imm_or_rkey = 0;
         wr.signaled = true;
-        return wr;
+        return;
     }
     wr.op = static_cast<verbs::WrOp>(w.opcode);
     wr.imm_or_rkey = w.ex;
@@ -91,15 +99,24 @@ verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
         for (std::uint32_t i = 0; i < w.num_sge; ++i)
             wr.sge[i] = {w.sge[i].addr, w.sge[i].length, w.sge[i].lkey};
     }
+}
+
+verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp) {
+    verbs::SendWr wr;
+    to_send_wr(w, qp, wr);
     return wr;
 }
 
-verbs::RecvWr to_recv_wr(const shm::RecvWqe& w, std::uint32_t max_sge) {
-    verbs::RecvWr out;
+void to_recv_wr(const shm::RecvWqe& w, std::uint32_t max_sge, verbs::RecvWr& out) {
     out.wr_id = w.wr_id;
     out.num_sge = w.num_sge <= std::min(shm::kMaxSge, max_sge) ? w.num_sge : 0;
     for (std::uint32_t i = 0; i < out.num_sge; ++i)
         out.sge[i] = {w.sge[i].addr, w.sge[i].length, w.sge[i].lkey};
+}
+
+verbs::RecvWr to_recv_wr(const shm::RecvWqe& w, std::uint32_t max_sge) {
+    verbs::RecvWr out;
+    to_recv_wr(w, max_sge, out);
     return out;
 }
 
@@ -211,7 +228,7 @@ void QpGlue::note_held(std::uint32_t held) {
 bool QpGlue::pop_send(verbs::SendWr& out) {
     shm::SendWqe w;
     if (!sending_ || !qp_.sq || !qp_.sq->try_pop(w)) return false;
-    out = to_send_wr(w, qp_);
+    to_send_wr(w, qp_, out);
     return true;
 }
 
@@ -219,13 +236,13 @@ bool QpGlue::pop_recv(verbs::RecvWr& out) {
     shm::RecvWqe w;
     if (Srq* srq = qp_.srq.get()) {
         if (!srq->ring->try_pop(w)) return false;
-        out = to_recv_wr(w, srq->max_sge);
+        to_recv_wr(w, srq->max_sge, out);
         note_recv_taken(qp_);
         srq->check_limit(qp_.events);
         return true;
     }
     if (!qp_.rq || !qp_.rq->try_pop(w)) return false;
-    out = to_recv_wr(w, qp_.cap.max_recv_sge);
+    to_recv_wr(w, qp_.cap.max_recv_sge, out);
     note_recv_taken(qp_);
     return true;
 }

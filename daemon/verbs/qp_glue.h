@@ -25,9 +25,13 @@ struct Qp;
 // breaks the rules (opcode, SGE count, inline length against the QP's caps) becomes a local
 // operation that fails (Local Invalidate of key 0), so the QP errors in order.
 verbs::SendWr to_send_wr(const shm::SendWqe& w, const Qp& qp);
+// The same, written over `out` in place (an engine's slot): every field but the SGEs, the
+// inline bytes, the bind and the UD destination, of which only those the WR uses.
+void to_send_wr(const shm::SendWqe& w, const Qp& qp, verbs::SendWr& out);
 // A receive WQE copied out of the RQ or SRQ ring. One with more SGEs than the QP may have
 // (or than any WQE may have) gets none: a message to it is too long.
 verbs::RecvWr to_recv_wr(const shm::RecvWqe& w, std::uint32_t max_sge);
+void to_recv_wr(const shm::RecvWqe& w, std::uint32_t max_sge, verbs::RecvWr& out);  // in place
 shm::Cqe to_cqe(const verbs::Completion& c);
 
 // A context's doorbells in its memfd (mapped and checked at least `l.bytes` long, so they lie

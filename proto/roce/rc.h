@@ -212,6 +212,9 @@ struct RcConfig {
     std::uint32_t ack_req_every = 32;  // AckReq also on every Nth packet of long messages
     std::uint32_t ack_every = 16;      // responder: ACK after this many unacknowledged packets
     RcTime ack_delay_ns = 8'000;       // responder: or when the oldest waited this long
+    // The common cases in one piece each (a one-packet SEND or WRITE to the wire; one in
+    // order from the wire). Off: the general engine alone, to the same bytes (for tests).
+    bool fast_path = true;
 };
 
 // READ/atomics outstanding each way: as many as the Linux soft-RoCE driver offers, since

@@ -124,8 +124,11 @@ class RcQp {
     bool icrc_bad(const Packet& pkt);
 
     // --- requester (requester.cc) -----------------------------------------------------------
+    enum class Fast : std::uint8_t { none, sent, staged };  // what req_fast did
+    Fast req_fast(RcTime now);
     void req_prepare(SendSlot& s);
     bool req_start_next();
+    bool req_start_staged();
     bool req_emit_one(RcTime now);
     bool req_send(SendSlot& s, std::uint32_t k, RcTime now);
     bool req_gather(SendSlot& s, std::uint64_t off, std::uint32_t len, Piece* pieces,

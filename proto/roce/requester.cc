@@ -129,6 +129,11 @@ bool RcQp::req_start_next() {
         ++tail_;
         req_prepare(fresh);
     }
+    return req_start_staged();
+}
+
+// Starts the WR taken but not started, if it may start now.
+bool RcQp::req_start_staged() {
     SendSlot& s = slot(start_);
     if (s.state == SlotState::failed) {
         s.first_psn = next_psn_;
@@ -185,10 +190,110 @@ void RcQp::req_arm_timer(RcTime now) {
     if (deadline_ == kRcNever && timeout_ns_ != kRcNever) deadline_ = now + timeout_ns_;
 }
 
+// The common case in one piece: with nothing staged and the cursor at the end, the next WR
+// taken from the queue is a SEND or RDMA WRITE (with or without immediate) of one packet,
+// inline or in at most one SGE, that may start now. It is started and sent here, with no
+// packet description and no gather loop, to the same bytes and the same state the general
+// path below gives it (the differential test in test_rc_fast.cc holds the two together).
+// Anything else is taken and started (when it may start) as the general path does it, which
+// goes on from there.
+RcQp::Fast RcQp::req_fast(RcTime now) {
+    if (blocked_ || tail_ - head_ >= depth_) return Fast::none;
+    SlotChunk*& chunk = chunk_of(tail_);
+    const bool borrowed = chunk == nullptr;
+    if (borrowed && !borrow(chunk)) return Fast::none;
+    SendSlot& s = slot(tail_);
+    if (!queues_.pop_send(s.wr)) {
+        if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
+        return Fast::none;
+    }
+    ++tail_;
+    const SendWr& wr = s.wr;
+    const bool with_imm = wr.op == WrOp::send_imm || wr.op == WrOp::rdma_write_imm;
+    const bool write = wr.op == WrOp::rdma_write || wr.op == WrOp::rdma_write_imm;
+    const bool plain = write || with_imm || wr.op == WrOp::send;
+    const std::uint32_t len = wr.inline_data    ? wr.inline_len
+                              : wr.num_sge == 1 ? wr.sge[0].length
+                                                : 0;
+    const std::uint32_t psn = next_psn_;
+    if (!plain || (wr.fence && rd_atomic_out_ > 0) || len > cfg_.mtu ||
+        (wr.inline_data ? len > cfg_.max_inline : wr.num_sge > 1) ||
+        (una_ != psn && psn_diff(psn, una_) >= static_cast<std::int32_t>(cfg_.window))) {
+        req_prepare(s);
+        req_start_staged();
+        return Fast::staged;
+    }
+    const std::uint8_t* data = wr.inline_bytes.data();
+    if (!wr.inline_data && len != 0) {
+        data = mem_.local(wr.sge[0].lkey, wr.sge[0].addr, len, false);
+        if (data == nullptr) {
+            req_prepare(s);  // fails it as the general path does
+            req_start_staged();
+            return Fast::staged;
+        }
+    }
+    const WrOpInfo& op = (*ops_)[static_cast<std::uint8_t>(wr.op)];
+    s.op = &op;
+    s.length = len;
+    s.first_psn = psn;
+    s.npsn = 1;
+    s.acked = 0;
+    s.state = SlotState::in_flight;
+    s.status = WcStatus::success;
+    s.why = RcError::none;
+    next_psn_ = psn_add(psn, 1);
+    ++start_;
+
+    const OpcodeInfo& info = opcode_info(op.only);
+    const std::size_t total = info.length + len + pad_for(len);
+    const std::span<std::uint8_t> out = wire_.tx_alloc(total);
+    if (out.size() < total) {  // started, not sent: the cursor sends it on a later poll
+        counters_.tx_full.add();
+        more_ = true;
+        return Fast::none;
+    }
+    auto& bth = *reinterpret_cast<Bth*>(out.data());
+    bth.opcode = static_cast<std::uint8_t>(op.only);
+    bth.set_flags(wr.solicited && (!write || with_imm), false, pad_for(len), false, false, !uc());
+    bth.pkey = cfg_.pkey;
+    bth.dest_qp = cfg_.dest_qpn;
+    bth.psn = psn;
+    std::uint8_t* ext = out.data() + kBthLen;
+    if (write) {
+        Reth reth;
+        reth.va = wr.remote_addr;
+        reth.rkey = wr.rkey;
+        reth.dma_len = len;
+        std::memcpy(ext, &reth, sizeof reth);
+        ext += sizeof reth;
+    }
+    if (with_imm) std::memcpy(ext, &wr.imm_or_rkey, sizeof(ImmDt));  // as posted
+    const TxPiece piece{data, len};
+    wire_.tx_send(total, info.length, {&piece, len != 0 ? 1u : 0u});
+
+    (write ? counters_.tx_write_packets : counters_.tx_send_packets).add();
+    sent_end_ = next_psn_;  // a new PSN: never behind what was sent
+    ++cur_;
+    cur_pkt_ = 0;
+    if (uc()) {
+        s.acked = 1;
+        s.state = SlotState::done;
+        comp_retire();
+        comp_update_una();
+    } else {
+        req_arm_timer(now);
+    }
+    return Fast::sent;
+}
+
 // Sends one request packet from the cursor. False when there is nothing it may send now.
 bool RcQp::req_emit_one(RcTime now) {
     if (rnr_wait_) return false;
     req_normalize_cursor();
+    if (cur_ == start_ && start_ == tail_ && cfg_.fast_path) {
+        const Fast f = req_fast(now);
+        if (f != Fast::staged) return f == Fast::sent;
+    }
     for (std::uint32_t steps = 0; steps <= depth_; ++steps) {
         if (cur_ == start_ && !req_start_next()) return false;
         SendSlot& s = slot(cur_);

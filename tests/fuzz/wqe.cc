@@ -34,6 +34,29 @@ void send_wqe(Input& in) {
     const auto raw = in.bytes(sizeof w);
     std::memcpy(&w, raw.data(), raw.size());
     const verbs::SendWr wr = daemon::to_send_wr(w, qp);
+    // In place over a slot that held another WR: the same WR, whatever that one left.
+    shm::SendWqe other;
+    std::memset(&other, 0xff, sizeof other);
+    other.opcode = static_cast<std::uint8_t>(verbs::WrOp::rdma_write);
+    other.flags = static_cast<std::uint8_t>(shm::kWqeInline | shm::kWqeFence);
+    other.inline_length = 16;
+    const std::uint32_t max_inline = qp.cap.max_inline_data;
+    qp.cap.max_inline_data = shm::kMaxInline;
+    verbs::SendWr slot;
+    daemon::to_send_wr(other, qp, slot);
+    qp.cap.max_inline_data = max_inline;
+    daemon::to_send_wr(w, qp, slot);
+    SNIC_FUZZ_REQUIRE(slot.wr_id == wr.wr_id && slot.op == wr.op && slot.signaled == wr.signaled &&
+                      slot.fence == wr.fence && slot.solicited == wr.solicited &&
+                      slot.inline_data == wr.inline_data && slot.imm_or_rkey == wr.imm_or_rkey &&
+                      slot.remote_addr == wr.remote_addr && slot.rkey == wr.rkey &&
+                      slot.compare_add == wr.compare_add && slot.swap == wr.swap &&
+                      slot.num_sge == wr.num_sge && slot.inline_len == wr.inline_len);
+    SNIC_FUZZ_REQUIRE(
+        std::memcmp(
+            slot.inline_data ? slot.inline_bytes.data() : static_cast<const void*>(slot.sge.data()),
+            wr.inline_data ? wr.inline_bytes.data() : static_cast<const void*>(wr.sge.data()),
+            wr.inline_data ? wr.inline_len : wr.num_sge * sizeof(verbs::Sge)) == 0);
     const bool is_inline = (w.flags & shm::kWqeInline) != 0;
     const bool valid =
         w.opcode < verbs::kWrOpCount &&
