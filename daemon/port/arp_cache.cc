@@ -38,6 +38,7 @@ ArpCache::Entry& ArpCache::claim(std::uint32_t ip, std::uint64_t now) {
     }
     *victim = Entry{};
     victim->ip = ip;
+    ++generation_;
     return *victim;
 }
 
@@ -45,6 +46,13 @@ std::optional<net::MacAddr> ArpCache::lookup(net::Ipv4Addr ip, std::uint64_t now
     const Entry* e = find(ip.value);
     if (e == nullptr || e->state != State::valid || e->expires <= now) return std::nullopt;
     return e->mac;
+}
+
+std::optional<ArpCache::Resolved> ArpCache::lookup_until(net::Ipv4Addr ip,
+                                                         std::uint64_t now) const {
+    const Entry* e = find(ip.value);
+    if (e == nullptr || e->state != State::valid || e->expires <= now) return std::nullopt;
+    return Resolved{e->mac, e->expires};
 }
 
 std::optional<net::MacAddr> ArpCache::last_known(net::Ipv4Addr ip) const {
@@ -55,6 +63,7 @@ std::optional<net::MacAddr> ArpCache::last_known(net::Ipv4Addr ip) const {
 
 void ArpCache::learn(net::Ipv4Addr ip, net::MacAddr mac, std::uint64_t now) {
     Entry& e = claim(ip.value, now);
+    if (e.mac != mac) ++generation_;
     e.state = State::valid;
     e.mac = mac;
     e.expires = now + lifetime_;
@@ -64,6 +73,7 @@ bool ArpCache::refresh(net::Ipv4Addr ip, net::MacAddr mac, std::uint64_t now) {
     Entry* found = find(ip.value);
     if (found == nullptr) return false;
     Entry& e = *found;
+    if (e.mac != mac) ++generation_;
     e.state = State::valid;
     e.mac = mac;
     e.expires = now + lifetime_;

@@ -12,6 +12,14 @@
 
 namespace snic::daemon {
 
+// What one sender that talks to one peer keeps of the peer's MAC (Port::resolve): good while
+// the clock is short of `until` and the cache's generation is still `generation`.
+struct MacMemo {
+    net::MacAddr mac{};
+    std::uint64_t until = 0;
+    std::uint64_t generation = 0;
+};
+
 class ArpCache {
   public:
     // `lifetime`: how long a learnt entry stays valid; `retry`: the least interval
@@ -20,6 +28,18 @@ class ArpCache {
 
     // The MAC of `ip` if known and not expired.
     std::optional<net::MacAddr> lookup(net::Ipv4Addr ip, std::uint64_t now) const;
+
+    // The same with the time it expires, for a caller that keeps it (see generation()).
+    struct Resolved {
+        net::MacAddr mac;
+        std::uint64_t expires;
+    };
+    std::optional<Resolved> lookup_until(net::Ipv4Addr ip, std::uint64_t now) const;
+
+    // Changes whenever an entry's MAC changes or an entry is taken for another address:
+    // a MAC looked up is still the cache's answer while this and the clock are short of
+    // its expiry. (A refresh that only extends an entry leaves it alone.)
+    std::uint64_t generation() const { return generation_; }
 
     // The MAC `ip` last had, expired or not (nullopt if it never resolved): what to keep
     // sending to while it is being resolved again, as a stale neighbour entry is used.
@@ -60,6 +80,7 @@ class ArpCache {
     std::size_t mask_;
     std::uint64_t lifetime_;
     std::uint64_t retry_;
+    std::uint64_t generation_ = 0;
 };
 
 }  // namespace snic::daemon

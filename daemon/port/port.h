@@ -97,6 +97,12 @@ class Port {
     // The MAC of an on-link peer, or nullopt while it is being resolved (a request is
     // sent, paced); callers retry later.
     std::optional<net::MacAddr> resolve(net::Ipv4Addr ip, std::uint64_t now);
+    // The same for a sender that talks to one peer (a connected QP): its memo answers
+    // without a lookup while the ARP cache has not changed and the entry has not expired.
+    std::optional<net::MacAddr> resolve(net::Ipv4Addr ip, std::uint64_t now, MacMemo& memo) {
+        if (now < memo.until && memo.generation == arp_.generation()) return memo.mac;
+        return resolve_memo(ip, now, memo);
+    }
     // A fresh mbuf from the port's pool, or nullptr (counted as tx_dropped).
     rte_mbuf* alloc();
     // Takes a frame this port sent to itself (a transport's loopback) as if received.
@@ -106,6 +112,7 @@ class Port {
     void readdress(net::Ipv4Prefix ip, std::uint16_t mtu);
 
   private:
+    std::optional<net::MacAddr> resolve_memo(net::Ipv4Addr ip, std::uint64_t now, MacMemo& memo);
     Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
          std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings);
 

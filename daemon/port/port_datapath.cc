@@ -192,6 +192,15 @@ void Port::readdress(net::Ipv4Prefix ip, std::uint16_t mtu) {
     addr_.store(pack(ip, mtu), std::memory_order_relaxed);
 }
 
+std::optional<net::MacAddr> Port::resolve_memo(net::Ipv4Addr ip, std::uint64_t now, MacMemo& memo) {
+    if (const auto r = arp_.lookup_until(ip, now)) {
+        memo = {r->mac, r->expires, arp_.generation()};
+        return r->mac;
+    }
+    memo.until = 0;
+    return resolve(ip, now);
+}
+
 std::optional<net::MacAddr> Port::resolve(net::Ipv4Addr ip, std::uint64_t now) {
     if (auto mac = arp_.lookup(ip, now)) return mac;
     if (!this->ip().contains(ip)) return std::nullopt;

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "daemon/lcore/lcore_tasks.h"
+#include "daemon/port/arp_cache.h"
 #include "daemon/port/stats.h"
 #include "daemon/verbs/qp_glue.h"
 #include "daemon/verbs/qp_runner.h"
@@ -150,6 +151,7 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
     bool peer_known_;               // RC, loopback, or a UC QP whose peer's MAC was known once
     std::uint64_t await_since_;     // UC: since when it waits for the peer's MAC (ns), or never
     const roce::FlowFrame flow_;    // the headers of this QP's frames, prepared once
+    MacMemo mac_memo_;              // the peer's MAC, as long as the port's ARP cache says so
     roce::RcQp engine_;             // last: built from the interfaces above
 };
 
@@ -247,13 +249,13 @@ class RoceTransport final : public Transport {
     bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, std::uint16_t src_port);
     // The same for a connected QP's packet, framed by its prepared headers, whose first `hdr`
     // bytes only are in place: the payload is copied in as the ICRC is folded over it
-    // (FlowFrame::frame_gather).
-    bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
+    // (FlowFrame::frame_gather). `memo`: the QP's memo of its peer's MAC.
+    bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, MacMemo& memo,
                   const roce::FlowFrame& flow, std::size_t hdr,
                   std::span<const roce::TxPiece> payload);
     // What both do around the framing: `frame(out, mac)` writes the frame, returns its length.
     template <typename FrameFn>
-    bool transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, FrameFn&& frame);
+    bool transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, MacMemo* memo, FrameFn&& frame);
 
     Port& port_;
     LcoreTasks& tasks_;

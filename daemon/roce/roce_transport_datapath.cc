@@ -75,7 +75,7 @@ bool RoceQp::await_peer() {
 void RoceQp::tx_send(std::size_t len, std::size_t hdr, std::span<const roce::TxPiece> payload) {
     rte_mbuf* m = std::exchange(tx_m_, nullptr);
     if (m == nullptr) return;
-    transport_.transmit(m, len + roce::kIcrcLen, peer_, flow_, hdr, payload);
+    transport_.transmit(m, len + roce::kIcrcLen, peer_, mac_memo_, flow_, hdr, payload);
 }
 
 bool RoceUdQp::tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn) {
@@ -161,10 +161,12 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
 }
 
 template <typename FrameFn>
-bool RoceTransport::transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, FrameFn&& frame) {
+bool RoceTransport::transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, MacMemo* memo,
+                                    FrameFn&& frame) {
     const bool loopback = dst == port_.ip().addr;
-    std::optional<net::MacAddr> mac =
-        loopback ? std::optional(port_.mac()) : port_.resolve(dst, now_tsc_);
+    std::optional<net::MacAddr> mac = loopback          ? std::optional(port_.mac())
+                                      : memo != nullptr ? port_.resolve(dst, now_tsc_, *memo)
+                                                        : port_.resolve(dst, now_tsc_);
     if (!mac) {
         rte_pktmbuf_free(m);
         counters_.tx_unresolved.add();
@@ -196,18 +198,21 @@ bool RoceTransport::transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, FrameFn&& fr
 
 bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
                              std::uint16_t src_port) {
-    return transmit_framed(m, dst, [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
-        const net::UdpFlow flow{port_.mac(), mac, port_.ip().addr, dst, src_port, net::kRoceV2Port};
-        return roce::frame_ipv4(out, flow, packet_len);
-    });
+    return transmit_framed(m, dst, nullptr,
+                           [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
+                               const net::UdpFlow flow{port_.mac(), mac,      port_.ip().addr,
+                                                       dst,         src_port, net::kRoceV2Port};
+                               return roce::frame_ipv4(out, flow, packet_len);
+                           });
 }
 
-bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
+bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, MacMemo& memo,
                              const roce::FlowFrame& flow, std::size_t hdr,
                              std::span<const roce::TxPiece> payload) {
-    return transmit_framed(m, dst, [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
-        return flow.frame_gather(out, mac, packet_len, hdr, payload);
-    });
+    return transmit_framed(m, dst, &memo,
+                           [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
+                               return flow.frame_gather(out, mac, packet_len, hdr, payload);
+                           });
 }
 
 bool RoceTransport::send_gsi(std::uint32_t dst_ip, std::uint32_t dst_qpn, std::uint32_t qkey,

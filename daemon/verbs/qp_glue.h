@@ -83,6 +83,7 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     verbs::WcStatus bind_mw(const verbs::MwBind& bind) override;
 
     // verbs::QpQueues
+    bool send_ready() override { return send_pending(); }
     bool pop_send(verbs::SendWr& out) override;
     bool pop_recv(verbs::RecvWr& out) override;
     void complete_send(const verbs::Completion& c) override;

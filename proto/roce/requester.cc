@@ -120,7 +120,7 @@ bool RcQp::req_start_next() {
         if (tail_ - head_ >= depth_) return false;
         SlotChunk*& chunk = chunk_of(tail_);
         const bool borrowed = chunk == nullptr;
-        if (borrowed && !borrow(chunk)) return false;
+        if (borrowed && (!queues_.send_ready() || !borrow(chunk))) return false;
         SendSlot& fresh = slot(tail_);
         if (!queues_.pop_send(fresh.wr)) {
             if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
@@ -201,7 +201,7 @@ RcQp::Fast RcQp::req_fast(RcTime now) {
     if (blocked_ || tail_ - head_ >= depth_) return Fast::none;
     SlotChunk*& chunk = chunk_of(tail_);
     const bool borrowed = chunk == nullptr;
-    if (borrowed && !borrow(chunk)) return Fast::none;
+    if (borrowed && (!queues_.send_ready() || !borrow(chunk))) return Fast::none;
     SendSlot& s = slot(tail_);
     if (!queues_.pop_send(s.wr)) {
         if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold

@@ -53,6 +53,9 @@ inline constexpr std::uint32_t kFlushBudget = 4096;
 // a slot for it and keeps it until it completes; receive WRs come from the RQ or the SRQ.
 class QpQueues {
   public:
+    // Whether pop_send may find a WR (it still may not: a WR in flight to the queue); the
+    // engine asks before it makes room for one.
+    virtual bool send_ready() = 0;
     virtual bool pop_send(SendWr& out) = 0;
     virtual bool pop_recv(RecvWr& out) = 0;
     virtual void complete_send(const Completion& c) = 0;

@@ -230,6 +230,7 @@ class CheckedQueues final : public verbs::QpQueues {
         recv_out_[wr.wr_id] = cap;
     }
 
+    bool send_ready() override { return !sq.empty(); }
     bool pop_send(verbs::SendWr& out) override {
         if (sq.empty()) return false;
         out = sq.front();

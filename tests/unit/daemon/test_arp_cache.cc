@@ -325,3 +325,50 @@ TEST(ArpCacheStale, never_resolved_address_has_no_last_mac) {
 
 }  // namespace
 }  // namespace snic::daemon
+
+namespace snic::daemon {
+namespace {
+
+// A connected QP keeps its peer's MAC (MacMemo) while the cache's generation stands and the
+// entry has not expired: the generation must move whenever the answer could differ.
+TEST(ArpCacheGeneration, moves_when_a_mac_changes_or_an_entry_is_taken_not_when_one_is_refreshed) {
+    ArpCache c(64, kLifetime, kRetry);
+    c.learn(kA, mac(1), kT0);
+    const auto r = c.lookup_until(kA, kT0 + 5);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->mac, mac(1));
+    EXPECT_EQ(r->expires, kT0 + kLifetime);
+    EXPECT_FALSE(c.lookup_until(kA, kT0 + kLifetime));  // expired
+    EXPECT_FALSE(c.lookup_until(kB, kT0));
+
+    std::uint64_t g = c.generation();
+    c.refresh(kA, mac(1), kT0 + 10);  // the same MAC, a later expiry
+    c.learn(kA, mac(1), kT0 + 20);
+    EXPECT_EQ(c.generation(), g);
+    EXPECT_EQ(c.lookup_until(kA, kT0 + 20)->expires, kT0 + 20 + kLifetime);
+
+    c.refresh(kA, mac(2), kT0 + 30);  // the peer moved
+    EXPECT_NE(c.generation(), g);
+    g = c.generation();
+    c.learn(kA, mac(3), kT0 + 40);
+    EXPECT_NE(c.generation(), g);
+    g = c.generation();
+    c.learn(kB, mac(4), kT0 + 50);  // a new entry
+    EXPECT_NE(c.generation(), g);
+    g = c.generation();
+    EXPECT_FALSE(c.refresh(ip(10, 0, 0, 3), mac(5), kT0 + 60));  // unknown: nothing changes
+    EXPECT_EQ(c.generation(), g);
+}
+
+TEST(ArpCacheGeneration, moves_when_an_entry_is_evicted_for_another_address) {
+    ArpCache c(8, kLifetime, kRetry);  // one probe window: every address competes
+    for (std::uint8_t i = 1; i <= 8; ++i) c.learn(ip(10, 0, 1, i), mac(i), kT0 + i);
+    const std::uint64_t g = c.generation();
+    ASSERT_TRUE(c.lookup(ip(10, 0, 1, 1), kT0 + 9));
+    c.learn(ip(10, 0, 1, 9), mac(9), kT0 + 9);  // takes the entry that expires first
+    EXPECT_NE(c.generation(), g);
+    EXPECT_FALSE(c.lookup(ip(10, 0, 1, 1), kT0 + 9));
+}
+
+}  // namespace
+}  // namespace snic::daemon

@@ -149,6 +149,7 @@ class FakeMemory final : public QpMemory {
 
 class FakeQueues final : public QpQueues {
   public:
+    bool send_ready() override { return !sq.empty(); }
     bool pop_send(SendWr& out) override {
         if (sq.empty()) return false;
         out = sq.front();

@@ -25,6 +25,7 @@ constexpr std::uint64_t kPosted = 100;  // twelve budgets and a half
 // come, numbered on from 1, and a pop takes the next while any is left.
 class PostingQueues final : public QpQueues {
   public:
+    bool send_ready() override { return send_left != 0; }
     bool pop_send(SendWr& out) override {
         if (send_left == 0) return false;
         --send_left;
