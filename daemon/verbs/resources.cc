@@ -120,20 +120,6 @@ void NameTable::release(std::uint32_t name) {
     --live_;
 }
 
-// The slot `name` points at, or nullptr when the name has bits outside its format.
-const NameTable::Slot* NameTable::slot_of(std::uint32_t name) const {
-    const std::uint32_t index = index_of(name);
-    if (index >= nslots_ || (name & ~name_mask_) != 0) return nullptr;
-    return &slots_[index];
-}
-
-const void* NameTable::lookup(std::uint32_t name, std::uint8_t kind) const {
-    const Slot* s = name == 0 ? nullptr : slot_of(name);
-    if (s == nullptr || s->name.load(std::memory_order_acquire) != name) return nullptr;
-    if (s->kind.load(std::memory_order_relaxed) != kind) return nullptr;
-    return s->obj.load(std::memory_order_relaxed);
-}
-
 // Whatever the generation, the rest of the name (the slot field: index and tag) must be
 // the live name's.
 const void* NameTable::lookup_slot(std::uint32_t name, std::uint8_t kind) const {

@@ -83,7 +83,8 @@ class NameTable {
 
     // The object `name` stands for now, or nullptr: stale generation, free slot, index out
     // of range, or another kind. Safe from any thread (acquire load).
-    const void* lookup(std::uint32_t name, std::uint8_t kind = 0) const;
+    // Inline: every key a datapath packet uses goes through it.
+    inline const void* lookup(std::uint32_t name, std::uint8_t kind = 0) const;
     // The object of kind `kind` in the slot `name` points at, whatever the name's
     // generation: for memory windows, whose key byte each bind renames (the window then
     // checks the whole key itself). Safe from any thread (acquire load).
@@ -106,7 +107,12 @@ class NameTable {
         std::uint32_t gen = 0;  // last generation handed out (control thread only)
     };
 
-    const Slot* slot_of(std::uint32_t name) const;
+    // The slot `name` points at, or nullptr when the name has bits outside its format.
+    const Slot* slot_of(std::uint32_t name) const {
+        const std::uint32_t index = index_of(name);
+        if (index >= nslots_ || (name & ~name_mask_) != 0) return nullptr;
+        return &slots_[index];
+    }
     std::uint32_t make(std::uint32_t index, std::uint32_t tag, std::uint32_t gen) const;
     std::uint64_t next_random();
 
@@ -124,6 +130,13 @@ class NameTable {
     std::uint32_t free_count_ = 0;
     std::uint32_t live_ = 0;
 };
+
+const void* NameTable::lookup(std::uint32_t name, std::uint8_t kind) const {
+    const Slot* s = name == 0 ? nullptr : slot_of(name);
+    if (s == nullptr || s->name.load(std::memory_order_acquire) != name) return nullptr;
+    if (s->kind.load(std::memory_order_relaxed) != kind) return nullptr;
+    return s->obj.load(std::memory_order_relaxed);
+}
 
 // A name held by an object; released when the object goes.
 class NameLease {

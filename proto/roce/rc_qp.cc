@@ -185,15 +185,21 @@ bool RcQp::poll(RcTime now) {
         if (flush() > 0) did = true;
         return did;
     }
-    bool did = req_timers(now);
-    if (state_ == RcState::error) return true;
-    did |= comp_retire();
-    if (state_ == RcState::error) return true;
+    // Quiet: no timer due, nothing to retire, nothing for the responder to send. Only WRs
+    // posted since can give the QP work, and the loop below goes straight to the requester.
+    const bool quiet = cfg_.fast_path && poll_quiet(now);
+    bool did = false;
+    if (!quiet) {
+        did = req_timers(now);
+        if (state_ == RcState::error) return true;
+        did |= comp_retire();
+        if (state_ == RcState::error) return true;
+    }
 
     std::uint32_t budget = cfg_.max_burst;
     while (budget > 0) {
         bool any = false;
-        if (resp_emit_one(now)) {
+        if (!quiet && resp_emit_one(now)) {
             any = true;
             --budget;
         }
@@ -215,6 +221,14 @@ bool RcQp::poll(RcTime now) {
         more_ = true;
     }
     return did;
+}
+
+// What poll() would find with nothing to do before its requester: req_timers() fires
+// nothing, comp_retire() retires nothing, resp_emit_one() has nothing to send (and sending
+// requests changes none of it).
+bool RcQp::poll_quiet(RcTime now) const {
+    return !rnr_wait_ && now < deadline_ && !nak_pending_ && res_active_ == 0 &&
+           !resp_ack_due(now) && (head_ == start_ || slot(head_).state == SlotState::in_flight);
 }
 
 RcTime RcQp::next_deadline() const {

@@ -107,6 +107,7 @@ class RcQp {
     // --- shared ----------------------------------------------------------------------------
     bool uc() const { return cfg_.service == Transport::uc; }
     void fail(RcError why);
+    bool poll_quiet(RcTime now) const;
     // Completes the WRs held and at most flush_budget of each queue's with WR_FLUSH_ERR, in
     // order; sets more_ when a queue may hold more. Returns how many it completed.
     std::uint32_t flush();
