@@ -79,7 +79,9 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
       flow_({transport.port().mac(), net::MacAddr::zero(), transport.port().ip().addr, peer,
              src_port_, net::kRoceV2Port},
             config.pkey, config.dest_qpn),
-      engine_(config, glue_, glue_, *this, &slots) {}
+      engine_(config, glue_, glue_, *this, &slots) {
+    rx_flow_ = &icrc_rx_;
+}
 
 void RoceQp::start_sending(const shm::QpAttr& a) {
     engine_.start_requester(a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic);

@@ -139,18 +139,28 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     if (!pkt.ok()) return drop(pkt.drop);
     const std::span<const std::uint8_t> l3(frame + f.l3_offset,
                                            f.l4_offset + f.l4_length - f.l3_offset);
-    const auto start = icrc_with_copy(pkt) ? roce::icrc_begin(l3) : std::nullopt;
-    if (start && start->ip_end == l3.size()) {
+    const std::uint32_t qpn = pkt.bth().dest_qp.host();
+    auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
+    // A connected QP's peer's packet starts its ICRC from the flow the QP learnt; any other,
+    // and the first, from its masked headers.
+    roce::IcrcRxFlow* const flow = rt != nullptr ? rt->rx_flow_ : nullptr;
+    std::optional<roce::IcrcStart> start = flow != nullptr ? flow->begin(l3) : std::nullopt;
+    const bool of_flow = start.has_value();
+    if (!of_flow) start = roce::icrc_begin(l3);
+    if (!start || start->ip_end > l3.size()) return drop(roce::Drop::bad_icrc);
+    if (start->ip_end == l3.size() && icrc_with_copy(pkt)) {
         // Checked by the responder as it copies the payload out: one pass over its bytes.
         pkt.icrc_reg =
             roce::crc32_update(start->reg, {l3.data() + start->bth_end, pkt.payload.data()});
         pkt.icrc_pending = true;
-    } else if (!roce::icrc_verify(l3)) {
-        return drop(roce::Drop::bad_icrc);
+    } else {
+        const std::size_t at = start->ip_end - roce::kIcrcLen;
+        const std::uint32_t icrc =
+            ~roce::crc32_update(start->reg, l3.subspan(start->bth_end, at - start->bth_end));
+        if (icrc != roce::icrc_load(&l3[at])) return drop(roce::Drop::bad_icrc);
+        if (flow != nullptr && !of_flow) flow->learn(l3);
     }
-    const std::uint32_t qpn = pkt.bth().dest_qp.host();
     if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
-    auto* rt = static_cast<RoceQpBase*>(runner_.find(qpn));
     if (rt == nullptr) {
         counters_.rx_unknown_qpn.add();
         rte_pktmbuf_free(m);

@@ -125,8 +125,9 @@ bool icrc_fill(std::span<std::uint8_t> l3) noexcept {
 namespace {
 
 // The per-packet bytes of the IPv4 + UDP + BTH headers, as offsets in l3.
-constexpr std::array<std::uint8_t, 10> kPacketFields = {
+constexpr std::array<std::uint8_t, 12> kPacketFields = {
     2,  3,           // IPv4 total length
+    4,  5,           // IPv4 identification
     24, 25,          // UDP length
     28, 29,          // BTH opcode; SE, MigReq, PadCnt, TVer
     36, 37, 38, 39,  // BTH AckReq; PSN
@@ -176,6 +177,66 @@ std::uint32_t fields_of(const std::uint8_t* l3, std::index_sequence<I...>) noexc
 
 std::uint32_t IcrcFlow::fields(const std::uint8_t* l3) noexcept {
     return fields_of(l3, std::make_index_sequence<kPacketFields.size()>());
+}
+
+// ---- IcrcRxFlow -------------------------------------------------------------------------------
+
+namespace {
+
+// The l3 bytes that are neither masked nor per-packet: what a packet of the flow repeats.
+constexpr std::array<std::uint8_t, 21> kInvariantBytes = {
+    0,                               // IPv4 version, header length
+    6,  7,                           // flags, fragment offset
+    9,                               // protocol
+    12, 13, 14, 15, 16, 17, 18, 19,  // source and destination addresses
+    20, 21, 22, 23,                  // UDP ports
+    30, 31,                          // BTH P_Key
+    33, 34, 35,                      // BTH destination QP
+};
+
+// Five little-endian words over l3[0, 40): the invariant bytes' masks.
+consteval std::array<std::uint64_t, 5> invariant_masks() {
+    std::array<std::uint64_t, 5> m{};
+    for (std::size_t i = 0; i < kInvariantBytes.size(); ++i) {
+        const std::size_t at = kInvariantBytes[i];
+        m[at / 8] |= std::uint64_t{0xff} << (8 * (at % 8));
+    }
+    return m;
+}
+constexpr std::array<std::uint64_t, 5> kInvariantMask = invariant_masks();
+
+inline std::uint64_t load_le64(const std::uint8_t* p) {
+    std::uint64_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;  // x86-64 and every target snicd builds for are little-endian
+}
+
+}  // namespace
+
+std::optional<IcrcStart> IcrcRxFlow::begin(std::span<const std::uint8_t> l3) const noexcept {
+    static_assert(IcrcFlow::kBthEnd == 8 * kInvariantMask.size());
+    if (!learnt_ || l3.size() < IcrcFlow::kBthEnd) return std::nullopt;
+    const std::uint8_t* p = l3.data();
+    const auto word = [&](std::size_t k) {
+        return (load_le64(p + 8 * k) & kInvariantMask[k]) ^ invariant_[k];
+    };
+    if ((word(0) | word(1) | word(2) | word(3) | word(4)) != 0) return std::nullopt;
+    const std::size_t ip_end = load_be16(&l3[2]);
+    if (ip_end < IcrcFlow::kBthEnd + kIcrcLen) return std::nullopt;  // as icrc_begin
+    return IcrcStart{seed_ ^ IcrcFlow::fields(l3.data()),
+                     static_cast<std::uint16_t>(IcrcFlow::kBthEnd),
+                     static_cast<std::uint16_t>(ip_end)};
+}
+
+bool IcrcRxFlow::learn(std::span<const std::uint8_t> l3) noexcept {
+    learnt_ = false;
+    const auto flow = IcrcFlow::prepare(l3);
+    if (!flow) return false;
+    for (std::size_t k = 0; k < kInvariantMask.size(); ++k)
+        invariant_[k] = load_le64(l3.data() + 8 * k) & kInvariantMask[k];
+    seed_ = flow->begin(l3.data()) ^ IcrcFlow::fields(l3.data());  // the flow's seed
+    learnt_ = true;
+    return true;
 }
 
 }  // namespace snic::roce

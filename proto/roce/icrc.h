@@ -14,6 +14,7 @@
 // no state.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -72,10 +73,11 @@ bool icrc_fill(std::span<std::uint8_t> l3) noexcept;
 
 // The ICRC of one flow, its invariant part folded once (CRC is linear). For a flow of
 // IPv4 (no options) + UDP + BTH packets whose headers differ only in the per-packet fields
-// (IPv4 total length, UDP length, BTH bytes 0-1: opcode, SE, MigReq, PadCnt, TVer; byte 8:
-// AckReq; the PSN), the register after a packet's masked pseudo-header is the flow's seed
-// (the register of a packet of the flow with those fields zero) XOR what the fields
-// themselves contribute, ten bytes by table. That replaces masking and folding 48 bytes a packet.
+// (IPv4 total length and identification, UDP length, BTH bytes 0-1: opcode, SE, MigReq,
+// PadCnt, TVer; byte 8: AckReq; the PSN), the register after a packet's masked pseudo-header
+// is the flow's seed (the register of a packet of the flow with those fields zero) XOR what
+// the fields themselves contribute, twelve bytes by table. That replaces masking and folding
+// 48 bytes a packet.
 class IcrcFlow {
   public:
     // The pseudo-header bytes from the LRH's ones through the BTH, and where the packet
@@ -96,11 +98,32 @@ class IcrcFlow {
         return ~crc32_update(begin(l3), {l3 + kBthEnd, ip_length - kBthEnd - kIcrcLen});
     }
 
-  private:
     // What the per-packet fields of the packet at l3 add to the register (from zero).
     static std::uint32_t fields(const std::uint8_t* l3) noexcept;
 
+  private:
     std::uint32_t seed_ = 0;
+};
+
+// The same turned around, for the packets one connected QP receives: learnt from a packet of
+// the flow whose ICRC was checked in full. A packet whose other covered header bytes (IPv4
+// version and header length, flags and fragment offset, protocol, addresses; the UDP ports;
+// the P_Key and destination QP) equal the learnt packet's starts from the learnt seed and its
+// own per-packet fields, as IcrcFlow does; the masked bytes may be anything. Any other packet
+// is not of the flow (begin() says so) and is checked in full with icrc_begin.
+class IcrcRxFlow {
+  public:
+    // What icrc_begin(l3) gives, when the packet at l3 is of the learnt flow; else nullopt.
+    std::optional<IcrcStart> begin(std::span<const std::uint8_t> l3) const noexcept;
+    // Learns the flow of the packet at l3 (its ICRC checked); false, and the flow forgotten,
+    // unless IPv4 with a 20-byte header carrying UDP, with at least the BTH present.
+    bool learn(std::span<const std::uint8_t> l3) noexcept;
+    bool learnt() const noexcept { return learnt_; }
+
+  private:
+    std::array<std::uint64_t, 5> invariant_{};  // the learnt headers' invariant bytes, in place
+    std::uint32_t seed_ = 0;
+    bool learnt_ = false;
 };
 
 constexpr std::uint32_t icrc_load(const std::uint8_t* p) noexcept {

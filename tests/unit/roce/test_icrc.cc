@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <random>
+#include <set>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -392,6 +393,70 @@ TEST(IcrcFlow, prepares_only_ipv4_without_options_carrying_udp) {
     const auto ok = ipv4_packet(rng, 16);
     EXPECT_FALSE(IcrcFlow::prepare(std::span(ok).first(39)).has_value());
     EXPECT_TRUE(IcrcFlow::prepare(std::span(ok).first(40)).has_value());
+}
+
+// ---- IcrcRxFlow: a receiver's flow, learnt from one packet -------------------------------------
+
+TEST(IcrcRxFlow, starts_every_packet_of_the_learnt_flow_as_the_full_computation) {
+    std::mt19937 rng(21);
+    for (int f = 0; f < 8; ++f) {
+        const auto base = ipv4_packet(rng, 16);
+        IcrcRxFlow flow;
+        EXPECT_FALSE(flow.begin(base).has_value());  // nothing learnt yet
+        ASSERT_TRUE(flow.learn(base));
+        for (std::size_t payload = 0; payload < 1100; payload += 1 + payload / 8) {
+            auto p = flow_packet(rng, base, payload);
+            p[4] = static_cast<std::uint8_t>(rng());  // the IPv4 identification: per packet
+            p[5] = static_cast<std::uint8_t>(rng());
+            const auto fast = flow.begin(p);
+            const auto full = icrc_begin(p);
+            ASSERT_TRUE(fast.has_value()) << payload;
+            ASSERT_TRUE(full.has_value());
+            EXPECT_EQ(fast->reg, full->reg) << payload;
+            EXPECT_EQ(fast->bth_end, full->bth_end);
+            EXPECT_EQ(fast->ip_end, full->ip_end);
+        }
+    }
+}
+
+TEST(IcrcRxFlow, a_packet_differing_in_any_invariant_byte_is_not_of_the_flow) {
+    std::mt19937 rng(22);
+    const auto base = ipv4_packet(rng, 16);
+    IcrcRxFlow flow;
+    ASSERT_TRUE(flow.learn(base));
+    // Every byte of the 40 is masked, per packet, or repeated by the flow; each of the last
+    // kind, changed, takes the packet off the learnt flow.
+    const std::set<std::size_t> masked = {1, 8, 10, 11, 26, 27, 32};
+    const std::set<std::size_t> per_packet = {2, 3, 4, 5, 24, 25, 28, 29, 36, 37, 38, 39};
+    std::size_t invariant = 0;
+    for (std::size_t at = 0; at < 40; ++at) {
+        auto p = flow_packet(rng, base, 8);
+        ASSERT_TRUE(flow.begin(p).has_value());
+        p[at] ^= 0x10;
+        const bool free_byte = masked.count(at) != 0 || per_packet.count(at) != 0;
+        if (at == 2 || at == 3) continue;  // the length: may leave the packet malformed
+        EXPECT_EQ(flow.begin(p).has_value(), free_byte) << "byte " << at;
+        invariant += free_byte ? 0 : 1;
+    }
+    EXPECT_EQ(invariant, 21u);
+}
+
+TEST(IcrcRxFlow, learns_only_ipv4_without_options_carrying_udp_and_forgets_on_a_failed_learn) {
+    std::mt19937 rng(23);
+    IcrcRxFlow flow;
+    const auto ok = ipv4_packet(rng, 16);
+    ASSERT_TRUE(flow.learn(ok));
+    EXPECT_TRUE(flow.learnt());
+    EXPECT_FALSE(flow.learn(ipv4_packet(rng, 16, 4)));
+    EXPECT_FALSE(flow.learnt());
+    EXPECT_FALSE(flow.begin(ok).has_value());
+    EXPECT_FALSE(flow.learn(ipv6_packet(rng, 16)));
+    auto tcp = ipv4_packet(rng, 16);
+    tcp[9] = 6;
+    EXPECT_FALSE(flow.learn(tcp));
+    EXPECT_FALSE(flow.learn(std::span(ok).first(39)));
+    ASSERT_TRUE(flow.learn(ok));
+    EXPECT_FALSE(flow.begin(std::span(ok).first(39)).has_value());  // too short for the headers
 }
 
 }  // namespace

@@ -119,6 +119,40 @@ class RxeCaptures : public ::testing::Test {
     static std::string path(const char* name) { return test::vector_path(name); }
 };
 
+// A receiving QP learns its flow's ICRC from one packet checked in full (IcrcRxFlow): on the
+// kernel's own traffic, every later packet of the same flow (destination address and QP)
+// must start its ICRC where the full computation does, and most of them must be of the flow.
+TEST_F(RxeCaptures, a_flow_learnt_from_one_real_packet_starts_every_later_icrc_as_the_full_check) {
+    Pcap pcap;
+    ASSERT_TRUE(read_pcap(path("rxe_real.pcap"), pcap));
+    std::map<std::uint64_t, IcrcRxFlow> flows;
+    std::size_t roce = 0, of_flow = 0;
+    for (std::size_t i = 0; i < pcap.frames.size(); ++i) {
+        SCOPED_TRACE("frame " + std::to_string(i + 1));
+        const Frame f = dissect(pcap.frames[i]);
+        if (f.kind != Kind::roce_ipv4) continue;
+        const Packet p = parse(f.udp_payload);
+        ASSERT_TRUE(p.ok());
+        ++roce;
+        const std::uint64_t key = std::uint64_t{be16(f.l3, 16)} << 40 |
+                                  std::uint64_t{be16(f.l3, 18)} << 24 | p.bth().dest_qp.host();
+        const auto full = icrc_begin(f.l3);
+        ASSERT_TRUE(full.has_value());
+        IcrcRxFlow& flow = flows[key];
+        if (const auto fast = flow.begin(f.l3)) {
+            ++of_flow;
+            EXPECT_EQ(fast->reg, full->reg);
+            EXPECT_EQ(fast->bth_end, full->bth_end);
+            EXPECT_EQ(fast->ip_end, full->ip_end);
+        } else {
+            ASSERT_TRUE(icrc_verify(f.l3));
+            EXPECT_TRUE(flow.learn(f.l3));
+        }
+    }
+    EXPECT_EQ(roce, 311u);
+    EXPECT_GE(of_flow, roce * 9 / 10) << "flows " << flows.size();
+}
+
 TEST_F(RxeCaptures, ipv4_capture_every_roce_packet_parses_and_its_icrc_verifies) {
     Pcap pcap;
     ASSERT_TRUE(read_pcap(path("rxe_real.pcap"), pcap));
