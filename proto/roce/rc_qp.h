@@ -201,6 +201,7 @@ class RcQp {
     RdAtomicRes* resp_oldest_active();
     void res_set_active(RdAtomicRes& r, bool active);
     bool resp_emit_one(RcTime now);
+    bool resp_emit_ack(std::uint8_t syndrome, std::uint32_t psn);
     bool resp_send_nak();
     bool resp_send_res(RdAtomicRes& r);
     bool resp_ack_due(RcTime now) const;

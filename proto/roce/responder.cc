@@ -501,15 +501,31 @@ bool RcQp::resp_ack_due(RcTime now) const {
     return ack_needed_ && (ack_now_ || now - ack_since_ >= cfg_.ack_delay_ns);
 }
 
+// An ACK or NAK (syndrome) for `psn` with the current MSN: BTH and AETH, written here.
+bool RcQp::resp_emit_ack(std::uint8_t syndrome, std::uint32_t psn) {
+    constexpr std::size_t kLen = kBthLen + sizeof(Aeth);
+    const std::span<std::uint8_t> out = wire_.tx_alloc(kLen);
+    if (out.size() < kLen) {
+        counters_.tx_full.add();
+        more_ = true;  // sent on a later poll
+        return false;
+    }
+    auto& bth = *reinterpret_cast<Bth*>(out.data());
+    bth.opcode = static_cast<std::uint8_t>(Opcode::rc_acknowledge);
+    bth.set_flags(false, false, 0, false, false, false);
+    bth.pkey = cfg_.pkey;
+    bth.dest_qp = cfg_.dest_qpn;
+    bth.psn = psn;
+    Aeth aeth;
+    aeth.syndrome = syndrome;
+    aeth.msn = msn_;
+    std::memcpy(out.data() + kBthLen, &aeth, sizeof aeth);
+    wire_.tx_send(kLen, kLen, {});
+    return true;
+}
+
 bool RcQp::resp_send_nak() {
-    PacketSpec spec;
-    spec.opcode = Opcode::rc_acknowledge;
-    spec.pkey = cfg_.pkey;
-    spec.dest_qp = cfg_.dest_qpn;
-    spec.psn = nak_psn_;
-    spec.aeth.syndrome = nak_syndrome_;
-    spec.aeth.msn = msn_;
-    if (!emit(spec, 0, nullptr, 0)) return false;
+    if (!resp_emit_ack(nak_syndrome_, nak_psn_)) return false;
     counters_.tx_naks.add();
     if (aeth_type(nak_syndrome_) == AckType::rnr_nak)
         counters_.rnr_naks_sent.add();
@@ -579,14 +595,7 @@ bool RcQp::resp_emit_one(RcTime now) {
     if (RdAtomicRes* r = resp_oldest_active()) return resp_send_res(*r);
     if (nak_pending_) return resp_send_nak();
     if (!resp_ack_due(now)) return false;
-    PacketSpec spec;
-    spec.opcode = Opcode::rc_acknowledge;
-    spec.pkey = cfg_.pkey;
-    spec.dest_qp = cfg_.dest_qpn;
-    spec.psn = psn_sub(epsn_, 1);
-    spec.aeth.syndrome = kAckSyndrome;
-    spec.aeth.msn = msn_;
-    if (!emit(spec, 0, nullptr, 0)) return false;
+    if (!resp_emit_ack(kAckSyndrome, psn_sub(epsn_, 1))) return false;
     counters_.tx_acks.add();
     if (ack_reqs_ > 1) counters_.acks_coalesced.add(ack_reqs_ - 1);
     ack_needed_ = false;

@@ -730,3 +730,34 @@ TEST(RcResponder, packets_for_another_qp_or_partition_are_dropped) {
 
 }  // namespace
 }  // namespace snic::roce::test
+
+namespace snic::roce::test {
+namespace {
+
+// The responder writes ACKs and NAKs itself (BTH and AETH): byte for byte what build() makes
+// of the same ACK, the P_Key and destination QP the QP's own.
+TEST(RcResponderAck, acks_and_naks_are_the_bytes_build_makes_of_them) {
+    RcConfig c = solo_config();
+    c.pkey = 0x7fff;  // a limited member of the default partition: its own P_Key on the wire
+    Responder r(c);
+    r.wire.keep = true;
+    r.post_recv(1, 0, 64);
+    const auto data = bytes(8, 1);
+    r.request(Opcode::rc_send_only, kEpsn, data);
+    r.run();
+    r.request(Opcode::rc_send_only, kEpsn + 3, data);  // ahead: a sequence NAK
+    r.run();
+    ASSERT_EQ(r.wire.logged(), 2u);
+    const auto expect = [&](std::uint8_t syndrome, std::uint32_t psn, std::uint32_t msn) {
+        PacketSpec s = spec_for(Opcode::rc_acknowledge, 0x22, psn);
+        s.pkey = c.pkey;
+        s.aeth.syndrome = syndrome;
+        s.aeth.msn = msn;
+        return make_packet(s).bytes;
+    };
+    EXPECT_EQ(r.wire.log[0], expect(aeth_syndrome(AckType::ack, kCreditsInvalid), kEpsn, 1));
+    EXPECT_EQ(r.wire.log[1], expect(nak_syndrome(NakCode::psn_sequence_error), kEpsn + 1, 1));
+}
+
+}  // namespace
+}  // namespace snic::roce::test
