@@ -143,35 +143,31 @@ shm::Doorbells* doorbells_in(const Mapping& m, const shm::ContextLayout& l) {
     return std::launder(reinterpret_cast<shm::Doorbells*>(m.data() + l.doorbells));
 }
 
-QpGlue::QpGlue(Qp& qp, const NameTable& keys) : qp_(qp), keys_(keys) {
+QpGlue::QpGlue(Qp& qp, const NameTable& keys) : qp_(qp), user_{keys, qp.pd.get(), qp.qpn.get()} {
     publish_sleeping(false);  // whatever an earlier engine of the QP left there
 }
 
 // ---- memory -------------------------------------------------------------------------------
 
-KeyUser QpGlue::key_user() const {
-    return {keys_, qp_.pd.get(), qp_.qpn.get()};
-}
-
 std::uint8_t* QpGlue::local(std::uint32_t lkey, std::uint64_t addr, std::uint32_t len, bool write) {
-    return local_access(key_user(), lkey, addr, len, write);
+    return local_access(user_, lkey, addr, len, write);
 }
 
 verbs::RemoteRegion QpGlue::remote(std::uint32_t rkey, std::uint64_t addr, std::uint32_t len,
                                    verbs::RemoteNeed need) {
-    return remote_access(key_user(), rkey, addr, len, need);
+    return remote_access(user_, rkey, addr, len, need);
 }
 
 bool QpGlue::invalidate(std::uint32_t rkey) {
-    return invalidate_remote(key_user(), rkey);
+    return invalidate_remote(user_, rkey);
 }
 
 verbs::WcStatus QpGlue::local_invalidate(std::uint32_t key) {
-    return invalidate_local(key_user(), key);
+    return invalidate_local(user_, key);
 }
 
 verbs::WcStatus QpGlue::bind_mw(const verbs::MwBind& bind) {
-    return bind_window(key_user(), bind);
+    return bind_window(user_, bind);
 }
 
 // ---- state --------------------------------------------------------------------------------

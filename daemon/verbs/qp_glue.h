@@ -90,14 +90,13 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     void complete_recv(const verbs::Completion& c) override;
 
   private:
-    KeyUser key_user() const;
     void drained();
     void complete(Cq& cq, std::uint32_t cq_handle, const verbs::Completion& c);
 
     void publish_sleeping(bool asleep);
 
     Qp& qp_;
-    const NameTable& keys_;
+    const KeyUser user_;  // the QP's PD and number, fixed for its life
     bool sending_ = false;
     bool draining_ = false;
     bool drain_notify_ = false;
