@@ -87,6 +87,9 @@ bool RoceUdQp::tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn
 // ---- Schedulable ----------------------------------------------------------------------------
 
 bool RoceQp::sched_poll(std::uint64_t now_ns) {
+    // A QP on the ready list for its grace period is polled every turn: most of those polls
+    // find nothing, and are not made.
+    if (engine_.idle(now_ns) && !glue_.send_pending()) return false;
     const bool did = engine_.poll(now_ns);
     note_state();
     return did;

@@ -51,6 +51,14 @@ class RcQp {
     // wire or the slot pool full) makes next_deadline() 0.
     bool poll(RcTime now);
 
+    // Whether poll(now) would do nothing at all unless a send WR is waiting in the queue: no
+    // timer due, no output left or due, nothing to retire, nothing taken and not sent. An
+    // owner that knows its queue holds no send WR may skip such a poll.
+    bool idle(RcTime now) const {
+        return state_ == RcState::ok && !more_ && cur_ == start_ && start_ == tail_ &&
+               poll_quiet(now);
+    }
+
     // RTR -> RTS: the attributes Modify QP gives the send side only at RTS (IBA §11.2.4.2).
     // A QP built at RTR (its RcConfig holding the RTR attributes) serves its receive side at
     // once; the owner serves no send WRs (pop_send returns nothing) until it calls this. Takes

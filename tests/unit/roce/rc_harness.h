@@ -567,7 +567,14 @@ struct RcPair {
         for (Node* n : {&a, &b}) {
             if (lazy && !n->has_work(now)) continue;
             ++polls;
-            did |= n->qp->poll(now);
+            // RcQp::idle() promises a poll that does nothing when no send WR waits.
+            const bool idle = n->qp->idle(now) && n->q.sq.empty();
+            const bool polled = n->qp->poll(now);
+            if (idle) {
+                ++idle_polls;
+                EXPECT_FALSE(polled) << "an idle QP's poll did something at t=" << now;
+            }
+            did |= polled;
             n->polled();
         }
         did |= link.step(now) > 0;
@@ -599,6 +606,7 @@ struct RcPair {
     std::uint64_t steps = 0;
     bool lazy = false;
     std::uint64_t polls = 0;
+    std::uint64_t idle_polls = 0;  // polls made while the QP was idle (and did nothing)
 };
 
 }  // namespace snic::roce::test

@@ -451,6 +451,7 @@ void stress(std::uint32_t mtu, std::uint32_t ops_per_direction, std::uint64_t se
     EXPECT_GT(a.tx_retransmits.get() + b.tx_retransmits.get(), 0u);
     EXPECT_GT(a.duplicate_requests.get() + b.duplicate_requests.get(), 0u);
     EXPECT_GT(a.seq_naks_sent.get() + b.seq_naks_sent.get(), 0u);
+    EXPECT_GT(pair.idle_polls, 0u);  // RcPair::step held idle QPs' polls to doing nothing
 }
 
 TEST(RcLink, send_write_read_and_atomics_end_to_end_on_a_clean_link) {
