@@ -21,18 +21,6 @@ namespace {
 
 constexpr std::size_t kFrameHeaders = net::kUdpFrameOverhead;  // Ethernet + IPv4 + UDP
 
-// Payloads from kIcrcCopyMin bytes on have their ICRC checked as the responder copies them
-// into place (Packet::icrc_pending): an RC SEND packet's, whose place is its receive WR, and
-// an RC RDMA WRITE's after the first, whose place its first packet's checked RETH named. A
-// WRITE's first packet names the place itself, so its ICRC is checked before anything is
-// written; so are small payloads, where one pass saves less than the split costs.
-bool icrc_with_copy(const roce::Packet& pkt) {
-    const roce::OpcodeInfo& info = *pkt.info;
-    return pkt.payload.size() >= roce::kIcrcCopyMin &&
-           roce::transport_of(pkt.opcode()) == roce::Transport::rc &&
-           (info.has(roce::kSend) || (info.has(roce::kWrite) && !info.has(roce::kFirst)));
-}
-
 }  // namespace
 
 void RoceQp::note_state() {
@@ -151,7 +139,7 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     const bool of_flow = start.has_value();
     if (!of_flow) start = roce::icrc_begin(l3);
     if (!start || start->ip_end > l3.size()) return drop(roce::Drop::bad_icrc);
-    if (start->ip_end == l3.size() && icrc_with_copy(pkt)) {
+    if (start->ip_end == l3.size() && roce::icrc_with_copy(pkt)) {
         // Checked by the responder as it copies the payload out: one pass over its bytes.
         pkt.icrc_reg =
             roce::crc32_update(start->reg, {l3.data() + start->bth_end, pkt.payload.data()});

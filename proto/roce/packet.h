@@ -148,6 +148,18 @@ std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
 // pass saves less than splitting the fold costs, and a packet is copied, then folded whole.
 inline constexpr std::size_t kIcrcCopyMin = 256;
 
+// Whether a received packet is handed to its QP with its ICRC left to the payload's copy
+// (Packet::icrc_pending): an RC SEND packet's, whose place is its receive WR, and an RC RDMA
+// WRITE packet's after the first, whose place its first packet's checked RETH named, from
+// kIcrcCopyMin payload bytes on. A WRITE's first packet names the place itself, so its ICRC
+// is checked before anything is written; so are small payloads, where one pass saves less
+// than the split costs.
+inline bool icrc_with_copy(const Packet& pkt) noexcept {
+    const OpcodeInfo& info = *pkt.info;
+    return pkt.payload.size() >= kIcrcCopyMin && transport_of(pkt.opcode()) == Transport::rc &&
+           (info.has(kSend) || (info.has(kWrite) && !info.has(kFirst)));
+}
+
 // A piece of a packet's payload, gathered into the packet in order (from a WR's SGEs, its
 // inline data, or the memory a READ response reads).
 struct TxPiece {

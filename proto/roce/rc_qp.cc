@@ -164,9 +164,9 @@ void RcQp::on_packet(const Packet& pkt, RcTime now) {
     }
     if (uc())
         uc_on_packet(pkt);  // UC has requests only
-    else if (pkt.info->has(kRequest))
-        resp_on_packet(pkt, now);
-    else
+    else if (pkt.info->has(kRequest)) {
+        if (!cfg_.fast_path || !resp_fast(pkt, now)) resp_on_packet(pkt, now);
+    } else
         comp_on_packet(pkt, now);
 }
 

@@ -193,6 +193,7 @@ class RcQp {
         bad_icrc,      // the ICRC folded while placing the payload was wrong: drop it
     };
 
+    bool resp_fast(const Packet& pkt, RcTime now);
     void resp_on_packet(const Packet& pkt, RcTime now);
     void resp_duplicate(const Packet& pkt, RcTime now);
     ExecFault resp_send(const Packet& pkt);

@@ -33,6 +33,80 @@ constexpr std::uint8_t kAckSyndrome = aeth_syndrome(AckType::ack, kCreditsInvali
 
 }  // namespace
 
+// The common case in one piece on the receive side: a SEND or RDMA WRITE ONLY (with or without
+// immediate) at ePSN, between messages, its ICRC checked, that executes: placed, completed
+// and made due for the ACK here, to the same effects the general path gives it. Anything
+// else, and a packet any check refuses, goes to the general path (false), which finds what
+// this found (none of the checks took effect) and answers it.
+bool RcQp::resp_fast(const Packet& pkt, RcTime now) {
+    const auto op = static_cast<Opcode>(pkt.opcode());
+    const bool imm = op == Opcode::rc_send_only_with_immediate ||
+                     op == Opcode::rc_rdma_write_only_with_immediate;
+    const bool write =
+        op == Opcode::rc_rdma_write_only || op == Opcode::rc_rdma_write_only_with_immediate;
+    if (!(write || imm || op == Opcode::rc_send_only) || pkt.icrc_pending ||
+        in_msg_ != InMsg::none || pkt.bth().psn.host() != epsn_)
+        return false;
+    const std::size_t len = pkt.payload.size();
+    if (len > cfg_.mtu) return false;
+    if (write) {
+        if ((cfg_.remote_access & rc_access::remote_write) == 0) return false;
+        const Reth& reth = *pkt.reth();
+        if (reth.dma_len.host() != len) return false;
+        std::uint8_t* to = nullptr;
+        if (len != 0) {
+            const RemoteRegion r = mem_.remote(reth.rkey.host(), reth.va.host(),
+                                               static_cast<std::uint32_t>(len), RemoteNeed::write);
+            if (r.check != RemoteCheck::ok || r.ptr == nullptr) return false;
+            to = r.ptr;
+        }
+        if (imm && !resp_take_recv()) return false;
+        counters_.rx_write_packets.add();
+        write_va_ = reth.va.host();
+        write_rkey_ = reth.rkey.host();
+        write_len_ = write_done_ = static_cast<std::uint32_t>(len);
+        if (len != 0) std::memcpy(to, pkt.payload.data(), len);
+        epsn_ = psn_add(epsn_, 1);
+        msn_ = psn_add(msn_, 1);
+        if (imm) {
+            Completion c;
+            c.wr_id = recv_.wr_id;
+            c.opcode = WcOpcode::recv_rdma_with_imm;
+            c.byte_len = write_len_;
+            std::memcpy(&c.imm_or_rkey, pkt.immdt(), sizeof c.imm_or_rkey);
+            c.with_imm = true;
+            c.solicited = pkt.bth().solicited();
+            c.qp_num = cfg_.qpn;
+            c.src_qp = cfg_.dest_qpn;
+            have_recv_ = false;
+            queues_.complete_recv(c);
+        }
+    } else {
+        if (!resp_take_recv() || len > recv_cap_) return false;
+        std::uint32_t unused = 0;
+        if (!resp_place(0, pkt, unused)) return false;
+        counters_.rx_send_packets.add();
+        recv_off_ = static_cast<std::uint32_t>(len);
+        epsn_ = psn_add(epsn_, 1);
+        Completion c;
+        c.wr_id = recv_.wr_id;
+        c.opcode = WcOpcode::recv;
+        c.byte_len = recv_off_;
+        c.solicited = pkt.bth().solicited();
+        c.qp_num = cfg_.qpn;
+        c.src_qp = cfg_.dest_qpn;
+        if (imm) {
+            std::memcpy(&c.imm_or_rkey, pkt.immdt(), sizeof c.imm_or_rkey);  // as on the wire
+            c.with_imm = true;
+        }
+        have_recv_ = false;
+        msn_ = psn_add(msn_, 1);
+        queues_.complete_recv(c);
+    }
+    resp_executed(pkt, now);
+    return true;
+}
+
 void RcQp::resp_on_packet(const Packet& pkt, RcTime now) {
     const OpcodeInfo& info = *pkt.info;
     const std::uint32_t psn = pkt.bth().psn.host();

@@ -351,9 +351,9 @@ class FakeLink {
                     ++lost;
                     continue;
                 }
-                // Every packet is handed over with its ICRC left to the engine (as the
-                // transport does for the payloads it checks while they are copied): a flipped
-                // bit anywhere must make the engine drop the packet, whatever it says.
+                // As the transport hands packets over: those of icrc_with_copy() with their
+                // ICRC left to the engine, which must drop one with a bit flipped anywhere,
+                // whatever it says; the others checked here first, and dropped when wrong.
                 seal(f);
                 if (roll(faults.corrupt)) {
                     ++corrupted;
@@ -376,9 +376,15 @@ class FakeLink {
             d.held = std::move(d.next_held);
             d.next_held.clear();
             for (const auto& f : now_q) {
-                const Packet p = parsed_pending(f);
+                Packet p = parse(f);
                 if (!p.ok()) {
                     ++parse_errors;
+                    continue;
+                }
+                if (all_pending || icrc_with_copy(p)) {
+                    p = parsed_pending(f);
+                } else if (!icrc_settle(parsed_pending(f))) {
+                    ++icrc_dropped;
                     continue;
                 }
                 ++delivered;
@@ -395,8 +401,10 @@ class FakeLink {
     }
 
     LinkFaults faults;
+    bool all_pending = false;  // every packet with its ICRC left to the engine
     std::uint64_t offered = 0, lost = 0, duplicated = 0, reordered = 0, corrupted = 0;
     std::uint64_t parse_errors = 0;
+    std::uint64_t icrc_dropped = 0;  // checked here, as the transport does, and wrong
 
   private:
     struct Dir {

@@ -435,9 +435,13 @@ void record(const RcPair& pair, const StressResult& r) {
                                     std::to_string(sum(&RcCounters::atomic_replays)));
 }
 
-void stress(std::uint32_t mtu, std::uint32_t ops_per_direction, std::uint64_t seed) {
+// `all_pending`: every packet handed over with its ICRC left to the engine (FakeLink), not
+// only those the transport leaves to it.
+void stress(std::uint32_t mtu, std::uint32_t ops_per_direction, std::uint64_t seed,
+            bool all_pending = false) {
     RcPair pair = RcPair::standard(mtu, seed);
     pair.link.faults = {.loss = 0.05, .duplicate = 0.01, .reorder = 0.01, .corrupt = 0.005};
+    pair.link.all_pending = all_pending;
     StressResult r;
     run_traffic(pair, ops_per_direction, seed, &r);
     record(pair, r);
@@ -467,7 +471,7 @@ TEST(RcStress, random_traffic_over_a_lossy_link_mtu_1024) {
 }
 
 TEST(RcStress, random_traffic_over_a_lossy_link_mtu_256) {
-    stress(256, 1500, 12);
+    stress(256, 1500, 12, true);
 }
 
 TEST(RcStress, random_traffic_over_a_lossy_link_mtu_4096) {
@@ -478,7 +482,7 @@ TEST(RcStress, random_traffic_over_a_lossy_link_mtu_4096) {
 // against the general engine alone: the same seeded traffic, mostly small messages but with
 // everything else mixed in, over the same faulty link, must put the same bytes on the wire in
 // the same order, and complete the same WRs in the same order with the same completions.
-void differential(std::uint32_t mtu, std::uint64_t seed, bool lazy) {
+void differential(std::uint32_t mtu, std::uint64_t seed, bool lazy, bool all_pending = false) {
     struct Run {
         std::vector<std::vector<std::uint8_t>> wire_a, wire_b;
         std::vector<Completion> scq_a, scq_b, rcq_a, rcq_b;
@@ -491,6 +495,7 @@ void differential(std::uint32_t mtu, std::uint64_t seed, bool lazy) {
         ca.fast_path = cb.fast_path = fast;
         RcPair pair(ca, cb, seed);
         pair.lazy = lazy;
+        pair.link.all_pending = all_pending;
         pair.a.wire.keep = pair.b.wire.keep = true;
         pair.link.faults = {.loss = 0.03, .duplicate = 0.01, .reorder = 0.01, .corrupt = 0.005};
         run_traffic(pair, 600, seed, nullptr, 0.7);
@@ -551,6 +556,10 @@ TEST(RcFast, one_piece_path_and_general_engine_agree_byte_for_byte_over_a_faulty
 
 TEST(RcFast, one_piece_path_and_general_engine_agree_byte_for_byte_over_a_faulty_link_mtu_256) {
     differential(256, 32, false);
+}
+
+TEST(RcFast, one_piece_path_and_general_engine_agree_with_every_icrc_left_to_the_engines) {
+    differential(1024, 34, false, true);
 }
 
 TEST(RcFast, one_piece_path_and_general_engine_agree_when_engines_run_only_for_work) {
