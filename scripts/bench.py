@@ -635,8 +635,9 @@ def print_table(r: dict) -> None:
     print("Targets{}: 8 B SEND median / architectural floor = {} (target <= {:g}x; / raw floor = "
           "{}, context); / kernel TCP = {} (target < 0.5x); 64 KiB WRITE bandwidth / floor = {} "
           "(target >= {:.2f}); 64 B WRITE messages/s on one data lcore = {} M (target >= {:g} M); "
-          "beside 10,000 idle QPs / beside 1 = {} (target <= 1.1x); instructions per 8 B round "
-          "trip: scripts/profile.sh (target <= 5,000)".format(
+          "beside 10,000 idle QPs / beside 1 = {} (target <= 1.1x); perftest ib_write_bw -s 64 "
+          "-q 4: the perftest rows (target >= 8 M); busy instructions per 8 B round trip and per "
+          "64 B WRITE: scripts/profile.sh (targets <= 4,000 and <= 1,200)".format(
               " (the first four and the message rate: median of the interleaved rounds below)"
               if r.get("targets_rounds") else "",
               t["send8_over_arch_floor"], TARGET_SEND8_OVER_ARCH, t["send8_over_floor"],
