@@ -81,6 +81,7 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
             config.pkey, config.dest_qpn),
       engine_(config, glue_, glue_, *this, &slots) {
     rx_flow_ = &icrc_rx_;
+    rx_peer_ = peer;
 }
 
 void RoceQp::start_sending(const shm::QpAttr& a) {

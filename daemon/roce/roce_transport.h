@@ -98,9 +98,11 @@ class RoceQpBase : public RunningQp {
 
     RoceTransport& transport_;
     rte_mbuf* tx_m_ = nullptr;  // the frame being filled between tx_alloc and tx_send
-    // A connected QP's: the ICRC of its peer's packets, learnt from one checked in full
-    // (roce::IcrcRxFlow); nullptr for a UD QP, whose packets come from anywhere.
+    // A connected QP's: the ICRC of its peer's packets, learnt from one of them checked in
+    // full (roce::IcrcRxFlow), and that peer; nullptr for a UD QP, whose packets come from
+    // anywhere.
     roce::IcrcRxFlow* rx_flow_ = nullptr;
+    net::Ipv4Addr rx_peer_{};
 };
 
 // The RC or UC QP a connected QpEngine is: the glue, the engine and this QP's end of the wire.

@@ -132,8 +132,8 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
                                            f.l4_offset + f.l4_length - f.l3_offset);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
     auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
-    // A connected QP's peer's packet starts its ICRC from the flow the QP learnt; any other,
-    // and the first, from its masked headers.
+    // A connected QP's peer's packet starts its ICRC from the flow the QP learnt from its
+    // peer; any other, and the first, from its masked headers.
     roce::IcrcRxFlow* const flow = rt != nullptr ? rt->rx_flow_ : nullptr;
     std::optional<roce::IcrcStart> start = flow != nullptr ? flow->begin(l3) : std::nullopt;
     const bool of_flow = start.has_value();
@@ -149,7 +149,7 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
         const std::uint32_t icrc =
             ~roce::crc32_update(start->reg, l3.subspan(start->bth_end, at - start->bth_end));
         if (icrc != roce::icrc_load(&l3[at])) return drop(roce::Drop::bad_icrc);
-        if (flow != nullptr && !of_flow) flow->learn(l3);
+        if (flow != nullptr && !of_flow && f.src_ip == rt->rx_peer_) flow->learn(l3);
     }
     if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
     if (rt == nullptr) {

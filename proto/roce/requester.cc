@@ -194,7 +194,8 @@ void RcQp::req_arm_timer(RcTime now) {
 // taken from the queue is a SEND or RDMA WRITE (with or without immediate) of one packet,
 // inline or in at most one SGE, that may start now. It is started and sent here, with no
 // packet description and no gather loop, to the same bytes and the same state the general
-// path below gives it (the differential test in test_rc_fast.cc holds the two together).
+// path below gives it (the RcFast differential tests in test_rc_link.cc hold the two
+// together).
 // Anything else is taken and started (when it may start) as the general path does it, which
 // goes on from there.
 RcQp::Fast RcQp::req_fast(RcTime now) {
