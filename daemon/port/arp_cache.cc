@@ -43,9 +43,8 @@ ArpCache::Entry& ArpCache::claim(std::uint32_t ip, std::uint64_t now) {
 }
 
 std::optional<net::MacAddr> ArpCache::lookup(net::Ipv4Addr ip, std::uint64_t now) const {
-    const Entry* e = find(ip.value);
-    if (e == nullptr || e->state != State::valid || e->expires <= now) return std::nullopt;
-    return e->mac;
+    const auto r = lookup_until(ip, now);
+    return r ? std::optional(r->mac) : std::nullopt;
 }
 
 std::optional<ArpCache::Resolved> ArpCache::lookup_until(net::Ipv4Addr ip,

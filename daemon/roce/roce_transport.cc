@@ -80,8 +80,7 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
              src_port_, net::kRoceV2Port},
             config.pkey, config.dest_qpn),
       engine_(config, glue_, glue_, *this, &slots) {
-    rx_flow_ = &icrc_rx_;
-    rx_peer_ = peer;
+    rx_flow_ = roce::IcrcRxFlow(peer.value);
 }
 
 void RoceQp::start_sending(const shm::QpAttr& a) {

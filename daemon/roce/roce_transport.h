@@ -98,11 +98,9 @@ class RoceQpBase : public RunningQp {
 
     RoceTransport& transport_;
     rte_mbuf* tx_m_ = nullptr;  // the frame being filled between tx_alloc and tx_send
-    // A connected QP's: the ICRC of its peer's packets, learnt from one of them checked in
-    // full (roce::IcrcRxFlow), and that peer; nullptr for a UD QP, whose packets come from
-    // anywhere.
-    roce::IcrcRxFlow* rx_flow_ = nullptr;
-    net::Ipv4Addr rx_peer_{};
+    // The ICRC of the peer's packets, learnt from one of them checked in full: a connected
+    // QP's; a UD QP, whose packets come from anywhere, learns from no one.
+    roce::IcrcRxFlow rx_flow_;
 };
 
 // The RC or UC QP a connected QpEngine is: the glue, the engine and this QP's end of the wire.
@@ -158,7 +156,6 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
     std::uint64_t await_since_;     // UC: since when it waits for the peer's MAC (ns), or never
     const roce::FlowFrame flow_;    // the headers of this QP's frames, prepared once
     MacMemo mac_memo_;              // the peer's MAC, as long as the port's ARP cache says so
-    roce::IcrcRxFlow icrc_rx_;      // what rx_flow_ points at
     roce::RcQp engine_;             // last: built from the interfaces above
 };
 

@@ -77,7 +77,7 @@ bool RoceUdQp::tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn
 bool RoceQp::sched_poll(std::uint64_t now_ns) {
     // A QP on the ready list for its grace period is polled every turn: most of those polls
     // find nothing, and are not made.
-    if (engine_.idle(now_ns) && !glue_.send_pending()) return false;
+    if (engine_.idle(now_ns) && !glue_.send_ready()) return false;
     const bool did = engine_.poll(now_ns);
     note_state();
     return did;
@@ -134,8 +134,7 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
     // A connected QP's peer's packet starts its ICRC from the flow the QP learnt from its
     // peer; any other, and the first, from its masked headers.
-    roce::IcrcRxFlow* const flow = rt != nullptr ? rt->rx_flow_ : nullptr;
-    std::optional<roce::IcrcStart> start = flow != nullptr ? flow->begin(l3) : std::nullopt;
+    std::optional<roce::IcrcStart> start = rt != nullptr ? rt->rx_flow_.begin(l3) : std::nullopt;
     const bool of_flow = start.has_value();
     if (!of_flow) start = roce::icrc_begin(l3);
     if (!start || start->ip_end > l3.size()) return drop(roce::Drop::bad_icrc);
@@ -145,11 +144,8 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
             roce::crc32_update(start->reg, {l3.data() + start->bth_end, pkt.payload.data()});
         pkt.icrc_pending = true;
     } else {
-        const std::size_t at = start->ip_end - roce::kIcrcLen;
-        const std::uint32_t icrc =
-            ~roce::crc32_update(start->reg, l3.subspan(start->bth_end, at - start->bth_end));
-        if (icrc != roce::icrc_load(&l3[at])) return drop(roce::Drop::bad_icrc);
-        if (flow != nullptr && !of_flow && f.src_ip == rt->rx_peer_) flow->learn(l3);
+        if (!roce::icrc_verify(l3, *start)) return drop(roce::Drop::bad_icrc);
+        if (rt != nullptr && !of_flow) rt->rx_flow_.learn(l3);
     }
     if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
     if (rt == nullptr) {

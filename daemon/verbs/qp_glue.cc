@@ -195,17 +195,17 @@ void QpGlue::publish_sleeping(bool asleep) {
         .store(asleep ? 1 : 0, std::memory_order_relaxed);
 }
 
-bool QpGlue::send_pending() {
+bool QpGlue::send_ready() {
     return sending_ && qp_.sq && qp_.sq->ready();
 }
 
 bool QpGlue::try_sleep() {
-    if (send_pending()) return false;
+    if (send_ready()) return false;
     publish_sleeping(true);
     // Against the client's post: it stores the WQE's seq, fences and reads `sleeping`; we
     // store `sleeping`, fence and read the next slot's seq. One of us sees the other.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!send_pending()) return true;
+    if (!send_ready()) return true;
     publish_sleeping(false);
     return false;
 }

@@ -56,8 +56,6 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     // The held count also tells the client which send WQEs are done (QpControl::sq_done).
     void note_held(std::uint32_t held);
 
-    // Whether the client posted send WQEs the engine has not taken (from RTS on).
-    bool send_pending();
     // The QP goes to sleep: tells the client (QpControl::sleeping) that it must ring the QP's
     // doorbell after a post, then, after a full fence, looks at the send queue again. False
     // (the client told the QP is awake) when WQEs are waiting.
@@ -83,7 +81,8 @@ class QpGlue final : public verbs::QpMemory, public verbs::QpQueues {
     verbs::WcStatus bind_mw(const verbs::MwBind& bind) override;
 
     // verbs::QpQueues
-    bool send_ready() override { return send_pending(); }
+    // Whether the client posted send WQEs the engine has not taken (from RTS on).
+    bool send_ready() override;
     bool pop_send(verbs::SendWr& out) override;
     bool pop_recv(verbs::RecvWr& out) override;
     void complete_send(const verbs::Completion& c) override;

@@ -47,4 +47,11 @@ using Crc32c = Reflected32<0x82f63b78>;
 extern template struct Reflected32<0xedb88320>;
 extern template struct Reflected32<0x82f63b78>;
 
+// From this many bytes on, a sender or receiver that moves bytes and needs their CRC is
+// better off with update_copy (one pass) than with a copy and then update; below it, where
+// splitting one fold into pieces costs more than the second pass saves, it copies first and
+// folds the whole once. RoCEv2's ICRC (proto/roce, kIcrcCopyMin) and MPA's FPDUs
+// (proto/iwarp) both go by it.
+inline constexpr std::uint32_t kCopyFoldMin = 256;
+
 }  // namespace snic::crc

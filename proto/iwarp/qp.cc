@@ -91,14 +91,6 @@ IwTime IwQp::next_deadline() const {
 
 // --- the FPDU writer ------------------------------------------------------------------------
 
-namespace {
-
-// Payloads from this size on are copied into the FPDU with their CRC-32C folded in the same
-// pass; smaller ones are copied, then the FPDU is folded whole (one call costs less there).
-constexpr std::uint32_t kFoldMin = 256;
-
-}  // namespace
-
 void IwQp::copy_out(std::uint8_t* dst, const std::uint8_t* src, std::uint32_t n,
                     std::uint32_t* crc) {
     if (crc != nullptr)
@@ -111,8 +103,9 @@ IwQp::Emit IwQp::emit(const SegmentSpec& spec, std::uint32_t len, const Source& 
     const std::span<std::uint8_t> ulpdu = txbuf_.subspan(kFpduLengthLen);
     const std::size_t hl = build_header(ulpdu, spec);
     std::uint8_t* dst = ulpdu.data() + hl;
-    // A payload of kFoldMin bytes or more has its CRC-32C folded as it is copied in.
-    const bool fold = cfg_.crc && len >= kFoldMin;
+    // A payload of crc::kCopyFoldMin bytes or more has its CRC-32C folded as it is copied
+    // in; a smaller one is copied, then the FPDU is folded whole.
+    const bool fold = cfg_.crc && len >= crc::kCopyFoldMin;
     std::uint32_t reg = fold ? begin_fpdu(txbuf_, hl + len, hl) : 0;
     std::uint32_t* const fold_into = fold ? &reg : nullptr;
     if (len > 0) {

@@ -13,6 +13,10 @@ inline std::uint16_t load_be16(const std::uint8_t* p) {
     return static_cast<std::uint16_t>(p[0] << 8 | p[1]);
 }
 
+inline std::uint32_t load_be32(const std::uint8_t* p) {
+    return std::uint32_t{load_be16(p)} << 16 | load_be16(p + 2);
+}
+
 constexpr std::size_t kLrhOnes = 8;
 constexpr std::size_t kIpv4MinHdr = 20;
 constexpr std::size_t kIpv4MaxHdr = 60;
@@ -94,11 +98,17 @@ struct Computed {
     std::size_t at;
 };
 
+// From the start of the ICRC of the packet at l3, which must hold all of it.
+std::optional<Computed> compute(std::span<const std::uint8_t> l3, const IcrcStart& start) noexcept {
+    if (start.ip_end > l3.size()) return std::nullopt;
+    const std::size_t at = start.ip_end - kIcrcLen;
+    return Computed{~crc32_update(start.reg, l3.subspan(start.bth_end, at - start.bth_end)), at};
+}
+
 std::optional<Computed> compute(std::span<const std::uint8_t> l3) noexcept {
     const auto start = icrc_begin(l3);
-    if (!start || start->ip_end > l3.size()) return std::nullopt;
-    const std::size_t at = start->ip_end - kIcrcLen;
-    return Computed{~crc32_update(start->reg, l3.subspan(start->bth_end, at - start->bth_end)), at};
+    if (!start) return std::nullopt;
+    return compute(l3, *start);
 }
 
 }  // namespace
@@ -110,8 +120,8 @@ std::optional<std::uint32_t> icrc_compute(std::span<const std::uint8_t> l3) noex
 }
 
 bool icrc_verify(std::span<const std::uint8_t> l3) noexcept {
-    const auto c = compute(l3);
-    return c && c->icrc == icrc_load(&l3[c->at]);
+    const auto start = icrc_begin(l3);
+    return start && icrc_verify(l3, *start);
 }
 
 bool icrc_fill(std::span<std::uint8_t> l3) noexcept {
@@ -223,18 +233,19 @@ std::optional<IcrcStart> IcrcRxFlow::begin(std::span<const std::uint8_t> l3) con
     if ((word(0) | word(1) | word(2) | word(3) | word(4)) != 0) return std::nullopt;
     const std::size_t ip_end = load_be16(&l3[2]);
     if (ip_end < IcrcFlow::kBthEnd + kIcrcLen) return std::nullopt;  // as icrc_begin
-    return IcrcStart{seed_ ^ IcrcFlow::fields(l3.data()),
-                     static_cast<std::uint16_t>(IcrcFlow::kBthEnd),
+    return IcrcStart{flow_.begin(p), static_cast<std::uint16_t>(IcrcFlow::kBthEnd),
                      static_cast<std::uint16_t>(ip_end)};
 }
 
 bool IcrcRxFlow::learn(std::span<const std::uint8_t> l3) noexcept {
+    constexpr std::size_t kSource = 12;  // the IPv4 source address
+    if (peer_ == 0 || l3.size() < kSource + 4 || load_be32(&l3[kSource]) != peer_) return false;
     learnt_ = false;
     const auto flow = IcrcFlow::prepare(l3);
     if (!flow) return false;
     for (std::size_t k = 0; k < kInvariantMask.size(); ++k)
         invariant_[k] = load_le64(l3.data() + 8 * k) & kInvariantMask[k];
-    seed_ = flow->begin(l3.data()) ^ IcrcFlow::fields(l3.data());  // the flow's seed
+    flow_ = *flow;
     learnt_ = true;
     return true;
 }

@@ -66,6 +66,9 @@ std::optional<std::uint32_t> icrc_compute(std::span<const std::uint8_t> l3) noex
 
 // True when the ICRC on the wire equals the computed one.
 bool icrc_verify(std::span<const std::uint8_t> l3) noexcept;
+// The same from the start of its computation (icrc_begin's, or a flow's: IcrcRxFlow); false
+// when the packet is longer than l3. Inline below: every received packet's.
+inline bool icrc_verify(std::span<const std::uint8_t> l3, const IcrcStart& start) noexcept;
 
 // Computes and stores the ICRC in the packet's last 4 bytes; false when icrc_compute fails.
 // Call it after every other header field is final (but the masked ones).
@@ -98,37 +101,50 @@ class IcrcFlow {
         return ~crc32_update(begin(l3), {l3 + kBthEnd, ip_length - kBthEnd - kIcrcLen});
     }
 
+  private:
     // What the per-packet fields of the packet at l3 add to the register (from zero).
     static std::uint32_t fields(const std::uint8_t* l3) noexcept;
 
-  private:
     std::uint32_t seed_ = 0;
 };
 
-// The same turned around, for the packets one connected QP receives: learnt from a packet of
-// the flow whose ICRC was checked in full. A packet whose other covered header bytes (IPv4
-// version and header length, flags and fragment offset, protocol, addresses; the UDP ports;
-// the P_Key and destination QP) equal the learnt packet's starts from the learnt seed and its
-// own per-packet fields, as IcrcFlow does; the masked bytes may be anything. Any other packet
-// is not of the flow (begin() says so) and is checked in full with icrc_begin.
+// The same turned around, for the packets one connected QP receives from its peer: learnt
+// from one of them whose ICRC was checked in full. A packet whose other covered header bytes
+// (IPv4 version and header length, flags and fragment offset, protocol, addresses; the UDP
+// ports; the P_Key and destination QP) equal the learnt packet's starts from that packet's
+// IcrcFlow, its own per-packet fields folded in; the masked bytes may be anything. Any other
+// packet is not of the flow (begin() says so) and is checked in full with icrc_begin.
 class IcrcRxFlow {
   public:
+    IcrcRxFlow() = default;  // learns from no one
+    // Learns from packets whose IPv4 source is `peer` (host order) only.
+    explicit IcrcRxFlow(std::uint32_t peer) noexcept : peer_(peer) {}
+
     // What icrc_begin(l3) gives, when the packet at l3 is of the learnt flow; else nullopt.
     std::optional<IcrcStart> begin(std::span<const std::uint8_t> l3) const noexcept;
-    // Learns the flow of the packet at l3 (its ICRC checked); false, and the flow forgotten,
-    // unless IPv4 with a 20-byte header carrying UDP, with at least the BTH present.
+    // Learns the flow of the peer's packet at l3 (its ICRC checked); false, and the flow
+    // forgotten, unless IPv4 with a 20-byte header carrying UDP, with at least the BTH present.
+    // A packet from anyone else changes nothing (false).
     bool learn(std::span<const std::uint8_t> l3) noexcept;
     bool learnt() const noexcept { return learnt_; }
 
   private:
     std::array<std::uint64_t, 5> invariant_{};  // the learnt headers' invariant bytes, in place
-    std::uint32_t seed_ = 0;
+    IcrcFlow flow_;                             // the learnt packet's
+    std::uint32_t peer_ = 0;                    // 0: nobody
     bool learnt_ = false;
 };
 
 constexpr std::uint32_t icrc_load(const std::uint8_t* p) noexcept {
     return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
            std::uint32_t{p[3]} << 24;
+}
+
+inline bool icrc_verify(std::span<const std::uint8_t> l3, const IcrcStart& start) noexcept {
+    if (start.ip_end > l3.size()) return false;
+    const std::size_t at = start.ip_end - kIcrcLen;
+    return ~crc32_update(start.reg, l3.subspan(start.bth_end, at - start.bth_end)) ==
+           icrc_load(&l3[at]);
 }
 
 constexpr void icrc_store(std::uint8_t* p, std::uint32_t icrc) noexcept {

@@ -146,7 +146,7 @@ std::size_t frame_ipv4(std::span<std::uint8_t> out, const net::UdpFlow& flow,
 // Payloads from this size on are copied in one pass with their ICRC's fold (crc::update_copy):
 // on transmit (FlowFrame::frame_gather) and on receive (Packet::icrc_pending). Below it one
 // pass saves less than splitting the fold costs, and a packet is copied, then folded whole.
-inline constexpr std::size_t kIcrcCopyMin = 256;
+inline constexpr std::size_t kIcrcCopyMin = crc::kCopyFoldMin;
 
 // Whether a received packet is handed to its QP with its ICRC left to the payload's copy
 // (Packet::icrc_pending): an RC SEND packet's, whose place is its receive WR, and an RC RDMA

@@ -126,6 +126,17 @@ class RcQp {
     static constexpr std::uint32_t kMaxPieces = kMaxSge + 1;
     bool emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
               std::uint32_t npieces);
+    // The BTH of one of this QP's packets (its P_Key and destination QP; no MigReq, FECN or
+    // BECN), written at `out` by the one-piece paths that write their headers themselves.
+    void put_bth(std::uint8_t* out, Opcode opcode, bool solicited, std::uint8_t pad, bool ack_req,
+                 std::uint32_t psn) const {
+        auto& bth = *reinterpret_cast<Bth*>(out);
+        bth.opcode = static_cast<std::uint8_t>(opcode);
+        bth.set_flags(solicited, false, pad, false, false, ack_req);
+        bth.pkey = cfg_.pkey;
+        bth.dest_qp = cfg_.dest_qpn;
+        bth.psn = psn;
+    }
     bool pkey_ok(std::uint16_t pkey) const;
     // A packet whose ICRC was left to the payload's copy (Packet::icrc_pending) is about to
     // take effect without that copy (a NAK, a duplicate, a fault): true, and counted, when
@@ -136,6 +147,7 @@ class RcQp {
     enum class Fast : std::uint8_t { none, sent, staged };  // what req_fast did
     Fast req_fast(RcTime now);
     void req_prepare(SendSlot& s);
+    bool req_take();
     bool req_start_next();
     bool req_start_staged();
     bool req_emit_one(RcTime now);
@@ -202,6 +214,8 @@ class RcQp {
     void resp_read(const Packet& pkt);
     void resp_atomic(const Packet& pkt);
     bool resp_take_recv();
+    void resp_complete_recv(const Packet& pkt, WcOpcode opcode, std::uint32_t byte_len,
+                            const std::uint32_t* invalidated);
     bool resp_place(std::uint32_t off, const Packet& pkt, std::uint32_t& icrc_reg);
     void resp_fatal(NakCode code, std::uint32_t psn, WcStatus recv_status);
     void resp_queue_nak(std::uint8_t syndrome, std::uint32_t psn, bool fatal);

@@ -113,21 +113,27 @@ void RcQp::req_fail_slot(SendSlot& s, WcStatus status, RcError why) {
     blocked_ = true;
 }
 
+// Takes the next WR from the queue into slot(tail_) (tail_ moves on) when the QP may hold
+// another and a slot is to be had; false, holding nothing more, when not.
+inline bool RcQp::req_take() {
+    if (tail_ - head_ >= depth_) return false;
+    SlotChunk*& chunk = chunk_of(tail_);
+    const bool borrowed = chunk == nullptr;
+    if (borrowed && (!queues_.send_ready() || !borrow(chunk))) return false;
+    if (!queues_.pop_send(slot(tail_).wr)) {
+        if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
+        return false;
+    }
+    ++tail_;
+    return true;
+}
+
 // Takes the next WR from the queue if need be and starts it if it may start now.
 bool RcQp::req_start_next() {
     if (blocked_) return false;
     if (start_ == tail_) {
-        if (tail_ - head_ >= depth_) return false;
-        SlotChunk*& chunk = chunk_of(tail_);
-        const bool borrowed = chunk == nullptr;
-        if (borrowed && (!queues_.send_ready() || !borrow(chunk))) return false;
-        SendSlot& fresh = slot(tail_);
-        if (!queues_.pop_send(fresh.wr)) {
-            if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
-            return false;
-        }
-        ++tail_;
-        req_prepare(fresh);
+        if (!req_take()) return false;
+        req_prepare(slot(start_));
     }
     return req_start_staged();
 }
@@ -199,16 +205,8 @@ void RcQp::req_arm_timer(RcTime now) {
 // Anything else is taken and started (when it may start) as the general path does it, which
 // goes on from there.
 RcQp::Fast RcQp::req_fast(RcTime now) {
-    if (blocked_ || tail_ - head_ >= depth_) return Fast::none;
-    SlotChunk*& chunk = chunk_of(tail_);
-    const bool borrowed = chunk == nullptr;
-    if (borrowed && (!queues_.send_ready() || !borrow(chunk))) return Fast::none;
-    SendSlot& s = slot(tail_);
-    if (!queues_.pop_send(s.wr)) {
-        if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
-        return Fast::none;
-    }
-    ++tail_;
+    if (blocked_ || !req_take()) return Fast::none;
+    SendSlot& s = slot(start_);
     const SendWr& wr = s.wr;
     const bool with_imm = wr.op == WrOp::send_imm || wr.op == WrOp::rdma_write_imm;
     const bool write = wr.op == WrOp::rdma_write || wr.op == WrOp::rdma_write_imm;
@@ -253,12 +251,7 @@ RcQp::Fast RcQp::req_fast(RcTime now) {
         more_ = true;
         return Fast::none;
     }
-    auto& bth = *reinterpret_cast<Bth*>(out.data());
-    bth.opcode = static_cast<std::uint8_t>(op.only);
-    bth.set_flags(wr.solicited && (!write || with_imm), false, pad_for(len), false, false, !uc());
-    bth.pkey = cfg_.pkey;
-    bth.dest_qp = cfg_.dest_qpn;
-    bth.psn = psn;
+    put_bth(out.data(), op.only, wr.solicited && (!write || with_imm), pad_for(len), !uc(), psn);
     std::uint8_t* ext = out.data() + kBthLen;
     if (write) {
         Reth reth;

@@ -68,19 +68,7 @@ bool RcQp::resp_fast(const Packet& pkt, RcTime now) {
         if (len != 0) std::memcpy(to, pkt.payload.data(), len);
         epsn_ = psn_add(epsn_, 1);
         msn_ = psn_add(msn_, 1);
-        if (imm) {
-            Completion c;
-            c.wr_id = recv_.wr_id;
-            c.opcode = WcOpcode::recv_rdma_with_imm;
-            c.byte_len = write_len_;
-            std::memcpy(&c.imm_or_rkey, pkt.immdt(), sizeof c.imm_or_rkey);
-            c.with_imm = true;
-            c.solicited = pkt.bth().solicited();
-            c.qp_num = cfg_.qpn;
-            c.src_qp = cfg_.dest_qpn;
-            have_recv_ = false;
-            queues_.complete_recv(c);
-        }
+        if (imm) resp_complete_recv(pkt, WcOpcode::recv_rdma_with_imm, write_len_, nullptr);
     } else {
         if (!resp_take_recv() || len > recv_cap_) return false;
         std::uint32_t unused = 0;
@@ -88,20 +76,8 @@ bool RcQp::resp_fast(const Packet& pkt, RcTime now) {
         counters_.rx_send_packets.add();
         recv_off_ = static_cast<std::uint32_t>(len);
         epsn_ = psn_add(epsn_, 1);
-        Completion c;
-        c.wr_id = recv_.wr_id;
-        c.opcode = WcOpcode::recv;
-        c.byte_len = recv_off_;
-        c.solicited = pkt.bth().solicited();
-        c.qp_num = cfg_.qpn;
-        c.src_qp = cfg_.dest_qpn;
-        if (imm) {
-            std::memcpy(&c.imm_or_rkey, pkt.immdt(), sizeof c.imm_or_rkey);  // as on the wire
-            c.with_imm = true;
-        }
-        have_recv_ = false;
         msn_ = psn_add(msn_, 1);
-        queues_.complete_recv(c);
+        resp_complete_recv(pkt, WcOpcode::recv, recv_off_, nullptr);
     }
     resp_executed(pkt, now);
     return true;
@@ -280,7 +256,6 @@ bool RcQp::resp_place(std::uint32_t off, const Packet& pkt, std::uint32_t& icrc_
 // the receive completion. The caller answers (RC) or drops (UC) what it returns.
 RcQp::ExecFault RcQp::resp_send(const Packet& pkt) {
     const OpcodeInfo& info = *pkt.info;
-    const Bth& bth = pkt.bth();
     const std::size_t len = pkt.payload.size();
     // Every packet but the last carries exactly one MTU; the last 1..MTU (ONLY: 0..MTU).
     const bool last = info.has(kLast);
@@ -302,28 +277,37 @@ RcQp::ExecFault RcQp::resp_send(const Packet& pkt) {
     epsn_ = psn_add(epsn_, 1);
     in_msg_ = last ? InMsg::none : InMsg::send;
     if (last) {
-        Completion c;
-        c.wr_id = recv_.wr_id;
-        c.opcode = WcOpcode::recv;
-        c.byte_len = recv_off_;
-        c.solicited = bth.solicited();
-        c.qp_num = cfg_.qpn;
-        c.src_qp = cfg_.dest_qpn;
-        if (const ImmDt* imm = pkt.immdt()) {
-            std::memcpy(&c.imm_or_rkey, imm, sizeof c.imm_or_rkey);  // as on the wire
-            c.with_imm = true;
-        }
-        if (const Ieth* ieth = pkt.ieth()) {
-            const std::uint32_t rkey = ieth->rkey.host();
-            if (!mem_.invalidate(rkey)) return ExecFault::invalidate;
-            c.imm_or_rkey = rkey;
-            c.with_inv = true;
-        }
-        have_recv_ = false;
+        const Ieth* ieth = pkt.ieth();
+        const std::uint32_t rkey = ieth != nullptr ? ieth->rkey.host() : 0;
+        if (ieth != nullptr && !mem_.invalidate(rkey)) return ExecFault::invalidate;
         msn_ = psn_add(msn_, 1);
-        queues_.complete_recv(c);
+        resp_complete_recv(pkt, WcOpcode::recv, recv_off_, ieth != nullptr ? &rkey : nullptr);
     }
     return ExecFault::none;
+}
+
+// The receive WR's completion for the message `pkt` ends: its immediate data as on the wire
+// when it carries some, `invalidated` the rkey its Send with Invalidate invalidated. The
+// receive WR is done with.
+void RcQp::resp_complete_recv(const Packet& pkt, WcOpcode opcode, std::uint32_t byte_len,
+                              const std::uint32_t* invalidated) {
+    Completion c;
+    c.wr_id = recv_.wr_id;
+    c.opcode = opcode;
+    c.byte_len = byte_len;
+    c.solicited = pkt.bth().solicited();
+    c.qp_num = cfg_.qpn;
+    c.src_qp = cfg_.dest_qpn;
+    if (const ImmDt* imm = pkt.immdt()) {
+        std::memcpy(&c.imm_or_rkey, imm, sizeof c.imm_or_rkey);
+        c.with_imm = true;
+    }
+    if (invalidated != nullptr) {
+        c.imm_or_rkey = *invalidated;
+        c.with_inv = true;
+    }
+    have_recv_ = false;
+    queues_.complete_recv(c);
 }
 
 // Executes an RDMA WRITE packet at ePSN: the key checks (of the whole message at its first
@@ -331,7 +315,6 @@ RcQp::ExecFault RcQp::resp_send(const Packet& pkt) {
 // and completed at LAST/ONLY.
 RcQp::ExecFault RcQp::resp_write(const Packet& pkt) {
     const OpcodeInfo& info = *pkt.info;
-    const Bth& bth = pkt.bth();
     const std::size_t len = pkt.payload.size();
     if ((cfg_.remote_access & rc_access::remote_write) == 0) return ExecFault::no_access;
     RemoteRegion whole;  // the first packet's check of the whole message
@@ -378,19 +361,8 @@ RcQp::ExecFault RcQp::resp_write(const Packet& pkt) {
     in_msg_ = last ? InMsg::none : InMsg::write;
     if (last) {
         msn_ = psn_add(msn_, 1);
-        if (const ImmDt* imm = pkt.immdt()) {
-            Completion c;
-            c.wr_id = recv_.wr_id;
-            c.opcode = WcOpcode::recv_rdma_with_imm;
-            c.byte_len = write_len_;
-            std::memcpy(&c.imm_or_rkey, imm, sizeof c.imm_or_rkey);
-            c.with_imm = true;
-            c.solicited = bth.solicited();
-            c.qp_num = cfg_.qpn;
-            c.src_qp = cfg_.dest_qpn;
-            have_recv_ = false;
-            queues_.complete_recv(c);
-        }
+        if (pkt.immdt() != nullptr)
+            resp_complete_recv(pkt, WcOpcode::recv_rdma_with_imm, write_len_, nullptr);
     }
     return ExecFault::none;
 }
@@ -584,12 +556,7 @@ bool RcQp::resp_emit_ack(std::uint8_t syndrome, std::uint32_t psn) {
         more_ = true;  // sent on a later poll
         return false;
     }
-    auto& bth = *reinterpret_cast<Bth*>(out.data());
-    bth.opcode = static_cast<std::uint8_t>(Opcode::rc_acknowledge);
-    bth.set_flags(false, false, 0, false, false, false);
-    bth.pkey = cfg_.pkey;
-    bth.dest_qp = cfg_.dest_qpn;
-    bth.psn = psn;
+    put_bth(out.data(), Opcode::rc_acknowledge, false, 0, false, psn);
     Aeth aeth;
     aeth.syndrome = syndrome;
     aeth.msn = msn_;

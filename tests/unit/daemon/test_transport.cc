@@ -310,7 +310,7 @@ TEST_F(TransportSeam, a_qp_goes_to_sleep_only_with_an_empty_send_queue) {
     shm::SendWqe w{};
     w.opcode = static_cast<std::uint8_t>(shm::WrOpcode::send);
     ASSERT_TRUE(cl.sq->try_push(w));
-    EXPECT_TRUE(glue.send_pending());
+    EXPECT_TRUE(glue.send_ready());
     EXPECT_FALSE(glue.try_sleep());
     EXPECT_EQ(cl.sleeping(), 0u);
     verbs::SendWr wr;
@@ -326,7 +326,7 @@ TEST_F(TransportSeam, a_qp_in_rtr_has_no_send_queue_to_watch) {
     ASSERT_EQ(cl.connect(false), 0);
     shm::SendWqe w{};
     ASSERT_TRUE(cl.sq->try_push(w));  // a client that broke the rules
-    EXPECT_FALSE(fake.engine->glue.send_pending());
+    EXPECT_FALSE(fake.engine->glue.send_ready());
     EXPECT_TRUE(fake.engine->glue.try_sleep());
 }
 

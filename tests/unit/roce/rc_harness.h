@@ -376,16 +376,17 @@ class FakeLink {
             d.held = std::move(d.next_held);
             d.next_held.clear();
             for (const auto& f : now_q) {
-                Packet p = parse(f);
+                Packet p = parsed_pending(f);
                 if (!p.ok()) {
                     ++parse_errors;
                     continue;
                 }
-                if (all_pending || icrc_with_copy(p)) {
-                    p = parsed_pending(f);
-                } else if (!icrc_settle(parsed_pending(f))) {
-                    ++icrc_dropped;
-                    continue;
+                if (!all_pending && !icrc_with_copy(p)) {
+                    if (!icrc_settle(p)) {
+                        ++icrc_dropped;
+                        continue;
+                    }
+                    p.icrc_pending = false;
                 }
                 ++delivered;
                 d.dst->on_packet(p, now);

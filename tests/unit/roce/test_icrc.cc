@@ -397,11 +397,17 @@ TEST(IcrcFlow, prepares_only_ipv4_without_options_carrying_udp) {
 
 // ---- IcrcRxFlow: a receiver's flow, learnt from one packet -------------------------------------
 
+// The IPv4 source of the packet at l3 (host order): the peer its flow learns from.
+std::uint32_t source_of(const std::vector<std::uint8_t>& l3) {
+    return std::uint32_t{l3[12]} << 24 | std::uint32_t{l3[13]} << 16 | std::uint32_t{l3[14]} << 8 |
+           l3[15];
+}
+
 TEST(IcrcRxFlow, starts_every_packet_of_the_learnt_flow_as_the_full_computation) {
     std::mt19937 rng(21);
     for (int f = 0; f < 8; ++f) {
         const auto base = ipv4_packet(rng, 16);
-        IcrcRxFlow flow;
+        IcrcRxFlow flow(source_of(base));
         EXPECT_FALSE(flow.begin(base).has_value());  // nothing learnt yet
         ASSERT_TRUE(flow.learn(base));
         for (std::size_t payload = 0; payload < 1100; payload += 1 + payload / 8) {
@@ -422,7 +428,7 @@ TEST(IcrcRxFlow, starts_every_packet_of_the_learnt_flow_as_the_full_computation)
 TEST(IcrcRxFlow, a_packet_differing_in_any_invariant_byte_is_not_of_the_flow) {
     std::mt19937 rng(22);
     const auto base = ipv4_packet(rng, 16);
-    IcrcRxFlow flow;
+    IcrcRxFlow flow(source_of(base));
     ASSERT_TRUE(flow.learn(base));
     // Every byte of the 40 is masked, per packet, or repeated by the flow; each of the last
     // kind, changed, takes the packet off the learnt flow.
@@ -443,20 +449,40 @@ TEST(IcrcRxFlow, a_packet_differing_in_any_invariant_byte_is_not_of_the_flow) {
 
 TEST(IcrcRxFlow, learns_only_ipv4_without_options_carrying_udp_and_forgets_on_a_failed_learn) {
     std::mt19937 rng(23);
-    IcrcRxFlow flow;
     const auto ok = ipv4_packet(rng, 16);
+    IcrcRxFlow flow(source_of(ok));
     ASSERT_TRUE(flow.learn(ok));
     EXPECT_TRUE(flow.learnt());
-    EXPECT_FALSE(flow.learn(ipv4_packet(rng, 16, 4)));
+    auto options = ipv4_packet(rng, 16, 4);
+    std::copy_n(ok.begin() + 12, 4, options.begin() + 12);  // the peer's, with IPv4 options
+    EXPECT_FALSE(flow.learn(options));
     EXPECT_FALSE(flow.learnt());
     EXPECT_FALSE(flow.begin(ok).has_value());
     EXPECT_FALSE(flow.learn(ipv6_packet(rng, 16)));
-    auto tcp = ipv4_packet(rng, 16);
+    auto tcp = ok;
     tcp[9] = 6;
     EXPECT_FALSE(flow.learn(tcp));
     EXPECT_FALSE(flow.learn(std::span(ok).first(39)));
     ASSERT_TRUE(flow.learn(ok));
     EXPECT_FALSE(flow.begin(std::span(ok).first(39)).has_value());  // too short for the headers
+}
+
+TEST(IcrcRxFlow, learns_from_its_peer_only_and_a_stranger_changes_nothing) {
+    std::mt19937 rng(24);
+    const auto peer = ipv4_packet(rng, 16);
+    auto stranger = peer;
+    stranger[15] ^= 0x01;  // another source: the same flow but for its address
+    IcrcRxFlow flow(source_of(peer));
+    EXPECT_FALSE(flow.learn(stranger));
+    EXPECT_FALSE(flow.learnt());
+    ASSERT_TRUE(flow.learn(peer));
+    EXPECT_FALSE(flow.learn(stranger));
+    EXPECT_TRUE(flow.learnt());  // still the peer's flow
+    EXPECT_TRUE(flow.begin(peer).has_value());
+    EXPECT_FALSE(flow.begin(stranger).has_value());
+    IcrcRxFlow nobody;  // a datagram QP's: learns from no one
+    EXPECT_FALSE(nobody.learn(peer));
+    EXPECT_FALSE(nobody.begin(peer).has_value());
 }
 
 }  // namespace

@@ -138,7 +138,8 @@ TEST_F(RxeCaptures, a_flow_learnt_from_one_real_packet_starts_every_later_icrc_a
                                   std::uint64_t{be16(f.l3, 18)} << 24 | p.bth().dest_qp.host();
         const auto full = icrc_begin(f.l3);
         ASSERT_TRUE(full.has_value());
-        IcrcRxFlow& flow = flows[key];
+        const std::uint32_t source = std::uint32_t{be16(f.l3, 12)} << 16 | be16(f.l3, 14);
+        IcrcRxFlow& flow = flows.try_emplace(key, source).first->second;
         if (const auto fast = flow.begin(f.l3)) {
             ++of_flow;
             EXPECT_EQ(fast->reg, full->reg);
