@@ -252,6 +252,7 @@ constexpr std::string_view kValued[] = {"-n",
                                         "--idle-backoff",
                                         "--rx-burst",
                                         "--tx-burst",
+                                        "--tx-in-place",
                                         "--tcp-max-conns",
                                         "--tcp-max-per-peer",
                                         "--arp-timeout",
@@ -332,6 +333,11 @@ Status set_option(Config& cfg, std::string_view opt, std::string_view v, Given& 
         auto n = parse_number<std::uint16_t>(v);
         if (!n || *n == 0 || *n > kMaxBurst) return bad(opt, "frames (1..128)", v);
         (opt == "--rx-burst" ? cfg.rx_burst : cfg.tx_burst) = *n;
+    } else if (opt == "--tx-in-place") {
+        auto n = v == "off" ? std::optional<std::uint32_t>(0) : parse_number<std::uint32_t>(v);
+        if (!n || (*n != 0 && (*n < kMinPlacedBytes || *n > kMaxPlacedBytes)))
+            return bad(opt, "bytes (256..65535) or off", v);
+        cfg.tx_in_place = *n;
     } else if (opt == "--tcp-max-conns" || opt == "--tcp-max-per-peer") {
         auto n = parse_number<std::uint32_t>(v);
         if (!n || *n == 0 || *n > kMaxTcpConnections) return bad(opt, "connections (1..65535)", v);
@@ -443,6 +449,10 @@ snicd options:
   --rx-burst N           frames a port takes per rx poll, at most (1..128, default 32)
   --tx-burst N           frames a port gathers before it transmits them (1..128, default 32);
                          whatever a turn of the lcore sent goes out at its end in any case
+  --tx-in-place B|off    a RoCE packet's payload of at least B bytes in one piece of registered
+                         memory is sent from there, not copied (DPDK external buffers), on ports
+                         that take chained mbufs and do not DMA (virtual devices); its WR
+                         completes once the port has let the memory go (default 2048)
   --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)
   --selftest SPEC        run a self-test from the first port to the second, print one line, exit:
                          arp-ping[,count=N]: resolve the second port's IP and ping it N times (10)

@@ -61,6 +61,7 @@ struct Config {
     std::uint32_t arp_timeout_s = 60;
     std::uint16_t rx_burst = kDefaultBurst;  // frames a port's rx poll takes at most
     std::uint16_t tx_burst = kDefaultBurst;  // frames a port holds before it transmits them
+    std::uint32_t tx_in_place = kDefaultPlacedBytes;  // payloads sent from place from; 0: off
     TcpLimits tcp;
     std::string log_level = "info";
     std::optional<SelftestSpec> selftest;

@@ -298,7 +298,8 @@ int open_ports(const Config& cfg, Running& r) {
                                       rte_strerror(rte_errno) +
                                       " (hugepages exhausted? try --no-huge -m 512)");
 
-    const PortSettings settings{rte_get_tsc_hz(), cfg.arp_timeout_s, cfg.rx_burst, cfg.tx_burst};
+    const PortSettings settings{rte_get_tsc_hz(), cfg.arp_timeout_s, cfg.rx_burst, cfg.tx_burst,
+                                cfg.tx_in_place};
     for (const auto& spec : cfg.ports) {
         auto id = find_port(spec);
         if (!id && spec.shared)
@@ -386,8 +387,12 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
         r.lcores[i]->serve(r.tasks[i].get(), mine);
     }
     resources.set_quiesce([&r] {
+        // No lcore uses what it found before the round trip; a port may still hold mbufs
+        // attached to client memory before it (placed_tx.h) until it frees them.
+        const std::uint32_t epoch = placed_quiesce_begin();
         for (std::size_t i = 0; i < r.tasks.size(); ++i)
             if (!r.owned[i].empty()) r.tasks[i]->run([] {});
+        placed_quiesce_wait(epoch);
     });
 }
 

@@ -1,12 +1,15 @@
 // Port bring-up and teardown: careful, slow, and off the datapath.
 #include "daemon/port/port.h"
 
+#include <rte_bus.h>
+#include <rte_dev.h>
 #include <rte_ethdev.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -17,6 +20,10 @@ namespace {
 constexpr std::uint16_t kRxDescriptors = 1024;
 constexpr std::uint16_t kTxDescriptors = 1024;
 constexpr std::uint32_t kArpEntries = 256;
+// Placed mbufs out at once per port (a window of 128 packets on each of many QPs is more than
+// one lcore sends before its port frees them), and WRs with some out.
+constexpr std::uint32_t kPlacedRecords = 4096;
+constexpr std::uint32_t kPlacedTallies = 1024;
 
 Error port_error(const PortSpec& spec, const std::string& what, int rc) {
     const int code = rc < 0 ? -rc : rc;
@@ -69,7 +76,17 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
     if (int rc = rte_eth_dev_info_get(port_id, &info); rc != 0)
         return port_error(spec, "cannot query device", rc);
 
+    // Chained mbufs (a payload sent from the client's memory behind its headers) where the
+    // device takes them and reads no memory by DMA: a virtual device's driver reads the
+    // mbufs with the CPU, where the client's memory is mapped.
+    const char* no_placement = settings.tx_in_place == 0 ? "--tx-in-place off"
+                               : (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) == 0
+                                   ? "the device takes no chained mbufs"
+                               : std::string_view(rte_bus_name(rte_dev_bus(info.device))) != "vdev"
+                                   ? "the device reads by DMA"
+                                   : nullptr;
     rte_eth_conf conf{};
+    if (no_placement == nullptr) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     if (int rc = rte_eth_dev_configure(port_id, 1, 1, &conf); rc != 0)
         return port_error(spec, "cannot configure", rc);
     std::uint16_t nb_rxd = kRxDescriptors, nb_txd = kTxDescriptors;
@@ -115,8 +132,16 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
 
     std::unique_ptr<Port> port(new Port(port_id, name, spec, mac, mtu, pool, settings));
     port->started_ = true;
-    spdlog::info("port {} ({}): ip {} mac {} mtu {}{}", port_id, name, spec.ip.to_string(),
-                 mac.to_string(), mtu, promiscuous ? " (software MAC filter)" : "");
+    if (no_placement == nullptr) {
+        port->placed_ = std::make_unique<PlacedTx>(kPlacedRecords, kPlacedTallies);
+        port->placed_min_ = settings.tx_in_place;
+    }
+    spdlog::info("port {} ({}): ip {} mac {} mtu {}{}; payloads {}", port_id, name,
+                 spec.ip.to_string(), mac.to_string(), mtu,
+                 promiscuous ? " (software MAC filter)" : "",
+                 no_placement == nullptr
+                     ? fmt::format("of {} bytes or more sent from place", settings.tx_in_place)
+                     : fmt::format("copied ({})", no_placement));
     for (const auto& [dir, r] : {std::pair{"rx", spec.fault.rx}, std::pair{"tx", spec.fault.tx}}) {
         if (r.any())
             spdlog::warn(

@@ -15,6 +15,7 @@
 #include "daemon/port/arp_cache.h"
 #include "daemon/port/fault.h"
 #include "daemon/port/neighbours.h"
+#include "daemon/port/placed_tx.h"
 #include "daemon/port/port_spec.h"
 #include "daemon/port/stats.h"
 #include "proto/net/addr.h"
@@ -49,6 +50,7 @@ struct PortSettings {
     std::uint32_t arp_timeout_s;
     std::uint16_t rx_burst = kDefaultBurst;
     std::uint16_t tx_burst = kDefaultBurst;
+    std::uint32_t tx_in_place = kDefaultPlacedBytes;  // 0: every payload copied
 };
 
 class Port {
@@ -105,6 +107,17 @@ class Port {
     }
     // A fresh mbuf from the port's pool, or nullptr (counted as tx_dropped).
     rte_mbuf* alloc();
+
+    // Payloads sent from where they lie (placed_tx.h): the smallest sent so, 0 when the port
+    // sends none so (--tx-in-place off, or a device that takes no chained mbufs or that
+    // DMAs: a PCI device would need the client's memory mapped for it).
+    std::uint32_t placed_min() const { return placed_ != nullptr ? placed_min_ : 0; }
+    // A fresh mbuf attached to [data, data + len), counted in `hold` (PlacedTx::attach), or
+    // nullptr when none can be (the caller copies the payload instead).
+    rte_mbuf* alloc_placed(const std::uint8_t* data, std::uint16_t len, roce::TxHold* hold);
+    bool placed_settled(roce::TxHold& hold) { return placed_->settled(hold); }
+    void placed_forget(roce::TxHold& hold) { placed_->forget(hold); }
+    const PlacedTx* placed() const { return placed_.get(); }
     // Takes a frame this port sent to itself (a transport's loopback) as if received.
     void receive_local(rte_mbuf* m, std::uint64_t now) { handle(m, now); }
     // A new address and MTU (a shared-address port whose interface changed): what the port
@@ -117,6 +130,9 @@ class Port {
          std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings);
 
     void handle(rte_mbuf* m, std::uint64_t now);
+    // A frame in several segments: taken only as a RoCEv2 packet in the pieces a sender's
+    // placed payload arrives in over a wire that hands its mbufs on.
+    void handle_split(rte_mbuf* m, std::uint64_t now);
     void drop(rte_mbuf* m, net::Drop why);
 
     // One direction's injected faults: the injector, the frame it holds back to
@@ -168,6 +184,9 @@ class Port {
 
     std::uint16_t tx_count_ = 0;
     rte_mbuf* tx_[kMaxBurst];
+
+    std::unique_ptr<PlacedTx> placed_;  // none: every payload is copied
+    std::uint32_t placed_min_ = 0;
 };
 
 }  // namespace snic::daemon

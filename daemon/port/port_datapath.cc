@@ -45,7 +45,7 @@ void Port::drop(rte_mbuf* m, net::Drop why) {
 void Port::handle(rte_mbuf* m, std::uint64_t now) {
     counters_.rx_packets.add();
     counters_.rx_bytes.add(m->pkt_len);
-    if (m->nb_segs != 1) return drop(m, net::Drop::rx_scattered);
+    if (m->nb_segs != 1) return handle_split(m, now);
 
     auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
     const net::RxFrame f = net::classify({data, m->data_len}, local_);
@@ -103,6 +103,16 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
             return tcp_hook_.fn(tcp_hook_.ctx, *this, m, f, now);
     }
     rte_pktmbuf_free(m);  // not reached: every kind returns above
+}
+
+void Port::handle_split(rte_mbuf* m, std::uint64_t now) {
+    if (roce_hook_.fn == nullptr) return drop(m, net::Drop::rx_scattered);
+    const net::RxFrame f = net::classify_split(
+        {rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len}, m->pkt_len, local_);
+    if (f.kind == net::RxKind::drop) return drop(m, f.drop);
+    if (f.dst_port != net::kRoceV2Port) return drop(m, net::Drop::rx_scattered);
+    counters_.roce_dispatched.add();
+    return roce_hook_.fn(roce_hook_.ctx, *this, m, f, now);
 }
 
 void Port::send(rte_mbuf* m) {
@@ -184,6 +194,16 @@ std::uint16_t Port::inject(FaultPath& path, rte_mbuf* const* in, std::uint16_t n
 rte_mbuf* Port::alloc() {
     rte_mbuf* m = rte_pktmbuf_alloc(pool_);
     if (m == nullptr) counters_.tx_dropped.add();
+    return m;
+}
+
+rte_mbuf* Port::alloc_placed(const std::uint8_t* data, std::uint16_t len, roce::TxHold* hold) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr) return nullptr;
+    if (!placed_->attach(m, data, len, hold)) {
+        rte_pktmbuf_free(m);
+        return nullptr;
+    }
     return m;
 }
 

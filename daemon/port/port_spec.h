@@ -35,4 +35,9 @@ struct PortSpec {
 inline constexpr std::uint16_t kDefaultBurst = 32;
 inline constexpr std::uint16_t kMaxBurst = 128;
 
+// The smallest payload sent from where it lies (--tx-in-place; daemon/port/placed_tx.h).
+inline constexpr std::uint32_t kDefaultPlacedBytes = 2048;
+inline constexpr std::uint32_t kMinPlacedBytes = 256;
+inline constexpr std::uint32_t kMaxPlacedBytes = 65535;
+
 }  // namespace snic::daemon

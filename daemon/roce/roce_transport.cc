@@ -250,6 +250,8 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"rx_gsi_no_hook", c.rx_gsi_no_hook.get()});
     fn(ctx, {"rx_gsi_bad_opcode", c.rx_gsi_bad_opcode.get()});
     fn(ctx, {"tx_gsi", c.tx_gsi.get()});
+    fn(ctx, {"tx_placed", c.tx_placed.get()});
+    fn(ctx, {"rx_split", c.rx_split.get()});
     runner_.for_each_counter(fn, ctx);
     for (std::size_t i = 0; i < roce::kRoceDropReasons; ++i)
         fn(ctx, {roce::kRoceDropNames[i], c.drops[i].get()});

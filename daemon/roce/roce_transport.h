@@ -55,6 +55,8 @@ struct RoceCounters {
     Counter rx_gsi_no_hook;     // to QP1 while no GSI hook is set: dropped
     Counter rx_gsi_bad_opcode;  // to QP1 but not UD SEND ONLY: dropped
     Counter tx_gsi;             // sent from QP1 (send_gsi)
+    Counter tx_placed;          // packets whose payload went from where it lies
+    Counter rx_split;           // packets that came in pieces (a sender's placed payload)
     std::array<Counter, roce::kRoceDropReasons> drops;  // by roce::Drop
 };
 
@@ -121,6 +123,10 @@ class RoceQp final : public RoceQpBase, public roce::RcWire {
         return alloc_packet(len);
     }
     void tx_send(std::size_t len, std::size_t hdr, std::span<const roce::TxPiece> payload) override;
+    void tx_send_placed(std::size_t len, std::size_t hdr, roce::TxPiece payload,
+                        roce::TxHold* hold) override;
+    bool tx_settled(roce::TxHold& hold) override;
+    void tx_forget(roce::TxHold& hold) override;
 
     // Schedulable
     bool sched_poll(std::uint64_t now_ns) override;
@@ -257,9 +263,17 @@ class RoceTransport final : public Transport {
     bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, MacMemo& memo,
                   const roce::FlowFrame& flow, std::size_t hdr,
                   std::span<const roce::TxPiece> payload);
-    // What both do around the framing: `frame(out, mac)` writes the frame, returns its length.
+    // The same for a payload in one piece, sent from where it lies when the port can
+    // (Port::placed_min) and it is large enough: `m` holds the headers, an mbuf attached to
+    // the payload follows, then one with the ICRC; else copied as above.
+    bool transmit_placed(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, MacMemo& memo,
+                         const roce::FlowFrame& flow, std::size_t hdr, roce::TxPiece payload,
+                         roce::TxHold* hold);
+    // What they do around the framing: `frame(out, mac)` writes the frame's first segment and
+    // returns its length; `rest` (or nullptr) is chained behind it.
     template <typename FrameFn>
-    bool transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, MacMemo* memo, FrameFn&& frame);
+    bool transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, MacMemo* memo, FrameFn&& frame,
+                         rte_mbuf* rest = nullptr);
 
     Port& port_;
     LcoreTasks& tasks_;

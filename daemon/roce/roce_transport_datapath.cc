@@ -66,6 +66,22 @@ void RoceQp::tx_send(std::size_t len, std::size_t hdr, std::span<const roce::TxP
     transport_.transmit(m, len + roce::kIcrcLen, peer_, mac_memo_, flow_, hdr, payload);
 }
 
+void RoceQp::tx_send_placed(std::size_t len, std::size_t hdr, roce::TxPiece payload,
+                            roce::TxHold* hold) {
+    rte_mbuf* m = std::exchange(tx_m_, nullptr);
+    if (m == nullptr) return;
+    transport_.transmit_placed(m, len + roce::kIcrcLen, peer_, mac_memo_, flow_, hdr, payload,
+                               hold);
+}
+
+bool RoceQp::tx_settled(roce::TxHold& hold) {
+    return transport_.port_.placed_settled(hold);
+}
+
+void RoceQp::tx_forget(roce::TxHold& hold) {
+    transport_.port_.placed_forget(hold);
+}
+
 bool RoceUdQp::tx_send(std::size_t len, net::Ipv4Addr dst, std::uint32_t dst_qpn) {
     rte_mbuf* m = std::exchange(tx_m_, nullptr);
     if (m == nullptr) return true;
@@ -120,16 +136,32 @@ void RoceTransport::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& fra
 void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t now_tsc) {
     counters_.rx_packets.add();
     const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
-    const std::span<const std::uint8_t> payload(frame + f.l4_offset + net::kUdpHdrLen,
-                                                f.l4_length - net::kUdpHdrLen);
-    roce::Packet pkt = roce::parse(payload);
+    const std::uint8_t* udp_payload = frame + f.l4_offset + net::kUdpHdrLen;
+    // Whole in one segment; or split (Port::handle_split) as a placed payload arrives: the
+    // headers in the first segment, the payload in the second, the ICRC in the third.
+    const bool split = m->nb_segs != 1;
+    roce::Packet pkt;
+    if (!split) {
+        pkt = roce::parse({udp_payload, std::size_t{f.l4_length} - net::kUdpHdrLen});
+    } else if (m->nb_segs != 3) {
+        pkt.drop = roce::Drop::bad_split;
+    } else {
+        const rte_mbuf* body = m->next;
+        pkt = roce::parse_split(
+            {udp_payload, frame + m->data_len},
+            {rte_pktmbuf_mtod(body, const std::uint8_t*), body->data_len},
+            {rte_pktmbuf_mtod(body->next, const std::uint8_t*), body->next->data_len});
+        counters_.rx_split.add();
+    }
     auto drop = [&](roce::Drop why) {
         counters_.drops[static_cast<std::size_t>(why)].add();
         rte_pktmbuf_free(m);
     };
     if (!pkt.ok()) return drop(pkt.drop);
+    const std::size_t ip_length = f.l4_offset + f.l4_length - f.l3_offset;
+    // The IP packet, or its part in the first segment.
     const std::span<const std::uint8_t> l3(frame + f.l3_offset,
-                                           f.l4_offset + f.l4_length - f.l3_offset);
+                                           split ? m->data_len - f.l3_offset : ip_length);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
     auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
     // A connected QP's peer's packet starts its ICRC from the flow the QP learnt from its
@@ -137,8 +169,19 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     std::optional<roce::IcrcStart> start = rt != nullptr ? rt->rx_flow_.begin(l3) : std::nullopt;
     const bool of_flow = start.has_value();
     if (!of_flow) start = roce::icrc_begin(l3);
-    if (!start || start->ip_end > l3.size()) return drop(roce::Drop::bad_icrc);
-    if (start->ip_end == l3.size() && roce::icrc_with_copy(pkt)) {
+    if (!start || start->ip_end != ip_length) return drop(roce::Drop::bad_icrc);
+    if (split) {
+        // The extension headers in the first segment, then the payload where it lies.
+        std::uint32_t reg = roce::crc32_update(start->reg, l3.subspan(start->bth_end));
+        if (roce::icrc_with_copy(pkt)) {
+            pkt.icrc_reg = reg;
+            pkt.icrc_pending = true;
+        } else {
+            if (~roce::crc32_update(reg, pkt.payload) != pkt.icrc)
+                return drop(roce::Drop::bad_icrc);
+            if (rt != nullptr && !of_flow) rt->rx_flow_.learn(l3);
+        }
+    } else if (roce::icrc_with_copy(pkt)) {
         // Checked by the responder as it copies the payload out: one pass over its bytes.
         pkt.icrc_reg =
             roce::crc32_update(start->reg, {l3.data() + start->bth_end, pkt.payload.data()});
@@ -158,14 +201,15 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
 }
 
 template <typename FrameFn>
-bool RoceTransport::transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, MacMemo* memo,
-                                    FrameFn&& frame) {
+bool RoceTransport::transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, MacMemo* memo, FrameFn&& frame,
+                                    rte_mbuf* rest) {
     const bool loopback = dst == port_.ip().addr;
     std::optional<net::MacAddr> mac = loopback          ? std::optional(port_.mac())
                                       : memo != nullptr ? port_.resolve(dst, now_tsc_, *memo)
                                                         : port_.resolve(dst, now_tsc_);
     if (!mac) {
         rte_pktmbuf_free(m);
+        rte_pktmbuf_free(rest);
         counters_.tx_unresolved.add();
         return false;
     }
@@ -173,11 +217,13 @@ bool RoceTransport::transmit_framed(rte_mbuf* m, net::Ipv4Addr dst, MacMemo* mem
         frame(std::span(rte_pktmbuf_mtod(m, std::uint8_t*), rte_pktmbuf_tailroom(m)), *mac);
     if (frame_len == 0) {  // cannot happen: the sender made room for it
         rte_pktmbuf_free(m);
+        rte_pktmbuf_free(rest);
         counters_.tx_no_mbuf.add();
         return false;
     }
     m->data_len = static_cast<std::uint16_t>(frame_len);
     m->pkt_len = m->data_len;
+    if (rest != nullptr) rte_pktmbuf_chain(m, rest);
     counters_.tx_packets.add();
     if (!loopback) {
         port_.send(m);
@@ -210,6 +256,35 @@ bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr 
                            [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
                                return flow.frame_gather(out, mac, packet_len, hdr, payload);
                            });
+}
+
+bool RoceTransport::transmit_placed(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
+                                    MacMemo& memo, const roce::FlowFrame& flow, std::size_t hdr,
+                                    roce::TxPiece payload, roce::TxHold* hold) {
+    const std::uint32_t min = port_.placed_min();
+    rte_mbuf* body = nullptr;
+    rte_mbuf* icrc = nullptr;
+    // The payload must end where the ICRC starts (no pad), whole in one attached mbuf.
+    if (min != 0 && payload.len >= min && (payload.len & 3u) == 0 &&
+        packet_len == hdr + payload.len + roce::kIcrcLen) {
+        body = port_.alloc_placed(payload.data, static_cast<std::uint16_t>(payload.len), hold);
+        if (body != nullptr) icrc = port_.alloc();
+    }
+    if (icrc == nullptr) {
+        rte_pktmbuf_free(body);  // nothing of it sent: its tally counts it down now
+        return transmit(m, packet_len, dst, memo, flow, hdr, {&payload, 1});
+    }
+    icrc->data_len = roce::kIcrcLen;
+    icrc->pkt_len = roce::kIcrcLen;
+    rte_pktmbuf_chain(body, icrc);
+    counters_.tx_placed.add();
+    return transmit_framed(
+        m, dst, &memo,
+        [&](std::span<std::uint8_t> out, const net::MacAddr& mac) {
+            return flow.frame_head(out, mac, packet_len, hdr, payload,
+                                   rte_pktmbuf_mtod(icrc, std::uint8_t*));
+        },
+        body);
 }
 
 bool RoceTransport::send_gsi(std::uint32_t dst_ip, std::uint32_t dst_qpn, std::uint32_t qkey,

@@ -110,6 +110,38 @@ RxFrame classify_ipv4(std::span<const std::uint8_t> frame, const LocalIf& local)
 
 }  // namespace
 
+RxFrame classify_split(std::span<const std::uint8_t> head, std::size_t frame_len,
+                       const LocalIf& local) {
+    if (head.size() < kEthHdrLen + kIpv4MinHdrLen + kUdpHdrLen || frame_len < head.size())
+        return dropped(Drop::rx_scattered);
+    const auto& eth = *reinterpret_cast<const EthHdr*>(head.data());
+    if (eth.dst != local.mac && !eth.dst.is_broadcast()) return dropped(Drop::eth_not_for_us);
+    if (static_cast<EtherType>(eth.type.host()) != EtherType::ipv4)
+        return dropped(Drop::rx_scattered);
+    const auto& ip = *reinterpret_cast<const Ipv4Hdr*>(head.data() + kEthHdrLen);
+    if (ip.version() != 4) return dropped(Drop::ip_bad_version);
+    const std::uint16_t hlen = ip.header_length();
+    if (hlen < kIpv4MinHdrLen || std::size_t{kEthHdrLen} + hlen + kUdpHdrLen > head.size())
+        return dropped(Drop::rx_scattered);
+    if (ip.total_length.host() != frame_len - kEthHdrLen) return dropped(Drop::ip_bad_total_length);
+    if (!csum_ok(ipv4_header_bytes(ip))) return dropped(Drop::ip_bad_checksum);
+    if (ip.dst.host() != local.ip.value) return dropped(Drop::ip_not_for_us);
+    if (ip.is_fragment()) return dropped(Drop::ip_fragment);
+    if (static_cast<IpProto>(ip.proto) != IpProto::udp) return dropped(Drop::rx_scattered);
+    const auto& udp = *reinterpret_cast<const UdpHdr*>(head.data() + kEthHdrLen + hlen);
+    const std::size_t l4_length = frame_len - kEthHdrLen - hlen;
+    if (udp.length.host() != l4_length) return dropped(Drop::udp_bad_length);
+    if (udp.checksum.host() != 0) return dropped(Drop::rx_scattered);
+    RxFrame f;
+    f.kind = RxKind::udp;
+    f.l3_offset = kEthHdrLen;
+    f.l4_offset = static_cast<std::uint16_t>(kEthHdrLen + hlen);
+    f.l4_length = static_cast<std::uint16_t>(l4_length);
+    f.src_ip = Ipv4Addr{ip.src.host()};
+    f.dst_port = udp.dst_port.host();
+    return f;
+}
+
 RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local) {
     if (frame.size() < kEthHdrLen) return dropped(Drop::eth_truncated);
     const auto& eth = *reinterpret_cast<const EthHdr*>(frame.data());

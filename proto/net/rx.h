@@ -87,4 +87,12 @@ struct LocalIf {
 
 RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local);
 
+// classify() of a frame of `frame_len` bytes that arrives in segments, `head` its first:
+// taken only as a UDP datagram to this address without a checksum (RFC 768 allows none over
+// IPv4; RoCEv2 senders send none), its Ethernet, IPv4 and UDP headers in `head` and its IPv4
+// length the frame's. Anything else is dropped, as rx_scattered when classify() would have
+// taken it whole.
+RxFrame classify_split(std::span<const std::uint8_t> head, std::size_t frame_len,
+                       const LocalIf& local);
+
 }  // namespace snic::net

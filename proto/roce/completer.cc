@@ -109,6 +109,7 @@ bool RcQp::comp_retire() {
     bool did = false;
     while (head_ != start_) {
         SendSlot& s = slot(head_);
+        if ((s.state == SlotState::done || s.state == SlotState::failed) && !tx_settled(s)) break;
         if (s.state == SlotState::done) {
             if (s.wr.signaled) complete_send_slot(s, WcStatus::success);
             pop_head();
@@ -130,17 +131,18 @@ bool RcQp::comp_retire() {
 
 // Fails the WR holding `psn` with `status` (the WRs before it that are still unfinished,
 // READ/atomics without their data, with WR_FLUSH_ERR), then the QP.
+// Their completions are decided here and made by the flush, in order, each once the wire
+// holds nothing of its WR.
 void RcQp::comp_fail_at(std::uint32_t psn, WcStatus status, RcError why) {
-    while (head_ != start_) {
-        SendSlot& s = slot(head_);
+    for (std::uint32_t i = head_; i != start_; ++i) {
+        SendSlot& s = slot(i);
         const bool holds = s.npsn != 0 && psn_in_range(psn, s.first_psn, s.npsn);
-        const bool last = holds || head_ + 1 == start_;
-        if (s.state == SlotState::done && !last) {
-            if (s.wr.signaled) complete_send_slot(s, WcStatus::success);
-        } else {
-            complete_send_slot(s, last ? status : WcStatus::wr_flush_err);
+        const bool last = holds || i + 1 == start_;
+        s.decided = true;
+        if (s.state != SlotState::done || last) {
+            s.state = SlotState::failed;
+            s.status = last ? status : WcStatus::wr_flush_err;
         }
-        pop_head();
         if (last) break;
     }
     fail(why);

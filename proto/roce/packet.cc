@@ -57,6 +57,34 @@ Packet parse(std::span<const std::uint8_t> udp_payload) noexcept {
     return p;
 }
 
+Packet parse_split(std::span<const std::uint8_t> headers, std::span<const std::uint8_t> payload,
+                   std::span<const std::uint8_t> icrc) noexcept {
+    Packet p;
+    if (headers.size() < kBthLen) {
+        p.drop = Drop::truncated;
+        return p;
+    }
+    p.base = headers.data();
+    const OpcodeInfo& info = opcode_info(p.base[0]);
+    if (!info.known()) {
+        p.drop = Drop::unknown_opcode;
+        return p;
+    }
+    p.info = &info;
+    if (p.bth().tver() != kTransportVersion) {
+        p.drop = Drop::bad_version;
+        return p;
+    }
+    if (headers.size() != info.length || icrc.size() != kIcrcLen || p.bth().pad_count() != 0 ||
+        (payload.size() & 3u) != 0 || (!payload.empty() && !info.has(kHasPayload))) {
+        p.drop = Drop::bad_split;
+        return p;
+    }
+    p.payload = payload;
+    p.icrc = icrc_load(icrc.data());
+    return p;
+}
+
 std::size_t write_headers(std::span<std::uint8_t> out, const PacketSpec& spec,
                           std::size_t payload_length) noexcept {
     const OpcodeInfo& info = opcode_info(spec.opcode);
@@ -146,15 +174,9 @@ bool icrc_settle(const Packet& pkt) noexcept {
     return !pkt.icrc_pending || icrc_finish(pkt, crc32_update(pkt.icrc_reg, pkt.payload));
 }
 
-std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
-                                    std::size_t packet_length, std::size_t hdr,
-                                    std::span<const TxPiece> payload) const noexcept {
+std::uint8_t* FlowFrame::write_l2_l3(std::uint8_t* eth, const net::MacAddr& dst_mac,
+                                     std::size_t packet_length) const noexcept {
     constexpr std::size_t kL4 = net::kIpv4MinHdrLen + net::kUdpHdrLen;
-    if (packet_length < kBthLen + kIcrcLen || packet_length > 0xffff - kL4 ||
-        out.size() < net::kUdpFrameOverhead + packet_length || hdr < kBthLen ||
-        hdr > packet_length - kIcrcLen)
-        return 0;
-    std::uint8_t* eth = out.data();
     std::memcpy(eth, headers_.data(), headers_.size());
     std::memcpy(eth, dst_mac.bytes.data(), dst_mac.bytes.size());
     std::uint8_t* l3 = eth + net::kEthHdrLen;
@@ -164,6 +186,19 @@ std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacA
     ip.total_length = ip_length;
     ip.checksum = net::csum_finish(ip_sum_ + ip_length);
     udp.length = static_cast<std::uint16_t>(net::kUdpHdrLen + packet_length);
+    return l3;
+}
+
+std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
+                                    std::size_t packet_length, std::size_t hdr,
+                                    std::span<const TxPiece> payload) const noexcept {
+    constexpr std::size_t kL4 = net::kIpv4MinHdrLen + net::kUdpHdrLen;
+    if (packet_length < kBthLen + kIcrcLen || packet_length > 0xffff - kL4 ||
+        out.size() < net::kUdpFrameOverhead + packet_length || hdr < kBthLen ||
+        hdr > packet_length - kIcrcLen)
+        return 0;
+    std::uint8_t* l3 = write_l2_l3(out.data(), dst_mac, packet_length);
+    const std::size_t ip_length = kL4 + packet_length;
     // The payload's room (with the pad) decides the path; pieces that overrun it leave the
     // frame unsent.
     std::uint8_t* p = l3 + kL4 + hdr;
@@ -187,6 +222,22 @@ std::size_t FlowFrame::frame_gather(std::span<std::uint8_t> out, const net::MacA
     }
     icrc_store(icrc_at, ~reg);
     return net::kEthHdrLen + ip_length;
+}
+
+std::size_t FlowFrame::frame_head(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
+                                  std::size_t packet_length, std::size_t hdr, TxPiece payload,
+                                  std::uint8_t* icrc) const noexcept {
+    constexpr std::size_t kL4 = net::kIpv4MinHdrLen + net::kUdpHdrLen;
+    if (hdr < kBthLen || packet_length != hdr + payload.len + kIcrcLen ||
+        packet_length > 0xffff - kL4 || out.size() < net::kUdpFrameOverhead + hdr ||
+        (payload.len & 3u) != 0)
+        return 0;
+    std::uint8_t* l3 = write_l2_l3(out.data(), dst_mac, packet_length);
+    std::uint32_t reg = icrc_.begin(l3);
+    reg = crc32_update(reg, {l3 + IcrcFlow::kBthEnd, l3 + kL4 + hdr});
+    reg = crc32_update(reg, {payload.data, payload.len});
+    icrc_store(icrc, ~reg);
+    return net::kUdpFrameOverhead + hdr;
 }
 
 }  // namespace snic::roce

@@ -28,6 +28,7 @@ enum class Drop : std::uint8_t {
     bad_pad,             // PadCnt larger than the payload
     misaligned_length,   // headers + payload + pad not a multiple of 4 bytes (IBA §9.2, PadCnt)
     bad_icrc,
+    bad_split,  // a packet in pieces (parse_split) split elsewhere than headers/payload/ICRC
     count_
 };
 
@@ -35,7 +36,7 @@ inline constexpr std::size_t kRoceDropReasons = static_cast<std::size_t>(Drop::c
 
 inline constexpr std::array<std::string_view, kRoceDropReasons> kRoceDropNames = {
     "roce_truncated", "roce_unknown_opcode",    "roce_bad_version", "roce_unexpected_payload",
-    "roce_bad_pad",   "roce_misaligned_length", "roce_bad_icrc",
+    "roce_bad_pad",   "roce_misaligned_length", "roce_bad_icrc",    "roce_bad_split",
 };
 
 constexpr std::string_view drop_name(Drop d) {
@@ -80,6 +81,13 @@ struct Packet {
 // what the packet alone says (opcode known, TVer, lengths, pad); not the ICRC (that needs
 // the IP header: icrc_verify), nor anything a QP decides (P_Key, QPN, PSN).
 Packet parse(std::span<const std::uint8_t> udp_payload) noexcept;
+
+// parse() of a packet received in three pieces, as a frame transmitted from the sender's
+// memory arrives over a wire that hands the sender's buffers on: the BTH and extension
+// headers (exactly), the payload (no pad: its length a multiple of 4) and the ICRC. The
+// same Packet as parse() of the three joined; any other split is Drop::bad_split.
+Packet parse_split(std::span<const std::uint8_t> headers, std::span<const std::uint8_t> payload,
+                   std::span<const std::uint8_t> icrc) noexcept;
 
 // Whether the ICRC of `pkt` is right: true when it was checked before (not pending), else the
 // pending register continued over the payload and the pad, compared with the ICRC.
@@ -210,7 +218,20 @@ class FlowFrame {
                              std::size_t packet_length, std::size_t hdr,
                              std::span<const TxPiece> payload) const noexcept;
 
+    // frame_gather() for a payload left where it is (a transmit from the client's memory):
+    // writes the frame up to the payload's first byte (the transport packet's first `hdr`
+    // bytes already in place at out[net::kUdpFrameOverhead]) and stores at `icrc` the four
+    // bytes that follow the payload, which then needs no pad. The ICRC is folded over the
+    // payload where it lies, read once. Returns the head's length (Ethernet through the
+    // extension headers), or 0 when packet_length is not hdr + payload + ICRC.
+    std::size_t frame_head(std::span<std::uint8_t> out, const net::MacAddr& dst_mac,
+                           std::size_t packet_length, std::size_t hdr, TxPiece payload,
+                           std::uint8_t* icrc) const noexcept;
+
   private:
+    std::uint8_t* write_l2_l3(std::uint8_t* eth, const net::MacAddr& dst_mac,
+                              std::size_t packet_length) const noexcept;
+
     std::array<std::uint8_t, net::kUdpFrameOverhead> headers_{};
     std::uint32_t ip_sum_ = 0;  // IPv4 header words but the total length and checksum
     IcrcFlow icrc_;

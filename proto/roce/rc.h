@@ -173,10 +173,26 @@ constexpr RcTime ack_timeout_ns(std::uint8_t code) {
 // wire copies the payload pieces after them and zeroes the pad (gather_payload), so that it
 // may fold the ICRC over the payload as it copies it. A span that is not sent is abandoned
 // by the next tx_alloc.
+//
+// A payload in one piece of registered memory may instead be left where it is and sent from
+// there (tx_send_placed: DPDK external buffers); the wire then holds the piece until the port
+// is done with it. `hold` (a SendSlot's tx_hold; nullptr for a READ response, which no
+// completion waits for) is that WR's: the engine completes the WR only once tx_settled(hold)
+// says nothing of it is still held, and a QP that goes away with a WR unsettled gives its
+// hold up with tx_forget. A wire that copies every payload needs none of the three.
+using TxHold = std::uint32_t;  // 0: nothing held
 class RcWire {
   public:
     virtual std::span<std::uint8_t> tx_alloc(std::size_t len) = 0;
     virtual void tx_send(std::size_t len, std::size_t hdr, std::span<const TxPiece> payload) = 0;
+    virtual void tx_send_placed(std::size_t len, std::size_t hdr, TxPiece payload, TxHold*) {
+        tx_send(len, hdr, {&payload, 1});
+    }
+    virtual bool tx_settled(TxHold& hold) {
+        hold = 0;
+        return true;
+    }
+    virtual void tx_forget(TxHold& hold) { hold = 0; }
 
   protected:
     ~RcWire() = default;
@@ -237,6 +253,7 @@ struct RcCounters {
     RcCounter tx_retransmits;   // request packets sent again (go-back-N, timeout, RNR)
     RcCounter tx_full;          // tx_alloc refused: retried on the next poll
     RcCounter send_slot_waits;  // the send slot pool was empty: WRs taken on a later poll
+    RcCounter tx_held_waits;    // a WR's completion waited for the wire to let its memory go
     // received, by kind
     RcCounter rx_send_packets, rx_write_packets, rx_read_requests, rx_atomic_requests;
     RcCounter rx_read_responses, rx_atomic_acks, rx_acks, rx_naks;
@@ -267,7 +284,7 @@ struct RcCounterField {
     RcCounter RcCounters::*field;
 };
 
-inline constexpr std::array<RcCounterField, 44> kRcCounterFields = {{
+inline constexpr std::array<RcCounterField, 45> kRcCounterFields = {{
     {"tx_send_packets", &RcCounters::tx_send_packets},
     {"tx_write_packets", &RcCounters::tx_write_packets},
     {"tx_read_requests", &RcCounters::tx_read_requests},
@@ -279,6 +296,7 @@ inline constexpr std::array<RcCounterField, 44> kRcCounterFields = {{
     {"tx_retransmits", &RcCounters::tx_retransmits},
     {"tx_full", &RcCounters::tx_full},
     {"send_slot_waits", &RcCounters::send_slot_waits},
+    {"tx_held_waits", &RcCounters::tx_held_waits},
     {"rx_send_packets", &RcCounters::rx_send_packets},
     {"rx_write_packets", &RcCounters::rx_write_packets},
     {"rx_read_requests", &RcCounters::rx_read_requests},

@@ -77,6 +77,8 @@ RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& w
 }
 
 RcQp::~RcQp() {
+    for (std::uint32_t i = head_; i != tail_; ++i)
+        if (slot(i).tx_hold != 0) wire_.tx_forget(slot(i).tx_hold);
     for (SlotChunk*& c : chunks_)
         if (c != nullptr) pool_->give(std::exchange(c, nullptr));
 }
@@ -288,8 +290,14 @@ std::uint32_t RcQp::flush() {
     // flush_budget of them go per call and poll() takes the rest (more_).
     while (head_ != tail_) {
         SendSlot& s = slot(head_);
+        if (!tx_settled(s)) break;  // the rest after it, in order, on a later poll
         if (s.op == nullptr) s.op = &wr_op_info(WrOp::send);
-        complete_send_slot(s, WcStatus::wr_flush_err);
+        if (!s.decided)
+            complete_send_slot(s, WcStatus::wr_flush_err);
+        else if (s.state == SlotState::failed)
+            complete_send_slot(s, s.status);
+        else if (s.wr.signaled)
+            complete_send_slot(s, WcStatus::success);  // done before the WR that failed
         pop_head();
         ++n;
     }
@@ -298,7 +306,8 @@ std::uint32_t RcQp::flush() {
     rd_atomic_out_ = 0;
     SendSlot spare;  // on the stack: no chunk needed to flush what the queue still holds
     std::uint32_t sends = 0;
-    for (; sends < cfg_.flush_budget && queues_.pop_send(spare.wr); ++sends) {
+    // Only once every held WR is flushed: the queue's come after them.
+    for (; head_ == tail_ && sends < cfg_.flush_budget && queues_.pop_send(spare.wr); ++sends) {
         const auto op = static_cast<std::uint8_t>(spare.wr.op);
         spare.op = op < kWrOpCount ? &kWrOpTable[op] : &wr_op_info(WrOp::send);
         complete_send_slot(spare, WcStatus::wr_flush_err);
@@ -323,7 +332,7 @@ std::uint32_t RcQp::flush() {
 // --- the packet writer -------------------------------------------------------------------------
 
 bool RcQp::emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
-                std::uint32_t npieces) {
+                std::uint32_t npieces, bool place, TxHold* hold) {
     const OpcodeInfo& info = opcode_info(spec.opcode);
     const std::size_t pad = pad_for(len);
     const std::size_t total = info.length + len + pad;
@@ -334,7 +343,10 @@ bool RcQp::emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
         return false;
     }
     const std::size_t hdr = write_headers(out, spec, len);
-    wire_.tx_send(total, hdr, {pieces, npieces});
+    if (place && npieces == 1)
+        wire_.tx_send_placed(total, hdr, pieces[0], hold);
+    else
+        wire_.tx_send(total, hdr, {pieces, npieces});
     return true;
 }
 

@@ -111,6 +111,14 @@ class RcQp {
     // Retires the head WR (head_ moves on) and gives back the chunks it no longer needs.
     void pop_head();
     void release_chunks();
+    // Whether the wire holds nothing of WR s's any more (RcWire::tx_settled); a WR completes
+    // only then. When it still does, poll() is wanted again (more_).
+    bool tx_settled(SendSlot& s) {
+        if (s.tx_hold == 0 || wire_.tx_settled(s.tx_hold)) return true;
+        counters_.tx_held_waits.add();
+        more_ = true;
+        return false;
+    }
 
     // --- shared ----------------------------------------------------------------------------
     bool uc() const { return cfg_.service == Transport::uc; }
@@ -124,8 +132,10 @@ class RcQp {
     // Writes one packet: headers from spec, `len` payload bytes gathered from pieces.
     using Piece = TxPiece;
     static constexpr std::uint32_t kMaxPieces = kMaxSge + 1;
-    bool emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
-              std::uint32_t npieces);
+    // `place`: a payload in one piece may be sent from where it lies (RcWire::tx_send_placed),
+    // held under `hold`.
+    bool emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces, std::uint32_t npieces,
+              bool place = false, TxHold* hold = nullptr);
     // The BTH of one of this QP's packets (its P_Key and destination QP; no MigReq, FECN or
     // BECN), written at `out` by the one-piece paths that write their headers themselves.
     void put_bth(std::uint8_t* out, Opcode opcode, bool solicited, std::uint8_t pad, bool ack_req,

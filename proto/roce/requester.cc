@@ -124,6 +124,8 @@ inline bool RcQp::req_take() {
         if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
         return false;
     }
+    slot(tail_).tx_hold = 0;
+    slot(tail_).decided = false;
     ++tail_;
     return true;
 }
@@ -263,7 +265,10 @@ RcQp::Fast RcQp::req_fast(RcTime now) {
     }
     if (with_imm) std::memcpy(ext, &wr.imm_or_rkey, sizeof(ImmDt));  // as posted
     const TxPiece piece{data, len};
-    wire_.tx_send(total, info.length, {&piece, len != 0 ? 1u : 0u});
+    if (wr.inline_data || len == 0)
+        wire_.tx_send(total, info.length, {&piece, len != 0 ? 1u : 0u});
+    else
+        wire_.tx_send_placed(total, info.length, piece, &s.tx_hold);
 
     (write ? counters_.tx_write_packets : counters_.tx_send_packets).add();
     sent_end_ = next_psn_;  // a new PSN: never behind what was sent
@@ -400,7 +405,7 @@ bool RcQp::req_send(SendSlot& s, std::uint32_t k, RcTime now) {
         case WrKind::local:
             return false;
     }
-    if (!emit(spec, len, pieces, npieces)) return false;
+    if (!emit(spec, len, pieces, npieces, !wr.inline_data, &s.tx_hold)) return false;
 
     switch (op.kind) {
         case WrKind::send:

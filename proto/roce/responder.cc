@@ -621,7 +621,7 @@ bool RcQp::resp_send_res(RdAtomicRes& r) {
         piece = {region.ptr, len};
         npieces = 1;
     }
-    if (!emit(spec, len, &piece, npieces)) return false;
+    if (!emit(spec, len, &piece, npieces, true)) return false;
     counters_.tx_read_responses.add();
     if (++r.next == r.count) {
         res_set_active(r, false);

@@ -27,10 +27,11 @@ AS_OTHER = ["setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", "--"]
 # Every RoceCounters field and roce::Drop reason (daemon/roce/roce_transport.h, proto/roce/packet.h).
 ROCE_COUNTERS = {"rx_packets", "tx_packets", "rx_unknown_qpn", "rx_bad_source", "rx_not_ipv4",
                  "tx_no_mbuf", "tx_unresolved", "tx_uc_held", "loopback_packets", "loopback_full",
-                 "rx_gsi", "rx_gsi_no_hook", "rx_gsi_bad_opcode", "tx_gsi",
+                 "rx_gsi", "rx_gsi_no_hook", "rx_gsi_bad_opcode", "tx_gsi", "tx_placed",
+                 "rx_split",
                  "roce_truncated", "roce_unknown_opcode", "roce_bad_version",
                  "roce_unexpected_payload", "roce_bad_pad", "roce_misaligned_length",
-                 "roce_bad_icrc"}
+                 "roce_bad_icrc", "roce_bad_split"}
 
 
 @pytest.fixture(scope="module")

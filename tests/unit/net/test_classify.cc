@@ -551,6 +551,57 @@ TEST(Classify, frames_the_drop_rules_start_from_are_accepted) {
     EXPECT_EQ(run(with_ip_options(udp())).kind, RxKind::udp);
 }
 
+// classify_split(): a frame in segments is taken as a UDP datagram without a checksum whose
+// headers lie in its first segment, with what classify() says of the same frame whole.
+TEST(ClassifySplit, takes_what_classify_takes_of_the_whole_frame_from_its_first_segment) {
+    for (const Frame& f : {udp(64, false), udp(4096, false), with_ip_options(udp(200, false))}) {
+        const RxFrame whole = run(f);
+        ASSERT_EQ(whole.kind, RxKind::udp);
+        const std::size_t head = whole.l4_offset + kUdpHdrLen;  // then the payload elsewhere
+        const RxFrame r = classify_split(std::span(f).first(head), f.size(), kLocal);
+        EXPECT_EQ(r.kind, RxKind::udp);
+        EXPECT_EQ(r.l3_offset, whole.l3_offset);
+        EXPECT_EQ(r.l4_offset, whole.l4_offset);
+        EXPECT_EQ(r.l4_length, whole.l4_length);
+        EXPECT_EQ(r.src_ip, whole.src_ip);
+        EXPECT_EQ(r.dst_port, whole.dst_port);
+    }
+}
+
+TEST(ClassifySplit, drops_what_it_cannot_check_or_what_is_not_for_it) {
+    const auto split = [](const Frame& f, std::size_t head, std::size_t len = 0) {
+        return classify_split(std::span(f).first(head), len != 0 ? len : f.size(), kLocal).drop;
+    };
+    const Frame good = udp(64, false);
+    constexpr std::size_t kHead = kEthHdrLen + kIpv4MinHdrLen + kUdpHdrLen;
+    ASSERT_EQ(split(good, kHead), Drop::count_);
+    // A UDP checksum it would have to read the other segments for.
+    EXPECT_EQ(split(udp(64, true), kHead), Drop::rx_scattered);
+    // The headers not all in the first segment.
+    EXPECT_EQ(split(good, kHead - 1), Drop::rx_scattered);
+    // Not UDP, or not IPv4.
+    EXPECT_EQ(split(tcp(8080, 64), kHead), Drop::rx_scattered);
+    EXPECT_EQ(split(arp(ArpOp::request, kLocalIp), 42), Drop::rx_scattered);
+    // Lengths that disagree with the frame's.
+    EXPECT_EQ(split(good, kHead, good.size() + 4), Drop::ip_bad_total_length);
+    EXPECT_EQ(classify_split(std::span(good).first(kHead), kHead - 1, kLocal).drop,
+              Drop::rx_scattered);
+    Frame f = good;
+    auto& u = *reinterpret_cast<UdpHdr*>(f.data() + kEthHdrLen + kIpv4MinHdrLen);
+    u.length = static_cast<std::uint16_t>(u.length.host() - 4);
+    EXPECT_EQ(split(f, kHead), Drop::udp_bad_length);
+    // The first checks classify() makes.
+    f = good;
+    f[kEthHdrLen + 10] ^= 1;  // IPv4 header checksum
+    EXPECT_EQ(split(f, kHead), Drop::ip_bad_checksum);
+    f = good;
+    std::copy(kOtherMac.bytes.begin(), kOtherMac.bytes.end(), f.begin());
+    EXPECT_EQ(split(f, kHead), Drop::eth_not_for_us);
+    const LocalIf elsewhere{kLocalMac, kOtherIp};
+    EXPECT_EQ(classify_split(std::span(good).first(kHead), good.size(), elsewhere).drop,
+              Drop::ip_not_for_us);
+}
+
 TEST(Classify, drops_every_frame_shorter_than_ethernet_header) {
     for (std::size_t n = 0; n < kEthHdrLen; ++n) {
         const RxFrame r = run(Frame(n, 0xff));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <random>
 #include <span>
@@ -197,6 +198,42 @@ class FakeWire final : public RcWire {
         allocated_ = 0;
     }
 
+    // A wire that sends payloads from where they lie (`placed`): the packet goes out as a copy
+    // would, but the payload stays held under its WR's hold until release_placed() lets it go,
+    // as a port frees its mbufs when it likes. Without `placed`: a wire that copies.
+    void tx_send_placed(std::size_t len, std::size_t hdr, TxPiece payload, TxHold* hold) override {
+        if (placed && hold != nullptr) {
+            if (*hold == 0) *hold = next_hold_++;
+            ++in_flight_[*hold];
+            pending_.push_back(*hold);
+            ++placed_count;
+        } else if (hold == nullptr) {
+            ++unheld_count;
+        }
+        tx_send(len, hdr, {&payload, 1});
+    }
+    bool tx_settled(TxHold& hold) override {
+        EXPECT_NE(hold, 0u);
+        const auto it = in_flight_.find(hold);
+        if (it != in_flight_.end() && it->second > 0) return false;
+        in_flight_.erase(hold);
+        hold = 0;
+        ++settled_count;
+        return true;
+    }
+    void tx_forget(TxHold& hold) override {
+        forgotten.push_back(hold);
+        hold = 0;
+    }
+    // Lets the oldest n held payloads go.
+    void release_placed(std::size_t n = SIZE_MAX) {
+        for (; n > 0 && !pending_.empty(); --n) {
+            --in_flight_[pending_.front()];
+            pending_.pop_front();
+        }
+    }
+    std::size_t placed_held() const { return pending_.size(); }
+
     // The i-th packet sent, parsed (log must be kept).
     Packet sent(std::size_t i) const { return parse(log.at(i)); }
     std::size_t logged() const { return log.size(); }
@@ -207,8 +244,14 @@ class FakeWire final : public RcWire {
     std::size_t capacity = 1u << 20;
     std::uint32_t refuse = 0;
     std::uint64_t allocs = 0, sent_count = 0;
+    bool placed = false;
+    std::uint64_t placed_count = 0, settled_count = 0, unheld_count = 0;
+    std::vector<TxHold> forgotten;
 
   private:
+    std::map<TxHold, std::uint32_t> in_flight_;
+    std::deque<TxHold> pending_;
+    TxHold next_hold_ = 1;
     std::array<std::uint8_t, 4096 + 256> buf_{};
     std::size_t allocated_ = 0;
 };
@@ -574,6 +617,10 @@ struct RcPair {
     bool step() {
         bool did = false;
         for (Node* n : {&a, &b}) {
+            if (placed_release_div != 0) {
+                const std::size_t held = n->wire.placed_held();
+                n->wire.release_placed((held + placed_release_div - 1) / placed_release_div);
+            }
             if (lazy && !n->has_work(now)) continue;
             ++polls;
             // RcQp::idle() promises a poll that does nothing when no send WR waits.
@@ -614,6 +661,9 @@ struct RcPair {
     RcTime step_ns = 1'000;
     std::uint64_t steps = 0;
     bool lazy = false;
+    // Placing wires (FakeWire::placed): each step, a node's wire lets go of this share (1/div,
+    // rounded up) of the payloads it holds; 0: of none (the test lets them go).
+    std::size_t placed_release_div = 0;
     std::uint64_t polls = 0;
     std::uint64_t idle_polls = 0;  // polls made while the QP was idle (and did nothing)
 };

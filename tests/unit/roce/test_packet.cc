@@ -465,6 +465,97 @@ TEST(FlowFrame, gathers_the_payload_into_the_frame_frame_ipv4_frames) {
     EXPECT_GT(compared, 60);
 }
 
+// A payload left where it lies (the transmit from the client's memory): the head, the payload
+// and the ICRC frame_head stores are, joined, what frame_gather writes; and parse_split of the
+// three pieces is parse() of the joined packet.
+TEST(FlowFrame, frames_a_placed_payload_as_frame_gather_does_and_parse_split_reads_it) {
+    const FlowFrame prepared(kFlow, 0x8001, 0xabcdef);
+    const auto payload = pattern(4096);
+    int compared = 0;
+    for (const Opcode op :
+         {Opcode::rc_send_only, Opcode::rc_rdma_write_first,
+          Opcode::rc_rdma_write_only_with_immediate, Opcode::rc_rdma_read_response_middle,
+          Opcode::rc_send_last_with_invalidate}) {
+        for (const std::size_t len : {4, 256, 1024, 2048, 4096}) {
+            PacketSpec s = full_spec(op, std::span(payload).first(len));
+            s.psn = static_cast<std::uint32_t>(len * 131) & 0xffffff;
+            const std::size_t packet = transport_length(op, len);
+            const TxPiece piece{payload.data(), static_cast<std::uint32_t>(len)};
+            std::vector<std::uint8_t> want(net::kUdpFrameOverhead + packet, 0xee);
+            const std::size_t hdr =
+                write_headers(std::span(want).subspan(net::kUdpFrameOverhead), s, len);
+            ASSERT_EQ(prepared.frame_gather(want, kFlow.dst_mac, packet, hdr, {&piece, 1}),
+                      want.size());
+
+            std::vector<std::uint8_t> head(net::kUdpFrameOverhead + hdr + 8, 0xee);
+            ASSERT_EQ(write_headers(std::span(head).subspan(net::kUdpFrameOverhead), s, len), hdr);
+            std::array<std::uint8_t, kIcrcLen> icrc{};
+            const std::size_t n =
+                prepared.frame_head(head, kFlow.dst_mac, packet, hdr, piece, icrc.data());
+            ASSERT_EQ(n, net::kUdpFrameOverhead + hdr);
+            std::vector<std::uint8_t> joined(head.begin(), head.begin() + static_cast<long>(n));
+            joined.insert(joined.end(), payload.begin(), payload.begin() + static_cast<long>(len));
+            joined.insert(joined.end(), icrc.begin(), icrc.end());
+            EXPECT_EQ(joined, want) << opcode_info(op).name << ", " << len << " bytes";
+
+            const auto udp = std::span(want).subspan(net::kUdpFrameOverhead);
+            const Packet whole = parse(udp);
+            const Packet split = parse_split(std::span(head).subspan(net::kUdpFrameOverhead, hdr),
+                                             std::span(payload).first(len), icrc);
+            ASSERT_TRUE(whole.ok());
+            ASSERT_TRUE(split.ok()) << drop_name(split.drop);
+            EXPECT_EQ(split.info, whole.info);
+            EXPECT_EQ(split.payload.size(), whole.payload.size());
+            EXPECT_EQ(split.payload.data(), payload.data());
+            EXPECT_EQ(split.icrc, whole.icrc);
+            EXPECT_EQ(split.pad, 0);
+            EXPECT_EQ(split.bth().psn.host(), whole.bth().psn.host());
+            ++compared;
+        }
+    }
+    EXPECT_EQ(compared, 25);
+}
+
+TEST(FlowFrame, frame_head_and_parse_split_refuse_what_is_not_their_shape) {
+    const FlowFrame prepared(kFlow, kDefaultPkey, 0x12);
+    const auto payload = pattern(256);
+    std::vector<std::uint8_t> out(net::kUdpFrameOverhead + 64);
+    std::array<std::uint8_t, kIcrcLen> icrc{};
+    const TxPiece p256{payload.data(), 256}, p255{payload.data(), 255};
+    const std::size_t packet = kBthLen + 256 + kIcrcLen;
+    EXPECT_NE(prepared.frame_head(out, kFlow.dst_mac, packet, kBthLen, p256, icrc.data()), 0u);
+    EXPECT_EQ(prepared.frame_head(out, kFlow.dst_mac, packet + 4, kBthLen, p256, icrc.data()), 0u);
+    EXPECT_EQ(prepared.frame_head(out, kFlow.dst_mac, packet - 1, kBthLen, p255, icrc.data()), 0u)
+        << "a payload with a pad is not placed";
+    EXPECT_EQ(prepared.frame_head(out, kFlow.dst_mac, packet, kBthLen - 4, p256, icrc.data()), 0u);
+    EXPECT_EQ(prepared.frame_head(std::span(out).first(net::kUdpFrameOverhead + 4), kFlow.dst_mac,
+                                  packet, kBthLen, p256, icrc.data()),
+              0u);
+
+    // parse_split: headers exactly, a payload of whole words, four ICRC bytes, no pad.
+    PacketSpec s = full_spec(Opcode::rc_rdma_write_only, std::span(payload).first(256));
+    std::vector<std::uint8_t> hdr(64);
+    const std::size_t h = write_headers(hdr, s, 256);
+    hdr.resize(h);
+    const auto body = std::span(payload).first(256);
+    EXPECT_TRUE(parse_split(hdr, body, icrc).ok());
+    EXPECT_EQ(parse_split(std::span(hdr).first(h - 4), body, icrc).drop, Drop::bad_split);
+    EXPECT_EQ(parse_split(hdr, body.first(255), icrc).drop, Drop::bad_split);
+    EXPECT_EQ(parse_split(hdr, body, std::span(icrc).first(3)).drop, Drop::bad_split);
+    EXPECT_EQ(parse_split(std::span(hdr).first(8), body, icrc).drop, Drop::truncated);
+    auto bad = hdr;
+    bad[0] = 0x1f;  // reserved RC opcode
+    EXPECT_EQ(parse_split(bad, body, icrc).drop, Drop::unknown_opcode);
+    bad = hdr;
+    bad[1] |= 0x30;  // PadCnt 3
+    EXPECT_EQ(parse_split(bad, body, icrc).drop, Drop::bad_split);
+    PacketSpec ack;
+    ack.opcode = Opcode::rc_acknowledge;
+    std::vector<std::uint8_t> ack_hdr(64);
+    ack_hdr.resize(write_headers(ack_hdr, ack, 0));
+    EXPECT_EQ(parse_split(ack_hdr, body, icrc).drop, Drop::bad_split) << "an ACK has no payload";
+}
+
 TEST(FlowFrame, refuses_pieces_that_do_not_fit) {
     const FlowFrame prepared(kFlow, kDefaultPkey, 0x12);
     const auto payload = pattern(64);
