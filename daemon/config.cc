@@ -452,7 +452,7 @@ snicd options:
   --tx-in-place B|off    a RoCE packet's payload of at least B bytes in one piece of registered
                          memory is sent from there, not copied (DPDK external buffers), on ports
                          that take chained mbufs and do not DMA (virtual devices); its WR
-                         completes once the port has let the memory go (default 2048)
+                         completes once the port has let the memory go (default 4096)
   --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)
   --selftest SPEC        run a self-test from the first port to the second, print one line, exit:
                          arp-ping[,count=N]: resolve the second port's IP and ping it N times (10)

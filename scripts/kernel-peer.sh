@@ -9,7 +9,10 @@
 # wire, the CM or MPA, and put its summary in docs/INTEROP.md.
 #
 #   scripts/kernel-peer.sh [--dev rxe|siw|both] [--only REGEX] [--side active|passive|both]
-#                          [--shared] [--out DIR]
+#                          [--shared] [--snicd-args ARGS] [--out DIR]
+#
+# --snicd-args gives snicd more options (one word list, e.g. "--tx-in-place 256": payloads
+# of the guest's 1024-byte path MTU then go from where they lie).
 #
 # --shared runs snicd on a shared-address port (--port iface=IF,shared): the kernel has snic's
 # address on snicd's veth end and snicd shares it, so the tools' TCP side channel goes to the
@@ -23,7 +26,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-usage() { sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 out=$SNIC_BUILD/kernel-peer
 run_args=()
@@ -33,6 +36,8 @@ while (($#)); do
         --shared) shared=1; run_args+=(--shared) ;;
         --dev | --only | --side) (($# >= 2)) || snic_die "$1 needs a value"; run_args+=("$1" "$2"); shift ;;
         --out) (($# >= 2)) || snic_die "--out needs a directory"; out=$2; shift ;;
+        --snicd-args) (($# >= 2)) || snic_die "--snicd-args needs a value"
+            export SNIC_KPEER_SNICD_ARGS=$2; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; snic_die "unknown option $1" ;;
     esac

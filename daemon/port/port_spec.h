@@ -36,7 +36,8 @@ inline constexpr std::uint16_t kDefaultBurst = 32;
 inline constexpr std::uint16_t kMaxBurst = 128;
 
 // The smallest payload sent from where it lies (--tx-in-place; daemon/port/placed_tx.h).
-inline constexpr std::uint32_t kDefaultPlacedBytes = 2048;
+// Measured (docs/PERFORMANCE.md): below 4 KiB packets the extra mbufs cost more than the copy.
+inline constexpr std::uint32_t kDefaultPlacedBytes = 4096;
 inline constexpr std::uint32_t kMinPlacedBytes = 256;
 inline constexpr std::uint32_t kMaxPlacedBytes = 65535;
 

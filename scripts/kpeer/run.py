@@ -164,6 +164,8 @@ class Snic:
         self.ctrl = f"/run/snic/{NAME}.sock"
         self.out = open(work / "snicd.log", "wb")
         mem = shlex.split(os.environ.get("SNIC_EAL_MEM", ""))
+        # More of snicd's options (kernel-peer.sh --snicd-args), e.g. --tx-in-place 256.
+        extra = shlex.split(os.environ.get("SNIC_KPEER_SNICD_ARGS", ""))
         # Shared: the kernel has SNIC_IP on the interface (kernel-peer.sh --shared).
         if shared:
             eal, ports = [], ["--port", f"iface={iface},shared"]
@@ -171,7 +173,7 @@ class Snic:
             eal, ports = [f"--vdev=net_af_packet0,iface={iface}"], ["--port", f"0,ip={SNIC_IP}/24"]
         self.proc = subprocess.Popen(
             [str(SNICD), "-l", "0", "--no-pci", *eal, "--file-prefix", f"snic-{NAME}", *mem,
-             "--", "--name", NAME, "--ctrl", self.ctrl, *ports],
+             "--", "--name", NAME, "--ctrl", self.ctrl, *ports, *extra],
             stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         end = time.monotonic() + 60
         while self.ctl("status")[0] != 0:
