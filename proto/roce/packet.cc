@@ -13,6 +13,22 @@ void put_ext(std::uint8_t* out, const OpcodeInfo& info, const H& header) {
     if (info.has(E)) std::memcpy(out + info.offset_of(E), &header, sizeof(H));
 }
 
+// What parse and parse_split check first, of the BTH at `base`: an opcode snic knows, TVer 0.
+bool parse_bth(Packet& p, const std::uint8_t* base) noexcept {
+    p.base = base;
+    const OpcodeInfo& info = opcode_info(base[0]);
+    if (!info.known()) {
+        p.drop = Drop::unknown_opcode;
+        return false;
+    }
+    p.info = &info;
+    if (p.bth().tver() != kTransportVersion) {
+        p.drop = Drop::bad_version;
+        return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 Packet parse(std::span<const std::uint8_t> udp_payload) noexcept {
@@ -22,18 +38,9 @@ Packet parse(std::span<const std::uint8_t> udp_payload) noexcept {
         p.drop = Drop::truncated;
         return p;
     }
-    p.base = udp_payload.data();
-    const OpcodeInfo& info = opcode_info(p.base[0]);
-    if (!info.known()) {
-        p.drop = Drop::unknown_opcode;
-        return p;
-    }
-    p.info = &info;
+    if (!parse_bth(p, udp_payload.data())) return p;
+    const OpcodeInfo& info = *p.info;
     const Bth& bth = p.bth();
-    if (bth.tver() != kTransportVersion) {
-        p.drop = Drop::bad_version;
-        return p;
-    }
     if (n < info.length + kIcrcLen) {
         p.drop = Drop::truncated;
         return p;
@@ -64,17 +71,8 @@ Packet parse_split(std::span<const std::uint8_t> headers, std::span<const std::u
         p.drop = Drop::truncated;
         return p;
     }
-    p.base = headers.data();
-    const OpcodeInfo& info = opcode_info(p.base[0]);
-    if (!info.known()) {
-        p.drop = Drop::unknown_opcode;
-        return p;
-    }
-    p.info = &info;
-    if (p.bth().tver() != kTransportVersion) {
-        p.drop = Drop::bad_version;
-        return p;
-    }
+    if (!parse_bth(p, headers.data())) return p;
+    const OpcodeInfo& info = *p.info;
     if (headers.size() != info.length || icrc.size() != kIcrcLen || p.bth().pad_count() != 0 ||
         (payload.size() & 3u) != 0 || (!payload.empty() && !info.has(kHasPayload))) {
         p.drop = Drop::bad_split;
