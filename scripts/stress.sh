@@ -7,13 +7,14 @@
 # interrupted) and exits with the program's exit code. Run as root.
 #
 #   scripts/stress.sh [--no-deps] [--no-build] [--clean] [--faults SPEC] [--iwarp]
-#                     [--arp-timeout SEC] [-- SNIC-RC-STRESS-OPTIONS...]
+#                     [--arp-timeout SEC] [--snicd-args ARGS] [-- SNIC-RC-STRESS-OPTIONS...]
 #
 #   --clean            no faults on the wire
 #   --iwarp            over the ports' iWARP devices (NAME_iw0, NAME_iw1, connected through
 #                      rdma_cm; SNIC_DEVICES names them) instead of RoCEv2
 #   --faults SPEC      wire1's faults (default loss=0.05,dup=0.01,reorder=0.01,corrupt=0.005,seed=7)
 #   --arp-timeout SEC  snicd's ARP entry lifetime (default: snicd's own, 60 s)
+#   --snicd-args ARGS  more of snicd's options, one word list ("--tx-in-place 256")
 #   after --           options for snic-rc-stress; they come after the defaults
 #                      -n 100000 -m 1048576 -t 10 --stall 60, so that -- -n 5000 -s 3 wins.
 #                      SNIC_STRESS_OPS and SNIC_STRESS_MAX_SIZE also set -n and -m.
@@ -23,13 +24,14 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 setup_args=()
 stress_args=()
 faults="loss=0.05,dup=0.01,reorder=0.01,corrupt=0.005,seed=7"
 arp_timeout=
+snicd_extra=()
 NAME=snic-stress
 devices=("${NAME}_0" "${NAME}_1")
 iwarp_args=()
@@ -49,6 +51,11 @@ while (($#)); do
         --arp-timeout)
             (($# > 1)) || { printf '%s: --arp-timeout needs a value\n' "$SNIC_PROG" >&2; exit 2; }
             arp_timeout=$2
+            shift
+            ;;
+        --snicd-args)
+            (($# > 1)) || { printf '%s: --snicd-args needs a value\n' "$SNIC_PROG" >&2; exit 2; }
+            read -r -a snicd_extra <<<"$2"
             shift
             ;;
         -h | --help) usage; exit 0 ;;
@@ -74,6 +81,7 @@ wire1="wire1,ip=198.18.18.2/24${faults:+,$faults}"
 daemon_args=(--name "$NAME" --ctrl "$CTRL" --wire
     --port "wire0,ip=198.18.18.1/24" --port "$wire1" --idle-backoff 20)
 [[ -n $arp_timeout ]] && daemon_args+=(--arp-timeout "$arp_timeout")
+daemon_args+=("${snicd_extra[@]}")
 
 daemon_pid=
 stress_pid=

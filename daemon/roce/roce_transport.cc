@@ -81,6 +81,7 @@ RoceQp::RoceQp(RoceTransport& transport, Qp& qp, const NameTable& keys,
             config.pkey, config.dest_qpn),
       engine_(config, glue_, glue_, *this, &slots) {
     rx_flow_ = roce::IcrcRxFlow(peer.value);
+    if (const std::uint32_t from = transport.port().placed_min(); from != 0) tx_placed_from = from;
 }
 
 void RoceQp::start_sending(const shm::QpAttr& a) {

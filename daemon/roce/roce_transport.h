@@ -263,9 +263,9 @@ class RoceTransport final : public Transport {
     bool transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, MacMemo& memo,
                   const roce::FlowFrame& flow, std::size_t hdr,
                   std::span<const roce::TxPiece> payload);
-    // The same for a payload in one piece, sent from where it lies when the port can
-    // (Port::placed_min) and it is large enough: `m` holds the headers, an mbuf attached to
-    // the payload follows, then one with the ICRC; else copied as above.
+    // The same for a payload in one piece large enough to be sent from where it lies
+    // (Port::sends_placed): `m` holds the headers, an mbuf attached to the payload follows,
+    // then one with the ICRC; copied as above when it has a pad or no mbuf can be attached.
     bool transmit_placed(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, MacMemo& memo,
                          const roce::FlowFrame& flow, std::size_t hdr, roce::TxPiece payload,
                          roce::TxHold* hold);

@@ -261,12 +261,10 @@ bool RoceTransport::transmit(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr 
 bool RoceTransport::transmit_placed(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst,
                                     MacMemo& memo, const roce::FlowFrame& flow, std::size_t hdr,
                                     roce::TxPiece payload, roce::TxHold* hold) {
-    const std::uint32_t min = port_.placed_min();
     rte_mbuf* body = nullptr;
     rte_mbuf* icrc = nullptr;
     // The payload must end where the ICRC starts (no pad), whole in one attached mbuf.
-    if (min != 0 && payload.len >= min && (payload.len & 3u) == 0 &&
-        packet_len == hdr + payload.len + roce::kIcrcLen) {
+    if ((payload.len & 3u) == 0 && packet_len == hdr + payload.len + roce::kIcrcLen) {
         body = port_.alloc_placed(payload.data, static_cast<std::uint16_t>(payload.len), hold);
         if (body != nullptr) icrc = port_.alloc();
     }

@@ -174,12 +174,12 @@ constexpr RcTime ack_timeout_ns(std::uint8_t code) {
 // may fold the ICRC over the payload as it copies it. A span that is not sent is abandoned
 // by the next tx_alloc.
 //
-// A payload in one piece of registered memory may instead be left where it is and sent from
-// there (tx_send_placed: DPDK external buffers); the wire then holds the piece until the port
-// is done with it. `hold` (a SendSlot's tx_hold; nullptr for a READ response, which no
-// completion waits for) is that WR's: the engine completes the WR only once tx_settled(hold)
-// says nothing of it is still held, and a QP that goes away with a WR unsettled gives its
-// hold up with tx_forget. A wire that copies every payload needs none of the three.
+// A payload in one piece of registered memory, of tx_placed_from bytes or more, may instead be
+// left where it is and sent from there (tx_send_placed: DPDK external buffers); the wire then
+// holds the piece until the port is done with it. `hold` (a SendSlot's tx_hold; nullptr for a READ
+// response, which no completion waits for) is that WR's: the engine completes the WR only once
+// tx_settled(hold) says nothing of it is still held, and a QP that goes away with a WR unsettled
+// gives its hold up with tx_forget. A wire that copies every payload needs none of the three.
 using TxHold = std::uint32_t;  // 0: nothing held
 class RcWire {
   public:
@@ -193,6 +193,10 @@ class RcWire {
         return true;
     }
     virtual void tx_forget(TxHold& hold) { hold = 0; }
+
+    // The smallest payload the wire sends from where it lies (never, unless the wire says):
+    // the engine offers only those to tx_send_placed, so that the others cost nothing more.
+    std::uint32_t tx_placed_from = ~std::uint32_t{0};
 
   protected:
     ~RcWire() = default;

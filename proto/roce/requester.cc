@@ -265,7 +265,7 @@ RcQp::Fast RcQp::req_fast(RcTime now) {
     }
     if (with_imm) std::memcpy(ext, &wr.imm_or_rkey, sizeof(ImmDt));  // as posted
     const TxPiece piece{data, len};
-    if (wr.inline_data || len == 0)
+    if (wr.inline_data || len == 0 || len < wire_.tx_placed_from)
         wire_.tx_send(total, info.length, {&piece, len != 0 ? 1u : 0u});
     else
         wire_.tx_send_placed(total, info.length, piece, &s.tx_hold);

@@ -198,9 +198,13 @@ class FakeWire final : public RcWire {
         allocated_ = 0;
     }
 
-    // A wire that sends payloads from where they lie (`placed`): the packet goes out as a copy
+    // A wire that sends payloads from where they lie (place()): the packet goes out as a copy
     // would, but the payload stays held under its WR's hold until release_placed() lets it go,
-    // as a port frees its mbufs when it likes. Without `placed`: a wire that copies.
+    // as a port frees its mbufs when it likes. Until place(): a wire that copies.
+    void place() {
+        placed = true;
+        tx_placed_from = 1;
+    }
     void tx_send_placed(std::size_t len, std::size_t hdr, TxPiece payload, TxHold* hold) override {
         if (placed && hold != nullptr) {
             if (*hold == 0) *hold = next_hold_++;

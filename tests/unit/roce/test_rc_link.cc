@@ -464,7 +464,8 @@ void stress(std::uint32_t mtu, std::uint32_t ops_per_direction, std::uint64_t se
 TEST(RcStress, payloads_held_by_the_wire_after_they_went_out_lose_nothing) {
     RcPair pair = RcPair::standard(1024, 41);
     pair.link.faults = {.loss = 0.05, .duplicate = 0.01, .reorder = 0.01, .corrupt = 0.005};
-    pair.a.wire.placed = pair.b.wire.placed = true;
+    pair.a.wire.place();
+    pair.b.wire.place();
     pair.placed_release_div = 3;
     run_traffic(pair, 1500, 41);
     EXPECT_GT(pair.a.wire.placed_count + pair.b.wire.placed_count, 0u);

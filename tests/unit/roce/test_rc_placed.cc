@@ -37,7 +37,7 @@ void steps(RcPair& pair, int n) {
 
 TEST(RcPlaced, a_write_completes_only_once_the_wire_lets_its_payload_go) {
     RcPair pair = RcPair::standard(1024, 51);
-    pair.a.wire.placed = true;
+    pair.a.wire.place();
     post_write(pair, 1, 3000);  // three packets, each placed
     // Acknowledged at b, but the wire still holds the payload: no completion.
     ASSERT_TRUE(
@@ -63,7 +63,7 @@ TEST(RcPlaced, a_write_completes_only_once_the_wire_lets_its_payload_go) {
 
 TEST(RcPlaced, a_later_wr_with_nothing_placed_still_completes_after_the_held_one) {
     RcPair pair = RcPair::standard(1024, 52);
-    pair.a.wire.placed = true;
+    pair.a.wire.place();
     post_write(pair, 1, 2048);
     post_inline_send(pair, 2);
     ASSERT_TRUE(pair.run_until([&] { return pair.b.q.rcq.size() == 1; }, 10'000));
@@ -77,7 +77,7 @@ TEST(RcPlaced, a_later_wr_with_nothing_placed_still_completes_after_the_held_one
 
 TEST(RcPlaced, a_flush_waits_for_held_payloads_and_keeps_the_order) {
     RcPair pair = RcPair::standard(1024, 53);
-    pair.a.wire.placed = true;
+    pair.a.wire.place();
     pair.link.faults.loss = 1.0;  // nothing arrives: every WR stays outstanding
     post_write(pair, 1, 2048);
     post_inline_send(pair, 2);
@@ -105,7 +105,7 @@ TEST(RcPlaced, a_flush_waits_for_held_payloads_and_keeps_the_order) {
 
 TEST(RcPlaced, a_retry_exceeded_error_completes_once_the_retransmissions_are_let_go) {
     RcPair pair = RcPair::standard(1024, 54);
-    pair.a.wire.placed = true;
+    pair.a.wire.place();
     pair.link.faults.loss = 1.0;
     post_write(pair, 1, 2048);
     post_write(pair, 2, 1024);
@@ -125,7 +125,7 @@ TEST(RcPlaced, a_retry_exceeded_error_completes_once_the_retransmissions_are_let
 
 TEST(RcPlaced, a_qp_destroyed_with_held_payloads_gives_their_holds_up) {
     RcPair pair = RcPair::standard(1024, 55);
-    pair.a.wire.placed = true;
+    pair.a.wire.place();
     pair.link.faults.loss = 1.0;
     post_write(pair, 1, 2048);
     post_inline_send(pair, 2);
@@ -139,7 +139,7 @@ TEST(RcPlaced, a_qp_destroyed_with_held_payloads_gives_their_holds_up) {
 
 TEST(RcPlaced, read_responses_are_placed_but_hold_no_wr) {
     RcPair pair = RcPair::standard(1024, 56);
-    pair.b.wire.placed = true;  // b answers the READ from its memory
+    pair.b.wire.place();  // b answers the READ from its memory
     const std::uint32_t src = pair.b.mem.add(4096);
     const std::uint32_t dst = pair.a.mem.add(4096);
     fill_pattern(pair.b.mem.bytes(src, 0, 4096), 7);
