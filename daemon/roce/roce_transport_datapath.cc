@@ -133,55 +133,51 @@ void RoceTransport::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& fra
     static_cast<RoceTransport*>(ctx)->receive(m, frame, now_tsc);
 }
 
+// The ICRC's start for a packet at `l3` to `rt` (nullptr: QP1 or no QP): a connected QP's
+// peer's packet from the flow the QP learnt from its peer (of_flow); any other, and the
+// first, from its masked headers.
+inline std::optional<roce::IcrcStart> RoceTransport::icrc_start(const RoceQpBase* rt,
+                                                                std::span<const std::uint8_t> l3,
+                                                                bool& of_flow) {
+    std::optional<roce::IcrcStart> start = rt != nullptr ? rt->rx_flow_.begin(l3) : std::nullopt;
+    of_flow = start.has_value();
+    if (!of_flow) start = roce::icrc_begin(l3);
+    return start;
+}
+
+// A checked packet to QP1's hook or to its QP; frees m.
+inline void RoceTransport::deliver(rte_mbuf* m, const roce::Packet& pkt, const net::RxFrame& f,
+                                   std::uint32_t qpn, RoceQpBase* rt, std::uint64_t now_tsc) {
+    if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
+    if (rt == nullptr) {
+        counters_.rx_unknown_qpn.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    rt->on_packet(pkt, f, rte_pktmbuf_mtod(m, const std::uint8_t*), now_tsc);
+    rte_pktmbuf_free(m);
+}
+
 void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t now_tsc) {
     counters_.rx_packets.add();
+    if (m->nb_segs != 1) return on_split(m, f, now_tsc);
     const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
-    const std::uint8_t* udp_payload = frame + f.l4_offset + net::kUdpHdrLen;
-    // Whole in one segment; or split (Port::handle_split) as a placed payload arrives: the
-    // headers in the first segment, the payload in the second, the ICRC in the third.
-    const bool split = m->nb_segs != 1;
-    roce::Packet pkt;
-    if (!split) {
-        pkt = roce::parse({udp_payload, std::size_t{f.l4_length} - net::kUdpHdrLen});
-    } else if (m->nb_segs != 3) {
-        pkt.drop = roce::Drop::bad_split;
-    } else {
-        const rte_mbuf* body = m->next;
-        pkt = roce::parse_split(
-            {udp_payload, frame + m->data_len},
-            {rte_pktmbuf_mtod(body, const std::uint8_t*), body->data_len},
-            {rte_pktmbuf_mtod(body->next, const std::uint8_t*), body->next->data_len});
-        counters_.rx_split.add();
-    }
+    const std::span<const std::uint8_t> payload(frame + f.l4_offset + net::kUdpHdrLen,
+                                                f.l4_length - net::kUdpHdrLen);
+    roce::Packet pkt = roce::parse(payload);
     auto drop = [&](roce::Drop why) {
         counters_.drops[static_cast<std::size_t>(why)].add();
         rte_pktmbuf_free(m);
     };
     if (!pkt.ok()) return drop(pkt.drop);
-    const std::size_t ip_length = f.l4_offset + f.l4_length - f.l3_offset;
-    // The IP packet, or its part in the first segment.
     const std::span<const std::uint8_t> l3(frame + f.l3_offset,
-                                           split ? m->data_len - f.l3_offset : ip_length);
+                                           f.l4_offset + f.l4_length - f.l3_offset);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
     auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
-    // A connected QP's peer's packet starts its ICRC from the flow the QP learnt from its
-    // peer; any other, and the first, from its masked headers.
-    std::optional<roce::IcrcStart> start = rt != nullptr ? rt->rx_flow_.begin(l3) : std::nullopt;
-    const bool of_flow = start.has_value();
-    if (!of_flow) start = roce::icrc_begin(l3);
-    if (!start || start->ip_end != ip_length) return drop(roce::Drop::bad_icrc);
-    if (split) {
-        // The extension headers in the first segment, then the payload where it lies.
-        std::uint32_t reg = roce::crc32_update(start->reg, l3.subspan(start->bth_end));
-        if (roce::icrc_with_copy(pkt)) {
-            pkt.icrc_reg = reg;
-            pkt.icrc_pending = true;
-        } else {
-            if (~roce::crc32_update(reg, pkt.payload) != pkt.icrc)
-                return drop(roce::Drop::bad_icrc);
-            if (rt != nullptr && !of_flow) rt->rx_flow_.learn(l3);
-        }
-    } else if (roce::icrc_with_copy(pkt)) {
+    bool of_flow = false;
+    const std::optional<roce::IcrcStart> start = icrc_start(rt, l3, of_flow);
+    if (!start || start->ip_end > l3.size()) return drop(roce::Drop::bad_icrc);
+    if (start->ip_end == l3.size() && roce::icrc_with_copy(pkt)) {
         // Checked by the responder as it copies the payload out: one pass over its bytes.
         pkt.icrc_reg =
             roce::crc32_update(start->reg, {l3.data() + start->bth_end, pkt.payload.data()});
@@ -190,14 +186,44 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
         if (!roce::icrc_verify(l3, *start)) return drop(roce::Drop::bad_icrc);
         if (rt != nullptr && !of_flow) rt->rx_flow_.learn(l3);
     }
-    if (qpn == roce::kGsiQpn) return receive_gsi(m, pkt, f.src_ip);
-    if (rt == nullptr) {
-        counters_.rx_unknown_qpn.add();
+    deliver(m, pkt, f, qpn, rt, now_tsc);
+}
+
+// A packet in segments (Port::handle_split), as a placed payload arrives: the headers in the
+// first segment, the payload in the second, the ICRC in the third.
+void RoceTransport::on_split(rte_mbuf* m, const net::RxFrame& f, std::uint64_t now_tsc) {
+    const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
+    auto drop = [&](roce::Drop why) {
+        counters_.drops[static_cast<std::size_t>(why)].add();
         rte_pktmbuf_free(m);
-        return;
+    };
+    if (m->nb_segs != 3) return drop(roce::Drop::bad_split);
+    counters_.rx_split.add();
+    const rte_mbuf* body = m->next;
+    roce::Packet pkt = roce::parse_split(
+        {frame + f.l4_offset + net::kUdpHdrLen, frame + m->data_len},
+        {rte_pktmbuf_mtod(body, const std::uint8_t*), body->data_len},
+        {rte_pktmbuf_mtod(body->next, const std::uint8_t*), body->next->data_len});
+    if (!pkt.ok()) return drop(pkt.drop);
+    // The IP packet's part in the first segment: its headers through the extension headers.
+    const std::span<const std::uint8_t> l3(frame + f.l3_offset, m->data_len - f.l3_offset);
+    const std::uint32_t qpn = pkt.bth().dest_qp.host();
+    auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
+    bool of_flow = false;
+    const std::optional<roce::IcrcStart> start = icrc_start(rt, l3, of_flow);
+    if (!start || start->ip_end != f.l4_offset + f.l4_length - f.l3_offset)
+        return drop(roce::Drop::bad_icrc);
+    // The extension headers, then the payload where it lies (no pad).
+    const std::uint32_t reg = roce::crc32_update(start->reg, l3.subspan(start->bth_end));
+    if (roce::icrc_with_copy(pkt)) {
+        pkt.icrc_reg = reg;
+        pkt.icrc_pending = true;
+    } else {
+        if (!roce::icrc_finish(pkt, roce::crc32_update(reg, pkt.payload)))
+            return drop(roce::Drop::bad_icrc);
+        if (rt != nullptr && !of_flow) rt->rx_flow_.learn(l3);
     }
-    rt->on_packet(pkt, f, frame, now_tsc);
-    rte_pktmbuf_free(m);
+    deliver(m, pkt, f, qpn, rt, now_tsc);
 }
 
 template <typename FrameFn>

@@ -172,8 +172,9 @@ bool icrc_settle(const Packet& pkt) noexcept {
     return !pkt.icrc_pending || icrc_finish(pkt, crc32_update(pkt.icrc_reg, pkt.payload));
 }
 
-std::uint8_t* FlowFrame::write_l2_l3(std::uint8_t* eth, const net::MacAddr& dst_mac,
-                                     std::size_t packet_length) const noexcept {
+// Inlined into both framers: it is the per-packet path.
+[[gnu::always_inline]] inline std::uint8_t* FlowFrame::write_l2_l3(
+    std::uint8_t* eth, const net::MacAddr& dst_mac, std::size_t packet_length) const noexcept {
     constexpr std::size_t kL4 = net::kIpv4MinHdrLen + net::kUdpHdrLen;
     std::memcpy(eth, headers_.data(), headers_.size());
     std::memcpy(eth, dst_mac.bytes.data(), dst_mac.bytes.size());

@@ -77,8 +77,11 @@ RcQp::RcQp(const RcConfig& config, QpMemory& memory, QpQueues& queues, RcWire& w
 }
 
 RcQp::~RcQp() {
-    for (std::uint32_t i = head_; i != tail_; ++i)
+    // The slots go back to the pool as a fresh chunk's are: nothing held, nothing decided.
+    for (std::uint32_t i = head_; i != tail_; ++i) {
         if (slot(i).tx_hold != 0) wire_.tx_forget(slot(i).tx_hold);
+        slot(i).decided = false;
+    }
     for (SlotChunk*& c : chunks_)
         if (c != nullptr) pool_->give(std::exchange(c, nullptr));
 }
@@ -298,6 +301,7 @@ std::uint32_t RcQp::flush() {
             complete_send_slot(s, s.status);
         else if (s.wr.signaled)
             complete_send_slot(s, WcStatus::success);  // done before the WR that failed
+        s.decided = false;
         pop_head();
         ++n;
     }

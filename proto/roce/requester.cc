@@ -124,8 +124,6 @@ inline bool RcQp::req_take() {
         if (borrowed) pool_->give(std::exchange(chunk, nullptr));  // nothing to hold
         return false;
     }
-    slot(tail_).tx_hold = 0;
-    slot(tail_).decided = false;
     ++tail_;
     return true;
 }

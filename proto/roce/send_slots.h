@@ -33,8 +33,10 @@ struct SendSlot {
     SlotState state = SlotState::staged;
     WcStatus status = WcStatus::success;
     RcError why = RcError::none;  // failed: the QP error it causes
-    TxHold tx_hold = 0;           // what the wire still sends from its memory (RcWire)
-    bool decided = false;         // its completion fixed by comp_fail_at; made by the flush
+    // Kept 0 and false between WRs (a slot leaves the QP only after both are reset), so that
+    // taking a WR needs no store for them.
+    TxHold tx_hold = 0;    // what the wire still sends from its memory (RcWire)
+    bool decided = false;  // its completion fixed by comp_fail_at; made by the flush
 };
 
 // Slots per chunk, and the most WRs one QP holds at once (in flight, done but not yet
