@@ -345,6 +345,8 @@ void TcpConnection::on_rto(TcpTime now) {
     sb_.clear();  // RFC 2018 §8: SACKed data may be discarded by the receiver
     high_rxt_ = snd_una_;
     dupacks_ = 0;
+    lt_sent_ = 0;
+    lt_bytes_ = 0;
     fast_rtx_pending_ = false;
     snd_nxt_ = snd_una_;
     rto_.back_off();

@@ -172,6 +172,7 @@ class TcpConnection {
         bool retransmit = false;
         bool advance = true;  // moves snd_nxt (false for holes and the fast retransmit)
         bool ends_record = false;
+        bool limited = false;  // Limited Transmit's (RFC 3042)
     };
     bool output(TcpTime now);
     bool pick(Plan& p, TcpTime now);
@@ -250,6 +251,8 @@ class TcpConnection {
     Scoreboard sb_;
     std::uint64_t high_rxt_ = 0;
     std::uint32_t dupacks_ = 0;
+    std::uint32_t lt_sent_ = 0;   // segments Limited Transmit sent since the last new ACK
+    std::uint64_t lt_bytes_ = 0;  // and their bytes: not part of the ssthresh computation
     bool fast_rtx_pending_ = false;
     RtoEstimator rto_;
     TcpTime rto_deadline_ = kNever;

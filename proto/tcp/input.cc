@@ -235,8 +235,9 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
             cc_.on_dupack_in_recovery();
         } else if ((dupacks_ >= kDupThresh || (sack_ok_ && sb_.is_lost(snd_una_, mss_))) &&
                    cc_.may_enter_recovery(snd_una_)) {
-            // Fast retransmit (RFC 5681 §3.2, RFC 6675 §5).
-            cc_.enter_recovery(flight(), snd_max_);
+            // Fast retransmit (RFC 5681 §3.2, RFC 6675 §5); ssthresh from the flight without
+            // what Limited Transmit sent (RFC 5681 §3.2 step 2).
+            cc_.enter_recovery(flight() - std::min(lt_bytes_, flight()), snd_max_);
             counters_.fast_retransmits.add();
             fast_rtx_pending_ = true;
             high_rxt_ = snd_una_;
@@ -297,6 +298,8 @@ void TcpConnection::new_ack(std::uint64_t ack_off, TcpTime now) {
         cc_.on_ack(acked);
     }
     dupacks_ = 0;
+    lt_sent_ = 0;
+    lt_bytes_ = 0;
     retries_ = 0;
     // RFC 6298 §5.2-5.3: stop the timer when all is acknowledged, else restart it.
     rto_deadline_ = snd_una_ == snd_max_ ? kNever : now + rto_.rto();

@@ -181,9 +181,19 @@ bool TcpConnection::pick_normal(Plan& p, TcpTime now, bool check_cwnd) {
             return false;
         }
     }
+    bool limited = false;
     if (check_cwnd && snd_nxt_ > snd_una_ && (snd_nxt_ - snd_una_) + p.len > cc_.cwnd()) {
-        return false;
+        // Limited Transmit (RFC 3042): on each of the first two duplicate ACKs, one segment of
+        // new data the peer's window takes, with at most cwnd + 2 SMSS outstanding; cwnd stays.
+        // The segments it gets out draw the duplicate ACKs a small window would otherwise not
+        // have for a fast retransmit.
+        const std::uint64_t allowance =
+            cc_.in_recovery() || off < snd_max_ ? 0 : std::min<std::uint32_t>(dupacks_, 2) * mss_;
+        if ((snd_nxt_ - snd_una_) + p.len > cc_.cwnd() + allowance || lt_sent_ >= dupacks_)
+            return false;
+        limited = true;
     }
+    p.limited = limited;
     p.fin = fin_queued_ && off + p.len == fin_off_;
     p.retransmit = off < snd_max_;
     p.advance = true;
@@ -246,6 +256,11 @@ bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
             rtt_off_ = end - 1;
             rtt_start_ = now;
         }
+    }
+    if (p.limited) {
+        ++lt_sent_;
+        lt_bytes_ += p.len;
+        counters_.limited_transmits.add();
     }
     if (p.advance) {
         snd_nxt_ = end;

@@ -121,7 +121,8 @@ struct TcpCounters {
     TcpCounter bytes_received;  // payload bytes delivered in order
     TcpCounter retransmits;     // segments sent again, for any reason
     TcpCounter fast_retransmits;
-    TcpCounter timeouts;  // RTO expiries
+    TcpCounter limited_transmits;  // new segments sent on the first two duplicate ACKs
+    TcpCounter timeouts;           // RTO expiries
     TcpCounter dup_acks;
     TcpCounter sack_blocks_in;   // SACK blocks received
     TcpCounter sack_blocks_out;  // SACK blocks sent
@@ -148,7 +149,7 @@ struct TcpCounterField {
     TcpCounter TcpCounters::*field;
 };
 
-inline constexpr std::array<TcpCounterField, 28> kTcpCounterFields = {{
+inline constexpr std::array<TcpCounterField, 29> kTcpCounterFields = {{
     {"segments_in", &TcpCounters::segments_in},
     {"segments_out", &TcpCounters::segments_out},
     {"bytes_sent", &TcpCounters::bytes_sent},
@@ -156,6 +157,7 @@ inline constexpr std::array<TcpCounterField, 28> kTcpCounterFields = {{
     {"bytes_received", &TcpCounters::bytes_received},
     {"retransmits", &TcpCounters::retransmits},
     {"fast_retransmits", &TcpCounters::fast_retransmits},
+    {"limited_transmits", &TcpCounters::limited_transmits},
     {"timeouts", &TcpCounters::timeouts},
     {"dup_acks", &TcpCounters::dup_acks},
     {"sack_blocks_in", &TcpCounters::sack_blocks_in},

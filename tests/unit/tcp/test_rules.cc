@@ -403,6 +403,51 @@ TEST(TcpRules, fast_retransmit_on_third_dup_ack) {
     EXPECT_TRUE(s.node.conn.info().in_recovery);
 }
 
+// RFC 3042: each of the first two duplicate ACKs lets one segment of new data go beyond cwnd
+// (at most cwnd + 2 SMSS outstanding), cwnd unchanged; the third starts the fast retransmit.
+TEST(TcpRules, limited_transmit_sends_new_data_on_the_first_two_dup_acks) {
+    Script s;
+    const Seq iss = s.establish();
+    ASSERT_EQ(send_records(s, 8, 1000).size(), 4u);  // IW 4380: four of eight
+    const std::uint64_t cwnd = s.node.conn.info().cwnd;
+    s.data(iss + 1, {});
+    Parsed r = s.one();
+    EXPECT_EQ(r.seg.seq, iss + 1 + 4000);
+    EXPECT_EQ(r.seg.payload.size(), 1000u);
+    s.data(iss + 1, {});
+    r = s.one();
+    EXPECT_EQ(r.seg.seq, iss + 1 + 5000);
+    EXPECT_EQ(s.node.conn.info().cwnd, cwnd);
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    EXPECT_EQ(s.node.conn.counters().limited_transmits.get(), 2u);
+    // The same duplicate ACK again before the third: nothing more goes (one per ACK).
+    s.poll();
+    EXPECT_TRUE(s.out().empty());
+    s.data(iss + 1, {});
+    const auto v = s.out();
+    ASSERT_GE(v.size(), 1u);
+    EXPECT_EQ(v[0].seg.seq, iss + 1);  // the fast retransmit
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 1u);
+    EXPECT_EQ(s.node.conn.counters().limited_transmits.get(), 2u);
+    // ssthresh from the flight without Limited Transmit's segments (RFC 5681 §3.2 step 2):
+    // max(4000 / 2, 2 SMSS), not 6000 / 2.
+    EXPECT_EQ(s.node.conn.info().ssthresh, 2920u);
+}
+
+// Limited Transmit takes only what the peer's window allows.
+TEST(TcpRules, limited_transmit_stays_within_the_peer_window) {
+    Script s;
+    const Seq iss = s.establish();
+    ASSERT_EQ(send_records(s, 8, 1000).size(), 4u);
+    // A duplicate ACK (RFC 5681: same window) from a peer whose window ends at the flight.
+    Seg a = s.spec(flag::ack, s.peer_nxt, iss + 1, 4000);
+    s.inject(a);
+    s.out();
+    s.inject(a);  // now a duplicate of the one before
+    EXPECT_TRUE(s.out().empty());
+    EXPECT_EQ(s.node.conn.counters().limited_transmits.get(), 0u);
+}
+
 TEST(TcpRules, newreno_partial_ack_retransmits_the_next_hole) {
     Script s;
     const Seq iss = s.establish();
