@@ -67,16 +67,18 @@ void Congestion::on_timeout(std::uint64_t flight, std::uint64_t snd_max) {
     bytes_acked_ = 0;
 }
 
+void Congestion::on_repaired_loss(std::uint64_t flight) {
+    ssthresh_ = std::max<std::uint64_t>(flight / 2, 2ull * smss_);
+    cwnd_ = std::min(cwnd_, ssthresh_);
+    bytes_acked_ = 0;
+}
+
 void Congestion::hold_recovery(std::uint64_t snd_max) {
     if (in_recovery_) return;
     recovered_once_ = true;
     recover_ = std::max(recover_, snd_max);
 }
 
-namespace {
-
-// The first offset of [lo, hi) (all not SACKed) that IsLost() says is not lost; IsLost is
-// monotone there (fewer SACKed bytes and blocks lie above a higher offset).
 std::uint64_t first_not_lost(const Scoreboard& sb, std::uint64_t lo, std::uint64_t hi,
                              std::uint32_t smss) {
     while (lo < hi) {
@@ -89,8 +91,6 @@ std::uint64_t first_not_lost(const Scoreboard& sb, std::uint64_t lo, std::uint64
     }
     return lo;
 }
-
-}  // namespace
 
 std::uint64_t sack_pipe(const Scoreboard& sb, std::uint64_t una, std::uint64_t snd_max,
                         std::uint64_t high_rxt, std::uint32_t smss) {

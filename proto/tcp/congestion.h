@@ -43,6 +43,10 @@ class Congestion {
     // max(FlightSize / 2, 2 * SMSS), cwnd = 1 SMSS, recovery abandoned; recover = snd_max
     // (RFC 6582 §3.2 step 4... of the timeout rule).
     void on_timeout(std::uint64_t flight, std::uint64_t snd_max);
+    // A loss repaired without a recovery (a tail-loss probe's retransmission, RFC 8985
+    // §7.4.2): the same reduction a fast recovery ends in, ssthresh = max(FlightSize / 2,
+    // 2 * SMSS) and cwnd = ssthresh.
+    void on_repaired_loss(std::uint64_t flight);
     // The path's MSS fell (RFC 1191): growth from now on is in the new SMSS; cwnd and
     // ssthresh stay the bytes they were (not a congestion signal).
     void set_smss(std::uint32_t smss) { smss_ = smss; }
@@ -75,6 +79,11 @@ class Congestion {
 // (below high_rxt).
 std::uint64_t sack_pipe(const Scoreboard& sb, std::uint64_t una, std::uint64_t snd_max,
                         std::uint64_t high_rxt, std::uint32_t smss);
+
+// The first offset of [lo, hi) (all not SACKed) that IsLost() says is not lost; IsLost is
+// monotone there (fewer SACKed bytes and blocks lie above a higher offset).
+std::uint64_t first_not_lost(const Scoreboard& sb, std::uint64_t lo, std::uint64_t hi,
+                             std::uint32_t smss);
 
 // RFC 6675 §4 NextSeg rules 1 and 3: the first hole at or above max(una, high_rxt) and
 // below the highest SACKed byte, as [start, end); `lost` tells rule 1 (IsLost) from rule 3.

@@ -276,10 +276,11 @@ TcpTime TcpConnection::keepalive_deadline() const {
 }
 
 TcpTime TcpConnection::next_deadline() const {
-    if (kick_ || ack_now_ || rst_pending_ || syn_pending_ || probe_pending_ || fast_rtx_pending_)
+    if (kick_ || ack_now_ || rst_pending_ || syn_pending_ || probe_pending_ || fast_rtx_pending_ ||
+        tlp_pending_)
         return 0;
-    return std::min(
-        {rto_deadline_, persist_deadline_, delack_deadline_, tw_deadline_, keepalive_deadline()});
+    return std::min({rto_deadline_, persist_deadline_, delack_deadline_, tw_deadline_,
+                     keepalive_deadline(), pto_deadline_, rack_deadline_});
 }
 
 void TcpConnection::run_timers(TcpTime now) {
@@ -290,6 +291,11 @@ void TcpConnection::run_timers(TcpTime now) {
     }
     if (rto_deadline_ <= now) on_rto(now);
     if (state_ == TcpState::closed) return;
+    if (rack_deadline_ <= now) {
+        rack_deadline_ = kNever;
+        rack_detect(now);
+    }
+    if (pto_deadline_ <= now) on_pto(now);
     if (persist_deadline_ <= now) {
         // Zero-window probe (RFC 9293 §3.8.6.1): a segment the peer must answer with its
         // window; the interval backs off like the RTO.
@@ -348,9 +354,80 @@ void TcpConnection::on_rto(TcpTime now) {
     lt_sent_ = 0;
     lt_bytes_ = 0;
     fast_rtx_pending_ = false;
+    // Everything goes again from SND.UNA: RACK starts over, no probe is out or due.
+    rack_.clear();
+    nlost_ = 0;
+    rack_deadline_ = kNever;
+    pto_deadline_ = kNever;
+    tlp_pending_ = false;
+    tlp_out_ = false;
     snd_nxt_ = snd_una_;
     rto_.back_off();
     rto_deadline_ = now + rto_.rto();
+}
+
+// --- RACK-TLP (RFC 8985) -------------------------------------------------------------------------
+
+void TcpConnection::rack_detect(TcpTime now) {
+    if (!sack_ok_ || !synchronized()) return;
+    bool any = false;
+    rack_deadline_ = rack_.detect(snd_una_, sb_, now, [&](std::uint64_t start, std::uint64_t end) {
+        counters_.rack_losses.add();
+        any = true;
+        // Kept sorted and apart; when full the last range grows to take it (more is sent
+        // again than was lost, nothing lost is left out). A range lost again goes again.
+        std::size_t i = 0;
+        while (i < nlost_ && rack_lost_[i].end < start) ++i;
+        if (i < nlost_ && rack_lost_[i].start <= end) {
+            Lost& l = rack_lost_[i];
+            l.sent = std::min(l.sent, start);
+            l.start = std::min(l.start, start);
+            l.end = std::max(l.end, end);
+            return;
+        }
+        if (nlost_ == kRackLost) {
+            Lost& l = rack_lost_[nlost_ - 1];
+            l = Lost{std::min(l.start, start), std::max(l.end, end), std::min(l.sent, start)};
+            return;
+        }
+        for (std::size_t k = nlost_; k > i; --k) rack_lost_[k] = rack_lost_[k - 1];
+        rack_lost_[i] = Lost{start, end, start};
+        ++nlost_;
+    });
+    if (!any) return;
+    kick_ = true;
+    pto_deadline_ = kNever;
+    if (cc_.in_recovery() || !cc_.may_enter_recovery(snd_una_)) return;
+    // A loss starts the recovery as the third duplicate ACK would (RFC 8985 §6.2, RFC 6675).
+    cc_.enter_recovery(flight() - std::min(lt_bytes_, flight()), snd_max_);
+    counters_.fast_retransmits.add();
+    high_rxt_ = snd_una_;
+    timing_ = false;
+    if (tlp_out_) tlp_saw_recovery_ = true;
+}
+
+void TcpConnection::arm_pto(TcpTime now) {
+    pto_deadline_ = kNever;
+    if (!sack_ok_ || tlp_out_ || cc_.in_recovery() || retries_ > 0 || snd_una_ >= snd_max_ ||
+        sb_.size() != 0 || !can_send_data())
+        return;
+    // RFC 8985 §7.2: PTO = 2 * SRTT, and the worst case of a delayed ACK when one segment is
+    // out; never later than the retransmission timer. At least 10 ms (as Linux has it): on a
+    // link of microseconds, 2 * SRTT is shorter than a busy host's scheduling delays.
+    constexpr TcpTime kWcDelAck = 200 * kMs;
+    constexpr TcpTime kPtoMin = 10 * kMs;
+    TcpTime pto = rto_.has_sample() ? std::max(2 * rto_.srtt(), kPtoMin) : kSec;
+    if (flight() <= mss_) pto += kWcDelAck;
+    if (rto_deadline_ != kNever && now + pto >= rto_deadline_) return;
+    pto_deadline_ = now + pto;
+}
+
+void TcpConnection::on_pto(TcpTime now) {
+    pto_deadline_ = kNever;
+    if (!sack_ok_ || tlp_out_ || cc_.in_recovery() || snd_una_ >= snd_max_ || !can_send_data())
+        return;
+    (void)now;
+    tlp_pending_ = true;
 }
 
 // --- path MTU ----------------------------------------------------------------------------------

@@ -60,6 +60,7 @@
 #include <span>
 
 #include "proto/tcp/congestion.h"
+#include "proto/tcp/rack.h"
 #include "proto/tcp/rto.h"
 #include "proto/tcp/sack.h"
 #include "proto/tcp/segment.h"
@@ -156,6 +157,11 @@ class TcpConnection {
     bool input_ack(const Segment& seg, TcpTime now);
     void new_ack(std::uint64_t ack_off, TcpTime now);
     void take_sack(const Segment& seg);
+    // RACK-TLP (RFC 8985), with SACK: loss detection after an ACK or when the reordering
+    // timer fires, and the tail-loss probe's timer.
+    void rack_detect(TcpTime now);
+    void arm_pto(TcpTime now);
+    void on_pto(TcpTime now);
     void input_data(const Segment& seg, TcpTime now, bool& fin_ok);
     void input_fin(const Segment& seg, TcpTime now);
     void check_fin(TcpTime now);
@@ -173,10 +179,14 @@ class TcpConnection {
         bool advance = true;  // moves snd_nxt (false for holes and the fast retransmit)
         bool ends_record = false;
         bool limited = false;  // Limited Transmit's (RFC 3042)
+        bool probe = false;    // a tail-loss probe (RFC 8985 §7)
     };
     bool output(TcpTime now);
     bool pick(Plan& p, TcpTime now);
     bool pick_normal(Plan& p, TcpTime now, bool check_cwnd);
+    bool pick_rack_lost(Plan& p);
+    std::uint64_t rack_lost_bytes() const;
+    bool pick_probe(Plan& p, TcpTime now);
     std::uint32_t plan_len(std::uint64_t off, bool& ends_record) const;
     bool send_plan(const Plan& p, TcpTime now);
     bool send_syn(TcpTime now);
@@ -253,6 +263,23 @@ class TcpConnection {
     std::uint32_t dupacks_ = 0;
     std::uint32_t lt_sent_ = 0;   // segments Limited Transmit sent since the last new ACK
     std::uint64_t lt_bytes_ = 0;  // and their bytes: not part of the ssthresh computation
+    Rack rack_;
+    // Ranges RACK found lost: out of the pipe until acknowledged or SACKed, and sent again
+    // up to `sent`.
+    struct Lost {
+        std::uint64_t start = 0, end = 0, sent = 0;
+    };
+    static constexpr std::size_t kRackLost = 8;
+    std::array<Lost, kRackLost> rack_lost_{};
+    std::size_t nlost_ = 0;
+    TcpTime rack_deadline_ = kNever;  // RACK's reordering timer
+    TcpTime pto_deadline_ = kNever;   // the tail-loss probe's timer
+    bool tlp_pending_ = false;        // the PTO fired: the probe goes on the next output
+    bool tlp_out_ = false;            // a probe is out, for bytes up to tlp_end_
+    bool tlp_retransmit_ = false;     // and it was a retransmission
+    bool tlp_saw_recovery_ = false;   // a recovery began while it was out
+    std::uint64_t tlp_end_ = 0;
+    std::uint64_t tlp_flight_ = 0;  // the flight when it went
     bool fast_rtx_pending_ = false;
     RtoEstimator rto_;
     TcpTime rto_deadline_ = kNever;

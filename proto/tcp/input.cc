@@ -240,6 +240,8 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
             cc_.enter_recovery(flight() - std::min(lt_bytes_, flight()), snd_max_);
             counters_.fast_retransmits.add();
             fast_rtx_pending_ = true;
+            pto_deadline_ = kNever;
+            if (tlp_out_) tlp_saw_recovery_ = true;
             high_rxt_ = snd_una_;
             timing_ = false;
         }
@@ -254,6 +256,18 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
             persist_deadline_ = kNever;
             persist_backoff_ = 0;
         }
+    }
+    if (sack_ok_) {
+        rack_.on_ack(snd_una_, sb_, now);
+        rack_detect(now);
+    }
+    if (tlp_out_ && snd_una_ >= tlp_end_) {
+        // The probe's episode ends (RFC 8985 §7.4). A retransmitted probe that was answered
+        // without a recovery repaired a loss (no D-SACK is read to tell a spurious one), and
+        // a loss asks for the congestion response a fast recovery would make.
+        tlp_out_ = false;
+        if (tlp_retransmit_ && !tlp_saw_recovery_ && !cc_.in_recovery())
+            cc_.on_repaired_loss(tlp_flight_);
     }
     if (fin_queued_ && snd_una_ > fin_off_) our_fin_acked(now);
     return state_ != TcpState::closed;
@@ -303,6 +317,7 @@ void TcpConnection::new_ack(std::uint64_t ack_off, TcpTime now) {
     retries_ = 0;
     // RFC 6298 §5.2-5.3: stop the timer when all is acknowledged, else restart it.
     rto_deadline_ = snd_una_ == snd_max_ ? kNever : now + rto_.rto();
+    arm_pto(now);
 }
 
 void TcpConnection::our_fin_acked(TcpTime now) {

@@ -1,6 +1,7 @@
 // Output: what to send next (the record rule, windows, NewReno and RFC 6675's NextSeg) and
 // building the segments.
 #include <algorithm>
+#include <utility>
 
 #include "proto/tcp/connection.h"
 
@@ -200,8 +201,97 @@ bool TcpConnection::pick_normal(Plan& p, TcpTime now, bool check_cwnd) {
     return true;
 }
 
+// The bytes RACK found lost that sack_pipe counts as still in the network: not acknowledged,
+// not SACKed, not lost by RFC 6675's IsLost.
+std::uint64_t TcpConnection::rack_lost_bytes() const {
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < nlost_; ++i) {
+        std::uint64_t at = std::max(rack_lost_[i].start, snd_una_);
+        const std::uint64_t end = std::min(rack_lost_[i].end, snd_max_);
+        while (at < end) {
+            at = sb_.sacked_end(at);
+            if (at >= end) break;
+            const std::uint64_t hole_end = std::min(sb_.next_sacked(at, end), end);
+            n += hole_end - first_not_lost(sb_, at, hole_end, mss_);
+            at = hole_end;
+        }
+    }
+    return n;
+}
+
+// What RACK found lost and has not sent again yet, lowest first, less what has been
+// acknowledged or SACKed since. A range wholly acknowledged or SACKed leaves the list.
+bool TcpConnection::pick_rack_lost(Plan& p) {
+    std::size_t i = 0;
+    while (i < nlost_) {
+        Lost& r = rack_lost_[i];
+        const std::uint64_t end = std::min(r.end, snd_max_);
+        std::uint64_t first = std::max(r.start, snd_una_);
+        while (first < end && sb_.is_sacked(first)) first = sb_.sacked_end(first);
+        if (first >= end) {  // nothing of it is missing any more
+            for (std::size_t k = i + 1; k < nlost_; ++k) rack_lost_[k - 1] = rack_lost_[k];
+            --nlost_;
+            continue;
+        }
+        std::uint64_t off = std::max(r.sent, first);
+        while (off < end && sb_.is_sacked(off)) off = sb_.sacked_end(off);
+        if (off >= end) {  // all sent again: it waits to be acknowledged
+            ++i;
+            continue;
+        }
+        p = Plan{};
+        p.off = off;
+        p.len = plan_len(off, p.ends_record);
+        const std::uint64_t limit = std::min(sb_.next_sacked(off, end), end);
+        if (p.off + p.len > limit) {
+            p.len = static_cast<std::uint32_t>(limit - p.off);
+            p.ends_record = false;
+        }
+        p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
+        p.retransmit = true;
+        p.advance = false;
+        r.sent = p.off + p.len + (p.fin ? 1 : 0);
+        if (p.len > 0 || p.fin) return true;
+        ++i;
+    }
+    return false;
+}
+
+// RFC 8985 §7.3: a segment of new data if the peer's window takes it, else the highest
+// segment sent again.
+bool TcpConnection::pick_probe(Plan& p, TcpTime now) {
+    if (snd_una_ >= snd_max_) return false;
+    if (snd_nxt_ == snd_max_ && pick_normal(p, now, false) && !p.retransmit) {
+        p.probe = true;
+        return true;
+    }
+    std::uint64_t start = 0, end = 0;
+    if (!rack_.last(snd_una_, start, end)) return false;
+    p = Plan{};
+    p.off = start;
+    p.len = plan_len(start, p.ends_record);
+    const std::uint64_t limit = std::min(end, snd_max_);
+    if (p.off + p.len > limit) {
+        p.len = static_cast<std::uint32_t>(limit - p.off);
+        p.ends_record = false;
+    }
+    p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
+    p.retransmit = true;
+    p.advance = false;
+    p.probe = true;
+    return p.len > 0 || p.fin;
+}
+
 bool TcpConnection::pick(Plan& p, TcpTime now) {
-    if (!can_send_data()) return false;
+    // A probe due is sent now or not at all (the state may have moved on since the PTO); a
+    // retransmission left pending by a full wire is dropped once no data may be sent (our FIN
+    // acknowledged meanwhile): pending, it would keep next_deadline() at 0.
+    const bool probe = std::exchange(tlp_pending_, false);
+    if (!can_send_data()) {
+        fast_rtx_pending_ = false;
+        return false;
+    }
+    if (probe && pick_probe(p, now)) return true;
     if (fast_rtx_pending_) {
         fast_rtx_pending_ = false;
         if (snd_una_ < snd_max_) {
@@ -218,10 +308,18 @@ bool TcpConnection::pick(Plan& p, TcpTime now) {
             return true;
         }
     }
-    if (!(cc_.in_recovery() && cc_.sack())) return pick_normal(p, now, true);
-    // RFC 6675 §5 step (C): send while cwnd - pipe >= 1 SMSS, choosing by NextSeg.
-    const std::uint64_t pipe = sack_pipe(sb_, snd_una_, snd_max_, high_rxt_, mss_);
+    if (!(cc_.in_recovery() && cc_.sack())) {
+        // Outside a recovery (one could not begin: RFC 6582's guard after a timeout), what
+        // RACK found lost goes as the window allows.
+        if (nlost_ > 0 && snd_nxt_ - snd_una_ <= cc_.cwnd() && pick_rack_lost(p)) return true;
+        return pick_normal(p, now, true);
+    }
+    // RFC 6675 §5 step (C): send while cwnd - pipe >= 1 SMSS, choosing by NextSeg, after
+    // what RACK found lost (RFC 8985 §6: its losses are NextSeg's rule 1, and out of the pipe).
+    std::uint64_t pipe = sack_pipe(sb_, snd_una_, snd_max_, high_rxt_, mss_);
+    pipe -= std::min(pipe, rack_lost_bytes());
     if (pipe + mss_ > cc_.cwnd()) return false;
+    if (pick_rack_lost(p)) return true;
     Range hole;
     bool lost = false;
     const bool have_hole = next_hole(sb_, snd_una_, high_rxt_, mss_, hole, lost);
@@ -262,9 +360,18 @@ bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
         lt_bytes_ += p.len;
         counters_.limited_transmits.add();
     }
+    if (sack_ok_) {
+        rack_.sent(p.off, end, now, p.retransmit);
+        // Whatever sent these bytes again (the fast retransmit, NextSeg) sent them for RACK's
+        // lost ranges too.
+        for (std::size_t i = 0; i < nlost_; ++i) {
+            Lost& l = rack_lost_[i];
+            if (p.retransmit && p.off <= l.sent && l.sent < end) l.sent = end;
+        }
+    }
     if (p.advance) {
         snd_nxt_ = end;
-    } else {
+    } else if (!p.probe) {  // a probe is no recovery's retransmission (RFC 6675's HighRxt)
         high_rxt_ = std::max(high_rxt_, end);
     }
     snd_max_ = std::max(snd_max_, end);
@@ -272,7 +379,19 @@ bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
         persist_deadline_ = kNever;
         persist_backoff_ = 0;
     }
+    if (p.probe) {
+        counters_.tlp_probes.add();
+        tlp_out_ = true;
+        tlp_retransmit_ = p.retransmit;
+        tlp_saw_recovery_ = false;
+        tlp_end_ = snd_max_;
+        tlp_flight_ = flight();
+        pto_deadline_ = kNever;
+        rto_deadline_ = now + rto_.rto();  // RFC 8985 §7.3: the RTO runs from the probe
+        return true;
+    }
     if (rto_deadline_ == kNever) rto_deadline_ = now + rto_.rto();
+    if (!p.retransmit) arm_pto(now);
     return true;
 }
 

@@ -122,6 +122,8 @@ struct TcpCounters {
     TcpCounter retransmits;     // segments sent again, for any reason
     TcpCounter fast_retransmits;
     TcpCounter limited_transmits;  // new segments sent on the first two duplicate ACKs
+    TcpCounter rack_losses;        // transmissions RACK found lost (RFC 8985 §6)
+    TcpCounter tlp_probes;         // tail-loss probes sent (RFC 8985 §7)
     TcpCounter timeouts;           // RTO expiries
     TcpCounter dup_acks;
     TcpCounter sack_blocks_in;   // SACK blocks received
@@ -149,7 +151,7 @@ struct TcpCounterField {
     TcpCounter TcpCounters::*field;
 };
 
-inline constexpr std::array<TcpCounterField, 29> kTcpCounterFields = {{
+inline constexpr std::array<TcpCounterField, 31> kTcpCounterFields = {{
     {"segments_in", &TcpCounters::segments_in},
     {"segments_out", &TcpCounters::segments_out},
     {"bytes_sent", &TcpCounters::bytes_sent},
@@ -158,6 +160,8 @@ inline constexpr std::array<TcpCounterField, 29> kTcpCounterFields = {{
     {"retransmits", &TcpCounters::retransmits},
     {"fast_retransmits", &TcpCounters::fast_retransmits},
     {"limited_transmits", &TcpCounters::limited_transmits},
+    {"rack_losses", &TcpCounters::rack_losses},
+    {"tlp_probes", &TcpCounters::tlp_probes},
     {"timeouts", &TcpCounters::timeouts},
     {"dup_acks", &TcpCounters::dup_acks},
     {"sack_blocks_in", &TcpCounters::sack_blocks_in},

@@ -448,6 +448,101 @@ TEST(TcpRules, limited_transmit_stays_within_the_peer_window) {
     EXPECT_EQ(s.node.conn.counters().limited_transmits.get(), 0u);
 }
 
+// RFC 8985 §7: a whole tail lost draws no ACK at all. 2 * SRTT after the last send (at
+// least 10 ms) the highest segment goes again as a probe, well before the 200 ms RTO; the
+// peer's SACK of it lets RACK (§6) find the segments sent before it lost, and they go again
+// at once, in a recovery: no timeout.
+TEST(TcpRules, a_lost_tail_is_probed_then_repaired_by_rack_without_a_timeout) {
+    Script s;
+    const Seq iss = s.establish(sack_only());
+    const Seq d = iss + 1;
+    ASSERT_EQ(send_records(s, 4, 1000).size(), 4u);  // all four lost
+    s.advance(9 * kMs);
+    EXPECT_TRUE(s.out().empty());
+    s.advance(2 * kMs);
+    const Parsed probe = s.one();
+    EXPECT_EQ(probe.seg.seq, d + 3000);  // the highest segment, sent again
+    EXPECT_EQ(probe.seg.payload.size(), 1000u);
+    EXPECT_EQ(s.node.conn.counters().tlp_probes.get(), 1u);
+    // The peer got the probe alone: a duplicate ACK with its SACK.
+    s.advance(1 * kMs);
+    Seg a = s.spec(flag::ack, s.peer_nxt, d);
+    a.opts.sack[a.opts.nsack++] = SackBlock{d + 3000, d + 4000};
+    s.inject(a);
+    const auto v = s.out();
+    ASSERT_GE(v.size(), 2u);  // cwnd = ssthresh = 2 SMSS: two of the three go now
+    EXPECT_EQ(v[0].seg.seq, d);
+    EXPECT_EQ(v[1].seg.seq, d + 1000);
+    EXPECT_TRUE(s.node.conn.info().in_recovery);
+    EXPECT_EQ(s.node.conn.counters().rack_losses.get(), 3u);  // records 1-3, one each
+    // Each ACK lets the next go, and the last one ends the recovery; no RTO on the way.
+    s.advance(1 * kMs);
+    s.data(d + 2000, {});
+    s.advance(1 * kMs);
+    const auto w = s.out();
+    ASSERT_GE(w.size(), 1u);
+    EXPECT_EQ(w[0].seg.seq, d + 2000);
+    s.data(d + 4000, {});
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    EXPECT_EQ(s.node.conn.counters().timeouts.get(), 0u);
+}
+
+// RFC 8985 §6: a retransmission lost too is found once data sent after it is SACKed, and
+// goes a third time, where RFC 6675 alone would wait for the RTO.
+TEST(TcpRules, rack_finds_a_lost_retransmission_before_the_timeout) {
+    Script s;
+    const Seq iss = s.establish(sack_only());
+    const Seq d = iss + 1;
+    ASSERT_EQ(send_records(s, 12, 1000).size(), 4u);
+    s.advance(1 * kMs);
+    s.data(d + 1000, {});  // record 1 arrived: cwnd grows, records 5 and 6 go
+    ASSERT_EQ(s.out().size(), 2u);
+    auto sack = [&](Seq right) {
+        Seg a = s.spec(flag::ack, s.peer_nxt, d + 1000);
+        a.opts.sack[a.opts.nsack++] = SackBlock{d + 2000, right};
+        s.inject(a);
+    };
+    const auto has = [](const std::vector<Parsed>& v, Seq seq) {
+        for (const Parsed& p : v)
+            if (p.seg.seq == seq) return true;
+        return false;
+    };
+    // Record 2 is lost; 3, 4 and 5 are SACKed: Limited Transmit sends 7 and 8 on the first
+    // two, the third starts the recovery, which sends record 2 again.
+    s.advance(1 * kMs);
+    sack(d + 3000);
+    sack(d + 4000);
+    sack(d + 5000);
+    ASSERT_TRUE(has(s.out(), d + 1000));
+    const std::uint64_t retransmits = s.node.conn.counters().retransmits.get();
+    // That retransmission is lost as well. What was sent before it is SACKed (6, 7, 8): the
+    // pipe empties and new data goes, after the retransmission.
+    s.advance(5 * kMs);
+    sack(d + 8000);
+    const auto later = s.out();
+    ASSERT_GE(later.size(), 1u);
+    EXPECT_FALSE(has(later, d + 1000)) << "sent again before anything sent after it arrived";
+    // That new data is SACKed: RACK finds the retransmission lost, and it goes a third time.
+    s.advance(5 * kMs);
+    sack(later.back().seg.seq + static_cast<Seq>(later.back().seg.payload.size()));
+    EXPECT_TRUE(has(s.out(), d + 1000)) << "record 2 was not sent a third time";
+    EXPECT_EQ(s.node.conn.counters().retransmits.get(), retransmits + 1);
+    EXPECT_GE(s.node.conn.counters().rack_losses.get(), 1u);
+    EXPECT_EQ(s.node.conn.counters().timeouts.get(), 0u);
+}
+
+// No probe while nothing is out, and none in a recovery.
+TEST(TcpRules, no_probe_when_all_is_acknowledged) {
+    Script s;
+    const Seq iss = s.establish(sack_only());
+    ASSERT_EQ(send_records(s, 2, 1000).size(), 2u);
+    s.advance(1 * kMs);
+    s.data(iss + 1 + 2000, {});
+    s.advance(1 * kSec);
+    EXPECT_TRUE(s.out().empty());
+    EXPECT_EQ(s.node.conn.counters().tlp_probes.get(), 0u);
+}
+
 TEST(TcpRules, newreno_partial_ack_retransmits_the_next_hole) {
     Script s;
     const Seq iss = s.establish();
@@ -499,8 +594,12 @@ TEST(TcpRules, sack_recovery_retransmits_only_the_holes) {
     const Seq d = iss + 1;
     auto v = send_records(s, 6, 1000);
     ASSERT_EQ(v.size(), 4u);
+    // A round trip of 1 ms: RACK (RFC 8985) then finds 5 not yet lost when 6 is SACKed a
+    // round trip after both were sent, as RFC 6675 does.
+    s.advance(1 * kMs);
     s.data(d + 1000, {});  // segment 1 acknowledged: cwnd 5380 lets 5 and 6 go
     ASSERT_EQ(s.out().size(), 2u);
+    s.advance(1 * kMs);
     auto sack = [&](std::initializer_list<SackBlock> blocks) {
         Seg a = s.spec(flag::ack, s.peer_nxt, d + 1000);
         for (const SackBlock& b : blocks) a.opts.sack[a.opts.nsack++] = b;
