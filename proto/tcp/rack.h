@@ -78,9 +78,9 @@ class Rack {
 
     std::array<Tx, kMax> log_{};
     std::size_t head_ = 0, n_ = 0;
-    TcpTime xmit_ = 0;  // RACK.xmit_ts
+    TcpTime xmit_ = 0;       // RACK.xmit_ts
     std::uint64_t end_ = 0;  // RACK.end_seq
-    bool any_ = false;  // something was delivered since the log began
+    bool any_ = false;       // something was delivered since the log began
     TcpTime rtt_ = 0;
     TcpTime min_rtt_ = kNever;
     std::uint64_t forgotten_ = 0;
