@@ -184,6 +184,7 @@ class TcpConnection {
     bool output(TcpTime now);
     bool pick(Plan& p, TcpTime now);
     bool pick_normal(Plan& p, TcpTime now, bool check_cwnd);
+    bool plan_resend(Plan& p, std::uint64_t off, std::uint64_t limit) const;
     bool pick_rack_lost(Plan& p);
     std::uint64_t rack_lost_bytes() const;
     bool pick_probe(Plan& p, TcpTime now);

@@ -201,6 +201,22 @@ bool TcpConnection::pick_normal(Plan& p, TcpTime now, bool check_cwnd) {
     return true;
 }
 
+// A retransmission from `off`, under the record rule and never past `limit` (a hole's end,
+// SND.MAX); its FIN when it ends where the FIN is. True when it sends anything.
+bool TcpConnection::plan_resend(Plan& p, std::uint64_t off, std::uint64_t limit) const {
+    p = Plan{};
+    p.off = off;
+    p.len = plan_len(off, p.ends_record);
+    if (p.off + p.len > limit) {
+        p.len = static_cast<std::uint32_t>(limit - p.off);
+        p.ends_record = false;
+    }
+    p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
+    p.retransmit = true;
+    p.advance = false;
+    return p.len > 0 || p.fin;
+}
+
 // The bytes RACK found lost that sack_pipe counts as still in the network: not acknowledged,
 // not SACKed, not lost by RFC 6675's IsLost.
 std::uint64_t TcpConnection::rack_lost_bytes() const {
@@ -239,19 +255,9 @@ bool TcpConnection::pick_rack_lost(Plan& p) {
             ++i;
             continue;
         }
-        p = Plan{};
-        p.off = off;
-        p.len = plan_len(off, p.ends_record);
-        const std::uint64_t limit = std::min(sb_.next_sacked(off, end), end);
-        if (p.off + p.len > limit) {
-            p.len = static_cast<std::uint32_t>(limit - p.off);
-            p.ends_record = false;
-        }
-        p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
-        p.retransmit = true;
-        p.advance = false;
+        const bool any = plan_resend(p, off, std::min(sb_.next_sacked(off, end), end));
         r.sent = p.off + p.len + (p.fin ? 1 : 0);
-        if (p.len > 0 || p.fin) return true;
+        if (any) return true;
         ++i;
     }
     return false;
@@ -267,19 +273,8 @@ bool TcpConnection::pick_probe(Plan& p, TcpTime now) {
     }
     std::uint64_t start = 0, end = 0;
     if (!rack_.last(snd_una_, start, end)) return false;
-    p = Plan{};
-    p.off = start;
-    p.len = plan_len(start, p.ends_record);
-    const std::uint64_t limit = std::min(end, snd_max_);
-    if (p.off + p.len > limit) {
-        p.len = static_cast<std::uint32_t>(limit - p.off);
-        p.ends_record = false;
-    }
-    p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
-    p.retransmit = true;
-    p.advance = false;
-    p.probe = true;
-    return p.len > 0 || p.fin;
+    p.probe = plan_resend(p, start, std::min(end, snd_max_));
+    return p.probe;
 }
 
 bool TcpConnection::pick(Plan& p, TcpTime now) {
@@ -295,16 +290,7 @@ bool TcpConnection::pick(Plan& p, TcpTime now) {
     if (fast_rtx_pending_) {
         fast_rtx_pending_ = false;
         if (snd_una_ < snd_max_) {
-            p = Plan{};
-            p.off = snd_una_;
-            p.len = plan_len(p.off, p.ends_record);
-            if (p.off + p.len > snd_max_) {
-                p.len = static_cast<std::uint32_t>(snd_max_ - p.off);
-                p.ends_record = false;
-            }
-            p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
-            p.retransmit = true;
-            p.advance = false;
+            plan_resend(p, snd_una_, snd_max_);
             return true;
         }
     }
@@ -325,17 +311,7 @@ bool TcpConnection::pick(Plan& p, TcpTime now) {
     const bool have_hole = next_hole(sb_, snd_una_, high_rxt_, mss_, hole, lost);
     if (!(have_hole && lost) && pick_normal(p, now, false)) return true;  // rule 2
     if (!have_hole) return false;                                         // rules 1 and 3
-    p = Plan{};
-    p.off = hole.start;
-    p.len = plan_len(p.off, p.ends_record);
-    if (p.off + p.len > hole.end) {
-        p.len = static_cast<std::uint32_t>(hole.end - p.off);
-        p.ends_record = false;
-    }
-    p.fin = fin_queued_ && fin_off_ < snd_max_ && p.off + p.len == fin_off_;
-    p.retransmit = true;
-    p.advance = false;
-    return p.len > 0 || p.fin;
+    return plan_resend(p, hole.start, hole.end);
 }
 
 bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
