@@ -334,10 +334,10 @@ Status set_option(Config& cfg, std::string_view opt, std::string_view v, Given& 
         if (!n || *n == 0 || *n > kMaxBurst) return bad(opt, "frames (1..128)", v);
         (opt == "--rx-burst" ? cfg.rx_burst : cfg.tx_burst) = *n;
     } else if (opt == "--tx-in-place") {
-        auto n = v == "off" ? std::optional<std::uint32_t>(0) : parse_number<std::uint32_t>(v);
-        if (!n || (*n != 0 && (*n < kMinPlacedBytes || *n > kMaxPlacedBytes)))
+        const auto n = parse_number<std::uint32_t>(v);
+        if (v != "off" && (!n || *n < kMinPlacedBytes || *n > kMaxPlacedBytes))
             return bad(opt, "bytes (256..65535) or off", v);
-        cfg.tx_in_place = *n;
+        cfg.tx_in_place = v == "off" ? 0 : *n;
     } else if (opt == "--tcp-max-conns" || opt == "--tcp-max-per-peer") {
         auto n = parse_number<std::uint32_t>(v);
         if (!n || *n == 0 || *n > kMaxTcpConnections) return bad(opt, "connections (1..65535)", v);

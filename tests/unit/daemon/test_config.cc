@@ -309,6 +309,21 @@ TEST(Config, burst_bounds) {
               "--tx-burst: invalid frames (1..128) 'many'");
 }
 
+TEST(Config, tx_in_place_bytes_or_off) {
+    auto dflt = parse({"--port", kPort0});
+    ASSERT_TRUE(dflt.ok());
+    EXPECT_EQ(dflt->tx_in_place, kDefaultPlacedBytes);
+    auto off = parse({"--port", kPort0, "--tx-in-place", "off"});
+    ASSERT_TRUE(off.ok());
+    EXPECT_EQ(off->tx_in_place, 0u);
+    auto low = parse({"--port", kPort0, "--tx-in-place=256"});
+    ASSERT_TRUE(low.ok());
+    EXPECT_EQ(low->tx_in_place, 256u);
+    for (const char* bad : {"255", "65536", "0", "some", ""})
+        EXPECT_EQ(error_of({"--port", kPort0, "--tx-in-place", bad}),
+                  std::string("--tx-in-place: invalid bytes (256..65535) or off '") + bad + "'");
+}
+
 TEST(Config, tcp_connection_bounds) {
     auto dflt = parse({"--port", kPort0});
     ASSERT_TRUE(dflt.ok());
