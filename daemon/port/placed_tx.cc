@@ -82,7 +82,6 @@ bool PlacedTx::attach(rte_mbuf* m, const std::uint8_t* data, std::uint16_t len,
     rte_pktmbuf_attach_extbuf(m, const_cast<std::uint8_t*>(data), RTE_BAD_IOVA, len, &r.shinfo);
     m->data_len = len;
     m->pkt_len = len;
-    ++attached_;
     return true;
 }
 

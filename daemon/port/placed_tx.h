@@ -45,9 +45,8 @@ class PlacedTx {
     // mbuf is. hold becomes 0.
     void forget(roce::TxHold& hold);
 
-    // Mbufs attached and not yet freed, and the attaches so far (for snicctl and tests).
+    // Mbufs attached and not yet freed.
     std::uint64_t in_flight() const;
-    std::uint64_t attached() const { return attached_; }
 
   private:
     struct Tally {
@@ -68,7 +67,6 @@ class PlacedTx {
     std::unique_ptr<Tally[]> tallies_;
     std::uint32_t nrecords_, ntallies_;
     std::uint32_t next_record_ = 0, next_tally_ = 0;
-    std::uint64_t attached_ = 0;
 };
 
 // Resources::quiesce()'s part (daemon/main.cc): begin before the lcores' round trip, wait

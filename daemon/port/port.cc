@@ -134,7 +134,7 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
     port->started_ = true;
     if (no_placement == nullptr) {
         port->placed_ = std::make_unique<PlacedTx>(kPlacedRecords, kPlacedTallies);
-        port->placed_from_ = settings.tx_in_place;
+        port->placed_min_ = settings.tx_in_place;
     }
     spdlog::info("port {} ({}): ip {} mac {} mtu {}{}; payloads {}", port_id, name,
                  spec.ip.to_string(), mac.to_string(), mtu,

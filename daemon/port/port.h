@@ -111,14 +111,13 @@ class Port {
     // Payloads sent from where they lie (placed_tx.h): the smallest sent so, 0 when the port
     // sends none so (--tx-in-place off, or a device that takes no chained mbufs or that
     // DMAs: a PCI device would need the client's memory mapped for it).
-    std::uint32_t placed_min() const { return placed_from_ == kNoPlacement ? 0 : placed_from_; }
+    std::uint32_t placed_min() const { return placed_min_; }
     // A fresh mbuf attached to [data, data + len), counted in `hold` (PlacedTx::attach), or
     // nullptr when none can be (the caller copies the payload instead). For payloads of
     // placed_min() bytes or more.
     rte_mbuf* alloc_placed(const std::uint8_t* data, std::uint16_t len, roce::TxHold* hold);
     bool placed_settled(roce::TxHold& hold) { return placed_->settled(hold); }
     void placed_forget(roce::TxHold& hold) { placed_->forget(hold); }
-    const PlacedTx* placed() const { return placed_.get(); }
     // Takes a frame this port sent to itself (a transport's loopback) as if received.
     void receive_local(rte_mbuf* m, std::uint64_t now) { handle(m, now); }
     // A new address and MTU (a shared-address port whose interface changed): what the port
@@ -187,8 +186,7 @@ class Port {
     rte_mbuf* tx_[kMaxBurst];
 
     std::unique_ptr<PlacedTx> placed_;  // none: every payload is copied
-    static constexpr std::uint32_t kNoPlacement = ~std::uint32_t{0};
-    std::uint32_t placed_from_ = kNoPlacement;
+    std::uint32_t placed_min_ = 0;      // set with placed_
 };
 
 }  // namespace snic::daemon

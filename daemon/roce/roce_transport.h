@@ -254,6 +254,7 @@ class RoceTransport final : public Transport {
     // receive() of a packet in segments (named apart: profile.sh's callgrind collects from
     // receive* down, and a nested match would stop it).
     void on_split(rte_mbuf* m, const net::RxFrame& frame, std::uint64_t now_tsc);
+    RoceQpBase* qp_for(std::uint32_t qpn);
     std::optional<roce::IcrcStart> icrc_start(const RoceQpBase* rt,
                                               std::span<const std::uint8_t> l3, bool& of_flow);
     void deliver(rte_mbuf* m, const roce::Packet& pkt, const net::RxFrame& f, std::uint32_t qpn,
@@ -271,7 +272,7 @@ class RoceTransport final : public Transport {
                   const roce::FlowFrame& flow, std::size_t hdr,
                   std::span<const roce::TxPiece> payload);
     // The same for a payload in one piece large enough to be sent from where it lies
-    // (Port::sends_placed): `m` holds the headers, an mbuf attached to the payload follows,
+    // (Port::placed_min): `m` holds the headers, an mbuf attached to the payload follows,
     // then one with the ICRC; copied as above when it has a pad or no mbuf can be attached.
     bool transmit_placed(rte_mbuf* m, std::size_t packet_len, net::Ipv4Addr dst, MacMemo& memo,
                          const roce::FlowFrame& flow, std::size_t hdr, roce::TxPiece payload,

@@ -133,6 +133,12 @@ void RoceTransport::on_rx(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& fra
     static_cast<RoceTransport*>(ctx)->receive(m, frame, now_tsc);
 }
 
+// The running QP a packet's destination QP number names; nullptr for QP1 (the GSI hook's) and
+// for a number no QP of this port has.
+inline RoceQpBase* RoceTransport::qp_for(std::uint32_t qpn) {
+    return qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
+}
+
 // The ICRC's start for a packet at `l3` to `rt` (nullptr: QP1 or no QP): a connected QP's
 // peer's packet from the flow the QP learnt from its peer (of_flow); any other, and the
 // first, from its masked headers.
@@ -173,7 +179,7 @@ void RoceTransport::receive(rte_mbuf* m, const net::RxFrame& f, std::uint64_t no
     const std::span<const std::uint8_t> l3(frame + f.l3_offset,
                                            f.l4_offset + f.l4_length - f.l3_offset);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
-    auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
+    RoceQpBase* const rt = qp_for(qpn);
     bool of_flow = false;
     const std::optional<roce::IcrcStart> start = icrc_start(rt, l3, of_flow);
     if (!start || start->ip_end > l3.size()) return drop(roce::Drop::bad_icrc);
@@ -208,7 +214,7 @@ void RoceTransport::on_split(rte_mbuf* m, const net::RxFrame& f, std::uint64_t n
     // The IP packet's part in the first segment: its headers through the extension headers.
     const std::span<const std::uint8_t> l3(frame + f.l3_offset, m->data_len - f.l3_offset);
     const std::uint32_t qpn = pkt.bth().dest_qp.host();
-    auto* rt = qpn == roce::kGsiQpn ? nullptr : static_cast<RoceQpBase*>(runner_.find(qpn));
+    RoceQpBase* const rt = qp_for(qpn);
     bool of_flow = false;
     const std::optional<roce::IcrcStart> start = icrc_start(rt, l3, of_flow);
     if (!start || start->ip_end != f.l4_offset + f.l4_length - f.l3_offset)

@@ -347,7 +347,7 @@ bool RcQp::emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces,
         return false;
     }
     const std::size_t hdr = write_headers(out, spec, len);
-    if (place && npieces == 1 && len != 0 && len >= wire_.tx_placed_from)
+    if (place && npieces == 1 && placed(len))
         wire_.tx_send_placed(total, hdr, pieces[0], hold);
     else
         wire_.tx_send(total, hdr, {pieces, npieces});

@@ -132,8 +132,11 @@ class RcQp {
     // Writes one packet: headers from spec, `len` payload bytes gathered from pieces.
     using Piece = TxPiece;
     static constexpr std::uint32_t kMaxPieces = kMaxSge + 1;
-    // `place`: a payload in one piece may be sent from where it lies (RcWire::tx_send_placed),
-    // held under `hold`.
+    // Whether a payload of `len` bytes in one piece of registered memory goes to the wire
+    // from where it lies (RcWire::tx_send_placed) rather than to be copied (tx_send).
+    bool placed(std::uint32_t len) const { return len != 0 && len >= wire_.tx_placed_from; }
+    // `place`: a payload in one piece may be sent from where it lies (placed()), held under
+    // `hold`.
     bool emit(const PacketSpec& spec, std::uint32_t len, const Piece* pieces, std::uint32_t npieces,
               bool place = false, TxHold* hold = nullptr);
     // The BTH of one of this QP's packets (its P_Key and destination QP; no MigReq, FECN or

@@ -263,10 +263,10 @@ RcQp::Fast RcQp::req_fast(RcTime now) {
     }
     if (with_imm) std::memcpy(ext, &wr.imm_or_rkey, sizeof(ImmDt));  // as posted
     const TxPiece piece{data, len};
-    if (wr.inline_data || len == 0 || len < wire_.tx_placed_from)
-        wire_.tx_send(total, info.length, {&piece, len != 0 ? 1u : 0u});
-    else
+    if (!wr.inline_data && placed(len))
         wire_.tx_send_placed(total, info.length, piece, &s.tx_hold);
+    else
+        wire_.tx_send(total, info.length, {&piece, len != 0 ? 1u : 0u});
 
     (write ? counters_.tx_write_packets : counters_.tx_send_packets).add();
     sent_end_ = next_psn_;  // a new PSN: never behind what was sent

@@ -295,7 +295,7 @@ void TcpConnection::run_timers(TcpTime now) {
         rack_deadline_ = kNever;
         rack_detect(now);
     }
-    if (pto_deadline_ <= now) on_pto(now);
+    if (pto_deadline_ <= now) on_pto();
     if (persist_deadline_ <= now) {
         // Zero-window probe (RFC 9293 §3.8.6.1): a segment the peer must answer with its
         // window; the interval backs off like the RTO.
@@ -398,19 +398,29 @@ void TcpConnection::rack_detect(TcpTime now) {
     kick_ = true;
     pto_deadline_ = kNever;
     if (cc_.in_recovery() || !cc_.may_enter_recovery(snd_una_)) return;
-    // A loss starts the recovery as the third duplicate ACK would (RFC 8985 §6.2, RFC 6675).
+    // A loss starts the recovery as the third duplicate ACK would (RFC 8985 §6.2, RFC 6675);
+    // what RACK found goes first in it.
+    begin_recovery();
+}
+
+void TcpConnection::begin_recovery() {
+    // ssthresh from the flight without what Limited Transmit sent (RFC 5681 §3.2 step 2).
     cc_.enter_recovery(flight() - std::min(lt_bytes_, flight()), snd_max_);
     counters_.fast_retransmits.add();
     high_rxt_ = snd_una_;
     timing_ = false;
+    pto_deadline_ = kNever;
     if (tlp_out_) tlp_saw_recovery_ = true;
+}
+
+bool TcpConnection::may_probe() const {
+    return sack_ok_ && !tlp_out_ && !cc_.in_recovery() && snd_una_ < snd_max_ && can_send_data();
 }
 
 void TcpConnection::arm_pto(TcpTime now) {
     pto_deadline_ = kNever;
-    if (!sack_ok_ || tlp_out_ || cc_.in_recovery() || retries_ > 0 || snd_una_ >= snd_max_ ||
-        sb_.size() != 0 || !can_send_data())
-        return;
+    // Not after a timeout, nor with SACKed data out (RACK has what it needs then).
+    if (!may_probe() || retries_ > 0 || sb_.size() != 0) return;
     // RFC 8985 §7.2: PTO = 2 * SRTT, and the worst case of a delayed ACK when one segment is
     // out; never later than the retransmission timer. At least 10 ms (as Linux has it): on a
     // link of microseconds, 2 * SRTT is shorter than a busy host's scheduling delays.
@@ -422,12 +432,9 @@ void TcpConnection::arm_pto(TcpTime now) {
     pto_deadline_ = now + pto;
 }
 
-void TcpConnection::on_pto(TcpTime now) {
+void TcpConnection::on_pto() {
     pto_deadline_ = kNever;
-    if (!sack_ok_ || tlp_out_ || cc_.in_recovery() || snd_una_ >= snd_max_ || !can_send_data())
-        return;
-    (void)now;
-    tlp_pending_ = true;
+    tlp_pending_ = may_probe();
 }
 
 // --- path MTU ----------------------------------------------------------------------------------

@@ -160,8 +160,12 @@ class TcpConnection {
     // RACK-TLP (RFC 8985), with SACK: loss detection after an ACK or when the reordering
     // timer fires, and the tail-loss probe's timer.
     void rack_detect(TcpTime now);
+    // Fast recovery begins (by three duplicate ACKs, or a loss RACK found).
+    void begin_recovery();
+    // Whether a tail-loss probe may go: SACK, data out, no probe out, no recovery.
+    bool may_probe() const;
     void arm_pto(TcpTime now);
-    void on_pto(TcpTime now);
+    void on_pto();
     void input_data(const Segment& seg, TcpTime now, bool& fin_ok);
     void input_fin(const Segment& seg, TcpTime now);
     void check_fin(TcpTime now);

@@ -235,15 +235,9 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
             cc_.on_dupack_in_recovery();
         } else if ((dupacks_ >= kDupThresh || (sack_ok_ && sb_.is_lost(snd_una_, mss_))) &&
                    cc_.may_enter_recovery(snd_una_)) {
-            // Fast retransmit (RFC 5681 §3.2, RFC 6675 §5); ssthresh from the flight without
-            // what Limited Transmit sent (RFC 5681 §3.2 step 2).
-            cc_.enter_recovery(flight() - std::min(lt_bytes_, flight()), snd_max_);
-            counters_.fast_retransmits.add();
+            // Fast retransmit (RFC 5681 §3.2, RFC 6675 §5): SND.UNA's segment first.
+            begin_recovery();
             fast_rtx_pending_ = true;
-            pto_deadline_ = kNever;
-            if (tlp_out_) tlp_saw_recovery_ = true;
-            high_rxt_ = snd_una_;
-            timing_ = false;
         }
     }
     // The send window (RFC 9293 §3.10.7.4: SND.WL1 and SND.WL2 say which segment is newer).

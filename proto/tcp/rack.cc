@@ -11,8 +11,7 @@ void Rack::sent(std::uint64_t start, std::uint64_t end, TcpTime now, bool retran
         }
         trim();
     }
-    if (n_ == kMax) {
-        if (!at(0).done) ++forgotten_;  // its loss is the retransmission timer's to find
+    if (n_ == kMax) {  // the oldest goes: its loss, if any, is the retransmission timer's
         head_ = (head_ + 1) % kMax;
         --n_;
     }

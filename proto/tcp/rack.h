@@ -49,12 +49,8 @@ class Rack {
     void clear();
 
     bool has_rtt() const { return min_rtt_ != kNever; }
-    TcpTime min_rtt() const { return min_rtt_; }
-    TcpTime rtt() const { return rtt_; }
     // RACK.reo_wnd: a quarter of the minimum RTT (§6.2 step 4).
     TcpTime reo_wnd() const { return has_rtt() ? min_rtt_ / 4 : 0; }
-    std::size_t size() const { return n_; }
-    std::uint64_t forgotten() const { return forgotten_; }
 
   private:
     struct Tx {
@@ -83,7 +79,6 @@ class Rack {
     bool any_ = false;       // something was delivered since the log began
     TcpTime rtt_ = 0;
     TcpTime min_rtt_ = kNever;
-    std::uint64_t forgotten_ = 0;
 };
 
 template <typename Lost>
