@@ -9,8 +9,11 @@
 #
 # Prints one row per run: MB/s, seconds, and each side's retransmitted segments (snic's from
 # its self-test, the kernel's from TCP_INFO's tcpi_total_retrans and, in parentheses, nstat's
-# TcpRetransSegs of the namespace: the root namespace's counters are the whole host's).
+# TcpRetransSegs of the namespace: the root namespace's counters are the whole host's), then
+# snic's rows as ratios of the kernel's two (the root side sending, and the namespace's).
 # With --faults, snicd's port also drops, reorders and duplicates (1%, 1%, 0.1%) both ways.
+# snicd drives its veth end with net_af_xdp where the kernel has XDP sockets, else
+# net_af_packet (SNIC_VETH_PMD=af_packet|af_xdp chooses, as for the devnet).
 # Uses the build in $SNIC_BUILD (default build/). Run as root.
 #
 #   scripts/tcp-bench.sh [--bytes N] [--faults]
@@ -94,6 +97,7 @@ for _ in $(seq 100); do grep -q listening /tmp/$name.srv 2>/dev/null && break; s
 out=$(ip netns exec "$ns" "$py" "$peer" client "$hip" 5001 "$bytes")
 wait "$srv_pid"; srv_pid=""
 [[ $(json answer <<<"$out") == "$bytes $(json crc32 <<<"$out")" ]] || snic_die "kernel -> kernel: wrong answer"
+k_in=$(json MBps </tmp/$name.srv)
 row "kernel -> kernel" "$(printf '%.1f' "$(json MBps </tmp/$name.srv)")" "$(printf '%.2f' "$(json seconds </tmp/$name.srv)")" \
     "$(json total_retrans <<<"$out") ($(retrans "$ns"))" "-"
 
@@ -102,13 +106,20 @@ srv_pid=$!
 for _ in $(seq 100); do grep -q listening /tmp/$name.srv 2>/dev/null && break; sleep 0.1; done
 out=$("$py" "$peer" client "$kip" 5001 "$bytes")
 wait "$srv_pid"; srv_pid=""
+k_out=$(json MBps </tmp/$name.srv)
 row "kernel <- kernel" "$(printf '%.1f' "$(json MBps </tmp/$name.srv)")" "$(printf '%.2f' "$(json seconds </tmp/$name.srv)")" \
     "$(json total_retrans <<<"$out")" "- ($(retrans "$ns"))"
 ip addr del "$hip/24" dev "$host"
 
 # --- snic -------------------------------------------------------------------------------
 read -r -a mem <<<"$(snic_eal_mem_args)"
-eal=(-l 0 --no-pci "--vdev=net_af_packet0,iface=$host,framecnt=4096" "${mem[@]}")
+pmd=$(snic_veth_pmd)
+if [[ $pmd == af_xdp ]]; then
+    vdev="net_af_xdp0,iface=$host"
+else
+    vdev="net_af_packet0,iface=$host,framecnt=4096"
+fi
+eal=(-l 0 --no-pci "--vdev=$vdev" "${mem[@]}")
 
 ip netns exec "$ns" "$py" "$peer" server 5001 >/tmp/$name.srv &
 srv_pid=$!
@@ -119,6 +130,7 @@ retrans "$ns" >/dev/null
     snic_die "snicd tcp-send failed: $(tail -3 /tmp/$name.snicd)"
 wait "$srv_pid"; srv_pid=""
 s=$(grep '^{"test":"tcp-send"' /tmp/$name.snicd)
+s_out=$(json MBps <<<"$s")
 row "snic -> kernel" "$(printf '%.1f' "$(json MBps <<<"$s")")" "$(printf '%.2f' "$(json seconds <<<"$s")")" \
     "$(json retransmits <<<"$s") (rto $(json timeouts <<<"$s"))" "- ($(retrans "$ns"))"
 
@@ -137,3 +149,9 @@ mbps=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["connections"][0
 row "kernel -> snic" "$(printf '%.1f' "$mbps")" "$(printf '%.2f' "$secs")" \
     "$(json total_retrans <<<"$out") ($(retrans "$ns"))" "-"
 rm -f /tmp/$name.srv /tmp/$name.snicd
+ratio() { "$py" -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.2f}x")' "$1" "$2"; }
+printf '\nsnic on %s; ratios to the kernel sending from the same side, and from the other:\n' "$pmd"
+printf '  snic -> kernel: %s of kernel <- kernel, %s of kernel -> kernel\n' \
+    "$(ratio "$s_out" "$k_out")" "$(ratio "$s_out" "$k_in")"
+printf '  kernel -> snic: %s of kernel -> kernel, %s of kernel <- kernel\n' \
+    "$(ratio "$mbps" "$k_in")" "$(ratio "$mbps" "$k_out")"

@@ -12,7 +12,7 @@ void Congestion::init(std::uint32_t smss, bool sack) {
     ssthresh_ = ~std::uint64_t{0} >> 1;
     bytes_acked_ = 0;
     in_recovery_ = false;
-    recovered_once_ = false;
+    guarded_ = false;
     recover_ = 0;
 }
 
@@ -29,10 +29,12 @@ void Congestion::on_ack(std::uint64_t acked) {
 }
 
 void Congestion::enter_recovery(std::uint64_t flight, std::uint64_t snd_max) {
+    prior_cwnd_ = cwnd_;
+    prior_ssthresh_ = ssthresh_;
     ssthresh_ = std::max<std::uint64_t>(flight / 2, 2ull * smss_);
     cwnd_ = sack_ ? ssthresh_ : ssthresh_ + 3ull * smss_;
     in_recovery_ = true;
-    recovered_once_ = true;
+    guarded_ = !sack_;
     recover_ = snd_max;
     bytes_acked_ = 0;
 }
@@ -59,10 +61,12 @@ bool Congestion::on_ack_in_recovery(std::uint64_t una, std::uint64_t acked,
 }
 
 void Congestion::on_timeout(std::uint64_t flight, std::uint64_t snd_max) {
+    prior_cwnd_ = cwnd_;
+    prior_ssthresh_ = ssthresh_;
     ssthresh_ = std::max<std::uint64_t>(flight / 2, 2ull * smss_);
     cwnd_ = smss_;
     in_recovery_ = false;
-    recovered_once_ = true;
+    guarded_ = true;
     recover_ = snd_max;
     bytes_acked_ = 0;
 }
@@ -73,9 +77,15 @@ void Congestion::on_repaired_loss(std::uint64_t flight) {
     bytes_acked_ = 0;
 }
 
+void Congestion::undo() {
+    cwnd_ = std::max(cwnd_, prior_cwnd_);
+    ssthresh_ = std::max(ssthresh_, prior_ssthresh_);
+    bytes_acked_ = 0;
+}
+
 void Congestion::hold_recovery(std::uint64_t snd_max) {
     if (in_recovery_) return;
-    recovered_once_ = true;
+    guarded_ = true;
     recover_ = std::max(recover_, snd_max);
 }
 

@@ -25,9 +25,11 @@ class Congestion {
     // worth of bytes acknowledged, byte counting).
     void on_ack(std::uint64_t acked);
 
-    // RFC 6582 §3.2 step 2: fast retransmit only when the cumulative ACK is past `recover`
-    // (or no recovery or timeout happened yet).
-    bool may_enter_recovery(std::uint64_t una) const { return !recovered_once_ || una > recover_; }
+    // RFC 6582 §3.2 step 2: fast retransmit only when the cumulative ACK is past `recover`,
+    // after a NewReno recovery, a timeout or a held resend (duplicate ACKs then may be for
+    // copies the peer already held). A SACK recovery leaves no such guard (RFC 6675 §5: a
+    // new loss after a full ACK starts the next recovery; the scoreboard tells the ACKs apart).
+    bool may_enter_recovery(std::uint64_t una) const { return !guarded_ || una > recover_; }
     // Fast retransmit (RFC 5681 §3.2 steps 2-3, RFC 6675 §5 step 4): ssthresh =
     // max(FlightSize / 2, 2 * SMSS); NewReno inflates cwnd to ssthresh + 3 * SMSS, SACK
     // recovery sets cwnd = ssthresh. `snd_max`: the highest offset sent (RecoveryPoint).
@@ -55,6 +57,10 @@ class Congestion {
     // cumulative ACK passes `snd_max` (RFC 6582 §3.2 step 2's guard, as after a timeout).
     // Nothing changes during a recovery (its own `recover` stands).
     void hold_recovery(std::uint64_t snd_max);
+    // The last reduction (a recovery, a timeout) was spurious: every byte it sent again had
+    // arrived before (RFC 3708's D-SACK detection). cwnd and ssthresh go back to at least
+    // what they were before it, the response of RFC 4015 §3.
+    void undo();
 
     std::uint64_t cwnd() const { return cwnd_; }
     std::uint64_t ssthresh() const { return ssthresh_; }
@@ -68,9 +74,10 @@ class Congestion {
     bool sack_ = false;
     std::uint64_t cwnd_ = 0;
     std::uint64_t ssthresh_ = ~std::uint64_t{0} >> 1;
-    std::uint64_t bytes_acked_ = 0;  // congestion avoidance's byte count
+    std::uint64_t bytes_acked_ = 0;                      // congestion avoidance's byte count
+    std::uint64_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last reduction
     bool in_recovery_ = false;
-    bool recovered_once_ = false;
+    bool guarded_ = false;  // may_enter_recovery's RFC 6582 guard stands
     std::uint64_t recover_ = 0;
 };
 

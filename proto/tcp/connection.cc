@@ -348,6 +348,7 @@ void TcpConnection::on_rto(TcpTime now) {
     ++retries_;
     // RFC 5681 §3.1 and RFC 6298 §5.4-5.6: collapse cwnd, go back to SND.UNA, back off.
     cc_.on_timeout(flight(), snd_max_);
+    arm_undo();
     sb_.clear();  // RFC 2018 §8: SACKed data may be discarded by the receiver
     high_rxt_ = snd_una_;
     dupacks_ = 0;
@@ -371,41 +372,48 @@ void TcpConnection::on_rto(TcpTime now) {
 void TcpConnection::rack_detect(TcpTime now) {
     if (!sack_ok_ || !synchronized()) return;
     bool any = false;
-    rack_deadline_ = rack_.detect(snd_una_, sb_, now, [&](std::uint64_t start, std::uint64_t end) {
-        counters_.rack_losses.add();
-        any = true;
-        // Kept sorted and apart; when full the last range grows to take it (more is sent
-        // again than was lost, nothing lost is left out). A range lost again goes again.
-        std::size_t i = 0;
-        while (i < nlost_ && rack_lost_[i].end < start) ++i;
-        if (i < nlost_ && rack_lost_[i].start <= end) {
-            Lost& l = rack_lost_[i];
-            l.sent = std::min(l.sent, start);
-            l.start = std::min(l.start, start);
-            l.end = std::max(l.end, end);
-            return;
-        }
-        if (nlost_ == kRackLost) {
-            Lost& l = rack_lost_[nlost_ - 1];
-            l = Lost{std::min(l.start, start), std::max(l.end, end), std::min(l.sent, start)};
-            return;
-        }
-        for (std::size_t k = nlost_; k > i; --k) rack_lost_[k] = rack_lost_[k - 1];
-        rack_lost_[i] = Lost{start, end, start};
-        ++nlost_;
-    });
+    rack_deadline_ =
+        rack_.detect(snd_una_, sb_, now, rto_.srtt(), [&](std::uint64_t start, std::uint64_t end) {
+            counters_.rack_losses.add();
+            any = true;
+            // Kept sorted and apart; when full the last range grows to take it (more is sent
+            // again than was lost, nothing lost is left out). A range lost again goes again.
+            std::size_t i = 0;
+            while (i < nlost_ && rack_lost_[i].end < start) ++i;
+            if (i < nlost_ && rack_lost_[i].start <= end) {
+                Lost& l = rack_lost_[i];
+                l.sent = std::min(l.sent, start);
+                l.start = std::min(l.start, start);
+                l.end = std::max(l.end, end);
+                return;
+            }
+            if (nlost_ == kRackLost) {
+                Lost& l = rack_lost_[nlost_ - 1];
+                l = Lost{std::min(l.start, start), std::max(l.end, end), std::min(l.sent, start)};
+                return;
+            }
+            for (std::size_t k = nlost_; k > i; --k) rack_lost_[k] = rack_lost_[k - 1];
+            rack_lost_[i] = Lost{start, end, start};
+            ++nlost_;
+        });
     if (!any) return;
     kick_ = true;
-    pto_deadline_ = kNever;
-    if (cc_.in_recovery() || !cc_.may_enter_recovery(snd_una_)) return;
-    // A loss starts the recovery as the third duplicate ACK would (RFC 8985 §6.2, RFC 6675);
-    // what RACK found goes first in it.
-    begin_recovery();
+    if (!cc_.in_recovery() && cc_.may_enter_recovery(snd_una_)) {
+        // A loss starts the recovery as the third duplicate ACK would (RFC 8985 §6.2, RFC
+        // 6675), with its fast retransmit whatever the pipe (RFC 6675 §5 step 4.2): the pipe
+        // may be full of segments whose ACKs were lost, and then nothing else would send it.
+        begin_recovery();
+        fast_rtx_pending_ = true;
+    }
+    // A loss found within a recovery may wait for the pipe to drain; should the ACKs that
+    // would drain it be lost, the probe draws one.
+    arm_pto(now);
 }
 
 void TcpConnection::begin_recovery() {
     // ssthresh from the flight without what Limited Transmit sent (RFC 5681 §3.2 step 2).
     cc_.enter_recovery(flight() - std::min(lt_bytes_, flight()), snd_max_);
+    arm_undo();
     counters_.fast_retransmits.add();
     high_rxt_ = snd_una_;
     timing_ = false;
@@ -413,19 +421,56 @@ void TcpConnection::begin_recovery() {
     if (tlp_out_) tlp_saw_recovery_ = true;
 }
 
+// --- D-SACK (RFC 2883) and undo (RFC 3708) -----------------------------------------------------
+
+void TcpConnection::take_dsack(std::uint64_t lo, std::uint64_t hi, TcpTime now) {
+    counters_.dsacks_in.add();
+    rack_.on_dsack(now, rto_.srtt());
+    if (tlp_out_ && tlp_retransmit_ && lo < tlp_end_ && tlp_start_ < hi) tlp_dsacked_ = true;
+    if (undo_armed_ && lo >= undo_marker_) undo_retrans_ -= std::min(undo_retrans_, hi - lo);
+}
+
+void TcpConnection::arm_undo() {
+    undo_armed_ = true;
+    undo_sent_ = false;
+    undo_marker_ = snd_una_;
+    undo_retrans_ = 0;
+}
+
+void TcpConnection::try_undo() {
+    // Once the recovery is over, and every byte it sent again was D-SACKed: nothing had been
+    // lost, the reduction goes (a D-SACK may come after the ACK that ended the recovery).
+    if (!undo_armed_ || !undo_sent_ || undo_retrans_ > 0 || cc_.in_recovery()) return;
+    undo_armed_ = false;
+    cc_.undo();
+    counters_.undos.add();
+}
+
+void TcpConnection::note_duplicate(Seq lo, Seq hi) {
+    ack_now_ = true;
+    if (!sack_ok_) return;
+    dsack_pending_ = true;
+    dsack_left_ = lo;
+    dsack_right_ = hi;
+}
+
 bool TcpConnection::may_probe() const {
-    return sack_ok_ && !tlp_out_ && !cc_.in_recovery() && snd_una_ < snd_max_ && can_send_data();
+    return sack_ok_ && !tlp_out_ && snd_una_ < snd_max_ && can_send_data();
 }
 
 void TcpConnection::arm_pto(TcpTime now) {
     pto_deadline_ = kNever;
-    // Not after a timeout, nor with SACKed data out (RACK has what it needs then).
-    if (!may_probe() || retries_ > 0 || sb_.size() != 0) return;
+    // Not after a timeout, nor with SACKed data out outside a recovery (RACK has what it
+    // needs then). Within a recovery, unlike RFC 8985 §7.2: when the ACK that would end it is
+    // lost and the last segment sent was a retransmission, nothing but a probe draws another
+    // ACK before the retransmission timer.
+    if (!may_probe() || retries_ > 0 || (sb_.size() != 0 && !cc_.in_recovery())) return;
     // RFC 8985 §7.2: PTO = 2 * SRTT, and the worst case of a delayed ACK when one segment is
-    // out; never later than the retransmission timer. At least 10 ms (as Linux has it): on a
-    // link of microseconds, 2 * SRTT is shorter than a busy host's scheduling delays.
+    // out; never later than the retransmission timer. At least 1 ms: on a link of
+    // microseconds, 2 * SRTT is shorter than a busy host's scheduling delays; a probe sent too
+    // soon costs one segment, which the peer's D-SACK shows was not lost.
     constexpr TcpTime kWcDelAck = 200 * kMs;
-    constexpr TcpTime kPtoMin = 10 * kMs;
+    constexpr TcpTime kPtoMin = kMs;
     TcpTime pto = rto_.has_sample() ? std::max(2 * rto_.srtt(), kPtoMin) : kSec;
     if (flight() <= mss_) pto += kWcDelAck;
     if (rto_deadline_ != kNever && now + pto >= rto_deadline_) return;

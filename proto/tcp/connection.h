@@ -156,7 +156,15 @@ class TcpConnection {
     void input_rst(const Segment& seg);
     bool input_ack(const Segment& seg, TcpTime now);
     void new_ack(std::uint64_t ack_off, TcpTime now);
-    void take_sack(const Segment& seg);
+    void take_sack(const Segment& seg, TcpTime now);
+    // A D-SACK (RFC 2883 §4) for offsets [lo, hi): the peer got them twice. It may show a
+    // probe or a whole recovery to have been spurious (RFC 3708).
+    void take_dsack(std::uint64_t lo, std::uint64_t hi, TcpTime now);
+    // A reduction begins (a recovery, a timeout): what it sends again is counted for its undo.
+    void arm_undo();
+    void try_undo();
+    // The receiver's side of RFC 2883: the next ACK's first SACK block reports [lo, hi).
+    void note_duplicate(Seq lo, Seq hi);
     // RACK-TLP (RFC 8985), with SACK: loss detection after an ACK or when the reordering
     // timer fires, and the tail-loss probe's timer.
     void rack_detect(TcpTime now);
@@ -283,8 +291,13 @@ class TcpConnection {
     bool tlp_out_ = false;            // a probe is out, for bytes up to tlp_end_
     bool tlp_retransmit_ = false;     // and it was a retransmission
     bool tlp_saw_recovery_ = false;   // a recovery began while it was out
-    std::uint64_t tlp_end_ = 0;
+    bool tlp_dsacked_ = false;        // a D-SACK says the probe's bytes had arrived before
+    std::uint64_t tlp_start_ = 0, tlp_end_ = 0;
     std::uint64_t tlp_flight_ = 0;  // the flight when it went
+    // RFC 3708: the last reduction's resent bytes not yet D-SACKed, from undo_marker_ on.
+    bool undo_armed_ = false;
+    bool undo_sent_ = false;  // it has sent something again
+    std::uint64_t undo_marker_ = 0, undo_retrans_ = 0;
     bool fast_rtx_pending_ = false;
     RtoEstimator rto_;
     TcpTime rto_deadline_ = kNever;
@@ -315,6 +328,8 @@ class TcpConnection {
 
     // ACKs.
     bool ack_now_ = false;
+    bool dsack_pending_ = false;  // the next ACK reports a duplicate (RFC 2883)
+    Seq dsack_left_ = 0, dsack_right_ = 0;
     std::uint32_t unacked_segs_ = 0;
     TcpTime delack_deadline_ = kNever;
     Seq last_ack_sent_ = 0;

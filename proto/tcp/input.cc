@@ -75,6 +75,11 @@ void TcpConnection::on_segment(const Segment& seg, TcpTime now) {
         counters_.bad_seq.add();
         if (!seg.has(flag::rst)) {
             ack_now_ = true;
+            // Data wholly below RCV.NXT came twice: the ACK says so (RFC 2883).
+            const std::int64_t d = seq_diff(seg.seq, seq_of(irs_, rcv_nxt_));
+            const std::int64_t len = static_cast<std::int64_t>(seg.payload.size());
+            if (len > 0 && d < 0 && d + len <= 0 && -d < static_cast<std::int64_t>(rcv_nxt_))
+                note_duplicate(seg.seq, seg.seq + static_cast<Seq>(len));
             if (state_ == TcpState::time_wait && seg.has(flag::fin)) enter_time_wait(now);
         }
         return;
@@ -220,15 +225,15 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
         return false;
     }
     const std::uint64_t sacked_before = sb_.total();
-    take_sack(seg);
+    take_sack(seg, now);
     const bool new_sack = sb_.total() > sacked_before;
     const std::uint64_t wnd = std::uint64_t{seg.window} << snd_wscale_;
     if (da > 0) {
         new_ack(snd_una_ + static_cast<std::uint64_t>(da), now);
     } else if (da == 0 && seg.payload.empty() && !seg.has(flag::syn) && !seg.has(flag::fin) &&
-               (wnd == snd_wnd_ || new_sack) && snd_max_ > snd_una_) {
-        // A duplicate ACK (RFC 5681 §2; with SACK, RFC 6675 §2: any ACK that SACKs new data,
-        // whatever window it advertises).
+               (sack_ok_ ? new_sack : wnd == snd_wnd_) && snd_max_ > snd_una_) {
+        // A duplicate ACK (RFC 5681 §2; with SACK, RFC 6675 §2: an ACK that SACKs new data,
+        // whatever window it advertises; one that only reports a duplicate, a D-SACK, is not).
         counters_.dup_acks.add();
         ++dupacks_;
         if (cc_.in_recovery()) {
@@ -256,22 +261,37 @@ bool TcpConnection::input_ack(const Segment& seg, TcpTime now) {
         rack_detect(now);
     }
     if (tlp_out_ && snd_una_ >= tlp_end_) {
-        // The probe's episode ends (RFC 8985 §7.4). A retransmitted probe that was answered
-        // without a recovery repaired a loss (no D-SACK is read to tell a spurious one), and
-        // a loss asks for the congestion response a fast recovery would make.
+        // The probe's episode ends (RFC 8985 §7.4). A retransmitted probe answered without a
+        // recovery and without a D-SACK for it repaired a loss, and a loss asks for the
+        // congestion response a fast recovery would make; with a D-SACK only an ACK was lost.
         tlp_out_ = false;
-        if (tlp_retransmit_ && !tlp_saw_recovery_ && !cc_.in_recovery())
+        if (tlp_retransmit_ && !tlp_dsacked_ && !tlp_saw_recovery_ && !cc_.in_recovery())
             cc_.on_repaired_loss(tlp_flight_);
     }
+    try_undo();
     if (fin_queued_ && snd_una_ > fin_off_) our_fin_acked(now);
     return state_ != TcpState::closed;
 }
 
-void TcpConnection::take_sack(const Segment& seg) {
+void TcpConnection::take_sack(const Segment& seg, TcpTime now) {
     if (!sack_ok_) return;
+    const auto& s = seg.opts.sack;
     for (std::size_t i = 0; i < seg.opts.nsack; ++i) {
         counters_.sack_blocks_in.add();
-        const SackBlock& b = seg.opts.sack[i];
+        const SackBlock& b = s[i];
+        // RFC 2883 §4: a first block below the cumulative ACK, or within the second block,
+        // reports a duplicate.
+        if (i == 0 && seq_lt(b.left, b.right) &&
+            (seq_le(b.right, seg.ack) ||
+             (seg.opts.nsack > 1 && seq_le(s[1].left, b.left) && seq_le(b.right, s[1].right)))) {
+            const std::int64_t l = seq_diff(b.left, seq_of(iss_, snd_una_));
+            const std::int64_t r = seq_diff(b.right, seq_of(iss_, snd_una_));
+            const std::int64_t una = static_cast<std::int64_t>(snd_una_);
+            if (l + una >= 1 && r + una <= static_cast<std::int64_t>(snd_max_))
+                take_dsack(static_cast<std::uint64_t>(l + una), static_cast<std::uint64_t>(r + una),
+                           now);
+            continue;
+        }
         const std::int64_t l = seq_diff(b.left, seq_of(iss_, snd_una_));
         const std::int64_t r = seq_diff(b.right, seq_of(iss_, snd_una_));
         // Only blocks within (SND.UNA, SND.MAX] mean anything (D-SACKs and stale blocks
@@ -298,6 +318,7 @@ void TcpConnection::new_ack(std::uint64_t ack_off, TcpTime now) {
     pop_acked_records();
     if (cc_.in_recovery()) {
         const bool full = cc_.on_ack_in_recovery(snd_una_, acked, flight());
+        if (full) rack_.on_recovery_end();
         if (!full && !cc_.sack()) {
             fast_rtx_pending_ = true;  // RFC 6582 §3.2 step 5: retransmit the next hole
             counters_.fast_retransmits.add();
@@ -353,6 +374,9 @@ void TcpConnection::input_data(const Segment& seg, TcpTime now, bool& fin_ok) {
         fin_ok = false;  // the FIN lies past what we took
         ack_now_ = true;
     }
+    if (start < rcv_nxt_ && end > start) {
+        note_duplicate(seg.seq, seq_of(irs_, std::min(end, rcv_nxt_)));  // partly old
+    }
     if (hi <= lo) {
         if (end <= rcv_nxt_) counters_.dup_segments.add();
         ack_now_ = true;
@@ -361,6 +385,7 @@ void TcpConnection::input_data(const Segment& seg, TcpTime now, bool& fin_ok) {
     if (lo > rcv_nxt_) {
         if (ooo_.holds(lo, hi)) {
             counters_.dup_segments.add();
+            note_duplicate(seq_of(irs_, lo), seq_of(irs_, hi));
         } else if (!ooo_.add(lo, hi)) {
             counters_.ooo_dropped.add();
             fin_ok = false;

@@ -44,20 +44,25 @@ bool TcpConnection::transmit(Seq seq, std::uint8_t flags, std::uint64_t data_off
         o.has_timestamps = ts_ok_;
         o.ts_val = tsval(now);
         o.ts_ecr = ts_recent_;
-        if (sack_ok_ && !ooo_.empty()) {
-            // RFC 2018 §4: newest first; as many as fit beside the payload.
+        const std::size_t dsack = sack_ok_ && dsack_pending_ ? 1 : 0;
+        if (sack_ok_ && (dsack > 0 || !ooo_.empty())) {
+            // RFC 2018 §4: newest first; as many as fit beside the payload. A D-SACK goes
+            // first (RFC 2883 §4), once.
             const std::size_t limit = max_segment() + kTcpMinHdrLen;
-            o.nsack = static_cast<std::uint8_t>(std::min(ooo_.size(), kMaxSackBlocks));
+            o.nsack = static_cast<std::uint8_t>(std::min(ooo_.size() + dsack, kMaxSackBlocks));
             // ... and within the 40 bytes a header has for options (RFC 2018 §3: three
             // blocks beside the timestamps).
             while (o.nsack > 0 && (kTcpMinHdrLen + options_length(o) + len > limit ||
                                    kTcpMinHdrLen + options_length(o) > kTcpMaxHdrLen)) {
                 --o.nsack;
             }
-            for (std::size_t i = 0; i < o.nsack; ++i) {
-                o.sack[i] = SackBlock{seq_of(irs_, ooo_[i].start), seq_of(irs_, ooo_[i].end)};
+            if (dsack > 0 && o.nsack > 0) o.sack[0] = SackBlock{dsack_left_, dsack_right_};
+            for (std::size_t i = dsack; i < o.nsack; ++i) {
+                const Range& r = ooo_[i - dsack];
+                o.sack[i] = SackBlock{seq_of(irs_, r.start), seq_of(irs_, r.end)};
             }
             counters_.sack_blocks_out.add(o.nsack);
+            if (dsack > 0 && o.nsack > 0) counters_.dsacks_out.add();
         }
     }
     std::span<const std::uint8_t> a, b;
@@ -78,6 +83,7 @@ bool TcpConnection::transmit(Seq seq, std::uint8_t flags, std::uint64_t data_off
     wire_.tx_send(total);
     counters_.segments_out.add();
     if ((flags & flag::ack) != 0) {
+        dsack_pending_ = false;
         ack_now_ = false;
         unacked_segs_ = 0;
         delack_deadline_ = kNever;
@@ -266,15 +272,21 @@ bool TcpConnection::pick_rack_lost(Plan& p) {
 // RFC 8985 §7.3: a segment of new data if the peer's window takes it, else the highest
 // segment sent again.
 bool TcpConnection::pick_probe(Plan& p, TcpTime now) {
+    // The last segment sent goes again, where RFC 8985 §7.3 would rather send new data: a
+    // receiver that holds it answers the copy at once with a D-SACK (a lost ACK, no
+    // reduction), one that lacks it at once as the hole it fills; new data in order would
+    // wait out the receiver's delayed ACK (40 ms and more on Linux) before any answer.
     if (snd_una_ >= snd_max_) return false;
+    std::uint64_t start = 0, end = 0;
+    if (rack_.last(snd_una_, start, end) && plan_resend(p, start, std::min(end, snd_max_))) {
+        p.probe = true;
+        return true;
+    }
     if (snd_nxt_ == snd_max_ && pick_normal(p, now, false) && !p.retransmit) {
         p.probe = true;
         return true;
     }
-    std::uint64_t start = 0, end = 0;
-    if (!rack_.last(snd_una_, start, end)) return false;
-    p.probe = plan_resend(p, start, std::min(end, snd_max_));
-    return p.probe;
+    return false;
 }
 
 bool TcpConnection::pick(Plan& p, TcpTime now) {
@@ -323,6 +335,10 @@ bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
     if (p.retransmit) {
         counters_.retransmits.add();
         timing_ = false;  // Karn: an ACK now may be for either transmission
+        if (undo_armed_ && !p.probe) {
+            undo_retrans_ += p.len;
+            undo_sent_ = true;
+        }
     } else {
         counters_.bytes_sent.add(p.len);
         if (!timing_) {
@@ -359,7 +375,9 @@ bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
         counters_.tlp_probes.add();
         tlp_out_ = true;
         tlp_retransmit_ = p.retransmit;
-        tlp_saw_recovery_ = false;
+        tlp_saw_recovery_ = cc_.in_recovery();
+        tlp_dsacked_ = false;
+        tlp_start_ = p.off;
         tlp_end_ = snd_max_;
         tlp_flight_ = flight();
         pto_deadline_ = kNever;
@@ -367,7 +385,7 @@ bool TcpConnection::send_plan(const Plan& p, TcpTime now) {
         return true;
     }
     if (rto_deadline_ == kNever) rto_deadline_ = now + rto_.rto();
-    if (!p.retransmit) arm_pto(now);
+    arm_pto(now);
     return true;
 }
 

@@ -48,6 +48,17 @@ bool Rack::last(std::uint64_t una, std::uint64_t& start, std::uint64_t& end) con
     return found;
 }
 
+void Rack::on_dsack(TcpTime now, TcpTime srtt) {
+    recoveries_left_ = 16;
+    if (now < dsack_round_end_) return;
+    if (reo_wnd_mult_ < 64) ++reo_wnd_mult_;
+    dsack_round_end_ = now + srtt;
+}
+
+void Rack::on_recovery_end() {
+    if (recoveries_left_ > 0 && --recoveries_left_ == 0) reo_wnd_mult_ = 1;
+}
+
 void Rack::clear() {
     head_ = 0;
     n_ = 0;

@@ -39,7 +39,7 @@ class Rack {
     // such a transmission is reported once. Returns when the next one would be due (the
     // reordering timer), or kNever.
     template <typename Lost>
-    TcpTime detect(std::uint64_t una, const Scoreboard& sb, TcpTime now, Lost&& lost);
+    TcpTime detect(std::uint64_t una, const Scoreboard& sb, TcpTime now, TcpTime srtt, Lost&& lost);
 
     // The transmission of the highest offset still unacknowledged (a tail-loss probe
     // resends it); false when none.
@@ -48,9 +48,20 @@ class Rack {
     // The retransmission timer expired: everything is sent again from SND.UNA.
     void clear();
 
+    // §6.2 step 4's adaptation: a D-SACK (reordering made a retransmission spurious) widens
+    // the reordering window by a quarter of the minimum RTT, at most once per round trip;
+    // 16 recoveries without one narrow it back.
+    void on_dsack(TcpTime now, TcpTime srtt);
+    void on_recovery_end();
+
     bool has_rtt() const { return min_rtt_ != kNever; }
-    // RACK.reo_wnd: a quarter of the minimum RTT (§6.2 step 4).
-    TcpTime reo_wnd() const { return has_rtt() ? min_rtt_ / 4 : 0; }
+    // RACK.reo_wnd: reo_wnd_mult quarters of the minimum RTT, at most SRTT (§6.2 step 4).
+    TcpTime reo_wnd(TcpTime srtt) const {
+        if (!has_rtt()) return 0;
+        const TcpTime w = reo_wnd_mult_ * (min_rtt_ / 4);
+        return srtt > 0 && w > srtt ? srtt : w;
+    }
+    std::uint32_t reo_wnd_mult() const { return reo_wnd_mult_; }
 
   private:
     struct Tx {
@@ -79,13 +90,17 @@ class Rack {
     bool any_ = false;       // something was delivered since the log began
     TcpTime rtt_ = 0;
     TcpTime min_rtt_ = kNever;
+    std::uint32_t reo_wnd_mult_ = 1;
+    TcpTime dsack_round_end_ = 0;        // the next D-SACK that may widen the window
+    std::uint32_t recoveries_left_ = 0;  // before the window narrows back
 };
 
 template <typename Lost>
-TcpTime Rack::detect(std::uint64_t una, const Scoreboard& sb, TcpTime now, Lost&& lost) {
+TcpTime Rack::detect(std::uint64_t una, const Scoreboard& sb, TcpTime now, TcpTime srtt,
+                     Lost&& lost) {
     if (!any_) return kNever;
     TcpTime next = kNever;
-    const TcpTime wait = rtt_ + reo_wnd();
+    const TcpTime wait = rtt_ + reo_wnd(srtt);
     for (std::size_t i = 0; i < n_; ++i) {
         Tx& t = at(i);
         if (t.done || !before_rack(t)) continue;

@@ -124,7 +124,10 @@ struct TcpCounters {
     TcpCounter limited_transmits;  // new segments sent on the first two duplicate ACKs
     TcpCounter rack_losses;        // transmissions RACK found lost (RFC 8985 §6)
     TcpCounter tlp_probes;         // tail-loss probes sent (RFC 8985 §7)
-    TcpCounter timeouts;           // RTO expiries
+    TcpCounter dsacks_in;          // D-SACK blocks received: the peer got bytes twice (RFC 2883)
+    TcpCounter dsacks_out;         // D-SACK blocks sent
+    TcpCounter undos;     // recoveries and timeouts undone: every resend was D-SACKed (RFC 3708)
+    TcpCounter timeouts;  // RTO expiries
     TcpCounter dup_acks;
     TcpCounter sack_blocks_in;   // SACK blocks received
     TcpCounter sack_blocks_out;  // SACK blocks sent
@@ -151,7 +154,7 @@ struct TcpCounterField {
     TcpCounter TcpCounters::*field;
 };
 
-inline constexpr std::array<TcpCounterField, 31> kTcpCounterFields = {{
+inline constexpr std::array<TcpCounterField, 34> kTcpCounterFields = {{
     {"segments_in", &TcpCounters::segments_in},
     {"segments_out", &TcpCounters::segments_out},
     {"bytes_sent", &TcpCounters::bytes_sent},
@@ -162,6 +165,9 @@ inline constexpr std::array<TcpCounterField, 31> kTcpCounterFields = {{
     {"limited_transmits", &TcpCounters::limited_transmits},
     {"rack_losses", &TcpCounters::rack_losses},
     {"tlp_probes", &TcpCounters::tlp_probes},
+    {"dsacks_in", &TcpCounters::dsacks_in},
+    {"dsacks_out", &TcpCounters::dsacks_out},
+    {"undos", &TcpCounters::undos},
     {"timeouts", &TcpCounters::timeouts},
     {"dup_acks", &TcpCounters::dup_acks},
     {"sack_blocks_in", &TcpCounters::sack_blocks_in},

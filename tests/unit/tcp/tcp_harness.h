@@ -333,10 +333,13 @@ class Script {
 
     // Active open against a peer answering with `opts`; ends ESTABLISHED with the output
     // consumed. Returns the engine's ISS.
-    Seq establish(const TcpOptions& peer_opts) {
+    // `rtt`: how long the SYN takes to be answered (the first RTT sample, which sets the
+    // tail-loss probe's timer: 2 * SRTT, at least 1 ms).
+    Seq establish(const TcpOptions& peer_opts, TcpTime rtt = 0) {
         node.conn.open_active(now);
         poll();
         Parsed syn = one();
+        advance(rtt);
         Seg sa = spec(flag::syn | flag::ack, kPeerIss, syn.seg.seq + 1);
         sa.opts = peer_opts;
         inject(sa);

@@ -454,7 +454,7 @@ TEST(TcpRules, limited_transmit_stays_within_the_peer_window) {
 // at once, in a recovery: no timeout.
 TEST(TcpRules, a_lost_tail_is_probed_then_repaired_by_rack_without_a_timeout) {
     Script s;
-    const Seq iss = s.establish(sack_only());
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
     const Seq d = iss + 1;
     ASSERT_EQ(send_records(s, 4, 1000).size(), 4u);  // all four lost
     s.advance(9 * kMs);
@@ -491,7 +491,7 @@ TEST(TcpRules, a_lost_tail_is_probed_then_repaired_by_rack_without_a_timeout) {
 // goes a third time, where RFC 6675 alone would wait for the RTO.
 TEST(TcpRules, rack_finds_a_lost_retransmission_before_the_timeout) {
     Script s;
-    const Seq iss = s.establish(sack_only());
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
     const Seq d = iss + 1;
     ASSERT_EQ(send_records(s, 12, 1000).size(), 4u);
     s.advance(1 * kMs);
@@ -534,7 +534,7 @@ TEST(TcpRules, rack_finds_a_lost_retransmission_before_the_timeout) {
 // No probe while nothing is out, and none in a recovery.
 TEST(TcpRules, no_probe_when_all_is_acknowledged) {
     Script s;
-    const Seq iss = s.establish(sack_only());
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
     ASSERT_EQ(send_records(s, 2, 1000).size(), 2u);
     s.advance(1 * kMs);
     s.data(iss + 1 + 2000, {});
@@ -565,12 +565,15 @@ TEST(TcpRules, newreno_partial_ack_retransmits_the_next_hole) {
 // segment waited for the RTO while fifty SACKs arrived.
 TEST(TcpRules, sack_acks_count_as_duplicates_though_the_window_grows) {
     Script s;
-    const Seq iss = s.establish(sack_only());
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
     const Seq d = iss + 1;
     auto v = send_records(s, 6, 1000);
     ASSERT_EQ(v.size(), 4u);
+    // A round trip of 1 ms: RACK does not find segment 2 lost before the third SACK does.
+    s.advance(1 * kMs);
     s.data(d + 1000, {});  // segment 1 acknowledged: 5 and 6 go
     ASSERT_EQ(s.out().size(), 2u);
+    s.advance(1 * kMs);
     std::uint16_t window = 65535;
     auto sack = [&](Seq right) {
         Seg a = s.spec(flag::ack, s.peer_nxt, d + 1000, --window);  // a new window each time
@@ -590,7 +593,7 @@ TEST(TcpRules, sack_acks_count_as_duplicates_though_the_window_grows) {
 
 TEST(TcpRules, sack_recovery_retransmits_only_the_holes) {
     Script s;
-    const Seq iss = s.establish(sack_only());
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
     const Seq d = iss + 1;
     auto v = send_records(s, 6, 1000);
     ASSERT_EQ(v.size(), 4u);
@@ -625,7 +628,167 @@ TEST(TcpRules, sack_recovery_retransmits_only_the_holes) {
     EXPECT_EQ(s.node.conn.counters().retransmits.get(), 2u);
 }
 
+// RFC 6675 keeps no RFC 6582 guard: a segment lost just after a recovery's full ACK starts
+// the next recovery at the third SACK, where the guard left it to the retransmission timer.
+TEST(TcpRules, a_loss_at_the_end_of_a_recovery_starts_the_next_one) {
+    Script s;
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
+    const Seq d = iss + 1;
+    ASSERT_EQ(send_records(s, 12, 1000).size(), 4u);
+    s.advance(1 * kMs);
+    auto sack = [&](Seq ack, Seq left, Seq right) {
+        Seg a = s.spec(flag::ack, s.peer_nxt, ack);
+        a.opts.sack[a.opts.nsack++] = SackBlock{left, right};
+        s.inject(a);
+    };
+    // Record 1 lost: 2, 3, 4 SACKed; the recovery ends at the ACK of all four.
+    sack(d, d + 1000, d + 2000);
+    sack(d, d + 1000, d + 3000);
+    sack(d, d + 1000, d + 4000);
+    Seq top = d + 4000;
+    for (const Parsed& p : s.out())
+        top = std::max(top, p.seg.seq + static_cast<Seq>(p.seg.payload.size()));
+    ASSERT_EQ(s.node.conn.counters().fast_retransmits.get(), 1u);
+    s.advance(1 * kMs);
+    s.data(top, {});  // the full ACK: everything sent before the recovery began
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    const auto next = s.out();
+    ASSERT_GE(next.size(), 2u);  // cwnd = ssthresh = 2 SMSS
+    EXPECT_EQ(next[0].seg.seq, top);
+    // The first segment after it is lost; the three after it (two by Limited Transmit) are
+    // SACKed.
+    s.advance(1 * kMs);
+    sack(top, top + 1000, top + 2000);
+    sack(top, top + 1000, top + 3000);
+    sack(top, top + 1000, top + 4000);
+    bool resent = false;
+    for (const Parsed& p : s.out()) resent |= p.seg.seq == top;
+    EXPECT_TRUE(resent);
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 2u);
+    EXPECT_EQ(s.node.conn.counters().timeouts.get(), 0u);
+}
+
+// A recovery that reordering started, shown spurious by the peer's D-SACK of the one segment
+// it sent again, gives cwnd and ssthresh back (RFC 3708, RFC 4015's response); an ACK that
+// carries only that D-SACK is no duplicate.
+TEST(TcpRules, a_recovery_every_resend_of_which_was_dsacked_is_undone) {
+    Script s;
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
+    const Seq d = iss + 1;
+    ASSERT_EQ(send_records(s, 6, 1000).size(), 4u);
+    s.advance(1 * kMs);
+    s.data(d + 1000, {});
+    ASSERT_EQ(s.out().size(), 2u);
+    const std::uint64_t cwnd = s.node.conn.info().cwnd;
+    s.advance(1 * kMs);
+    auto ack = [&](Seq a, std::initializer_list<SackBlock> blocks) {
+        Seg g = s.spec(flag::ack, s.peer_nxt, a);
+        for (const SackBlock& b : blocks) g.opts.sack[g.opts.nsack++] = b;
+        s.inject(g);
+    };
+    ack(d + 1000, {{d + 2000, d + 3000}});
+    ack(d + 1000, {{d + 2000, d + 4000}});
+    ack(d + 1000, {{d + 2000, d + 5000}});
+    const auto r = s.out();
+    ASSERT_GE(r.size(), 1u);
+    EXPECT_EQ(r[0].seg.seq, d + 1000);
+    EXPECT_LT(s.node.conn.info().cwnd, cwnd);
+    // Record 2 was only late: it and 6 arrive, then the copy, which the peer D-SACKs.
+    s.advance(1 * kMs);
+    ack(d + 6000, {});
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    EXPECT_EQ(s.node.conn.counters().undos.get(), 0u);
+    ack(d + 6000, {{d + 1000, d + 2000}});
+    EXPECT_EQ(s.node.conn.counters().dsacks_in.get(), 1u);
+    EXPECT_EQ(s.node.conn.counters().undos.get(), 1u);
+    EXPECT_GE(s.node.conn.info().cwnd, cwnd);
+    EXPECT_EQ(s.node.conn.counters().dup_acks.get(), 3u);  // the D-SACK alone was none
+}
+
+// A tail-loss probe that went again is D-SACKed when only the ACK was lost: no congestion
+// response. Without the D-SACK it repaired a loss, and cwnd comes down (RFC 8985 §7.4.2).
+TEST(TcpRules, a_dsacked_probe_keeps_cwnd_and_a_repairing_one_reduces_it) {
+    for (const bool dsack : {true, false}) {
+        Script s;
+        const Seq iss = s.establish(sack_only(), 5 * kMs);
+        const Seq d = iss + 1;
+        ASSERT_EQ(send_records(s, 4, 1000).size(), 4u);
+        const std::uint64_t cwnd = s.node.conn.info().cwnd;
+        s.advance(11 * kMs);
+        const Parsed probe = s.one();
+        EXPECT_EQ(probe.seg.seq, d + 3000);  // the last segment again, not new data
+        Seg a = s.spec(flag::ack, s.peer_nxt, d + 4000);
+        if (dsack) a.opts.sack[a.opts.nsack++] = SackBlock{d + 3000, d + 4000};
+        s.inject(a);
+        EXPECT_EQ(s.node.conn.counters().tlp_probes.get(), 1u);
+        EXPECT_EQ(s.node.conn.counters().dsacks_in.get(), dsack ? 1u : 0u);
+        if (dsack) {
+            EXPECT_GE(s.node.conn.info().cwnd, cwnd) << "a lost ACK is no congestion";
+        } else {
+            EXPECT_LT(s.node.conn.info().ssthresh, 1u << 30) << "a repaired loss reduces";
+        }
+        EXPECT_EQ(s.node.conn.counters().timeouts.get(), 0u);
+    }
+}
+
+// In a recovery, a lost segment RACK found goes at once even when the pipe is full, and a
+// probe draws an ACK when the one that would end the recovery is lost: no timeout.
+TEST(TcpRules, a_recovery_whose_acks_are_lost_is_probed_not_timed_out) {
+    Script s;
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
+    const Seq d = iss + 1;
+    ASSERT_EQ(send_records(s, 4, 1000).size(), 4u);
+    s.advance(1 * kMs);
+    // Record 1 lost, 2 SACKed; one SACK alone is no duplicate threshold, RACK's timer finds it.
+    Seg a = s.spec(flag::ack, s.peer_nxt, d);
+    a.opts.sack[a.opts.nsack++] = SackBlock{d + 1000, d + 2000};
+    s.inject(a);
+    s.advance(2 * kMs);
+    const auto r = s.out();
+    ASSERT_GE(r.size(), 1u);
+    EXPECT_EQ(r[0].seg.seq, d);
+    EXPECT_TRUE(s.node.conn.info().in_recovery);
+    // Every ACK after that is lost: the probe goes long before the retransmission timer.
+    s.advance(30 * kMs);
+    const auto p = s.out();
+    ASSERT_GE(p.size(), 1u);
+    EXPECT_EQ(s.node.conn.counters().tlp_probes.get(), 1u);
+    s.data(d + 4000, {});
+    EXPECT_FALSE(s.node.conn.info().in_recovery);
+    EXPECT_EQ(s.node.conn.counters().timeouts.get(), 0u);
+}
+
 // --- the receiver ------------------------------------------------------------------------------
+
+// RFC 2883: a segment that came twice is reported in the first SACK block of the next ACK,
+// once; below RCV.NXT alone, or within an out-of-order block, then followed by that block.
+TEST(TcpRules, receiver_reports_a_duplicate_in_a_dsack_once) {
+    Script s;
+    const Seq iss = s.establish(sack_only());
+    const auto seg = [&](Seq at) { s.inject(s.spec(flag::ack, at, iss + 1), pattern(100)); };
+    seg(P + 1);
+    s.out();
+    seg(P + 1);  // again: wholly below RCV.NXT
+    Parsed a = s.one();
+    EXPECT_EQ(a.seg.ack, P + 101);
+    ASSERT_EQ(a.seg.opts.nsack, 1);
+    EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 1, P + 101}));
+    seg(P + 1001);  // out of order
+    a = s.one();
+    ASSERT_EQ(a.seg.opts.nsack, 1);
+    EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 1001, P + 1101}));
+    seg(P + 1001);  // again: within the block
+    a = s.one();
+    ASSERT_EQ(a.seg.opts.nsack, 2);
+    EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 1001, P + 1101}));
+    EXPECT_EQ(a.seg.opts.sack[1], (SackBlock{P + 1001, P + 1101}));
+    seg(P + 2001);  // new: no D-SACK any more
+    a = s.one();
+    ASSERT_EQ(a.seg.opts.nsack, 2);
+    EXPECT_EQ(a.seg.opts.sack[0], (SackBlock{P + 2001, P + 2101}));
+    EXPECT_EQ(a.seg.opts.sack[1], (SackBlock{P + 1001, P + 1101}));
+    EXPECT_EQ(s.node.conn.counters().dsacks_out.get(), 2u);
+}
 
 TEST(TcpRules, receiver_reports_sack_blocks_newest_first) {
     Script s;

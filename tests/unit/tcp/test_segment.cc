@@ -354,6 +354,34 @@ TEST(TcpCongestion, sack_recovery_sets_cwnd_to_ssthresh) {
     EXPECT_EQ(c.cwnd(), 5000u);
     c.on_dupack_in_recovery();
     EXPECT_EQ(c.cwnd(), 5000u);  // no inflation: pipe does the accounting
+    // RFC 6675 keeps no RFC 6582 guard: a loss found at the full ACK starts the next one.
+    EXPECT_TRUE(c.on_ack_in_recovery(10001, 10000, 0));
+    EXPECT_TRUE(c.may_enter_recovery(10001));
+}
+
+TEST(TcpCongestion, a_timeout_guards_a_sack_connection_too) {
+    Congestion c;
+    c.init(1000, true);
+    c.on_timeout(8000, 9001);
+    EXPECT_FALSE(c.may_enter_recovery(9001));  // duplicates of the go-back-N copies
+    EXPECT_TRUE(c.may_enter_recovery(9002));
+}
+
+TEST(TcpCongestion, undo_restores_what_the_reduction_took) {
+    Congestion c;
+    c.init(1000, true);
+    for (int i = 0; i < 8; ++i) c.on_ack(1000);  // slow start: 4000 + 8000
+    const std::uint64_t cwnd = c.cwnd();
+    c.enter_recovery(cwnd, 20001);
+    EXPECT_EQ(c.cwnd(), cwnd / 2);
+    EXPECT_TRUE(c.on_ack_in_recovery(20001, 1000, 0));
+    c.undo();
+    EXPECT_EQ(c.cwnd(), cwnd);
+    EXPECT_GT(c.ssthresh(), cwnd);  // as large as before: slow start again
+    c.on_timeout(cwnd, 30001);
+    EXPECT_EQ(c.cwnd(), 1000u);
+    c.undo();
+    EXPECT_EQ(c.cwnd(), cwnd);
 }
 
 }  // namespace
