@@ -34,8 +34,11 @@ iwarp::MpaConfig IwarpTransport::mpa_config(std::uint16_t ird, std::uint16_t ord
     // IRD negotiation lets it (siw_proc_mpareply, siw_accept).
     m.max_ird = std::max<std::uint16_t>(m.ird, static_cast<std::uint16_t>(std::min<std::uint32_t>(
                                                    kLimits.max_qp_rd_atom, iwarp::kMpaIrdOrdMax)));
-    // We ask for no RTR; as a responder we serve an initiator that sends one first.
-    m.peer_to_peer = responder;
+    // Peer-to-peer both ways (RFC 6581). As the initiator we offer a Read RTR alone: its
+    // answer tells us the responder has read it, and our WRs wait for that answer (IwConfig).
+    // As the responder we take whichever RTR kind the initiator offers (Write first).
+    m.peer_to_peer = true;
+    if (!responder) m.rtr = iwarp::kRtrRead;
     return m;
 }
 

@@ -198,7 +198,7 @@ bool IwarpTransport::on_request(IwConn& c) {
             c.cm_released = false;
             counters_.requests.add();
             emit(c, IwCmEvent::Kind::request, 0, req.private_data, req.ird_ord.ird,
-                 req.ird_ord.ord);
+                 c.resp->ulp_ord());
             return false;  // nothing more until the CM answers
         }
         default:  // a request snic cannot serve: refused (siw's way: a reject, then close)

@@ -31,7 +31,9 @@ void IwQp::comp_rd_done(Held& h) {
 void IwQp::comp_read_response(const Segment& seg, Ulpdu u) {
     counters_.rx_read_response_fpdus.add();
     if (rtr_read_out_ && seg.stag == 0 && seg.payload.empty() && seg.last) {
-        rtr_read_out_ = false;  // the answer to our read RTR
+        rtr_read_out_ = false;  // the answer to our read RTR: the WRs may go
+        rtr_nudge_at_ = kIwNever;
+        more_ = true;
         return;
     }
     Held* h = comp_oldest_rd();

@@ -236,10 +236,10 @@ void MpaInitiator::on_reply(const MpaFrame& rep) noexcept {
         }
         result_.ord = std::min(result_.ord, rep.ird_ord.ird);
     }
-    if (sent_.ird_ord.peer_to_peer) {
-        const std::uint8_t chosen =
-            rep.enhanced && rep.ird_ord.peer_to_peer ? rep.ird_ord.rtr & sent_.ird_ord.rtr : 0;
-        result_.rtr = first_rtr(chosen);
+    // Peer-to-peer asked for and granted: the RTR kind the reply chose, which must be one we
+    // offered. A responder that does not grant it (revision 1, or no P bit) leaves us none.
+    if (sent_.ird_ord.peer_to_peer && rep.enhanced && rep.ird_ord.peer_to_peer) {
+        result_.rtr = first_rtr(rep.ird_ord.rtr & sent_.ird_ord.rtr);
         if (result_.rtr == Rtr::none) return fail(MpaError::no_matching_rtr);
     }
     state_ = MpaState::established;
@@ -298,6 +298,14 @@ void MpaResponder::on_request(const MpaFrame& req) noexcept {
     result_.peer_private_data = req.private_data;
     state_ = MpaState::failed;
     error_ = refusal;
+}
+
+std::uint16_t MpaResponder::ulp_ord() const noexcept {
+    const MpaFrame& req = request();
+    const bool read_rtr = req.enhanced && req.revision == 2 && config_.revision == 2 &&
+                          req.ird_ord.peer_to_peer && config_.peer_to_peer &&
+                          choose_rtr() == Rtr::read;
+    return read_rtr && req.ird_ord.ord == 1 ? 0 : req.ird_ord.ord;
 }
 
 Rtr MpaResponder::choose_rtr() const noexcept {

@@ -264,6 +264,11 @@ class MpaResponder {
     std::size_t on_bytes(std::span<const std::uint8_t> in) noexcept;
     // The peer's request, once received.
     const MpaFrame& request() const { return reader_.frame(); }
+    // The initiator's ORD as its ULP asked it: an initiator offering a Read RTR raises an ORD
+    // of 0 to 1 for the RTR's own read (as snic and siw do), so when accept() will take that
+    // RTR an ORD of 1 stands for 0. (An ULP that asked for 1 is told 0, which costs it
+    // nothing: accept() raises our IRD to the request's ORD anyway.)
+    std::uint16_t ulp_ord() const noexcept;
 
     // rdma_accept: our private data, IRD and ORD. Revision 2: the ORD sent is at most the
     // initiator's IRD (RFC 6581 §9.2: the responder lowers), the IRD is ours raised to the

@@ -86,7 +86,8 @@ std::uint32_t IwQp::payload_room(RdmapOp op) const {
 }
 
 IwTime IwQp::next_deadline() const {
-    return more_ || term_pending_ ? 0 : kIwNever;
+    if (more_ || term_pending_) return 0;
+    return rtr_read_out_ && state_ == IwState::ok ? rtr_nudge_at_ : kIwNever;
 }
 
 // --- the FPDU writer ------------------------------------------------------------------------
@@ -204,7 +205,7 @@ void IwQp::on_ulpdu(std::span<const std::uint8_t> u) {
 
 // --- poll ---------------------------------------------------------------------------------------
 
-bool IwQp::poll(IwTime /*now*/) {
+bool IwQp::poll(IwTime now) {
     bool did = false;
     more_ = false;
     if (term_pending_) {
@@ -218,9 +219,10 @@ bool IwQp::poll(IwTime /*now*/) {
         return did;
     }
     if (!rtr_sent_) {
-        if (!req_rtr()) return did;
+        if (!req_rtr(now)) return did;
         did = true;
     }
+    if (rtr_read_out_ && now >= rtr_nudge_at_ && req_nudge(now)) did = true;
     while (state_ == IwState::ok) {
         if (res_count_ > 0) {
             const Emit e = resp_emit();
@@ -228,6 +230,7 @@ bool IwQp::poll(IwTime /*now*/) {
             did = true;
             continue;
         }
+        if (rtr_read_out_) break;  // the WRs wait for the answer to our read RTR
         if (!req_step()) break;
         did = true;
         if (more_) break;  // the stream refused

@@ -56,8 +56,15 @@ struct IwConfig {
     // RFC 6581 ready-to-receive: the zero-length message this side sends first (send, write
     // or read) and the one it takes as the peer's first (swallowed: no receive WR, no
     // completion; a read RTR is answered with a zero-length Read Response). none: no RTR.
+    // After a read RTR nothing else goes until its answer comes: the peer has then read the
+    // RTR, so its QP takes whatever follows. (A responder that hands its socket to the QP
+    // only after its MPA reply, as the kernel's siw does, leaves an FPDU that comes in
+    // between unread until more data arrives.) Unanswered for rtr_nudge ns, a zero-length
+    // Write follows (a no-op for the peer, but new bytes that wake its reader), then again
+    // at twice the wait, up to a second.
     Rtr rtr_send = Rtr::none;
     Rtr rtr_expect = Rtr::none;
+    std::uint64_t rtr_nudge = 20'000'000;
 };
 
 // --- counters -----------------------------------------------------------------------------
@@ -70,7 +77,8 @@ struct IwCounters {
     IwCounter tx_fpdus, tx_bytes;  // FPDUs accepted by the stream, and their bytes
     IwCounter tx_send_fpdus, tx_write_fpdus, tx_read_requests, tx_read_response_fpdus;
     IwCounter tx_atomic_requests, tx_atomic_responses, tx_immediates, tx_terminates;
-    IwCounter tx_refused;  // IwStream::send said no: retried on a later poll
+    IwCounter tx_refused;     // IwStream::send said no: retried on a later poll
+    IwCounter tx_rtr_nudges;  // zero-length Writes sent while our read RTR went unanswered
     // received
     IwCounter rx_fpdus, rx_bytes;  // stream bytes given to on_bytes
     IwCounter rx_send_fpdus, rx_write_fpdus, rx_read_requests, rx_read_response_fpdus;
@@ -87,7 +95,7 @@ struct IwCounterField {
     IwCounter IwCounters::*field;
 };
 
-inline constexpr std::array<IwCounterField, 27> kIwCounterFields = {{
+inline constexpr std::array<IwCounterField, 28> kIwCounterFields = {{
     {"tx_fpdus", &IwCounters::tx_fpdus},
     {"tx_bytes", &IwCounters::tx_bytes},
     {"tx_send_fpdus", &IwCounters::tx_send_fpdus},
@@ -99,6 +107,7 @@ inline constexpr std::array<IwCounterField, 27> kIwCounterFields = {{
     {"tx_immediates", &IwCounters::tx_immediates},
     {"tx_terminates", &IwCounters::tx_terminates},
     {"tx_refused", &IwCounters::tx_refused},
+    {"tx_rtr_nudges", &IwCounters::tx_rtr_nudges},
     {"rx_fpdus", &IwCounters::rx_fpdus},
     {"rx_bytes", &IwCounters::rx_bytes},
     {"rx_send_fpdus", &IwCounters::rx_send_fpdus},
@@ -267,7 +276,8 @@ class IwQp {
                          std::uint32_t* crc);
     bool req_check_local(const Held& h, bool write);
     void req_local_fail(Held& h, verbs::WcStatus status);
-    bool req_rtr();
+    bool req_rtr(IwTime now);
+    bool req_nudge(IwTime now);
 
     // --- responder.cc ---
     // Each takes the parsed segment and its ULPDU bytes (copied into a Terminate).
@@ -316,6 +326,8 @@ class IwQp {
     std::uint32_t next_atomic_id_ = 1;
     bool rtr_sent_ = false;
     bool rtr_read_out_ = false;  // our read RTR awaits its zero-length response
+    IwTime rtr_nudge_at_ = kIwNever;
+    IwTime rtr_nudge_gap_ = 0;
 
     // Responder.
     std::uint32_t rx_msn_[kQueueCount];  // next MSN expected per queue

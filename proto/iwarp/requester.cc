@@ -15,7 +15,7 @@ using verbs::WcStatus;
 using verbs::WrKind;
 using verbs::WrOp;
 
-bool IwQp::req_rtr() {
+bool IwQp::req_rtr(IwTime now) {
     // RFC 6581: the zero-length message that tells the peer it may send. A read RTR asks for
     // nothing (size 0); its zero-length Read Response is taken by the completer.
     SegmentSpec s;
@@ -37,10 +37,25 @@ bool IwQp::req_rtr() {
     if (cfg_.rtr_send == Rtr::read) {
         ++tx_msn_[static_cast<std::size_t>(Queue::read_request)];
         rtr_read_out_ = true;
+        rtr_nudge_gap_ = cfg_.rtr_nudge;
+        rtr_nudge_at_ = now + rtr_nudge_gap_;
     } else if (cfg_.rtr_send == Rtr::send) {
         ++tx_msn_[static_cast<std::size_t>(Queue::send)];
     }
     rtr_sent_ = true;
+    return true;
+}
+
+// Our read RTR is unanswered: a zero-length Write, which RFC 5040 places nothing for, gives a
+// peer that left the RTR unread new bytes to read it with. Then the wait doubles, to 1 s.
+bool IwQp::req_nudge(IwTime now) {
+    SegmentSpec s;
+    s.op = RdmapOp::write;
+    if (emit(s, 0, Source{}) != Emit::sent) return false;
+    counters_.tx_rtr_nudges.add();
+    constexpr IwTime kMaxGap = 1'000'000'000;
+    rtr_nudge_gap_ = std::min(2 * rtr_nudge_gap_, kMaxGap);
+    rtr_nudge_at_ = now + rtr_nudge_gap_;
     return true;
 }
 

@@ -209,6 +209,12 @@ void IwQp::resp_immediate(const Segment& seg, Ulpdu u) {
 
 void IwQp::resp_write(const Segment& seg, Ulpdu u) {
     counters_.rx_write_fpdus.add();
+    // A zero-length Write, whole in one FPDU, places nothing and needs no right: an RTR
+    // (RFC 6581) or a peer's nudge after one.
+    if (seg.payload.empty() && seg.last && !in_write_) {
+        write_bytes_ = 0;
+        return;
+    }
     if ((cfg_.remote_access & verbs::access::remote_write) == 0) {
         terminate(term_cause(RdmapEtype::remote_protection, RdmapCode::access_rights), u,
                   IwError::remote_error);

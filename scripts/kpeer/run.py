@@ -166,11 +166,15 @@ class Snic:
         mem = shlex.split(os.environ.get("SNIC_EAL_MEM", ""))
         # More of snicd's options (kernel-peer.sh --snicd-args), e.g. --tx-in-place 256.
         extra = shlex.split(os.environ.get("SNIC_KPEER_SNICD_ARGS", ""))
+        # Fault injection on snic's port (kernel-peer.sh --faults): the port spec's keys.
+        faults = os.environ.get("SNIC_KPEER_FAULTS", "")
+        faults = f",{faults}" if faults else ""
         # Shared: the kernel has SNIC_IP on the interface (kernel-peer.sh --shared).
         if shared:
-            eal, ports = [], ["--port", f"iface={iface},shared"]
+            eal, ports = [], ["--port", f"iface={iface},shared{faults}"]
         else:
-            eal, ports = [f"--vdev=net_af_packet0,iface={iface}"], ["--port", f"0,ip={SNIC_IP}/24"]
+            eal, ports = ([f"--vdev=net_af_packet0,iface={iface}"],
+                          ["--port", f"0,ip={SNIC_IP}/24{faults}"])
         self.proc = subprocess.Popen(
             [str(SNICD), "-l", "0", "--no-pci", *eal, "--file-prefix", f"snic-{NAME}", *mem,
              "--", "--name", NAME, "--ctrl", self.ctrl, *ports, *extra],

@@ -497,19 +497,42 @@ TEST(MpaNegotiation, no_common_rtr_fails_accept_without_effect_and_reject_still_
     EXPECT_EQ(x.initiator.state(), MpaState::rejected);
 }
 
-TEST(MpaNegotiation, peer_to_peer_against_a_responder_without_it_fails_the_initiator) {
+// A responder that does not grant peer-to-peer mode (no P bit, or revision 1) leaves the
+// initiator without an RTR, and the connection goes on: an RNIC without the mode still talks.
+TEST(MpaNegotiation, peer_to_peer_against_a_responder_without_it_goes_on_without_rtr) {
     MpaConfig plain = config(2, CrcPolicy::require);
     Exchange x(p2p(kRtrWrite), {}, plain);
     x.request();
     ASSERT_EQ(x.responder.accept({}, 4, 4), MpaError::none);
     EXPECT_EQ(x.responder.result().rtr, Rtr::none);
     x.reply();
-    EXPECT_EQ(x.initiator.error(), MpaError::no_matching_rtr);
+    ASSERT_EQ(x.initiator.state(), MpaState::established);
+    EXPECT_EQ(x.initiator.result().rtr, Rtr::none);
     Exchange y(p2p(kRtrWrite), {}, config(1, CrcPolicy::require));  // a revision 1 responder
     y.request();
     ASSERT_EQ(y.responder.accept({}, 4, 4), MpaError::none);
     y.reply();
-    EXPECT_EQ(y.initiator.error(), MpaError::no_matching_rtr);
+    ASSERT_EQ(y.initiator.state(), MpaState::established);
+    EXPECT_EQ(y.initiator.result().rtr, Rtr::none);
+}
+
+// The ORD a responder reports to its ULP leaves out the read a Read RTR raised it by.
+TEST(MpaNegotiation, the_read_rtr_read_is_not_the_ulps) {
+    struct Case {
+        std::uint8_t offered;  // by the initiator
+        std::uint16_t ord;     // its ULP's
+        bool responder_p2p;
+        std::uint16_t ulp_ord;  // what the responder reports
+    };
+    for (const Case& c : {Case{kRtrRead, 0, true, 0}, Case{kRtrRead, 3, true, 3},
+                          Case{kRtrWrite | kRtrRead, 0, true, 1},  // Write taken: the 1 stands
+                          Case{kRtrRead, 0, false, 1}}) {
+        MpaConfig resp =
+            c.responder_p2p ? p2p(kRtrWrite | kRtrRead) : config(2, CrcPolicy::require);
+        Exchange x(p2p(c.offered, 4, c.ord), {}, resp);
+        x.request();
+        EXPECT_EQ(x.responder.ulp_ord(), c.ulp_ord) << int(c.offered) << " " << c.ord;
+    }
 }
 
 TEST(MpaNegotiation, a_read_rtr_needs_one_read_each_way) {

@@ -520,6 +520,42 @@ TEST(IwQp, rtr_write_and_read_are_swallowed) {
     }
 }
 
+// After a read RTR the WRs wait for its answer; a peer that stays silent gets a zero-length
+// Write after rtr_nudge, then at twice the wait. The Write needs no right at the peer.
+TEST(IwQp, a_read_rtr_holds_the_wrs_until_answered_and_nudges_a_silent_peer) {
+    IwConfig ca = iw_config(1), cb = iw_config(2);
+    ca.rtr_send = Rtr::read;
+    cb.rtr_expect = Rtr::read;
+    cb.remote_access = 0;
+    IwPair p(ca, cb);
+    const std::uint32_t la = p.a.mem.add(64);
+    const std::uint32_t rbuf = p.b.mem.add(64);
+    p.b.q.rq.push_back(iw_recv_wr(5, rbuf, p.b.mem.va(rbuf), 64));
+    p.a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p.a.mem.va(la), 10));
+    p.a.qp->poll(p.now);
+    const std::size_t rtr_bytes = p.a.stream.bytes.size();
+    EXPECT_GT(rtr_bytes, 0u);
+    EXPECT_EQ(p.a.qp->counters().tx_send_fpdus.get(), 0u);  // the SEND waits
+    EXPECT_EQ(p.a.qp->next_deadline(), p.now + ca.rtr_nudge);
+    p.now += ca.rtr_nudge - 1;
+    EXPECT_FALSE(p.a.qp->poll(p.now));
+    p.now += 1;
+    EXPECT_TRUE(p.a.qp->poll(p.now));
+    EXPECT_EQ(p.a.qp->counters().tx_rtr_nudges.get(), 1u);
+    EXPECT_GT(p.a.stream.bytes.size(), rtr_bytes);
+    EXPECT_EQ(p.a.qp->counters().tx_send_fpdus.get(), 0u);
+    EXPECT_EQ(p.a.qp->next_deadline(), p.now + 2 * ca.rtr_nudge);
+    // The peer reads both: it answers the RTR and takes the Write as nothing; the SEND goes.
+    ASSERT_TRUE(p.run_until([&] { return p.b.q.rcq.size() == 1 && p.a.q.scq.size() == 1; }));
+    EXPECT_EQ(p.b.qp->counters().rx_rtr.get(), 1u);
+    EXPECT_EQ(p.b.qp->counters().rx_write_fpdus.get(), 1u);
+    EXPECT_EQ(p.a.qp->counters().tx_rtr_nudges.get(), 1u);
+    EXPECT_EQ(p.a.qp->next_deadline(), kIwNever);
+    p.settle();
+    EXPECT_EQ(p.a.qp->state(), IwState::ok);
+    EXPECT_EQ(p.b.qp->state(), IwState::ok);
+}
+
 TEST(IwQp, local_invalidate_and_bind_complete_in_order) {
     auto p = IwPair::standard();
     const std::uint32_t la = p->a.mem.add(4096);
