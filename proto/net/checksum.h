@@ -11,6 +11,11 @@ namespace snic::net {
 // checksummed range may have an odd length (it is padded with a zero byte).
 std::uint32_t csum_add(std::span<const std::uint8_t> bytes, std::uint32_t sum = 0) noexcept;
 
+// csum_add() of `src` while copying it to `dst` (src.size() bytes, not overlapping): one pass
+// over the bytes where a copy and a sum would make two.
+std::uint32_t csum_copy(std::uint8_t* dst, std::span<const std::uint8_t> src,
+                        std::uint32_t sum = 0) noexcept;
+
 // Folds a partial sum to 16 bits (no complement).
 constexpr std::uint16_t csum_fold(std::uint32_t sum) noexcept {
     sum = (sum & 0xffff) + (sum >> 16);

@@ -199,9 +199,18 @@ std::size_t write_segment(std::span<std::uint8_t> out, const SegmentSpec& s,
             p += 8;
         }
     }
-    if (!a.empty()) std::memcpy(out.data() + hlen, a.data(), a.size());
-    if (!b.empty()) std::memcpy(out.data() + hlen + a.size(), b.data(), b.size());
-    h.checksum = net::csum_finish(net::csum_add(out.first(total), pseudo));
+    // The payload is summed as it is copied (two pieces when it wraps in the send buffer;
+    // a first piece of odd length would shift the second's words: then copy, then sum).
+    std::uint32_t sum = net::csum_add(out.first(hlen), pseudo);
+    if (a.size() % 2 == 0) {
+        sum = net::csum_copy(out.data() + hlen, a, sum);
+        sum = net::csum_copy(out.data() + hlen + a.size(), b, sum);
+    } else {
+        std::memcpy(out.data() + hlen, a.data(), a.size());
+        if (!b.empty()) std::memcpy(out.data() + hlen + a.size(), b.data(), b.size());
+        sum = net::csum_add(out.subspan(hlen, total - hlen), sum);
+    }
+    h.checksum = net::csum_finish(sum);
     return total;
 }
 
