@@ -255,6 +255,7 @@ constexpr std::string_view kValued[] = {"-n",
                                         "--tx-in-place",
                                         "--tcp-max-conns",
                                         "--tcp-max-per-peer",
+                                        "--tcp-rto-min",
                                         "--arp-timeout",
                                         "--log-level",
                                         "--selftest"};
@@ -343,6 +344,10 @@ Status set_option(Config& cfg, std::string_view opt, std::string_view v, Given& 
         if (!n || *n == 0 || *n > kMaxTcpConnections) return bad(opt, "connections (1..65535)", v);
         (opt == "--tcp-max-conns" ? cfg.tcp.max_connections : cfg.tcp.max_per_peer) = *n;
         given.tcp_per_peer |= opt == "--tcp-max-per-peer";
+    } else if (opt == "--tcp-rto-min") {
+        auto ms = parse_number<std::uint32_t>(v);
+        if (!ms || *ms == 0 || *ms > 1000) return bad(opt, "milliseconds (1..1000)", v);
+        cfg.tcp.rto_min_ms = *ms;
     } else if (opt == "--arp-timeout") {
         auto s = parse_number<std::uint32_t>(v);
         if (!s || *s == 0 || *s > 86400) return bad("--arp-timeout", "seconds (1..86400)", v);
@@ -446,6 +451,10 @@ snicd options:
   --tcp-max-per-peer N   of those, connections with one remote address at once (1..65535,
                          default 2048, at most --tcp-max-conns): ENOBUFS or dropped past it
                          (syn_peer_limit)
+  --tcp-rto-min MS       the least retransmission timeout of snic's TCP (1..1000, default 200 as
+                         on Linux). On a LAN of microsecond round trips a few ms lets a tail
+                         whose probe was lost too wait that long rather than 200 ms; a peer that
+                         delays its ACK longer than it draws spurious timeouts, which D-SACKs undo
   --rx-burst N           frames a port takes per rx poll, at most (1..128, default 32)
   --tx-burst N           frames a port gathers before it transmits them (1..128, default 32);
                          whatever a turn of the lcore sent goes out at its end in any case

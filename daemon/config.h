@@ -45,6 +45,8 @@ inline constexpr std::uint32_t kMaxSelftestSize = 8u << 20;
 struct TcpLimits {
     std::uint32_t max_connections = 4096;
     std::uint32_t max_per_peer = 2048;
+    // The retransmission timer's least value (--tcp-rto-min, ms; Linux's 200 ms by default).
+    std::uint32_t rto_min_ms = 200;
 };
 inline constexpr std::uint32_t kMaxTcpConnections = 65535;  // TcpStack's and iWARP's handles
 

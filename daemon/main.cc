@@ -373,8 +373,8 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             // snic's TCP: its segments and ICMP errors, its connections' timers.
             r.tcp[p] = std::make_unique<TcpService>(
                 *r.ports[p], *r.tasks[i],
-                daemon_tcp_config(*r.ports[p], isn_key, cfg.tcp.max_connections,
-                                  cfg.tcp.max_per_peer),
+                daemon_tcp_config(*r.ports[p], isn_key, cfg.tcp.rto_min_ms * tcp::kMs,
+                                  cfg.tcp.max_connections, cfg.tcp.max_per_peer),
                 rte_get_tsc_hz());
             r.ports[p]->set_tcp_hook({&TcpService::on_tcp, r.tcp[p].get()});
             r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});

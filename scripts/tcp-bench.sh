@@ -14,24 +14,27 @@
 # With --faults, snicd's port also drops, reorders and duplicates (1%, 1%, 0.1%) both ways.
 # snicd drives its veth end with net_af_xdp where the kernel has XDP sockets, else
 # net_af_packet (SNIC_VETH_PMD=af_packet|af_xdp chooses, as for the devnet).
+# --snicd-args gives snicd more options (one word list, e.g. "--tcp-rto-min 5").
 # Uses the build in $SNIC_BUILD (default build/). Run as root.
 #
-#   scripts/tcp-bench.sh [--bytes N] [--faults]
+#   scripts/tcp-bench.sh [--bytes N] [--faults] [--snicd-args ARGS]
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 bytes=${SNIC_TCP_BYTES:-1073741824}
 faults=""
+extra=()
 while (($#)); do
     case $1 in
         --bytes) bytes=${2:?--bytes needs a number}; shift ;;
         --faults) faults=",loss=0.01,reorder=0.01,dup=0.001,seed=7" ;;
+        --snicd-args) read -r -a extra <<<"${2:?--snicd-args needs a value}"; shift ;;
         -h | --help) usage; exit 0 ;;
         *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;
     esac
@@ -125,7 +128,7 @@ ip netns exec "$ns" "$py" "$peer" server 5001 >/tmp/$name.srv &
 srv_pid=$!
 for _ in $(seq 100); do grep -q listening /tmp/$name.srv 2>/dev/null && break; sleep 0.1; done
 retrans "$ns" >/dev/null
-"$SNICD" "${eal[@]}" -- --name "$name" --ctrl "$sock" --no-dev-nodes --port "0,ip=$hip/24$faults" \
+"$SNICD" "${eal[@]}" -- --name "$name" --ctrl "$sock" --no-dev-nodes --port "0,ip=$hip/24$faults" "${extra[@]}" \
     --selftest "tcp-send,dst=$kip:5001,bytes=$bytes,json" >/tmp/$name.snicd 2>&1 ||
     snic_die "snicd tcp-send failed: $(tail -3 /tmp/$name.snicd)"
 wait "$srv_pid"; srv_pid=""
@@ -134,7 +137,7 @@ s_out=$(json MBps <<<"$s")
 row "snic -> kernel" "$(printf '%.1f' "$(json MBps <<<"$s")")" "$(printf '%.2f' "$(json seconds <<<"$s")")" \
     "$(json retransmits <<<"$s") (rto $(json timeouts <<<"$s"))" "- ($(retrans "$ns"))"
 
-"$SNICD" "${eal[@]}" -- --name "$name" --ctrl "$sock" --no-dev-nodes --port "0,ip=$hip/24$faults" \
+"$SNICD" "${eal[@]}" -- --name "$name" --ctrl "$sock" --no-dev-nodes --port "0,ip=$hip/24$faults" "${extra[@]}" \
     --idle-backoff 20 --selftest "tcp-sink,port=5002,json" >/tmp/$name.snicd 2>&1 &
 snicd_pid=$!
 snic_wait_ready "$sock" 300 "$snicd_pid" || snic_die "snicd did not start: $(tail -3 /tmp/$name.snicd)"

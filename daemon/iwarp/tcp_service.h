@@ -143,8 +143,9 @@ int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq
 inline constexpr std::uint32_t kMaxListeners = 256;
 
 // The stack configuration snicd runs each port with: the port's address and MTU, a random
-// ISN key (per daemon start), the connection bounds of snicd's options, defaults elsewhere.
-TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key,
+// ISN key (per daemon start), the least RTO and the connection bounds of snicd's options,
+// defaults elsewhere.
+TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key, tcp::TcpTime rto_min,
                                  std::uint32_t max_connections, std::uint32_t max_per_peer);
 
 }  // namespace snic::daemon

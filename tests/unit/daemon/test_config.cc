@@ -348,6 +348,18 @@ TEST(Config, tcp_connection_bounds) {
               "--tcp-max-per-peer: invalid connections (1..65535) 'lots'");
 }
 
+TEST(Config, tcp_rto_min_bounds) {
+    auto dflt = parse({"--port", kPort0});
+    ASSERT_TRUE(dflt.ok());
+    EXPECT_EQ(dflt->tcp.rto_min_ms, 200u);
+    auto set = parse({"--port", kPort0, "--tcp-rto-min", "5"});
+    ASSERT_TRUE(set.ok());
+    EXPECT_EQ(set->tcp.rto_min_ms, 5u);
+    for (const char* bad : {"0", "1001", "2.5", "soon", ""})
+        EXPECT_EQ(error_of({"--port", kPort0, "--tcp-rto-min", bad}),
+                  std::string("--tcp-rto-min: invalid milliseconds (1..1000) '") + bad + "'");
+}
+
 TEST(Config, arp_timeout_bounds) {
     EXPECT_EQ(error_of({"--port", kPort0, "--arp-timeout", "0"}),
               "--arp-timeout: invalid seconds (1..86400) '0'");
