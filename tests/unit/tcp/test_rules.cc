@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "tests/unit/tcp/tcp_harness.h"
@@ -378,6 +379,13 @@ TEST(TcpRules, retransmissions_run_out_then_rst_and_timed_out) {
 // --- fast retransmit and recovery --------------------------------------------------------------
 
 // Queues n records of `size` bytes and sends what the initial window allows.
+// The peer's ACK of `ack`, its SACK option carrying `blocks`.
+void ack_sack(Script& s, Seq ack, std::initializer_list<SackBlock> blocks) {
+    Seg a = s.spec(flag::ack, s.peer_nxt, ack);
+    for (const SackBlock& b : blocks) a.opts.sack[a.opts.nsack++] = b;
+    s.inject(a);
+}
+
 std::vector<Parsed> send_records(Script& s, int n, std::size_t size) {
     for (int i = 0; i < n; ++i)
         EXPECT_TRUE(send_bytes(s.node.conn, pattern(size, static_cast<std::uint8_t>(i))));
@@ -497,11 +505,7 @@ TEST(TcpRules, rack_finds_a_lost_retransmission_before_the_timeout) {
     s.advance(1 * kMs);
     s.data(d + 1000, {});  // record 1 arrived: cwnd grows, records 5 and 6 go
     ASSERT_EQ(s.out().size(), 2u);
-    auto sack = [&](Seq right) {
-        Seg a = s.spec(flag::ack, s.peer_nxt, d + 1000);
-        a.opts.sack[a.opts.nsack++] = SackBlock{d + 2000, right};
-        s.inject(a);
-    };
+    auto sack = [&](Seq right) { ack_sack(s, d + 1000, {{d + 2000, right}}); };
     const auto has = [](const std::vector<Parsed>& v, Seq seq) {
         for (const Parsed& p : v)
             if (p.seg.seq == seq) return true;
@@ -603,11 +607,7 @@ TEST(TcpRules, sack_recovery_retransmits_only_the_holes) {
     s.data(d + 1000, {});  // segment 1 acknowledged: cwnd 5380 lets 5 and 6 go
     ASSERT_EQ(s.out().size(), 2u);
     s.advance(1 * kMs);
-    auto sack = [&](std::initializer_list<SackBlock> blocks) {
-        Seg a = s.spec(flag::ack, s.peer_nxt, d + 1000);
-        for (const SackBlock& b : blocks) a.opts.sack[a.opts.nsack++] = b;
-        s.inject(a);
-    };
+    auto sack = [&](std::initializer_list<SackBlock> blocks) { ack_sack(s, d + 1000, blocks); };
     sack({{d + 2000, d + 3000}});
     sack({{d + 2000, d + 4000}});
     EXPECT_TRUE(s.out().empty());
@@ -636,11 +636,7 @@ TEST(TcpRules, a_loss_at_the_end_of_a_recovery_starts_the_next_one) {
     const Seq d = iss + 1;
     ASSERT_EQ(send_records(s, 12, 1000).size(), 4u);
     s.advance(1 * kMs);
-    auto sack = [&](Seq ack, Seq left, Seq right) {
-        Seg a = s.spec(flag::ack, s.peer_nxt, ack);
-        a.opts.sack[a.opts.nsack++] = SackBlock{left, right};
-        s.inject(a);
-    };
+    auto sack = [&](Seq ack, Seq left, Seq right) { ack_sack(s, ack, {{left, right}}); };
     // Record 1 lost: 2, 3, 4 SACKed; the recovery ends at the ACK of all four.
     sack(d, d + 1000, d + 2000);
     sack(d, d + 1000, d + 3000);
@@ -681,11 +677,7 @@ TEST(TcpRules, a_recovery_every_resend_of_which_was_dsacked_is_undone) {
     ASSERT_EQ(s.out().size(), 2u);
     const std::uint64_t cwnd = s.node.conn.info().cwnd;
     s.advance(1 * kMs);
-    auto ack = [&](Seq a, std::initializer_list<SackBlock> blocks) {
-        Seg g = s.spec(flag::ack, s.peer_nxt, a);
-        for (const SackBlock& b : blocks) g.opts.sack[g.opts.nsack++] = b;
-        s.inject(g);
-    };
+    auto ack = [&](Seq a, std::initializer_list<SackBlock> blocks) { ack_sack(s, a, blocks); };
     ack(d + 1000, {{d + 2000, d + 3000}});
     ack(d + 1000, {{d + 2000, d + 4000}});
     ack(d + 1000, {{d + 2000, d + 5000}});
@@ -717,9 +709,11 @@ TEST(TcpRules, a_dsacked_probe_keeps_cwnd_and_a_repairing_one_reduces_it) {
         s.advance(11 * kMs);
         const Parsed probe = s.one();
         EXPECT_EQ(probe.seg.seq, d + 3000);  // the last segment again, not new data
-        Seg a = s.spec(flag::ack, s.peer_nxt, d + 4000);
-        if (dsack) a.opts.sack[a.opts.nsack++] = SackBlock{d + 3000, d + 4000};
-        s.inject(a);
+        if (dsack) {
+            ack_sack(s, d + 4000, {{d + 3000, d + 4000}});
+        } else {
+            s.data(d + 4000, {});
+        }
         EXPECT_EQ(s.node.conn.counters().tlp_probes.get(), 1u);
         EXPECT_EQ(s.node.conn.counters().dsacks_in.get(), dsack ? 1u : 0u);
         if (dsack) {
@@ -740,9 +734,7 @@ TEST(TcpRules, a_recovery_whose_acks_are_lost_is_probed_not_timed_out) {
     ASSERT_EQ(send_records(s, 4, 1000).size(), 4u);
     s.advance(1 * kMs);
     // Record 1 lost, 2 SACKed; one SACK alone is no duplicate threshold, RACK's timer finds it.
-    Seg a = s.spec(flag::ack, s.peer_nxt, d);
-    a.opts.sack[a.opts.nsack++] = SackBlock{d + 1000, d + 2000};
-    s.inject(a);
+    ack_sack(s, d, {{d + 1000, d + 2000}});
     s.advance(2 * kMs);
     const auto r = s.out();
     ASSERT_GE(r.size(), 1u);
