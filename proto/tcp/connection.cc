@@ -425,8 +425,13 @@ void TcpConnection::begin_recovery() {
 
 void TcpConnection::take_dsack(std::uint64_t lo, std::uint64_t hi, TcpTime now) {
     counters_.dsacks_in.add();
-    rack_.on_dsack(now, rto_.srtt());
-    if (tlp_out_ && tlp_retransmit_ && lo < tlp_end_ && tlp_start_ < hi) tlp_dsacked_ = true;
+    // A D-SACK of our own probe's copy says an ACK was lost; any other, that reordering made
+    // a resend spurious: RACK waits longer before it calls a segment lost.
+    if (tlp_out_ && tlp_retransmit_ && lo < tlp_end_ && tlp_start_ < hi) {
+        tlp_dsacked_ = true;
+    } else {
+        rack_.on_dsack(now, rto_.srtt());
+    }
     if (undo_armed_ && lo >= undo_marker_) undo_retrans_ -= std::min(undo_retrans_, hi - lo);
 }
 

@@ -269,8 +269,8 @@ bool TcpConnection::pick_rack_lost(Plan& p) {
     return false;
 }
 
-// RFC 8985 §7.3: a segment of new data if the peer's window takes it, else the highest
-// segment sent again.
+// The tail-loss probe (RFC 8985 §7.3): the highest segment sent, again; new data only when
+// nothing is left to resend.
 bool TcpConnection::pick_probe(Plan& p, TcpTime now) {
     // The last segment sent goes again, where RFC 8985 §7.3 would rather send new data: a
     // receiver that holds it answers the copy at once with a D-SACK (a lost ACK, no

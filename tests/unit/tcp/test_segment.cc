@@ -10,6 +10,7 @@
 #include "proto/net/checksum.h"
 #include "proto/tcp/congestion.h"
 #include "proto/tcp/isn.h"
+#include "proto/tcp/rack.h"
 #include "proto/tcp/rto.h"
 #include "proto/tcp/sack.h"
 #include "proto/tcp/segment.h"
@@ -365,6 +366,30 @@ TEST(TcpCongestion, a_timeout_guards_a_sack_connection_too) {
     c.on_timeout(8000, 9001);
     EXPECT_FALSE(c.may_enter_recovery(9001));  // duplicates of the go-back-N copies
     EXPECT_TRUE(c.may_enter_recovery(9002));
+}
+
+// RFC 8985 §6.2 step 4: each round trip with a D-SACK widens RACK's reordering window by a
+// quarter of the minimum RTT, never past SRTT; 16 recoveries without one narrow it back.
+TEST(TcpRack, dsacks_widen_the_reordering_window_once_a_round_trip) {
+    Rack r;
+    Scoreboard sb;
+    r.sent(1, 1001, 0, false);
+    r.on_ack(1001, sb, 100'000);  // min RTT 100 us
+    const TcpTime srtt = 100'000;
+    EXPECT_EQ(r.reo_wnd(srtt), 25'000u);
+    r.on_dsack(200'000, srtt);
+    EXPECT_EQ(r.reo_wnd(srtt), 50'000u);
+    r.on_dsack(250'000, srtt);  // the same round trip
+    EXPECT_EQ(r.reo_wnd_mult(), 2u);
+    r.on_dsack(300'000, srtt);
+    r.on_dsack(400'000, srtt);
+    r.on_dsack(500'000, srtt);
+    EXPECT_EQ(r.reo_wnd_mult(), 5u);
+    EXPECT_EQ(r.reo_wnd(srtt), srtt);  // 125 us, held to SRTT
+    for (int i = 0; i < 15; ++i) r.on_recovery_end();
+    EXPECT_EQ(r.reo_wnd_mult(), 5u);
+    r.on_recovery_end();
+    EXPECT_EQ(r.reo_wnd_mult(), 1u);
 }
 
 TEST(TcpCongestion, undo_restores_what_the_reduction_took) {
