@@ -664,6 +664,26 @@ TEST(TcpRules, a_loss_at_the_end_of_a_recovery_starts_the_next_one) {
     EXPECT_EQ(s.node.conn.counters().timeouts.get(), 0u);
 }
 
+// Reordering within RACK's window (a quarter of the minimum RTT) sends nothing again: record 2
+// comes after 3, 0.1 ms late, and no segment goes twice (RFC 8985 §6.2).
+TEST(TcpRules, a_little_reordering_sends_nothing_again) {
+    Script s;
+    const Seq iss = s.establish(sack_only(), 5 * kMs);
+    const Seq d = iss + 1;
+    ASSERT_EQ(send_records(s, 4, 1000).size(), 4u);
+    s.advance(1 * kMs);
+    s.data(d + 1000, {});                           // record 1: a round trip of 1 ms
+    ack_sack(s, d + 1000, {{d + 2000, d + 3000}});  // 3 before 2
+    s.advance(100 * 1000);
+    s.data(d + 3000, {});  // 2 came
+    s.data(d + 4000, {});
+    s.advance(1 * kSec);
+    for (const Parsed& p : s.out()) EXPECT_EQ(p.seg.payload.size(), 0u) << "sent again";
+    EXPECT_EQ(s.node.conn.counters().retransmits.get(), 0u);
+    EXPECT_EQ(s.node.conn.counters().rack_losses.get(), 0u);
+    EXPECT_EQ(s.node.conn.counters().fast_retransmits.get(), 0u);
+}
+
 // A recovery that reordering started, shown spurious by the peer's D-SACK of the one segment
 // it sent again, gives cwnd and ssthresh back (RFC 3708, RFC 4015's response); an ACK that
 // carries only that D-SACK is no duplicate.
