@@ -103,6 +103,7 @@ bool TcpSendTest::poll(std::uint64_t now) {
                 retransmits_ = k->retransmits.get();
                 fast_retransmits_ = k->fast_retransmits.get();
                 timeouts_ = k->timeouts.get();
+                probes_ = k->tlp_probes.get();
                 segments_out_ = k->segments_out.get();
                 segments_in_ = k->segments_in.get();
             }
@@ -192,13 +193,16 @@ std::string TcpSendTest::report() const {
     const double mbps = s > 0 ? static_cast<double>(spec_.bytes) / s / 1e6 : 0;
     // The same figures as JSON or as one line of text, in the same order.
     const char* format =
-        spec_.json ? "{\"test\":\"tcp-send\",\"peer\":\"%s\",\"bytes\":%llu,\"crc32\":\"%s\","
-                     "\"seconds\":%.6f,\"MBps\":%.2f,\"segments_out\":%llu,\"segments_in\":%llu,"
-                     "\"retransmits\":%llu,\"fast_retransmits\":%llu,\"timeouts\":%llu,"
-                     "\"mss\":%u,\"cwnd\":%llu,\"srtt_us\":%.1f}"
-                   : "%s bytes %llu crc32 %s (peer agrees) in %.3f s = %.1f MB/s ; segments out "
-                     "%llu in %llu ; retransmits %llu (fast %llu, timeouts %llu) ; mss %u cwnd "
-                     "%llu srtt %.1f us";
+        spec_.json
+            ? "{\"test\":\"tcp-send\",\"peer\":\"%s\",\"bytes\":%llu,\"crc32\":\"%s\","
+              "\"seconds\":%.6f,\"MBps\":%.2f,\"segments_out\":%llu,\"segments_in\":%llu,"
+              "\"retransmits\":%llu,\"fast_retransmits\":%llu,\"timeouts\":%llu,"
+              "\"probes\":%llu,"
+              "\"mss\":%u,\"cwnd\":%llu,\"srtt_us\":%.1f}"
+            : "%s bytes %llu crc32 %s (peer agrees) in %.3f s = %.1f MB/s ; segments out "
+              "%llu in %llu ; retransmits %llu (fast %llu, timeouts %llu, probes %llu) ; mss %u "
+              "cwnd "
+              "%llu srtt %.1f us";
     char buf[768];
     std::snprintf(buf, sizeof buf, format, endpoint_text(spec_.dst_ip, spec_.dst_port).c_str(),
                   static_cast<unsigned long long>(spec_.bytes), crc_text(~crc_).c_str(), s, mbps,
@@ -206,7 +210,8 @@ std::string TcpSendTest::report() const {
                   static_cast<unsigned long long>(segments_in_),
                   static_cast<unsigned long long>(retransmits_),
                   static_cast<unsigned long long>(fast_retransmits_),
-                  static_cast<unsigned long long>(timeouts_), info_.mss,
+                  static_cast<unsigned long long>(timeouts_),
+                  static_cast<unsigned long long>(probes_), info_.mss,
                   static_cast<unsigned long long>(info_.cwnd), info_.srtt / 1e3);
     return buf;
 }

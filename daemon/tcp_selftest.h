@@ -70,6 +70,7 @@ class TcpSendTest final : public Selftest, public TcpStreamOwner {
     // The connection's figures, kept when it is done (the handle may go stale after).
     tcp::TcpInfo info_;
     std::uint64_t retransmits_ = 0, fast_retransmits_ = 0, timeouts_ = 0, segments_out_ = 0;
+    std::uint64_t probes_ = 0;  // tail-loss probes among the retransmits
     std::uint64_t segments_in_ = 0;
 };
 

@@ -135,7 +135,7 @@ wait "$srv_pid"; srv_pid=""
 s=$(grep '^{"test":"tcp-send"' /tmp/$name.snicd)
 s_out=$(json MBps <<<"$s")
 row "snic -> kernel" "$(printf '%.1f' "$(json MBps <<<"$s")")" "$(printf '%.2f' "$(json seconds <<<"$s")")" \
-    "$(json retransmits <<<"$s") (rto $(json timeouts <<<"$s"))" "- ($(retrans "$ns"))"
+    "$(json retransmits <<<"$s") (rto $(json timeouts <<<"$s"), tlp $(json probes <<<"$s"))" "- ($(retrans "$ns"))"
 
 "$SNICD" "${eal[@]}" -- --name "$name" --ctrl "$sock" --no-dev-nodes --port "0,ip=$hip/24$faults" "${extra[@]}" \
     --idle-backoff 20 --selftest "tcp-sink,port=5002,json" >/tmp/$name.snicd 2>&1 &

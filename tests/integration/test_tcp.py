@@ -85,7 +85,7 @@ def wait_ready(d):
 
 SEND = re.compile(r"^selftest tcp-send: (\S+) bytes (\d+) crc32 ([0-9a-f]{8}) \(peer agrees\) "
                   r"in ([\d.]+) s = ([\d.]+) MB/s ; segments out (\d+) in (\d+) ; retransmits (\d+) "
-                  r"\(fast (\d+), timeouts (\d+)\)", re.M)
+                  r"\(fast (\d+), timeouts (\d+), probes (\d+)\)", re.M)
 
 
 def run_send(daemons, mem_args, v, nbytes: int, port_extra: str = "", dst: str = HOST_IP,
@@ -133,8 +133,10 @@ def test_snic_client_to_kernel_server(daemons, veth_ns, mem_args):
     out, m, kernel = run_send(daemons, mem_args, v, BYTES)
     print(f"snic -> kernel: {m[5]} MB/s, snic retransmits {m[8]}, "
           f"kernel retransmits {kernel['total_retrans']}")
-    # Nothing was lost on the way to the kernel: snic retransmitted nothing.
-    assert int(m[8]) == 0, m[0]
+    # Nothing was lost on the way to the kernel: no fast retransmit, no timeout. A tail-loss
+    # probe may go when the kernel's ACK is late (more than 2 * SRTT, at least 1 ms, on a
+    # loaded machine): its copy of the last segment is the only retransmission allowed.
+    assert int(m[9]) == 0 and int(m[10]) == 0 and int(m[8]) == int(m[11]), m[0]
     tcp = counters(out, 0, "tcp")
     assert tcp.get("active_opens") == 1 and tcp.get("established") == 1, tcp
     assert tcp.get("bad_segment", 0) == 0, tcp
@@ -245,7 +247,7 @@ def test_tshark_finds_no_malformed_segment_and_no_bad_checksum(daemons, veth_ns,
     v = setup_ns(veth_ns)
     proc, pcap = capture(v, tmp_path, "clean")
     try:
-        run_send(daemons, mem_args, v, 4 << 20)
+        _, sent, _ = run_send(daemons, mem_args, v, 4 << 20)
         run_sink(daemons, mem_args, v, 4 << 20)
     finally:
         stop_capture(proc)
@@ -253,7 +255,8 @@ def test_tshark_finds_no_malformed_segment_and_no_bad_checksum(daemons, veth_ns,
     print("clean capture:", clean)
     assert clean["frames"] > 5000, clean
     assert clean["malformed"] == 0 and clean["bad_checksum"] == 0, clean
-    assert clean["retrans_from_snic"] == 0, clean  # no loss injected, none from snic
+    # No loss injected: snic's only retransmissions are tail-loss probes after a late ACK.
+    assert clean["retrans_from_snic"] <= int(sent[11]), (clean, sent[0])
 
     proc, pcap = capture(v, tmp_path, "faults")
     try:
