@@ -193,16 +193,13 @@ std::string TcpSendTest::report() const {
     const double mbps = s > 0 ? static_cast<double>(spec_.bytes) / s / 1e6 : 0;
     // The same figures as JSON or as one line of text, in the same order.
     const char* format =
-        spec_.json
-            ? "{\"test\":\"tcp-send\",\"peer\":\"%s\",\"bytes\":%llu,\"crc32\":\"%s\","
-              "\"seconds\":%.6f,\"MBps\":%.2f,\"segments_out\":%llu,\"segments_in\":%llu,"
-              "\"retransmits\":%llu,\"fast_retransmits\":%llu,\"timeouts\":%llu,"
-              "\"probes\":%llu,"
-              "\"mss\":%u,\"cwnd\":%llu,\"srtt_us\":%.1f}"
-            : "%s bytes %llu crc32 %s (peer agrees) in %.3f s = %.1f MB/s ; segments out "
-              "%llu in %llu ; retransmits %llu (fast %llu, timeouts %llu, probes %llu) ; mss %u "
-              "cwnd "
-              "%llu srtt %.1f us";
+        spec_.json ? "{\"test\":\"tcp-send\",\"peer\":\"%s\",\"bytes\":%llu,\"crc32\":\"%s\","
+                     "\"seconds\":%.6f,\"MBps\":%.2f,\"segments_out\":%llu,\"segments_in\":%llu,"
+                     "\"retransmits\":%llu,\"fast_retransmits\":%llu,\"timeouts\":%llu,"
+                     "\"probes\":%llu,\"mss\":%u,\"cwnd\":%llu,\"srtt_us\":%.1f}"
+                   : "%s bytes %llu crc32 %s (peer agrees) in %.3f s = %.1f MB/s ; segments out "
+                     "%llu in %llu ; retransmits %llu (fast %llu, timeouts %llu, probes %llu) ; "
+                     "mss %u cwnd %llu srtt %.1f us";
     char buf[768];
     std::snprintf(buf, sizeof buf, format, endpoint_text(spec_.dst_ip, spec_.dst_port).c_str(),
                   static_cast<unsigned long long>(spec_.bytes), crc_text(~crc_).c_str(), s, mbps,

@@ -301,11 +301,12 @@ void MpaResponder::on_request(const MpaFrame& req) noexcept {
 }
 
 std::uint16_t MpaResponder::ulp_ord() const noexcept {
-    const MpaFrame& req = request();
-    const bool read_rtr = req.enhanced && req.revision == 2 && config_.revision == 2 &&
-                          req.ird_ord.peer_to_peer && config_.peer_to_peer &&
-                          choose_rtr() == Rtr::read;
-    return read_rtr && req.ird_ord.ord == 1 ? 0 : req.ird_ord.ord;
+    const std::uint16_t ord = request().ird_ord.ord;
+    return ord == 1 && p2p_granted() && choose_rtr() == Rtr::read ? 0 : ord;
+}
+
+bool MpaResponder::p2p_granted() const noexcept {
+    return reply_base().enhanced && request().ird_ord.peer_to_peer && config_.peer_to_peer;
 }
 
 Rtr MpaResponder::choose_rtr() const noexcept {
@@ -324,7 +325,7 @@ MpaError MpaResponder::accept(std::span<const std::uint8_t> private_data, std::u
     }
     const MpaFrame& req = request();
     Rtr rtr = Rtr::none;
-    if (f.enhanced && req.ird_ord.peer_to_peer && config_.peer_to_peer) {
+    if (p2p_granted()) {
         rtr = choose_rtr();
         if (rtr == Rtr::none) return MpaError::no_matching_rtr;
     }

@@ -292,6 +292,8 @@ class MpaResponder {
     void on_request(const MpaFrame& req) noexcept;
     MpaFrame reply_base() const noexcept;
     Rtr choose_rtr() const noexcept;
+    // Revision 2 with the IRD/ORD header both ways, and peer-to-peer asked for and served.
+    bool p2p_granted() const noexcept;
 
     MpaConfig config_;
     FrameReader reader_{FrameKind::request};

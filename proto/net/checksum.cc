@@ -11,7 +11,7 @@ namespace {
 
 // One's complement addition is byte-order independent (RFC 1071, 2.B): native 32-bit halves
 // of 64-bit loads are summed in 64-bit accumulators, and the folded result is swapped once at
-// the end. `copy`: the bytes are also stored at `dst` as they are read.
+// the end. `Copy`: the bytes are also stored at `dst` as they are read.
 template <bool Copy>
 std::uint64_t sum_scalar(std::uint8_t* dst, const std::uint8_t* p, std::size_t n) noexcept {
     std::uint64_t acc = 0;

@@ -170,7 +170,7 @@ class TcpConnection {
     void rack_detect(TcpTime now);
     // Fast recovery begins (by three duplicate ACKs, or a loss RACK found).
     void begin_recovery();
-    // Whether a tail-loss probe may go: SACK, data out, no probe out, no recovery.
+    // Whether a tail-loss probe may go: SACK, data out, no probe out.
     bool may_probe() const;
     void arm_pto(TcpTime now);
     void on_pto();

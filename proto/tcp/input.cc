@@ -279,21 +279,19 @@ void TcpConnection::take_sack(const Segment& seg, TcpTime now) {
     for (std::size_t i = 0; i < seg.opts.nsack; ++i) {
         counters_.sack_blocks_in.add();
         const SackBlock& b = s[i];
+        const std::int64_t l = seq_diff(b.left, seq_of(iss_, snd_una_));
+        const std::int64_t r = seq_diff(b.right, seq_of(iss_, snd_una_));
         // RFC 2883 §4: a first block below the cumulative ACK, or within the second block,
         // reports a duplicate.
         if (i == 0 && seq_lt(b.left, b.right) &&
             (seq_le(b.right, seg.ack) ||
              (seg.opts.nsack > 1 && seq_le(s[1].left, b.left) && seq_le(b.right, s[1].right)))) {
-            const std::int64_t l = seq_diff(b.left, seq_of(iss_, snd_una_));
-            const std::int64_t r = seq_diff(b.right, seq_of(iss_, snd_una_));
             const std::int64_t una = static_cast<std::int64_t>(snd_una_);
             if (l + una >= 1 && r + una <= static_cast<std::int64_t>(snd_max_))
                 take_dsack(static_cast<std::uint64_t>(l + una), static_cast<std::uint64_t>(r + una),
                            now);
             continue;
         }
-        const std::int64_t l = seq_diff(b.left, seq_of(iss_, snd_una_));
-        const std::int64_t r = seq_diff(b.right, seq_of(iss_, snd_una_));
         // Only blocks within (SND.UNA, SND.MAX] mean anything (D-SACKs and stale blocks
         // below SND.UNA are ignored).
         if (l <= 0 || r <= l || snd_una_ + static_cast<std::uint64_t>(r) > snd_max_) continue;
