@@ -21,6 +21,10 @@
             RDMAP/DDP/MPA over snic's TCP), snic-perf -R --loopback (connected through
             rdma_cm, SNIC_DEVICES naming the two): SEND round trips at 8 B, 4 KiB and
             64 KiB, RDMA WRITE bandwidth, each beside the floor and the RoCE figure.
+  veth      one snicd on both ends of a veth pair (net_af_packet, and net_af_xdp with
+            addresses of its own and as shared-address ports where the kernel allows it),
+            MTU 1500: the 8 B SEND round trip and 64 KiB WRITE bandwidth over RoCE and then
+            (unless --no-iwarp) over iWARP in each round, and iWARP / RoCE per round.
   targets   last (or alone, --targets-only), --target-rounds rounds (7; 3 with --quick) of
             the floor (8 B raw-ping, 64 KiB raw-bw, the cache line) and snic (one snicd:
             8 B SEND, 64 B and 64 KiB WRITE) one right after the other, which first
@@ -109,10 +113,13 @@ class WireDaemon:
     """One snicd with the virtual wire, busy-polling core DAEMON_CPU; stopped on exit."""
 
     def __init__(self, name: str, extra: list[str] | None = None,
-                 ports: list[str] | None = None, wrap: list[str] | None = None):
+                 ports: list[str] | None = None, wrap: list[str] | None = None,
+                 subnet: str = WIRE_SUBNET):
         """The virtual wire's two ports, or PORTS (EAL --vdev arguments, then snicd's
-        --port arguments) run under WRAP (e.g. ip netns exec NS)."""
+        --port arguments) run under WRAP (e.g. ip netns exec NS); the ports' addresses are
+        SUBNET's .1 and .2."""
         self.name = name
+        self.subnet = subnet
         self.dir = Path(tempfile.mkdtemp(prefix="bench.", dir="/run/snic"))
         self.sock = self.dir / f"{name}.sock"
         ports = ports or ["--", "--wire", "--port", f"wire0,ip={WIRE_SUBNET}.1/24,mtu={WIRE_MTU}",
@@ -165,7 +172,7 @@ def snic_perf(d: WireDaemon, test: str, size: int, iters: int, samples: Path | N
         # -R: an iWARP QP connects through rdma_cm only (an iWARP device's GID is its MAC:
         # the addresses are given); the ports' addresses are also their RoCE devices', so
         # this process sees the iWARP devices alone.
-        cmd += ["-R", "--source_ip", f"{WIRE_SUBNET}.1", "--listen_ip", f"{WIRE_SUBNET}.2"]
+        cmd += ["-R", "--source_ip", f"{d.subnet}.1", "--listen_ip", f"{d.subnet}.2"]
         env["SNIC_DEVICES"] = ",".join(devs)
     if samples is not None:
         cmd += ["--samples", str(samples)]
@@ -487,7 +494,7 @@ class VethPair:
                      f"--vdev=net_{pmd}1,iface={VETH_IFACES[1]}", "--",
                      "--port", f"0,ip={VETH_SUBNET}.1/24", "--port", f"1,ip={VETH_SUBNET}.2/24"]
         return WireDaemon(f"snic-veth-{pmd}".replace("_", "-").replace(" ", "-"), ports=ports,
-                          wrap=["ip", "netns", "exec", VETH_NS])
+                          wrap=["ip", "netns", "exec", VETH_NS], subnet=VETH_SUBNET)
 
     @staticmethod
     def kernel_addresses(on: bool) -> None:
@@ -615,11 +622,23 @@ def print_table(r: dict) -> None:
         print(f"Across a veth pair (one snicd on both ends, MTU 1500; median of {VETH_ROUNDS} "
               "interleaved runs):")
         for pmd, v in r["veth"].items():
-            lat = statistics.median(x["rtt_us"]["median"] for x in v["lat8"])
-            p99 = statistics.median(x["rtt_us"]["p99"] for x in v["lat8"])
-            bw = statistics.median(x["bw_gbps"] for x in v["bw64k"])
-            print(f"  net_{pmd:<16}  8 B SEND {lat:.2f} / {p99:.2f} us (median / p99), "
-                  f"64 KiB WRITE {bw:.2f} Gb/s")
+            for kind, lat8, bw64k in (("RoCE ", "lat8", "bw64k"), ("iWARP", "iw_lat8", "iw_bw64k")):
+                if not v.get(lat8):
+                    continue
+                lat = statistics.median(x["rtt_us"]["median"] for x in v[lat8])
+                p99 = statistics.median(x["rtt_us"]["p99"] for x in v[lat8])
+                bw = statistics.median(x["bw_gbps"] for x in v[bw64k])
+                print(f"  net_{pmd:<16} {kind}  8 B SEND {lat:.2f} / {p99:.2f} us (median / p99), "
+                      f"64 KiB WRITE {bw:.2f} Gb/s")
+            if v.get("iw_lat8"):
+                # Each round measures RoCE and then iWARP on one daemon: the ratio of each
+                # round's pair, then their median.
+                lat_r = statistics.median(i["rtt_us"]["median"] / r_["rtt_us"]["median"]
+                                          for r_, i in zip(v["lat8"], v["iw_lat8"]))
+                bw_r = statistics.median(i["bw_gbps"] / r_["bw_gbps"]
+                                         for r_, i in zip(v["bw64k"], v["iw_bw64k"]))
+                print(f"  net_{pmd:<16} iWARP / RoCE: 8 B round trip {lat_r:.2f}x, "
+                      f"64 KiB WRITE {bw_r:.2f}x (median of the rounds' ratios)")
     if r["perftest"]:
         print()
         print("perftest under snic-run (two processes, one per port; see docs/PERFORMANCE.md):")
@@ -790,16 +809,22 @@ def main() -> int:
 
     if not a.no_veth:
         pmds = veth_pmds()
+        veth_iwarp = not a.no_iwarp
         log(f"veth: snic-perf across a veth pair, one snicd on both ends, with {' and '.join(pmds)}")
         with VethPair():
             for _ in range(VETH_ROUNDS):
                 for pmd in pmds:
                     d = VethPair.daemon(pmd)
                     try:
-                        r["veth"].setdefault(pmd, {"lat8": [], "bw64k": []})
-                        r["veth"][pmd]["lat8"].append(snic_perf(d, "send_lat", 8, lat_iters))
-                        r["veth"][pmd]["bw64k"].append(
-                            snic_perf(d, "write_bw", 65536, max(bw_iters // 10, 500)))
+                        v = r["veth"].setdefault(pmd, {"lat8": [], "bw64k": [], "iw_lat8": [],
+                                                       "iw_bw64k": []})
+                        bw_n = max(bw_iters // 10, 500)
+                        v["lat8"].append(snic_perf(d, "send_lat", 8, lat_iters))
+                        v["bw64k"].append(snic_perf(d, "write_bw", 65536, bw_n))
+                        if veth_iwarp:
+                            v["iw_lat8"].append(snic_perf(d, "send_lat", 8, lat_iters, iwarp=True))
+                            v["iw_bw64k"].append(
+                                snic_perf(d, "write_bw", 65536, bw_n, iwarp=True))
                     finally:
                         d.stop()
                         VethPair.kernel_addresses(False)

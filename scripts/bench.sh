@@ -6,7 +6,8 @@
 # ping-pong over a veth pair between two namespaces, perftest under snic-run,
 # the 8 B round trip beside 1, 1,000 and 10,000 idle RC QPs, the snic rows again
 # over the ports' iWARP devices (snic-perf -R --loopback), and one snicd across a veth
-# pair with net_af_packet and (where the kernel allows) net_af_xdp. Prints one
+# pair with net_af_packet and (where the kernel allows) net_af_xdp, RoCE and iWARP in
+# each round. Prints one
 # table, writes build/bench/results.json and two plots (latency CDF at 8 B,
 # bandwidth by size). Run as root.
 #
