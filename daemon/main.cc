@@ -378,11 +378,13 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
                 rte_get_tsc_hz());
             r.ports[p]->set_tcp_hook({&TcpService::on_tcp, r.tcp[p].get()});
             r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});
-            mine.push_back(r.tcp[p].get());
-            // The port's iWARP device: MPA, DDP and RDMAP over that TCP.
+            // The port's iWARP device: MPA, DDP and RDMAP over that TCP. Its QPs are polled
+            // before the TCP they write to, so that what a QP hands its stream on a turn is
+            // sent on the same turn (the stack builds segments on its poll).
             r.iwarp[p] = std::make_unique<IwarpTransport>(*r.tasks[i], resources.keys(), *r.tcp[p],
                                                           rte_get_tsc_hz());
             mine.push_back(r.iwarp[p].get());
+            mine.push_back(r.tcp[p].get());
         }
         r.lcores[i]->serve(r.tasks[i].get(), mine);
     }
