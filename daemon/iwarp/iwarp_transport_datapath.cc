@@ -339,6 +339,8 @@ bool IwarpQp::send(std::span<const std::uint8_t> fpdu) {
 }
 
 bool IwarpQp::sched_poll(std::uint64_t now_ns) {
+    // As RoCE's QP: a poll in the grace period that would find nothing is not made.
+    if (engine_.idle() && !glue_.send_ready()) return false;
     const bool did = engine_.poll(now_ns);
     note_state();
     return did;

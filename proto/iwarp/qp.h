@@ -174,6 +174,15 @@ class IwQp {
     // 0: poll() has output now; else kIwNever (no timers over TCP).
     IwTime next_deadline() const;
 
+    // Whether poll() would do nothing at all unless a send WR is waiting in the queue: no
+    // Terminate or response to send, the read RTR settled, no WR taken and not finished. An
+    // owner that knows its queue holds no send WR may skip such a poll (most of a QP's polls
+    // in its grace period find nothing).
+    bool idle() const {
+        return state_ == IwState::ok && !term_pending_ && !more_ && rtr_sent_ && !rtr_read_out_ &&
+               res_count_ == 0 && head_ == tail_;
+    }
+
     // The path MTU changed: later FPDUs are at most `mss` bytes (an FPDU being rebuilt after
     // a refusal is rebuilt at the new size; DDP segments carry their own offsets).
     void set_mss(std::uint32_t mss);

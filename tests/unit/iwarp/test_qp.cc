@@ -556,6 +556,41 @@ TEST(IwQp, a_read_rtr_holds_the_wrs_until_answered_and_nudges_a_silent_peer) {
     EXPECT_EQ(p.b.qp->state(), IwState::ok);
 }
 
+// idle(): a poll would do nothing unless a send WR waits (the owner then skips it). Not
+// while the read RTR is unsent or unanswered, a READ is outstanding, a Read Response is owed.
+TEST(IwQp, idle_only_when_a_poll_would_find_nothing_but_the_queue) {
+    IwConfig ca = iw_config(1), cb = iw_config(2);
+    ca.rtr_send = Rtr::read;
+    cb.rtr_expect = Rtr::read;
+    IwPair p(ca, cb);
+    EXPECT_FALSE(p.a.qp->idle());  // the RTR is to send
+    EXPECT_TRUE(p.b.qp->idle());
+    p.a.qp->poll(p.now);
+    EXPECT_FALSE(p.a.qp->idle());  // its answer is awaited
+    p.settle();
+    EXPECT_TRUE(p.a.qp->idle());
+    EXPECT_TRUE(p.b.qp->idle());
+    const std::uint32_t la = p.a.mem.add(4096);
+    const std::uint32_t rb = p.b.mem.add(4096);
+    SendWr r = iw_send_wr(1, WrOp::rdma_read, la, p.a.mem.va(la), 4000);
+    r.remote_addr = p.b.mem.va(rb);
+    r.rkey = rb;
+    p.a.q.sq.push_back(r);
+    EXPECT_TRUE(p.a.qp->idle());  // the WR is in the queue only: the owner's send_ready sees it
+    p.a.qp->poll(p.now);
+    EXPECT_FALSE(p.a.qp->idle());  // the READ is out
+    p.move(p.a, p.b);
+    EXPECT_FALSE(p.b.qp->idle());  // the Read Response is owed
+    ASSERT_TRUE(p.run_until([&] { return p.a.q.scq.size() == 1; }));
+    EXPECT_EQ(p.a.q.scq[0].status, WcStatus::success);
+    EXPECT_FALSE(p.a.qp->idle());  // the READ's end may free a fenced WR: one more poll
+    p.a.qp->poll(p.now);
+    EXPECT_TRUE(p.a.qp->idle());
+    EXPECT_TRUE(p.b.qp->idle());
+    p.a.qp->to_error();
+    EXPECT_FALSE(p.a.qp->idle());
+}
+
 TEST(IwQp, local_invalidate_and_bind_complete_in_order) {
     auto p = IwPair::standard();
     const std::uint32_t la = p->a.mem.add(4096);
