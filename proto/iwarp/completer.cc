@@ -67,18 +67,19 @@ void IwQp::comp_read_response(const Segment& seg, Ulpdu u) {
             static_cast<std::uint32_t>(std::min<std::uint64_t>(g.length - o, data.size()));
         std::uint8_t* p = mem_.local(g.lkey, g.addr + o, k, true);
         if (p == nullptr) {
+            if (!rx_crc_ok()) return;
             h->done = true;
             h->status = WcStatus::loc_prot_err;
             terminate(term_cause(RdmapEtype::local_catastrophic, RdmapCode::catastrophic_stream),
                       {}, IwError::local_error);
             return;
         }
-        std::memcpy(p, data.data(), k);
+        rx_place(p, data.first(k));
         data = data.subspan(k);
         o = 0;
     }
     h->off += n;
-    if (seg.last) comp_rd_done(*h);
+    if (seg.last && rx_crc_ok()) comp_rd_done(*h);
 }
 
 void IwQp::comp_atomic_response(const Segment& seg, Ulpdu u) {

@@ -416,17 +416,38 @@ FpduDeframer::FpduDeframer(std::size_t max_ulpdu, bool crc)
       mem_(std::make_unique_for_overwrite<std::uint8_t[]>(fpdu_size(max_ulpdu_))),
       buf_(mem_.get(), fpdu_size(max_ulpdu_)) {}
 
-FpduDeframer::Status FpduDeframer::check(std::span<const std::uint8_t> fpdu,
-                                         std::span<const std::uint8_t>& ulpdu) noexcept {
+FpduDeframer::Status FpduDeframer::check(std::span<const std::uint8_t> fpdu, Step& s) noexcept {
     const std::size_t covered = fpdu.size() - kFpduCrcLen;
+    const std::size_t len = load_be16(fpdu.data());
     // RFC 5044 §7.1.1: with CRCs off the field is valid whatever it holds.
-    if (crc_ && crc::Crc32c::compute(fpdu.first(covered)) != load_crc(&fpdu[covered])) {
+    if (crc_ && fold_ && len >= crc::kCopyFoldMin) {
+        s.unchecked = fpdu;
+    } else if (crc_ && crc::Crc32c::compute(fpdu.first(covered)) != load_crc(&fpdu[covered])) {
         fatal_ = Status::crc_error;
         return fatal_;
     }
-    ulpdu = fpdu.subspan(kFpduLengthLen, load_be16(fpdu.data()));
+    s.ulpdu = fpdu.subspan(kFpduLengthLen, len);
     ++fpdus_;
     return Status::fpdu;
+}
+
+void FpduCrcFold::place(std::uint8_t* dst, std::span<const std::uint8_t> src) noexcept {
+    if (!pending() || src.data() < at_) {
+        std::memcpy(dst, src.data(), src.size());
+        return;
+    }
+    reg_ = crc::Crc32c::update(reg_, {at_, src.data()});
+    reg_ = crc::Crc32c::update_copy(reg_, dst, src);
+    at_ = src.data() + src.size();
+}
+
+bool FpduCrcFold::verify() noexcept {
+    if (!pending()) return good_;
+    const std::uint8_t* crc_at = fpdu_.data() + fpdu_.size() - kFpduCrcLen;
+    reg_ = crc::Crc32c::update(reg_, {at_, crc_at});
+    good_ = ~reg_ == load_crc(crc_at);
+    done_ = true;
+    return good_;
 }
 
 FpduDeframer::Step FpduDeframer::next(std::span<const std::uint8_t> in) noexcept {
@@ -444,7 +465,7 @@ FpduDeframer::Step FpduDeframer::next(std::span<const std::uint8_t> in) noexcept
             }
             want_ = fpdu_size(len);
             if (in.size() >= want_) {  // whole in this chunk: in place, no copy
-                s.status = check(in.first(want_), s.ulpdu);
+                s.status = check(in.first(want_), s);
                 if (s.status == Status::fpdu) s.consumed = want_;
                 want_ = 0;
                 return s;
@@ -478,7 +499,7 @@ FpduDeframer::Step FpduDeframer::next(std::span<const std::uint8_t> in) noexcept
     held_ += n;
     s.consumed = taken + n;
     if (held_ < want_) return s;
-    s.status = check(std::span<const std::uint8_t>(buf_).first(want_), s.ulpdu);
+    s.status = check(std::span<const std::uint8_t>(buf_).first(want_), s);
     held_ = 0;
     want_ = 0;
     return s;

@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace snic::iwarp {
@@ -344,10 +345,39 @@ std::size_t seal_fpdu_folded(std::span<std::uint8_t> out, std::size_t ulpdu_len,
 std::size_t write_fpdu(std::span<std::uint8_t> out, std::span<const std::uint8_t> header,
                        std::span<const std::uint8_t> payload, bool crc) noexcept;
 
+// The CRC-32C check of one FPDU, made by its reader as it copies the payload to its place:
+// each byte is read once, by the copy that folds it (crc::Crc32c::update_copy), as RoCE's
+// receive path folds the ICRC. place() takes pieces of the FPDU in ascending order and
+// folds the bytes between them; verify() folds the rest and compares, once. A default one
+// has nothing to check: place() copies and verify() is true.
+class FpduCrcFold {
+  public:
+    FpduCrcFold() = default;
+    // `fpdu`: the whole FPDU, ULPDU_Length through CRC, whose CRC is unchecked.
+    explicit FpduCrcFold(std::span<const std::uint8_t> fpdu) noexcept
+        : fpdu_(fpdu), at_(fpdu.data()) {}
+
+    bool pending() const { return !fpdu_.empty() && !done_; }
+    // Copies `src` (bytes of the FPDU) to dst, folding them when they come after what was
+    // folded so far.
+    void place(std::uint8_t* dst, std::span<const std::uint8_t> src) noexcept;
+    // Whether the FPDU's CRC is right; the first call folds what place() did not.
+    bool verify() noexcept;
+
+  private:
+    std::span<const std::uint8_t> fpdu_;
+    const std::uint8_t* at_ = nullptr;  // folded up to here
+    std::uint32_t reg_ = 0xffffffff;
+    bool done_ = false;
+    bool good_ = true;
+};
+
 // Splits in-order stream bytes into FPDUs and checks their CRCs. An FPDU inside one input
 // chunk is yielded in place; one that straddles chunks is gathered in a buffer of one
 // FPDU's size, the only copy. A CRC mismatch or a ULPDU_Length past the limit is fatal
-// (RFC 5044 §8: close the connection) and sticks.
+// (RFC 5044 §8: close the connection) and sticks. A reader that folds the CRC as it places
+// (set_fold) is given the FPDUs of at least crc::kCopyFoldMin bytes of ULPDU unchecked, to
+// check with an FpduCrcFold before it acts on them.
 class FpduDeframer {
   public:
     enum class Status : std::uint8_t {
@@ -360,6 +390,8 @@ class FpduDeframer {
         Status status = Status::need_more;
         std::size_t consumed = 0;  // bytes of the input taken
         std::span<const std::uint8_t> ulpdu;
+        // With set_fold: the whole FPDU when its CRC is left to the reader, else empty.
+        std::span<const std::uint8_t> unchecked;
     };
 
     // `max_ulpdu` bounds the ULPDU_Length taken (at most 65535); `crc` checks CRCs.
@@ -368,27 +400,37 @@ class FpduDeframer {
     // The next FPDU from what is buffered and `in`.
     Step next(std::span<const std::uint8_t> in) noexcept;
 
-    // Feeds all of `in`, calling on_ulpdu(span) for each FPDU. Returns need_more when all
-    // was taken, else the fatal status.
+    // Feeds all of `in`, calling on_ulpdu(ulpdu) for each FPDU, or on_ulpdu(ulpdu,
+    // unchecked) when it takes two spans. Returns need_more when all was taken, else the
+    // fatal status.
     template <typename F>
     Status feed(std::span<const std::uint8_t> in, F&& on_ulpdu) {
+        using Bytes = std::span<const std::uint8_t>;
         while (true) {
             const Step s = next(in);
             in = in.subspan(s.consumed);
             if (s.status != Status::fpdu) return s.status;
-            on_ulpdu(s.ulpdu);
+            if constexpr (std::is_invocable_v<F, Bytes, Bytes>) {
+                on_ulpdu(s.ulpdu, s.unchecked);
+            } else {
+                on_ulpdu(s.ulpdu);
+            }
         }
     }
+
+    // Leaves the CRC of large FPDUs to the reader (Step::unchecked), who folds it.
+    void set_fold(bool on) { fold_ = on; }
 
     bool crc() const { return crc_; }
     std::size_t buffered() const { return held_; }
     std::uint64_t fpdus() const { return fpdus_; }
 
   private:
-    Status check(std::span<const std::uint8_t> fpdu, std::span<const std::uint8_t>& ulpdu) noexcept;
+    Status check(std::span<const std::uint8_t> fpdu, Step& s) noexcept;
 
     std::size_t max_ulpdu_;
     bool crc_;
+    bool fold_ = false;
     // Sized once, fpdu_size(max_ulpdu), and not written until an FPDU straddles segments: an
     // idle connection's pages are not taken (thousands of connections, docs/SECURITY.md).
     std::unique_ptr<std::uint8_t[]> mem_;

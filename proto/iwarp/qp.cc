@@ -73,6 +73,7 @@ IwQp::IwQp(const IwConfig& config, verbs::QpMemory& memory, verbs::QpQueues& que
     rtr_sent_ = cfg_.rtr_send == Rtr::none;
     rtr_seen_ = cfg_.rtr_expect == Rtr::none;
     more_ = !rtr_sent_;
+    deframer_.set_fold(true);
 }
 
 IwQp::~IwQp() = default;
@@ -142,19 +143,16 @@ void IwQp::on_bytes(std::span<const std::uint8_t> bytes, IwTime /*now*/) {
         counters_.drop_qp_error.add();
         return;
     }
-    const FpduDeframer::Status st = deframer_.feed(bytes, [&](std::span<const std::uint8_t> u) {
+    using Bytes = std::span<const std::uint8_t>;
+    const FpduDeframer::Status st = deframer_.feed(bytes, [&](Bytes u, Bytes unchecked) {
         if (state_ == IwState::error) {
             counters_.drop_qp_error.add();
             return;
         }
-        on_ulpdu(u);
+        on_ulpdu(u, unchecked);
     });
     if (st == FpduDeframer::Status::crc_error) {
-        // RFC 5044 §8: a CRC error is fatal and the connection must be closed. The stream
-        // is still in order towards the peer, so tell it why first, as Linux siw does
-        // (Terminate, LLP layer, "MPA CRC error"); bytes after the bad FPDU are ignored.
-        counters_.crc_errors.add();
-        terminate(term_cause(LlpCode::crc_error), {}, IwError::crc_error);
+        crc_failed();
     } else if (st == FpduDeframer::Status::too_long) {
         counters_.framing_errors.add();
         terminate(term_cause(LlpCode::marker_mismatch), {}, IwError::crc_error);
@@ -162,13 +160,44 @@ void IwQp::on_bytes(std::span<const std::uint8_t> bytes, IwTime /*now*/) {
     if (comp_retire()) more_ = more_ || cur_ != tail_;
 }
 
-void IwQp::on_ulpdu(std::span<const std::uint8_t> u) {
+// RFC 5044 §8: a CRC error is fatal and the connection must be closed. The stream is still in
+// order towards the peer, so tell it why first, as Linux siw does (Terminate, LLP layer, "MPA
+// CRC error"); bytes after the bad FPDU are ignored.
+void IwQp::crc_failed() {
+    counters_.crc_errors.add();
+    terminate(term_cause(LlpCode::crc_error), {}, IwError::crc_error);
+}
+
+bool IwQp::rx_crc_ok() {
+    if (rx_fold_ == nullptr || rx_fold_->verify()) return true;
+    rx_fold_ = nullptr;
+    crc_failed();
+    return false;
+}
+
+// An FPDU whose payload is placed (Writes, Sends, Read Responses) has its CRC folded into
+// the placement's copies, and checked before its completion; any other is checked first.
+void IwQp::on_ulpdu(std::span<const std::uint8_t> u, std::span<const std::uint8_t> unchecked) {
+    FpduCrcFold fold(unchecked);
+    rx_fold_ = unchecked.empty() ? nullptr : &fold;
+    dispatch(u);
+    rx_crc_ok();
+    rx_fold_ = nullptr;
+}
+
+void IwQp::dispatch(std::span<const std::uint8_t> u) {
     counters_.rx_fpdus.add();
     const Segment seg = parse(u);
     if (!seg.ok()) {
         counters_.parse_errors.add();
         terminate(parse_error_cause(seg.error, seg.tagged), u, IwError::remote_error);
         return;
+    }
+    if (rx_fold_ != nullptr) {
+        const bool places = seg.op == RdmapOp::write || seg.op == RdmapOp::read_response ||
+                            seg.op == RdmapOp::send || seg.op == RdmapOp::send_inv ||
+                            seg.op == RdmapOp::send_se || seg.op == RdmapOp::send_se_inv;
+        if ((!places || !rtr_seen_) && !rx_crc_ok()) return;
     }
     if (!rtr_seen_ && resp_rtr(seg)) return;
     switch (seg.op) {
@@ -246,6 +275,9 @@ bool IwQp::poll(IwTime now) {
 
 void IwQp::terminate(const TermCause& cause, std::span<const std::uint8_t> u, IwError why) {
     if (state_ == IwState::error) return;
+    // A segment whose CRC is still unchecked may be wrong only because it was damaged: the
+    // CRC error is the one to report (and rx_crc_ok reports it).
+    if (rx_fold_ != nullptr && !rx_crc_ok()) return;
     term_spec_ = SegmentSpec{};
     term_spec_.op = RdmapOp::terminate;
     term_spec_.msn = tx_msn_[static_cast<std::size_t>(Queue::terminate)]++;

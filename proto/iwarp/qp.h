@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -267,7 +268,23 @@ class IwQp {
     // the access (remote_check_ says why for a remote source).
     Emit emit(const SegmentSpec& spec, std::uint32_t len, const Source& src);
     bool send_terminate();
-    void on_ulpdu(std::span<const std::uint8_t> ulpdu);
+    // One FPDU's ULPDU; `unchecked`, when not empty, is the whole FPDU whose CRC the
+    // deframer left to be folded into the placement copies (rx_place, rx_crc_ok).
+    void on_ulpdu(std::span<const std::uint8_t> ulpdu, std::span<const std::uint8_t> unchecked);
+    void dispatch(std::span<const std::uint8_t> ulpdu);
+    // Copies payload bytes of the FPDU being read to their place, folding its CRC.
+    void rx_place(std::uint8_t* dst, std::span<const std::uint8_t> src) {
+        if (rx_fold_ != nullptr) {
+            rx_fold_->place(dst, src);
+        } else {
+            std::memcpy(dst, src.data(), src.size());
+        }
+    }
+    // Whether the FPDU being read passed its CRC (folded or checked in full now); on a
+    // mismatch, the QP has terminated as for any CRC error. Called before an FPDU's effect
+    // shows (a completion, a response, a Terminate for another cause).
+    bool rx_crc_ok();
+    void crc_failed();
     std::uint32_t payload_room(RdmapOp op) const;
 
     // --- requester.cc ---
@@ -320,6 +337,7 @@ class IwQp {
     bool more_ = false;  // output left that could go now
 
     FpduDeframer deframer_;
+    FpduCrcFold* rx_fold_ = nullptr;  // the FPDU being read, while its CRC is unchecked
     // One FPDU, sized for the largest ULPDU. Not written when allocated: every byte of an
     // FPDU is written as it is built (headers, payload, pad, CRC), and a QP that sends little
     // takes few of its pages.

@@ -114,7 +114,7 @@ bool IwQp::resp_place(std::uint32_t off, std::span<const std::uint8_t> data) {
             static_cast<std::uint32_t>(std::min<std::uint64_t>(g.length - o, data.size()));
         std::uint8_t* p = mem_.local(g.lkey, g.addr + o, n, true);
         if (p == nullptr) return false;
-        std::memcpy(p, data.data(), n);
+        rx_place(p, data.first(n));
         data = data.subspan(n);
         o = 0;
     }
@@ -145,19 +145,21 @@ void IwQp::resp_send(const Segment& seg, Ulpdu u) {
     }
     const std::uint64_t end = std::uint64_t{seg.mo} + seg.payload.size();
     if (end > recv_cap_) {
+        if (!rx_crc_ok()) return;
         complete_recv_error(recv_, WcStatus::loc_len_err);
         have_recv_ = false;
         terminate(term_cause(DdpUntaggedCode::too_long), u, IwError::remote_error);
         return;
     }
     if (!resp_place(seg.mo, seg.payload)) {
+        if (!rx_crc_ok()) return;
         complete_recv_error(recv_, WcStatus::loc_prot_err);
         have_recv_ = false;
         terminate(term_cause(RdmapEtype::local_catastrophic, RdmapCode::catastrophic_stream), u,
                   IwError::local_error);
         return;
     }
-    if (!seg.last) return;
+    if (!rx_crc_ok() || !seg.last) return;
     Completion c;
     c.wr_id = recv_.wr_id;
     c.opcode = verbs::WcOpcode::recv;
@@ -234,7 +236,7 @@ void IwQp::resp_write(const Segment& seg, Ulpdu u) {
         terminate(tagged_cause(r.check), u, IwError::remote_error);
         return;
     }
-    std::memcpy(r.ptr, seg.payload.data(), n);
+    rx_place(r.ptr, seg.payload);
 }
 
 // The checks every request on QN 1 passes: its MSN, the QP's access right, IRD.

@@ -806,6 +806,56 @@ TEST(MpaFpdu, a_flipped_byte_is_a_crc_error_that_sticks) {
     }
 }
 
+// With set_fold, an FPDU of crc::kCopyFoldMin bytes of ULPDU or more comes unchecked, and
+// its reader's FpduCrcFold finds what the deframer would have: the CRC folded from pieces
+// copied in order with gaps between them, a flipped byte anywhere (copied or not) found.
+TEST(MpaFpdu, a_large_fpdu_is_left_to_its_readers_fold) {
+    std::mt19937 rng(3);
+    for (const std::size_t len :
+         {std::size_t{crc::kCopyFoldMin} - 1, std::size_t{crc::kCopyFoldMin}, std::size_t{3000}}) {
+        Bytes ulpdu(len);
+        for (auto& x : ulpdu) x = static_cast<std::uint8_t>(rng());
+        Bytes fpdu(fpdu_size(len));
+        ASSERT_EQ(write_fpdu(fpdu, std::span(ulpdu).first(14), std::span(ulpdu).subspan(14), true),
+                  fpdu.size());
+        for (const std::size_t flip : {~std::size_t{0}, std::size_t{5}, std::size_t{40},
+                                       std::size_t{2 + len - 1}, fpdu.size() - 1}) {
+            Bytes in = fpdu;
+            if (flip != ~std::size_t{0}) in[flip] ^= 0x04;
+            FpduDeframer d(kMaxUlpdu, true);
+            d.set_fold(true);
+            const auto step = d.next(in);
+            if (len < crc::kCopyFoldMin) {
+                // Checked by the deframer, as without set_fold.
+                EXPECT_EQ(step.status, flip == ~std::size_t{0} ? FpduDeframer::Status::fpdu
+                                                               : FpduDeframer::Status::crc_error);
+                EXPECT_TRUE(step.unchecked.empty());
+                continue;
+            }
+            ASSERT_EQ(step.status, FpduDeframer::Status::fpdu) << len << " " << flip;
+            ASSERT_EQ(step.unchecked.size(), fpdu.size());
+            // The payload copied in three pieces with gaps (folded, not copied) between them.
+            FpduCrcFold fold(step.unchecked);
+            Bytes out(len);
+            const std::uint8_t* u = step.ulpdu.data();
+            fold.place(out.data() + 20, {u + 20, 100});
+            fold.place(out.data() + 150, {u + 150, 50});
+            fold.place(out.data() + 230, {u + 230, len - 240});
+            EXPECT_TRUE(std::equal(out.begin() + 20, out.begin() + 120, u + 20));
+            EXPECT_TRUE(
+                std::equal(out.begin() + 230, out.begin() + static_cast<long>(len - 10), u + 230));
+            EXPECT_EQ(fold.verify(), flip == ~std::size_t{0}) << len << " " << flip;
+            EXPECT_EQ(fold.verify(), flip == ~std::size_t{0});  // the same answer again
+        }
+    }
+    FpduCrcFold none;  // nothing to check: copies, and is good
+    const std::array<std::uint8_t, 3> src{1, 2, 3};
+    std::array<std::uint8_t, 3> dst{};
+    none.place(dst.data(), src);
+    EXPECT_EQ(dst, src);
+    EXPECT_TRUE(none.verify());
+}
+
 TEST(MpaFpdu, with_crcs_off_the_crc_field_is_not_checked) {
     Stream s = make_stream(false);
     s.bytes[s.bytes.size() - 1] = 0x5a;  // the last CRC field

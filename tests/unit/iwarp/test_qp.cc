@@ -462,6 +462,61 @@ TEST(IwQp, corrupted_byte_caught_by_crc) {
     EXPECT_EQ(p->b.q.rcq[0].status, WcStatus::wr_flush_err);
 }
 
+// The CRC of an FPDU whose payload is placed is folded into the placement's copy (FpduCrcFold):
+// a damaged one still completes nothing and ends in the CRC error, never in another cause.
+// The a->b stream holds only what the test sends: FPDU byte 2 is the DDP control byte, bytes
+// 4-7 a tagged segment's STag.
+TEST(IwQp, a_damaged_send_in_one_fpdu_completes_nothing) {
+    auto p = IwPair::standard(1448, 22);
+    const std::uint32_t la = p->a.mem.add(4096);
+    const std::uint32_t rbuf = p->b.mem.add(4096);
+    p->b.q.rq.push_back(iw_recv_wr(5, rbuf, p->b.mem.va(rbuf), 4096));
+    p->a.q.sq.push_back(iw_send_wr(1, WrOp::send, la, p->a.mem.va(la), 1000));
+    p->corrupt_at = 600;  // in the payload of the Send's only FPDU
+    p->settle();
+    EXPECT_EQ(p->b.qp->counters().crc_errors.get(), 1u);
+    EXPECT_EQ(p->b.qp->error(), IwError::crc_error);
+    EXPECT_EQ(p->a.qp->terminate_received(), term_cause(LlpCode::crc_error));
+    ASSERT_EQ(p->b.q.rcq.size(), 1u);
+    EXPECT_EQ(p->b.q.rcq[0].status, WcStatus::wr_flush_err);
+}
+
+TEST(IwQp, a_damaged_write_is_a_crc_error) {
+    for (const std::uint64_t at : {std::uint64_t{5}, std::uint64_t{700}}) {  // STag, payload
+        auto p = IwPair::standard(1448, 23);
+        const std::uint32_t la = p->a.mem.add(4096);
+        const std::uint32_t rb = p->b.mem.add(4096);
+        SendWr w = iw_send_wr(1, WrOp::rdma_write, la, p->a.mem.va(la), 1000);
+        w.remote_addr = p->b.mem.va(rb);
+        w.rkey = rb;
+        p->a.q.sq.push_back(w);
+        p->corrupt_at = at;
+        p->settle();
+        EXPECT_EQ(p->b.qp->counters().crc_errors.get(), 1u) << at;
+        EXPECT_EQ(p->b.qp->error(), IwError::crc_error) << at;
+        EXPECT_EQ(p->b.qp->terminate_sent(), term_cause(LlpCode::crc_error)) << at;
+        EXPECT_EQ(p->a.qp->terminate_received(), term_cause(LlpCode::crc_error)) << at;
+    }
+}
+
+TEST(IwQp, a_damaged_read_response_completes_no_read) {
+    auto p = IwPair::standard(1448, 24);
+    const std::uint32_t ra = p->a.mem.add(4096);  // a's region, read by b
+    const std::uint32_t lb = p->b.mem.add(4096);
+    fill_pattern(p->a.mem.bytes(ra, 0, 4096), 9);
+    SendWr r = iw_send_wr(1, WrOp::rdma_read, lb, p->b.mem.va(lb), 4000);
+    r.remote_addr = p->a.mem.va(ra);
+    r.rkey = ra;
+    p->b.q.sq.push_back(r);
+    // a -> b carries the Read Response alone, in FPDUs of 1,448 bytes: this is in the last.
+    p->corrupt_at = 3500;
+    p->settle();
+    EXPECT_EQ(p->b.qp->counters().crc_errors.get(), 1u);
+    EXPECT_EQ(p->b.qp->error(), IwError::crc_error);
+    ASSERT_EQ(p->b.q.scq.size(), 1u);
+    EXPECT_NE(p->b.q.scq[0].status, WcStatus::success);
+}
+
 TEST(IwQp, mss_change_mid_stream) {
     auto p = IwPair::standard(1448, 13);
     const std::uint32_t la = p->a.mem.add(kMiB);
