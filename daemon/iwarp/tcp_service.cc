@@ -217,6 +217,51 @@ std::span<std::uint8_t> TcpService::tx_alloc(net::Ipv4Addr remote, std::size_t l
     return {rte_pktmbuf_mtod(m, std::uint8_t*) + kL4Offset, len};
 }
 
+TcpService::Template& TcpService::template_of(net::Ipv4Addr remote) {
+    const std::uint32_t v = remote.value;
+    Template& t = templates_[(v ^ v >> 8 ^ v >> 16 ^ v >> 24) % kTemplates];
+    if (t.remote != remote || t.local != port_.ip().addr) {
+        t = Template{};
+        t.remote = remote;
+        t.local = port_.ip().addr;
+    }
+    return t;
+}
+
+std::optional<net::MacAddr> TcpService::resolve(Template& t, std::uint64_t now_tsc) {
+    const auto mac = port_.resolve(t.remote, now_tsc, t.memo);
+    if (mac && (!t.built || t.mac != *mac)) {
+        auto* p = t.hdr.data();
+        net::write_eth(*reinterpret_cast<net::EthHdr*>(p), *mac, port_.mac(), net::EtherType::ipv4);
+        auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(p + net::kEthHdrLen);
+        net::write_ipv4(ip, t.local, t.remote, net::IpProto::tcp, 0, 0);
+        ip.total_length = 0;
+        ip.checksum = 0;
+        t.sum = net::csum_add(net::ipv4_header_bytes(ip));
+        t.mac = *mac;
+        t.built = true;
+    }
+    return mac;
+}
+
+void TcpService::frame(rte_mbuf* m, const Template& t, std::size_t len) {
+    auto* p = rte_pktmbuf_mtod(m, std::uint8_t*);
+    std::memcpy(p, t.hdr.data(), kL4Offset);
+    auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(p + net::kEthHdrLen);
+    const auto total = static_cast<std::uint16_t>(net::kIpv4MinHdrLen + len);
+    const std::uint16_t id = ip_id_++;
+    ip.total_length = total;
+    ip.id = id;
+    ip.checksum = net::csum_finish(t.sum + total + id);
+    std::size_t frame_len = kL4Offset + len;
+    if (frame_len < net::kEthMinFrame) {
+        std::memset(p + frame_len, 0, net::kEthMinFrame - frame_len);
+        frame_len = net::kEthMinFrame;
+    }
+    m->data_len = static_cast<std::uint16_t>(frame_len);
+    m->pkt_len = static_cast<std::uint32_t>(frame_len);
+}
+
 void TcpService::frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len) {
     auto* p = rte_pktmbuf_mtod(m, std::uint8_t*);
     net::write_eth(*reinterpret_cast<net::EthHdr*>(p), mac, port_.mac(), net::EtherType::ipv4);
@@ -246,9 +291,9 @@ void TcpService::tx_send(std::size_t len) {
         loop_[(loop_head_ + loop_count_++) % kLoopSlots] = m;
         return;
     }
-    const auto mac = port_.resolve(tx_remote_, now_tsc_);
-    if (mac) {
-        frame(m, *mac, tx_remote_, len);
+    Template& t = template_of(tx_remote_);
+    if (const auto mac = resolve(t, now_tsc_)) {
+        frame(m, t, len);
         counters_.tx_segments.add();
         port_.send(m);
         return;

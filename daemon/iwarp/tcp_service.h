@@ -85,6 +85,23 @@ class TcpService final : public LcorePoller, public TcpLink {
         net::Ipv4Addr remote;
         std::uint64_t since = 0;  // tsc
     };
+    // A peer's Ethernet and IPv4 headers, prepared once (a header template): a segment's frame
+    // copies them and sets the IPv4 total length, ID and checksum (the checksum from the
+    // template's sum), and no ARP lookup is made while the peer's MAC memo holds.
+    struct Template {
+        net::Ipv4Addr remote{}, local{};
+        net::MacAddr mac{};
+        bool built = false;
+        MacMemo memo;
+        std::array<std::uint8_t, 14 + 20> hdr{};
+        std::uint32_t sum = 0;  // of the IPv4 header with total length, ID and checksum zero
+    };
+    // The template of `remote` (a slot per address hash: a peer whose slot another took is
+    // prepared again).
+    Template& template_of(net::Ipv4Addr remote);
+    // The MAC of `remote` through its template's memo, or nullopt (ARP under way).
+    std::optional<net::MacAddr> resolve(Template& t, std::uint64_t now_tsc);
+    void frame(rte_mbuf* m, const Template& t, std::size_t len);
     void frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len);
     bool release_held(std::uint64_t now_tsc);
     // The segments a connection of the port to its own address sent since the last poll, to
@@ -94,6 +111,7 @@ class TcpService final : public LcorePoller, public TcpLink {
     static constexpr std::size_t kHeld = 16;
     static constexpr std::size_t kLoopSlots = 256;
     static constexpr std::size_t kL4Offset = 14 + 20;  // Ethernet and an option-less IPv4 header
+    static constexpr std::size_t kTemplates = 16;
 
     Port& port_;
     LcoreTasks& tasks_;
@@ -107,6 +125,7 @@ class TcpService final : public LcorePoller, public TcpLink {
     net::Ipv4Addr tx_remote_;
     bool tx_hold_ = false;  // no MAC yet: into held_
     std::uint16_t ip_id_ = 0;
+    std::array<Template, kTemplates> templates_{};
     std::array<Held, kHeld> held_{};
     std::size_t nheld_ = 0;
     std::array<rte_mbuf*, kLoopSlots> loop_{};
