@@ -228,9 +228,11 @@ TcpService::Template& TcpService::template_of(net::Ipv4Addr remote) {
     return t;
 }
 
-std::optional<net::MacAddr> TcpService::resolve(Template& t, std::uint64_t now_tsc) {
+bool TcpService::ready(Template& t, std::uint64_t now_tsc) {
+    if (t.built && port_.memo_holds(t.memo, now_tsc)) return true;
     const auto mac = port_.resolve(t.remote, now_tsc, t.memo);
-    if (mac && (!t.built || t.mac != *mac)) {
+    if (!mac) return false;
+    if (!t.built || t.mac != *mac) {
         auto* p = t.hdr.data();
         net::write_eth(*reinterpret_cast<net::EthHdr*>(p), *mac, port_.mac(), net::EtherType::ipv4);
         auto& ip = *reinterpret_cast<net::Ipv4Hdr*>(p + net::kEthHdrLen);
@@ -241,7 +243,7 @@ std::optional<net::MacAddr> TcpService::resolve(Template& t, std::uint64_t now_t
         t.mac = *mac;
         t.built = true;
     }
-    return mac;
+    return true;
 }
 
 void TcpService::frame(rte_mbuf* m, const Template& t, std::size_t len) {
@@ -292,7 +294,7 @@ void TcpService::tx_send(std::size_t len) {
         return;
     }
     Template& t = template_of(tx_remote_);
-    if (const auto mac = resolve(t, now_tsc_)) {
+    if (ready(t, now_tsc_)) {
         frame(m, t, len);
         counters_.tx_segments.add();
         port_.send(m);

@@ -99,8 +99,9 @@ class TcpService final : public LcorePoller, public TcpLink {
     // The template of `remote` (a slot per address hash: a peer whose slot another took is
     // prepared again).
     Template& template_of(net::Ipv4Addr remote);
-    // The MAC of `remote` through its template's memo, or nullopt (ARP under way).
-    std::optional<net::MacAddr> resolve(Template& t, std::uint64_t now_tsc);
+    // Whether the template holds the peer's current MAC (looked up through its memo when the
+    // memo no longer answers); false while ARP is under way.
+    bool ready(Template& t, std::uint64_t now_tsc);
     void frame(rte_mbuf* m, const Template& t, std::size_t len);
     void frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len);
     bool release_held(std::uint64_t now_tsc);

@@ -102,8 +102,12 @@ class Port {
     // The same for a sender that talks to one peer (a connected QP): its memo answers
     // without a lookup while the ARP cache has not changed and the entry has not expired.
     std::optional<net::MacAddr> resolve(net::Ipv4Addr ip, std::uint64_t now, MacMemo& memo) {
-        if (now < memo.until && memo.generation == arp_.generation()) return memo.mac;
+        if (memo_holds(memo, now)) return memo.mac;
         return resolve_memo(ip, now, memo);
+    }
+    // Whether a memo resolve() filled still answers for its peer.
+    bool memo_holds(const MacMemo& memo, std::uint64_t now) const {
+        return now < memo.until && memo.generation == arp_.generation();
     }
     // A fresh mbuf from the port's pool, or nullptr (counted as tx_dropped).
     rte_mbuf* alloc();
