@@ -19,7 +19,8 @@ struct Reflected32 {
 
     // Advances the register over `bytes`, the fastest way this CPU allows: folding with
     // carry-less multiplication 256 bytes a step (VPCLMULQDQ, AVX-512) or 64 (PCLMULQDQ),
-    // then slicing-by-8 for what is left and on CPUs without either.
+    // then slicing-by-8 for what is left and on CPUs without either; CRC-32C takes what is
+    // left, and inputs under 128 bytes, with SSE4.2's CRC32 instruction instead.
     static std::uint32_t update(std::uint32_t reg, std::span<const std::uint8_t> bytes) noexcept;
     // Copies src to dst (same length, not overlapping) and advances the register over the
     // bytes, in one pass: the result equals update(reg, src) and dst equals src. The same
