@@ -305,8 +305,7 @@ void TcpStack::on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes
     counters_.segments_in.add();
     tcp::Segment seg;
     const std::uint32_t pseudo =
-        tcp::pseudo_sum(tcp::IpAddr::v4(src), tcp::IpAddr::v4(cfg_.local_ip),
-                        static_cast<std::uint32_t>(bytes.size()));
+        tcp::pseudo_sum_v4(src, cfg_.local_ip, static_cast<std::uint32_t>(bytes.size()));
     if (const tcp::ParseError e = tcp::parse_segment(bytes, pseudo, seg);
         e != tcp::ParseError::none) {
         counters_.bad_segment.add();
@@ -391,8 +390,7 @@ void TcpStack::send_cookie(Listener& l, net::Ipv4Addr to, const tcp::Segment& sy
     const std::span<std::uint8_t> buf = link_.tx_alloc(to, len);
     if (buf.size() < len) return;
     tcp::write_segment(buf, s, {}, {},
-                       tcp::pseudo_sum(tcp::IpAddr::v4(cfg_.local_ip), tcp::IpAddr::v4(to),
-                                       static_cast<std::uint32_t>(len)));
+                       tcp::pseudo_sum_v4(cfg_.local_ip, to, static_cast<std::uint32_t>(len)));
     link_.tx_send(len);
     l.cookie_slot = cookie_slot();
     l.sent_cookies = true;
@@ -449,8 +447,7 @@ void TcpStack::send_reset(net::Ipv4Addr to, const tcp::Segment& seg) {
     const std::span<std::uint8_t> buf = link_.tx_alloc(to, len);
     if (buf.size() < len) return;
     tcp::write_segment(buf, rst, {}, {},
-                       tcp::pseudo_sum(tcp::IpAddr::v4(cfg_.local_ip), tcp::IpAddr::v4(to),
-                                       static_cast<std::uint32_t>(len)));
+                       tcp::pseudo_sum_v4(cfg_.local_ip, to, static_cast<std::uint32_t>(len)));
     link_.tx_send(len);
     counters_.rst_sent.add();
 }

@@ -23,6 +23,7 @@ const char* tcp_config_error(const TcpConfig& c) {
 TcpConnection::TcpConnection(const TcpConfig& config, TcpWire& wire)
     : cfg_(config), wire_(wire), rto_(config.rto_initial, config.rto_min, config.rto_max) {
     const bool v4 = cfg_.local.addr.is_v4() && cfg_.remote.addr.is_v4();
+    pseudo_base_ = pseudo_sum(cfg_.local.addr, cfg_.remote.addr, 0);
     mss_announce_ = std::min<std::uint32_t>(cfg_.mtu - (v4 ? 20 : 40) - 20, 65535);
     peer_mss_ = v4 ? 536 : 1220;  // RFC 9293 §3.7.1 defaults
     mss_ = std::min(peer_mss_, mss_announce_);

@@ -308,6 +308,10 @@ class TcpConnection {
     TcpTime persist_deadline_ = kNever;
     std::uint32_t persist_backoff_ = 0;
 
+    // The pseudo-header's sum of the two addresses and the protocol: a segment's checksum
+    // starts from it plus the segment's length (under 65536, the one word it then takes).
+    std::uint32_t pseudo_base_ = 0;
+
     // Receive side, offsets from IRS.
     Seq irs_ = 0;
     std::uint64_t rcv_nxt_ = 0;

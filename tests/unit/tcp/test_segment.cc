@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "proto/net/checksum.h"
@@ -113,6 +114,19 @@ TEST(TcpSegment, ipv6_pseudo_header_differs_from_ipv4_and_verifies) {
     write_segment(b, s, {}, {}, pseudo_sum(a6, b6, b.size()));
     Segment g;
     EXPECT_EQ(parse_segment(b, pseudo_sum(a6, b6, b.size()), g), ParseError::none);
+}
+
+// The IPv4 shortcut sums as the general one does, folded, for any addresses and lengths.
+TEST(TcpSegment, the_ipv4_pseudo_sum_equals_the_general_one) {
+    std::mt19937 rng(11);
+    for (int i = 0; i < 1000; ++i) {
+        const net::Ipv4Addr a{static_cast<std::uint32_t>(rng())},
+            b{static_cast<std::uint32_t>(rng())};
+        const std::uint32_t len = rng() % 65536;
+        EXPECT_EQ(net::csum_fold(pseudo_sum_v4(a, b, len)),
+                  net::csum_fold(pseudo_sum(IpAddr::v4(a), IpAddr::v4(b), len)))
+            << a.value << " " << b.value << " " << len;
+    }
 }
 
 TEST(TcpSegment, malformed_headers_and_options_are_rejected) {
