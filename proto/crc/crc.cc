@@ -365,15 +365,19 @@ const bool kHaveWideFold =
 // 32 bytes 12.9 both, 48 bytes 19.2 and 14.1). RoCE's ACKs and small requests are there.
 constexpr std::size_t kFoldMin = 32;
 
-#if defined(__SSE4_2__)
 // CRC-32C is SSE4.2's CRC32 instruction (the Castagnoli polynomial, bit-reflected, on the
 // register as the table keeps it): 8 bytes an instruction, for what is too short to fold
-// (iWARP's small FPDUs, their headers and pads) and for a fold's tail.
-constexpr bool kCrc32cInsn = true;
+// (iWARP's small FPDUs, their headers and pads) and for a fold's tail. Chosen at run time,
+// as the folding is: the build targets no particular CPU.
+const bool kHaveCrc32cInsn = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2") != 0;
+}();
 constexpr std::size_t kCrc32cFoldMin = 128;
 
 template <bool Copy>
-std::uint32_t by_insn(std::uint32_t reg, Cursor<Copy> p, std::size_t n) noexcept {
+__attribute__((target("sse4.2"))) std::uint32_t by_insn(std::uint32_t reg, Cursor<Copy> p,
+                                                        std::size_t n) noexcept {
     std::uint64_t r = reg;
     while (n >= 8) {
         std::uint64_t v;
@@ -399,29 +403,21 @@ std::uint32_t by_insn(std::uint32_t reg, Cursor<Copy> p, std::size_t n) noexcept
     }
     return r32;
 }
-#else
-constexpr bool kCrc32cInsn = false;
-constexpr std::size_t kCrc32cFoldMin = kFoldMin;
-template <bool Copy>
-std::uint32_t by_insn(std::uint32_t reg, Cursor<Copy>, std::size_t) noexcept {
-    return reg;  // never called
-}
-#endif
 
 // The short path: the instruction for CRC-32C where the CPU has it, else the table.
 template <const Engine& e, bool Copy>
 std::uint32_t by_short(std::uint32_t reg, Cursor<Copy> p, std::size_t n) noexcept {
-    if constexpr (kCrc32cInsn && &e == &kCrc32cEngine) {
-        return by_insn<Copy>(reg, p, n);
-    } else {
-        return by_table<e, Copy>(reg, p, n);
+    if constexpr (&e == &kCrc32cEngine) {
+        if (kHaveCrc32cInsn) return by_insn<Copy>(reg, p, n);
     }
+    return by_table<e, Copy>(reg, p, n);
 }
 
 // update() without a copy, update_copy() with one: the same choice of path.
 template <const Engine& e, bool Copy>
 std::uint32_t by_best(std::uint32_t reg, Cursor<Copy> p, std::size_t n) noexcept {
-    constexpr std::size_t fold_min = &e == &kCrc32cEngine ? kCrc32cFoldMin : kFoldMin;
+    const std::size_t fold_min =
+        &e == &kCrc32cEngine && kHaveCrc32cInsn ? kCrc32cFoldMin : kFoldMin;
     if (!kHaveFold || n < fold_min) return by_short<e, Copy>(reg, p, n);
     const std::size_t folded = n & ~std::size_t{15};
     if (folded < 64)
