@@ -227,6 +227,15 @@ class IwQp {
         bool sent = false;       // all its FPDUs accepted
         bool done = false;       // complete: status below
         verbs::WcStatus status = verbs::WcStatus::success;
+
+        // A slot taken for a new WR: its own state cleared, `wr` left for pop_send to
+        // write (352 bytes a WR that clearing would store for nothing).
+        void reset() {
+            len = off = 0;
+            msn = imm_msn = 0;
+            started = imm_phase = sent = done = false;
+            status = verbs::WcStatus::success;
+        }
     };
     // A Read or Atomic Request of the peer, answered in request order.
     struct Response {

@@ -65,7 +65,7 @@ bool IwQp::req_step() {
     if (cur_ == tail_) {
         if (tail_ - head_ == sq_size_) return false;
         Held& h = held(tail_);
-        h = Held{};
+        h.reset();
         if (!queues_.pop_send(h.wr)) return false;
         ++tail_;
     }

@@ -56,6 +56,8 @@ class QpQueues {
     // Whether pop_send may find a WR (it still may not: a WR in flight to the queue); the
     // engine asks before it makes room for one.
     virtual bool send_ready() = 0;
+    // Takes the next send WR into `out`, writing every field the WR's operation uses (an
+    // engine reuses slots without clearing them).
     virtual bool pop_send(SendWr& out) = 0;
     virtual bool pop_recv(RecvWr& out) = 0;
     virtual void complete_send(const Completion& c) = 0;
