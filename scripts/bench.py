@@ -490,8 +490,10 @@ class VethPair:
             ports = ["--", "--port", f"iface={VETH_IFACES[0]},shared",
                      "--port", f"iface={VETH_IFACES[1]},shared"]
         else:
-            ports = [f"--vdev=net_{pmd}0,iface={VETH_IFACES[0]}",
-                     f"--vdev=net_{pmd}1,iface={VETH_IFACES[1]}", "--",
+            # busy_budget=0 as scripts/lib.sh's snic_veth_vdev says why.
+            opts = ",busy_budget=0" if pmd == "af_xdp" else ""
+            ports = [f"--vdev=net_{pmd}0,iface={VETH_IFACES[0]}{opts}",
+                     f"--vdev=net_{pmd}1,iface={VETH_IFACES[1]}{opts}", "--",
                      "--port", f"0,ip={VETH_SUBNET}.1/24", "--port", f"1,ip={VETH_SUBNET}.2/24"]
         return WireDaemon(f"snic-veth-{pmd}".replace("_", "-").replace(" ", "-"), ports=ports,
                           wrap=["ip", "netns", "exec", VETH_NS], subnet=VETH_SUBNET)

@@ -150,7 +150,7 @@ start_daemon() {
         pmd="af_xdp, shared with the kernel,"
     else
         nohup ip netns exec "$NETNS" "$SNICD" -l "${LCORE[$n]}" --no-pci \
-            "--vdev=net_${pmd}0,iface=${IFACE[$n]}" "${mem[@]}" -- \
+            "--vdev=$(snic_veth_vdev "$pmd" 0 "${IFACE[$n]}")" "${mem[@]}" -- \
             --name "$n" --ctrl "$(ctrl_sock "$n")" \
             --port "0,ip=${IP[$n]}" --idle-backoff 100 \
             </dev/null >"$log" 2>&1 &

@@ -87,6 +87,18 @@ snic_eal_mem_args() {
 # driver: it takes frames from the veth's XDP hook into a ring snicd shares with the
 # kernel, which is faster than af_packet's copies through a packet socket; else
 # af_packet, which every kernel has. SNIC_VETH_PMD=af_packet|af_xdp chooses.
+# snic_veth_vdev PMD N IFACE: the EAL device for snicd's end of a veth. net_af_xdp with
+# busy_budget=0: the driver's preferred busy polling (its default) makes a system call on
+# every receive burst to run the device's NAPI on snicd's core; without it the kernel fills
+# the ring from its softirq and snicd only reads it (docs/PERFORMANCE.md: lower round trips,
+# faster receiving). net_af_packet with 4096 frames a ring.
+snic_veth_vdev() {
+    case $1 in
+        af_xdp) printf 'net_af_xdp%s,iface=%s,busy_budget=0\n' "$2" "$3" ;;
+        *) printf 'net_af_packet%s,iface=%s,framecnt=4096\n' "$2" "$3" ;;
+    esac
+}
+
 snic_veth_pmd() {
     case ${SNIC_VETH_PMD:-} in
         af_xdp | af_packet) printf '%s\n' "$SNIC_VETH_PMD"; return 0 ;;

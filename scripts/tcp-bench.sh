@@ -117,11 +117,7 @@ ip addr del "$hip/24" dev "$host"
 # --- snic -------------------------------------------------------------------------------
 read -r -a mem <<<"$(snic_eal_mem_args)"
 pmd=$(snic_veth_pmd)
-if [[ $pmd == af_xdp ]]; then
-    vdev="net_af_xdp0,iface=$host"
-else
-    vdev="net_af_packet0,iface=$host,framecnt=4096"
-fi
+vdev=$(snic_veth_vdev "$pmd" 0 "$host")
 eal=(-l 0 --no-pci "--vdev=$vdev" "${mem[@]}")
 
 ip netns exec "$ns" "$py" "$peer" server 5001 >/tmp/$name.srv &
