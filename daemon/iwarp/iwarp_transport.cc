@@ -365,12 +365,17 @@ void IwarpTransport::stop(std::span<Qp* const> qps) {
         IwConn* c = std::exchange(q.conn_, nullptr);
         if (c == nullptr) return;
         c->qp = nullptr;
-        // Its stream has no use without it: gone unless already closing.
+        // Its stream has no use without it: closed unless closing already. In order, as the
+        // kernel's TCP closes the socket of a QP siw tears down (`tcp_close`): what the QP
+        // handed the stream still goes, then the FIN. An abort would throw away the last
+        // messages the peer has not acknowledged yet (perftest destroys its rdma_cm
+        // exchange's QP right after the last one). The CM hears at once, as from siw.
         if (!c->ended && c->state != IwConn::State::closing) {
-            c->state = IwConn::State::closing;
-            stack().abort(c->tcp);
-            c->ended = true;
-            emit(*c, IwCmEvent::Kind::disconnected, 0);
+            close_conn(*c);
+            if (!c->disconnect_told) {
+                c->disconnect_told = true;
+                emit(*c, IwCmEvent::Kind::disconnected, 0);
+            }
         }
         maybe_free(*c);
     });
