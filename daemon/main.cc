@@ -722,9 +722,9 @@ Status prepare_shared_ports(Config& cfg, std::vector<std::string>& eal_args,
         // busy_budget=0: no preferred busy polling, whose system call on every receive burst
         // (to run the device's NAPI on this core) costs more than it saves when snicd polls
         // the ring anyway (docs/PERFORMANCE.md).
-        eal_args.push_back("--vdev=" + spec.port + ",iface=" + spec.iface +
-                           ",start_queue=0,queue_count=1,busy_budget=0,xdp_prog=" +
-                           xdp_program_path());
+        eal_args.push_back(
+            "--vdev=" + spec.port + ",iface=" + spec.iface +
+            ",start_queue=0,queue_count=1,busy_budget=0,xdp_prog=" + xdp_program_path());
     }
     return Ok{};
 }
