@@ -246,6 +246,18 @@ bool TcpService::ready(Template& t, std::uint64_t now_tsc) {
     return true;
 }
 
+// The frame of a segment of `len` bytes after its headers, padded to Ethernet's least.
+void TcpService::set_frame_length(rte_mbuf* m, std::size_t len) {
+    std::size_t frame_len = kL4Offset + len;
+    if (frame_len < net::kEthMinFrame) {
+        std::memset(rte_pktmbuf_mtod(m, std::uint8_t*) + frame_len, 0,
+                    net::kEthMinFrame - frame_len);
+        frame_len = net::kEthMinFrame;
+    }
+    m->data_len = static_cast<std::uint16_t>(frame_len);
+    m->pkt_len = static_cast<std::uint32_t>(frame_len);
+}
+
 void TcpService::frame(rte_mbuf* m, const Template& t, std::size_t len) {
     auto* p = rte_pktmbuf_mtod(m, std::uint8_t*);
     std::memcpy(p, t.hdr.data(), kL4Offset);
@@ -255,13 +267,7 @@ void TcpService::frame(rte_mbuf* m, const Template& t, std::size_t len) {
     ip.total_length = total;
     ip.id = id;
     ip.checksum = net::csum_finish(t.sum + total + id);
-    std::size_t frame_len = kL4Offset + len;
-    if (frame_len < net::kEthMinFrame) {
-        std::memset(p + frame_len, 0, net::kEthMinFrame - frame_len);
-        frame_len = net::kEthMinFrame;
-    }
-    m->data_len = static_cast<std::uint16_t>(frame_len);
-    m->pkt_len = static_cast<std::uint32_t>(frame_len);
+    set_frame_length(m, len);
 }
 
 void TcpService::frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len) {
@@ -269,13 +275,7 @@ void TcpService::frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std:
     net::write_eth(*reinterpret_cast<net::EthHdr*>(p), mac, port_.mac(), net::EtherType::ipv4);
     net::write_ipv4(*reinterpret_cast<net::Ipv4Hdr*>(p + net::kEthHdrLen), port_.ip().addr, remote,
                     net::IpProto::tcp, static_cast<std::uint16_t>(len), ip_id_++);
-    std::size_t frame_len = kL4Offset + len;
-    if (frame_len < net::kEthMinFrame) {
-        std::memset(p + frame_len, 0, net::kEthMinFrame - frame_len);
-        frame_len = net::kEthMinFrame;
-    }
-    m->data_len = static_cast<std::uint16_t>(frame_len);
-    m->pkt_len = static_cast<std::uint32_t>(frame_len);
+    set_frame_length(m, len);
 }
 
 void TcpService::tx_send(std::size_t len) {

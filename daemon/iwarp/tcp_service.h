@@ -103,6 +103,7 @@ class TcpService final : public LcorePoller, public TcpLink {
     // memo no longer answers); false while ARP is under way.
     bool ready(Template& t, std::uint64_t now_tsc);
     void frame(rte_mbuf* m, const Template& t, std::size_t len);
+    static void set_frame_length(rte_mbuf* m, std::size_t len);
     void frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len);
     bool release_held(std::uint64_t now_tsc);
     // The segments a connection of the port to its own address sent since the last poll, to

@@ -53,15 +53,19 @@ def no_ids_left(wire):
     st.poll(lambda: rcm.cm_status(d)["ids"] == 0, "no rdma_cm ids left from earlier tests")
 
 
-def iwarp_counters(d: st.Daemon) -> dict[str, int]:
-    """The iWARP transports' counters, summed over the ports (telemetry's
-    /snic/iwarp_stats)."""
+def port_counters(d: st.Daemon, what: str) -> dict[str, int]:
+    """Telemetry's /snic/<what> counters, summed over the ports."""
     ids = [p.id for p in st.ctl_status_ok(d.ctrl).ports]
     out: dict[str, int] = {}
-    for reply in st.telemetry_query(d.prefix, *(f"/snic/iwarp_stats,{i}" for i in ids)):
-        for name, value in reply["/snic/iwarp_stats"].items():
+    for reply in st.telemetry_query(d.prefix, *(f"/snic/{what},{i}" for i in ids)):
+        for name, value in reply[f"/snic/{what}"].items():
             out[name] = out.get(name, 0) + int(value)
     return out
+
+
+def iwarp_counters(d: st.Daemon) -> dict[str, int]:
+    """The iWARP transports' counters, summed over the ports."""
+    return port_counters(d, "iwarp_stats")
 
 
 def refusals(d: st.Daemon) -> int:
@@ -176,16 +180,6 @@ def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
     return client, server
 
 
-def tcp_counters(d: st.Daemon) -> dict[str, int]:
-    """snic's TCP counters, summed over the ports (telemetry's /snic/tcp_stats)."""
-    ids = [p.id for p in st.ctl_status_ok(d.ctrl).ports]
-    out: dict[str, int] = {}
-    for reply in st.telemetry_query(d.prefix, *(f"/snic/tcp_stats,{i}" for i in ids)):
-        for k, v in reply["/snic/tcp_stats"].items():
-            out[k] = out.get(k, 0) + int(v)
-    return out
-
-
 @pytest.mark.parametrize("tool,size", [("ib_send_lat", "8"), ("ib_write_lat", "4096"),
                                        ("ib_send_bw", "65536"), ("ib_write_bw", "65536"),
                                        ("ib_read_bw", "65536")])
@@ -193,7 +187,7 @@ def test_perftest_over_iwarp(wire, tmp_path, tool, size):
     """perftest with -R on the iWARP devices (see test_rdmacm's perftest test for its retry
     crash after a lost race, run again here the same way)."""
     d, sock_dir = wire
-    before = tcp_counters(d)
+    before = port_counters(d, "tcp_stats")
     client, server = run_perftest(d, sock_dir, tmp_path, tool, "-n", "200", "-s", size)
     assert client.returncode == 0, \
         f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
@@ -207,5 +201,5 @@ def test_perftest_over_iwarp(wire, tmp_path, tool, size):
     # away. The QPs go before their ids, on the lcore, so once the ids are gone a reset
     # would have reached the other port.
     st.poll(lambda: rcm.cm_status(d)["ids"] == 0, "the run's rdma_cm ids gone")
-    after = tcp_counters(d)
+    after = port_counters(d, "tcp_stats")
     assert after.get("ended_reset", 0) == before.get("ended_reset", 0), (before, after)
