@@ -95,6 +95,7 @@ constexpr Pair barrett(std::uint32_t poly) {
 }
 
 struct Engine {
+    std::uint32_t poly;  // the generator, as Reflected32's Poly
     Tables tables;
     Pair by2048;  // four 512-bit accumulators, 256 bytes a step
     Pair by512;   // four 128-bit accumulators, 64 bytes a step (and the four into one)
@@ -104,8 +105,13 @@ struct Engine {
 };
 
 constexpr Engine make_engine(std::uint32_t poly) {
-    return {make_tables(poly),  fold_by(poly, 2048),  fold_by(poly, 512),
-            fold_by(poly, 128), multiplier(poly, 64), barrett(poly)};
+    return {poly,
+            make_tables(poly),
+            fold_by(poly, 2048),
+            fold_by(poly, 512),
+            fold_by(poly, 128),
+            multiplier(poly, 64),
+            barrett(poly)};
 }
 
 template <std::uint32_t Poly>
@@ -407,7 +413,7 @@ __attribute__((target("sse4.2"))) std::uint32_t by_insn(std::uint32_t reg, Curso
 // The short path: the instruction for CRC-32C where the CPU has it, else the table.
 template <const Engine& e, bool Copy>
 std::uint32_t by_short(std::uint32_t reg, Cursor<Copy> p, std::size_t n) noexcept {
-    if constexpr (&e == &kCrc32cEngine) {
+    if constexpr (e.poly == kCrc32cEngine.poly) {
         if (kHaveCrc32cInsn) return by_insn<Copy>(reg, p, n);
     }
     return by_table<e, Copy>(reg, p, n);
@@ -417,7 +423,7 @@ std::uint32_t by_short(std::uint32_t reg, Cursor<Copy> p, std::size_t n) noexcep
 template <const Engine& e, bool Copy>
 std::uint32_t by_best(std::uint32_t reg, Cursor<Copy> p, std::size_t n) noexcept {
     const std::size_t fold_min =
-        &e == &kCrc32cEngine && kHaveCrc32cInsn ? kCrc32cFoldMin : kFoldMin;
+        e.poly == kCrc32cEngine.poly && kHaveCrc32cInsn ? kCrc32cFoldMin : kFoldMin;
     if (!kHaveFold || n < fold_min) return by_short<e, Copy>(reg, p, n);
     const std::size_t folded = n & ~std::size_t{15};
     if (folded < 64)
