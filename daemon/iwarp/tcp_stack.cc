@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "proto/net/ipv4.h"
 #include "proto/tcp/isn.h"
 
 namespace snic::daemon {
@@ -304,8 +305,8 @@ void TcpStack::on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes
     now_ = now_ns;
     counters_.segments_in.add();
     tcp::Segment seg;
-    const std::uint32_t pseudo =
-        tcp::pseudo_sum_v4(src, cfg_.local_ip, static_cast<std::uint32_t>(bytes.size()));
+    const std::uint32_t pseudo = net::ipv4_pseudo_sum(src, cfg_.local_ip, net::IpProto::tcp,
+                                                      static_cast<std::uint16_t>(bytes.size()));
     if (const tcp::ParseError e = tcp::parse_segment(bytes, pseudo, seg);
         e != tcp::ParseError::none) {
         counters_.bad_segment.add();
@@ -390,7 +391,8 @@ void TcpStack::send_cookie(Listener& l, net::Ipv4Addr to, const tcp::Segment& sy
     const std::span<std::uint8_t> buf = link_.tx_alloc(to, len);
     if (buf.size() < len) return;
     tcp::write_segment(buf, s, {}, {},
-                       tcp::pseudo_sum_v4(cfg_.local_ip, to, static_cast<std::uint32_t>(len)));
+                       net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp,
+                                            static_cast<std::uint16_t>(len)));
     link_.tx_send(len);
     l.cookie_slot = cookie_slot();
     l.sent_cookies = true;
@@ -447,7 +449,8 @@ void TcpStack::send_reset(net::Ipv4Addr to, const tcp::Segment& seg) {
     const std::span<std::uint8_t> buf = link_.tx_alloc(to, len);
     if (buf.size() < len) return;
     tcp::write_segment(buf, rst, {}, {},
-                       tcp::pseudo_sum_v4(cfg_.local_ip, to, static_cast<std::uint32_t>(len)));
+                       net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp,
+                                            static_cast<std::uint16_t>(len)));
     link_.tx_send(len);
     counters_.rst_sent.add();
 }

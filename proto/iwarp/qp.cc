@@ -193,12 +193,9 @@ void IwQp::dispatch(std::span<const std::uint8_t> u) {
         terminate(parse_error_cause(seg.error, seg.tagged), u, IwError::remote_error);
         return;
     }
-    if (rx_fold_ != nullptr) {
-        const bool places = seg.op == RdmapOp::write || seg.op == RdmapOp::read_response ||
-                            seg.op == RdmapOp::send || seg.op == RdmapOp::send_inv ||
-                            seg.op == RdmapOp::send_se || seg.op == RdmapOp::send_se_inv;
-        if ((!places || !rtr_seen_) && !rx_crc_ok()) return;
-    }
+    // The opcodes that carry a payload (Writes, Sends, Read Responses) fold their CRC into
+    // its placement.
+    if (rx_fold_ != nullptr && (!seg.info().payload || !rtr_seen_) && !rx_crc_ok()) return;
     if (!rtr_seen_ && resp_rtr(seg)) return;
     switch (seg.op) {
         case RdmapOp::write:

@@ -65,12 +65,9 @@ bool take_option(std::uint8_t kind, const std::uint8_t* v, std::size_t len, TcpO
 
 std::uint32_t pseudo_sum(const IpAddr& src, const IpAddr& dst, std::uint32_t tcp_length) {
     if (src.is_v4() && dst.is_v4()) {
-        // Two 16-bit words an address, added as they are (every segment pays this: no call
-        // into the general sum for 8 bytes).
-        const auto words = [](const std::array<std::uint8_t, 16>& a) {
-            return (std::uint32_t{a[12]} << 8 | a[13]) + (std::uint32_t{a[14]} << 8 | a[15]);
-        };
-        return words(src.bytes) + words(dst.bytes) + kTcpProto + tcp_length;
+        std::uint32_t sum = net::csum_add(std::span(src.bytes).subspan(12));
+        sum = net::csum_add(std::span(dst.bytes).subspan(12), sum);
+        return sum + kTcpProto + tcp_length;
     }
     std::uint32_t sum = net::csum_add(src.bytes);
     sum = net::csum_add(dst.bytes, sum);

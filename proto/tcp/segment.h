@@ -46,12 +46,8 @@ struct Endpoint {
 // The partial sum of the pseudo-header for a segment of `tcp_length` bytes from src to dst:
 // IPv4's (RFC 9293 §3.1) when both are IPv4, else IPv6's (RFC 8200 §8.1).
 std::uint32_t pseudo_sum(const IpAddr& src, const IpAddr& dst, std::uint32_t tcp_length);
-// The same for two IPv4 addresses as the IPv4 header holds them (no IpAddr to build).
-constexpr std::uint32_t pseudo_sum_v4(net::Ipv4Addr src, net::Ipv4Addr dst,
-                                      std::uint32_t tcp_length) {
-    return (src.value >> 16) + (src.value & 0xffff) + (dst.value >> 16) + (dst.value & 0xffff) + 6 +
-           tcp_length;  // 6: TCP's protocol number
-}
+// (For two IPv4 addresses as the IPv4 header holds them, net::ipv4_pseudo_sum is the same
+// without an IpAddr to build.)
 
 // --- the header ------------------------------------------------------------------------------
 

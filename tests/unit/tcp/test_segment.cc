@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "proto/net/checksum.h"
+#include "proto/net/ipv4.h"
 #include "proto/tcp/congestion.h"
 #include "proto/tcp/isn.h"
 #include "proto/tcp/rack.h"
@@ -116,14 +117,16 @@ TEST(TcpSegment, ipv6_pseudo_header_differs_from_ipv4_and_verifies) {
     EXPECT_EQ(parse_segment(b, pseudo_sum(a6, b6, b.size()), g), ParseError::none);
 }
 
-// The IPv4 shortcut sums as the general one does, folded, for any addresses and lengths.
+// net::ipv4_pseudo_sum (the stack's, on IPv4 addresses as they are) sums as the general one
+// does, folded, for any addresses and lengths.
 TEST(TcpSegment, the_ipv4_pseudo_sum_equals_the_general_one) {
     std::mt19937 rng(11);
     for (int i = 0; i < 1000; ++i) {
         const net::Ipv4Addr a{static_cast<std::uint32_t>(rng())},
             b{static_cast<std::uint32_t>(rng())};
         const std::uint32_t len = rng() % 65536;
-        EXPECT_EQ(net::csum_fold(pseudo_sum_v4(a, b, len)),
+        EXPECT_EQ(net::csum_fold(net::ipv4_pseudo_sum(a, b, net::IpProto::tcp,
+                                                      static_cast<std::uint16_t>(len))),
                   net::csum_fold(pseudo_sum(IpAddr::v4(a), IpAddr::v4(b), len)))
             << a.value << " " << b.value << " " << len;
     }
