@@ -256,6 +256,7 @@ constexpr std::string_view kValued[] = {"-n",
                                         "--tcp-max-conns",
                                         "--tcp-max-per-peer",
                                         "--tcp-rto-min",
+                                        "--tcp-window-rtt",
                                         "--arp-timeout",
                                         "--log-level",
                                         "--selftest"};
@@ -348,6 +349,10 @@ Status set_option(Config& cfg, std::string_view opt, std::string_view v, Given& 
         auto ms = parse_number<std::uint32_t>(v);
         if (!ms || *ms == 0 || *ms > 1000) return bad(opt, "milliseconds (1..1000)", v);
         cfg.tcp.rto_min_ms = *ms;
+    } else if (opt == "--tcp-window-rtt") {
+        auto us = parse_number<std::uint32_t>(v);
+        if (!us || *us == 0 || *us > 100'000) return bad(opt, "microseconds (1..100000)", v);
+        cfg.tcp.window_rtt_us = *us;
     } else if (opt == "--arp-timeout") {
         auto s = parse_number<std::uint32_t>(v);
         if (!s || *s == 0 || *s > 86400) return bad("--arp-timeout", "seconds (1..86400)", v);
@@ -455,6 +460,9 @@ snicd options:
                          on Linux). On a LAN of microsecond round trips a few ms lets a tail
                          whose probe was lost too wait that long rather than 200 ms; a peer that
                          delays its ACK longer than it draws spurious timeouts, which D-SACKs undo
+  --tcp-window-rtt USEC  the longest round trip snic's TCP fills at a port's link speed (1..100000,
+                         default 100): each connection's send buffer and receive window are twice
+                         that bandwidth-delay product (128 KiB..16 MiB; 256 KiB at 10 Gb/s)
   --rx-burst N           frames a port takes per rx poll, at most (1..128, default 32)
   --tx-burst N           frames a port gathers before it transmits them (1..128, default 32);
                          whatever a turn of the lcore sent goes out at its end in any case

@@ -370,11 +370,17 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
                 },
                 r.gsi[p].get());
             mine.push_back(r.gsi[p].get());
-            // snic's TCP: its segments and ICMP errors, its connections' timers.
+            // snic's TCP: its segments and ICMP errors, its connections' timers; buffers
+            // from the bandwidth-delay product of the link's speed now and --tcp-window-rtt.
+            const std::uint32_t mbps = r.ports[p]->link_speed_mbps();
+            const std::uint32_t window = tcp_window_for(mbps, cfg.tcp.window_rtt_us);
+            spdlog::info("port {}: TCP buffers {} KiB: {} Mb/s{} x {} us, twice", p,
+                         window / 1024, mbps == 0 ? kDefaultLinkMbps : mbps,
+                         mbps == 0 ? " (link speed unknown)" : "", cfg.tcp.window_rtt_us);
             r.tcp[p] = std::make_unique<TcpService>(
                 *r.ports[p], *r.tasks[i],
                 daemon_tcp_config(*r.ports[p], isn_key, cfg.tcp.rto_min_ms * tcp::kMs,
-                                  cfg.tcp.max_connections, cfg.tcp.max_per_peer),
+                                  cfg.tcp.max_connections, cfg.tcp.max_per_peer, window),
                 rte_get_tsc_hz());
             r.ports[p]->set_tcp_hook({&TcpService::on_tcp, r.tcp[p].get()});
             r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});

@@ -217,8 +217,13 @@ std::string TcpSendTest::report() const {
 
 TcpSinkTest::TcpSinkTest(const SelftestSpec& spec, TcpService& tcp, std::uint64_t tsc_hz,
                          std::atomic<bool>& stop)
-    : spec_(spec), tcp_(tcp), stack_(tcp.stack()), tsc_hz_(tsc_hz), stop_(stop) {
-    for (Slot& s : slots_) s.bufs = std::make_unique<std::byte[]>(kBufs * kBufSize);
+    : buf_size_(std::max<std::size_t>(tcp.stack().config().conn.recv_window / 4, 4096)),
+      spec_(spec),
+      tcp_(tcp),
+      stack_(tcp.stack()),
+      tsc_hz_(tsc_hz),
+      stop_(stop) {
+    for (Slot& s : slots_) s.bufs = std::make_unique<std::byte[]>(kBufs * buf_size_);
     ended_list_.reserve(spec_.count);
 }
 
@@ -245,7 +250,7 @@ void TcpSinkTest::post(Slot& s) {
     // Buffers go round the region in order: stream offset x lies in buffer (x / size) % kBufs.
     while (!s.fin && s.posted - s.done < kBufs) {
         const std::size_t b = s.posted % kBufs;
-        if (!stack_.post_receive(s.conn, {s.bufs.get() + b * kBufSize, kBufSize}, s.posted)) return;
+        if (!stack_.post_receive(s.conn, {s.bufs.get() + b * buf_size_, buf_size_}, s.posted)) return;
         ++s.posted;
     }
 }
@@ -282,7 +287,7 @@ void TcpSinkTest::on_tcp_event(const TcpStreamEvent& e) {
         case TcpStreamEventKind::recv_done: {
             // Buffers come back in stream order, each holding e.bytes from its start.
             const std::size_t b = e.cookie % kBufs;
-            const std::span<const std::byte> got(s->bufs.get() + b * kBufSize, e.bytes);
+            const std::span<const std::byte> got(s->bufs.get() + b * buf_size_, e.bytes);
             s->crc = crc::Crc32::update(s->crc, as_u8(got));
             s->bytes += e.bytes;
             ++s->done;

@@ -86,8 +86,10 @@ class TcpSinkTest final : public Selftest, public TcpStreamOwner {
 
   private:
     static constexpr std::size_t kSlots = 8;
+    // Buffers of a quarter of the receive window, twice the window posted: the window is
+    // never short for want of a buffer the check has not given back.
     static constexpr std::size_t kBufs = 8;
-    static constexpr std::size_t kBufSize = 64 * 1024;
+    const std::size_t buf_size_;
 
     struct Slot {
         TcpHandle conn;
@@ -98,7 +100,7 @@ class TcpSinkTest final : public Selftest, public TcpStreamOwner {
         std::uint32_t crc = ~0u;
         bool fin = false, replied = false;
         std::uint64_t t_start = 0, t_fin = 0;
-        std::unique_ptr<std::byte[]> bufs;  // kBufs * kBufSize
+        std::unique_ptr<std::byte[]> bufs;  // kBufs * buf_size_
     };
     struct Ended {
         TcpFourTuple tuple;

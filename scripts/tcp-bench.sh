@@ -14,26 +14,33 @@
 # With --faults, snicd's port also drops, reorders and duplicates (1%, 1%, 0.1%) both ways.
 # snicd drives its veth end with net_af_xdp where the kernel has XDP sockets, else
 # net_af_packet (SNIC_VETH_PMD=af_packet|af_xdp chooses, as for the devnet).
+# --rtt MS delays every frame the namespace sends by MS milliseconds (netem), so each round
+# trip takes that much longer: a path whose bandwidth-delay product is past snic's default
+# windows (--snicd-args "--tcp-window-rtt US" sizes them for it).
 # --snicd-args gives snicd more options (one word list, e.g. "--tcp-rto-min 5").
 # Uses the build in $SNIC_BUILD (default build/). Run as root.
 #
-#   scripts/tcp-bench.sh [--bytes N] [--faults] [--snicd-args ARGS]
+#   scripts/tcp-bench.sh [--bytes N] [--faults] [--rtt MS] [--snicd-args ARGS]
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 bytes=${SNIC_TCP_BYTES:-1073741824}
 faults=""
+rtt=""
 extra=()
 while (($#)); do
     case $1 in
         --bytes) bytes=${2:?--bytes needs a number}; shift ;;
         --faults) faults=",loss=0.01,reorder=0.01,dup=0.001,seed=7" ;;
+        --rtt)
+            rtt=${2:?--rtt needs milliseconds}; shift
+            [[ $rtt =~ ^[0-9]+(\.[0-9]+)?$ ]] || snic_die "--rtt: not milliseconds: $rtt" ;;
         --snicd-args) read -r -a extra <<<"${2:?--snicd-args needs a value}"; shift ;;
         -h | --help) usage; exit 0 ;;
         *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;
@@ -76,6 +83,11 @@ ip link set "$host" up
 ip -n "$ns" link set "$nsif" up
 # af_packet hands snicd the kernel's segments as it left them: no checksum offload there.
 ip netns exec "$ns" ethtool -K "$nsif" tx off >/dev/null
+if [[ -n $rtt ]]; then
+    # A queue deep enough for a second's frames at the veth's speed: netem's 1,000 would drop.
+    ip netns exec "$ns" tc qdisc add dev "$nsif" root netem delay "${rtt}ms" limit 1000000 ||
+        snic_die "--rtt needs netem (sch_netem)"
+fi
 
 retrans() { # nstat's TcpRetransSegs in namespace $1 since the last call
     local n

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -69,6 +70,8 @@ IwarpTransport::IwarpTransport(LcoreTasks& tasks, const NameTable& keys, TcpServ
     : tasks_(tasks),
       keys_(keys),
       tcp_(tcp),
+      rx_shift_(static_cast<std::uint32_t>(
+          std::bit_width(std::max(tcp.stack().config().conn.recv_window / kRxBuffers, 1u)) - 1)),
       runner_(tasks, tsc_hz, kGraceNs),
       mpa_request_tsc_(
           static_cast<std::uint64_t>(kMpaRequestWaitSeconds * static_cast<double>(tsc_hz))),

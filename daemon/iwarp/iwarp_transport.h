@@ -149,7 +149,7 @@ struct IwConn final : TcpStreamOwner {
     std::optional<iwarp::MpaResponder> resp;
     iwarp::MpaResult result;
     IwarpQp* qp = nullptr;
-    // The stream lands in kRxBuffers buffers of kRxBufferBytes: buffer number n (n = 0, 1,
+    // The stream lands in kRxBuffers buffers of rx_buffer_bytes(): buffer number n (n = 0, 1,
     // ...) holds stream bytes [n * size, (n + 1) * size) in slot n % kRxBuffers, and is
     // posted again as n + kRxBuffers once read and returned.
     std::unique_ptr<std::uint8_t[]> rx;
@@ -211,9 +211,10 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     // TcpStreamOwner: the listeners' incoming connections.
     void on_tcp_event(const TcpStreamEvent& e) override;
 
-    // The receive buffers of a connection: the window its peer sees.
+    // The receive buffers of a connection, the window its peer sees: kRxBuffers buffers of
+    // a quarter of the TCP stack's receive window each (rounded down to a power of two).
     static constexpr std::uint32_t kRxBuffers = 4;
-    static constexpr std::uint32_t kRxBufferBytes = 64 * 1024;
+    std::uint32_t rx_buffer_bytes() const { return 1u << rx_shift_; }
     // How long a QP that did something stays on the ready list (as RoCE's).
     static constexpr std::uint64_t kGraceNs = 200'000;
     // How long a responder waits for the MPA request once TCP is up, and an initiator for TCP
@@ -265,6 +266,7 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     LcoreTasks& tasks_;
     const NameTable& keys_;
     TcpService& tcp_;
+    const std::uint32_t rx_shift_;  // log2 of rx_buffer_bytes()
     QpRunner runner_;
     IwarpCounters counters_;
     // Ends the MPA exchanges that took too long.

@@ -25,7 +25,7 @@ IwConn::IwConn(IwarpTransport& t, IwConnId i, bool a)
       id(i),
       active(a),
       cm_released(!a),  // a passive one is the CM's once its request is told
-      rx(new std::uint8_t[IwarpTransport::kRxBuffers * IwarpTransport::kRxBufferBytes]) {}
+      rx(new std::uint8_t[std::size_t{IwarpTransport::kRxBuffers} * t.rx_buffer_bytes()]) {}
 
 void IwConn::on_tcp_event(const TcpStreamEvent& e) {
     transport.on_conn_event(*this, e);
@@ -87,10 +87,10 @@ void IwarpTransport::emit(IwConn& c, IwCmEvent::Kind kind, std::int32_t status,
 }
 
 void IwarpTransport::post_buffers(IwConn& c) {
+    const std::uint32_t size = rx_buffer_bytes();
     for (std::uint32_t n = 0; n < kRxBuffers; ++n)
-        stack().post_receive(
-            c.tcp, {reinterpret_cast<std::byte*>(c.rx.get()) + n * kRxBufferBytes, kRxBufferBytes},
-            n);
+        stack().post_receive(c.tcp, {reinterpret_cast<std::byte*>(c.rx.get()) + n * size, size},
+                             n);
 }
 
 // Buffers read to their end and returned by TCP go back as the next ones of their slot.
@@ -98,13 +98,12 @@ void IwarpTransport::repost(IwConn& c) {
     while (true) {
         const std::uint64_t n = c.next_repost;
         const std::uint32_t slot = static_cast<std::uint32_t>(n % kRxBuffers);
-        if ((c.returned & (1u << slot)) == 0 || c.consumed < (n + 1) * kRxBufferBytes) return;
+        const std::uint32_t size = rx_buffer_bytes();
+        if ((c.returned & (1u << slot)) == 0 || c.consumed < (n + 1) * size) return;
         c.returned &= ~(1u << slot);
         ++c.next_repost;
         stack().post_receive(
-            c.tcp,
-            {reinterpret_cast<std::byte*>(c.rx.get()) + slot * kRxBufferBytes, kRxBufferBytes},
-            n + kRxBuffers);
+            c.tcp, {reinterpret_cast<std::byte*>(c.rx.get()) + slot * size, size}, n + kRxBuffers);
     }
 }
 
@@ -125,12 +124,12 @@ void IwarpTransport::pump(IwConn& c) {
     using S = IwConn::State;
     bool fed = false;
     while (c.consumed < c.received) {
-        const std::uint64_t n = c.consumed / kRxBufferBytes;
-        const std::size_t off = c.consumed % kRxBufferBytes;
+        const std::uint64_t n = c.consumed >> rx_shift_;
+        const std::size_t off = c.consumed & (rx_buffer_bytes() - 1);
         const std::size_t len = static_cast<std::size_t>(
-            std::min<std::uint64_t>(kRxBufferBytes - off, c.received - c.consumed));
+            std::min<std::uint64_t>(rx_buffer_bytes() - off, c.received - c.consumed));
         const std::span<const std::uint8_t> chunk(
-            c.rx.get() + (n % kRxBuffers) * kRxBufferBytes + off, len);
+            c.rx.get() + ((n % kRxBuffers) << rx_shift_) + off, len);
         if (c.state == S::awaiting_reply) {
             c.consumed += c.ini->on_bytes(chunk);
             if (!on_reply(c)) break;

@@ -14,9 +14,11 @@
 namespace snic::daemon {
 
 TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key, tcp::TcpTime rto_min,
-                                 std::uint32_t max_connections, std::uint32_t max_per_peer) {
+                                 std::uint32_t max_connections, std::uint32_t max_per_peer,
+                                 std::uint32_t window) {
     TcpStackConfig c;
     c.conn.rto_min = rto_min;
+    size_tcp_buffers(c.conn, window);
     c.local_ip = port.ip().addr;
     c.max_connections = max_connections;
     c.max_per_peer = max_per_peer;

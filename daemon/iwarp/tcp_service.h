@@ -165,8 +165,9 @@ inline constexpr std::uint32_t kMaxListeners = 256;
 
 // The stack configuration snicd runs each port with: the port's address and MTU, a random
 // ISN key (per daemon start), the least RTO and the connection bounds of snicd's options,
-// defaults elsewhere.
+// buffers for `window` bytes (tcp_window_for), defaults elsewhere.
 TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key, tcp::TcpTime rto_min,
-                                 std::uint32_t max_connections, std::uint32_t max_per_peer);
+                                 std::uint32_t max_connections, std::uint32_t max_per_peer,
+                                 std::uint32_t window);
 
 }  // namespace snic::daemon

@@ -4,6 +4,7 @@
 #include "daemon/iwarp/tcp_stack.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -186,6 +187,21 @@ struct TcpStack::Listener {
     std::vector<Conn*> queue;  // ESTABLISHED, not accepted; reserved to `backlog`
 };
 
+std::uint32_t tcp_window_for(std::uint32_t link_mbps, std::uint32_t rtt_us) {
+    const std::uint64_t mbps = link_mbps == 0 ? kDefaultLinkMbps : link_mbps;
+    const std::uint64_t bdp = mbps * rtt_us / 8;  // Mb/s x us / 8 = bytes
+    const std::uint64_t w = std::bit_ceil(std::max<std::uint64_t>(2 * bdp, 1));
+    return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(w, kMinTcpWindow, kMaxTcpWindow));
+}
+
+void size_tcp_buffers(tcp::TcpConfig& c, std::uint32_t window) {
+    c.send_buffer = window;
+    c.recv_window = window;
+    // A record a segment at least (iWARP's FPDUs are), so records for a buffer of 256-byte
+    // ones, and the engine's default table below that.
+    c.max_records = std::max<std::uint32_t>(1024, window / 256);
+}
+
 std::uint64_t TcpStack::memory_per_connection(const tcp::TcpConfig& c) {
     // What the engine's constructor allocates, and the connection itself.
     return sizeof(Conn) + c.send_buffer + std::uint64_t{c.max_records} * 8 +
@@ -213,6 +229,8 @@ TcpStack::TcpStack(const TcpStackConfig& config, TcpLink& link)
     next_ephemeral_ = static_cast<std::uint16_t>(cfg_.ephemeral_first +
                                                  (seed_of(cfg_.conn.isn_key) >> 7) % range);
     counters_.memory_bound.set(per_conn_bytes_ * cfg_.max_connections);
+    counters_.send_buffer.set(cfg_.conn.send_buffer);
+    counters_.recv_window.set(cfg_.conn.recv_window);
 }
 
 bool TcpStack::readdress(net::Ipv4Addr ip, std::uint16_t mtu) {

@@ -82,6 +82,20 @@ struct TcpStackConfig {
 // Why a config cannot be used, or nullptr.
 const char* tcp_stack_config_error(const TcpStackConfig& c);
 
+// --- buffers from the bandwidth-delay product ------------------------------------------------
+// A connection's send buffer and receive window, in bytes, for a link of `link_mbps` (Mb/s;
+// 0: unknown, taken as 10 Gb/s) whose round trips last up to `rtt_us`: twice the product,
+// the window in flight and the next one queued behind it (or being read out of the receive
+// buffers while the peer fills the rest), as Linux's autotuning gives its buffers twice the
+// window they carry. A power of two (iWARP's receive ring splits it in four, and finds a
+// stream offset's buffer by a shift), at least kMinTcpWindow, at most kMaxTcpWindow.
+inline constexpr std::uint32_t kMinTcpWindow = 128 * 1024;
+inline constexpr std::uint32_t kMaxTcpWindow = 16 * 1024 * 1024;
+inline constexpr std::uint32_t kDefaultLinkMbps = 10'000;
+std::uint32_t tcp_window_for(std::uint32_t link_mbps, std::uint32_t rtt_us);
+// Sizes c's send buffer, its records' table and its receive window for `window` bytes.
+void size_tcp_buffers(tcp::TcpConfig& c, std::uint32_t window);
+
 // The stack's counters (per port); the engines count per connection.
 struct TcpStackCounters {
     Counter segments_in;           // segments that reached the stack
@@ -123,6 +137,7 @@ struct TcpStackCounters {
     Counter listeners;                    // gauge
     Counter memory_bytes;                 // gauge: what the live connections hold
     Counter memory_bound;                 // max_connections * memory_per_connection()
+    Counter send_buffer, recv_window;     // each connection's (size_tcp_buffers)
     std::array<Counter, 5> parse_errors;  // by tcp::ParseError (none unused)
 };
 
@@ -130,7 +145,7 @@ struct TcpStackCounterField {
     std::string_view name;
     Counter TcpStackCounters::*field;
 };
-inline constexpr std::array<TcpStackCounterField, 37> kTcpStackCounterFields = {{
+inline constexpr std::array<TcpStackCounterField, 39> kTcpStackCounterFields = {{
     {"segments_in", &TcpStackCounters::segments_in},
     {"bad_segment", &TcpStackCounters::bad_segment},
     {"to_connection", &TcpStackCounters::to_connection},
@@ -168,6 +183,8 @@ inline constexpr std::array<TcpStackCounterField, 37> kTcpStackCounterFields = {
     {"listeners", &TcpStackCounters::listeners},
     {"memory_bytes", &TcpStackCounters::memory_bytes},
     {"memory_bound", &TcpStackCounters::memory_bound},
+    {"send_buffer", &TcpStackCounters::send_buffer},
+    {"recv_window", &TcpStackCounters::recv_window},
 }};
 
 // What an ICMP destination unreachable says (proto/net/icmp.h reads it).

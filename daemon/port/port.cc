@@ -166,4 +166,13 @@ bool Port::link_up() const {
     return rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
 }
 
+std::uint32_t Port::link_speed_mbps() const {
+    rte_eth_link link{};
+    if (rte_eth_link_get_nowait(id_, &link) != 0 || link.link_status != RTE_ETH_LINK_UP ||
+        link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN) {
+        return 0;
+    }
+    return link.link_speed;
+}
+
 }  // namespace snic::daemon

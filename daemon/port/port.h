@@ -72,6 +72,8 @@ class Port {
         return static_cast<std::uint16_t>(addr_.load(std::memory_order_relaxed));
     }
     bool link_up() const;
+    // The link's speed in Mb/s as the device reports it now; 0 when down or unknown.
+    std::uint32_t link_speed_mbps() const;
     const PortCounters& counters() const { return counters_; }
     // The EAL lcore that polls the port and runs its transports (set once, before it runs).
     unsigned lcore() const { return lcore_; }

@@ -38,11 +38,11 @@ def setup_ns(veth_ns):
     return v
 
 
-def snicd(daemons, mem_args, v, selftest: str, port_extra: str = ""):
+def snicd(daemons, mem_args, v, selftest: str, port_extra: str = "", args: tuple = ()):
     name = st.unique("tcp", maxlen=24)
     return daemons(name, ["-l", "0", "--no-pci",
                           f"--vdev=net_af_packet0,iface={v.host},framecnt=4096", *mem_args],
-                   ["--port", f"0,ip={SNIC_IP}/24{port_extra}", "--idle-backoff", "20",
+                   ["--port", f"0,ip={SNIC_IP}/24{port_extra}", "--idle-backoff", "20", *args,
                     "--selftest", selftest])
 
 
@@ -336,6 +336,46 @@ def test_snicctl_tcp_and_telemetry_show_a_live_connection(daemons, veth_ns, mem_
         cl.stdin.flush()
         out, err = finish(cl, timeout=60)
         assert json.loads(out.strip().splitlines()[-1])["answer"].startswith("200000 "), out + err
+    finally:
+        if cl.poll() is None:
+            cl.kill()
+            cl.wait()
+    assert d.wait(timeout=60) == 0, d.describe()
+
+
+def test_windows_are_sized_from_the_link_and_tcp_window_rtt(daemons, veth_ns, mem_args):
+    """--tcp-window-rtt 2000 on the veth's 10 Gb/s (as af_packet reports it): 2.5 MB, twice,
+    so 8 MiB buffers; the kernel sees the whole window offered (the scale in snic's SYN-ACK),
+    and a transfer through it is byte-exact."""
+    v = setup_ns(veth_ns)
+    d = wait_ready(snicd(daemons, mem_args, v, "tcp-sink,port=5002",
+                         args=("--tcp-window-rtt", "2000")))
+    window = 8 << 20
+    assert re.search(r"port 0: TCP buffers 8192 KiB: 10000 Mb/s x 2000 us, twice",
+                     d.stdout() + d.stderr()), d.describe()
+    stats = st.telemetry_query(d.prefix, "/snic/tcp_stats,0")[0]["/snic/tcp_stats"]
+    assert (stats["send_buffer"], stats["recv_window"]) == (window, window), stats
+    cl = start_in_ns(v, "client", SNIC_IP, "5002", str(16 << 20), "--hold", stdin=subprocess.PIPE)
+    try:
+        assert cl.stdout.readline().strip() == "holding"
+
+        def row():
+            res = st.run([st.SNICCTL, "-s", d.ctrl, "tcp"])
+            return re.search(r"^port 0 ESTABLISHED .* snd_wnd (\d+) rcv_wnd (\d+)", res.stdout,
+                             re.M) if res.returncode == 0 else None
+
+        m = st.poll(row, "snicctl tcp to show the connection", tries=100)
+        assert int(m[2]) == window, m[0]
+        # The kernel's view of snic's window: ss reports what the peer offered as snd_wnd
+        # where the kernel has it (6.2 on); else the scale it agreed to.
+        ss = st.run(["ip", "netns", "exec", v.ns, "ss", "-tinH", "dst", SNIC_IP]).stdout
+        ws = re.search(r"wscale:(\d+),(\d+)", ss)
+        assert ws and int(ws[1]) == 8, ss  # snic's scale: 8 MiB >> 8 fits 16 bits
+        cl.stdin.write("go\n")
+        cl.stdin.flush()
+        out, err = finish(cl, timeout=60)
+        assert json.loads(out.strip().splitlines()[-1])["answer"].startswith(f"{16 << 20} "), \
+            out + err
     finally:
         if cl.poll() is None:
             cl.kill()

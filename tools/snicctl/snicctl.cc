@@ -45,6 +45,7 @@ int usage(FILE* out, int code) {
         "             connection: port N STATE local IP:PORT remote IP:PORT mss N cwnd N\n"
         "             ssthresh N srtt US rttvar US rto US retransmits N fast N timeouts N\n"
         "             bytes_sent N bytes_acked N bytes_received N segs_out N segs_in N\n"
+        "             snd_wnd N rcv_wnd N (the windows offered by the peer and by snic)\n"
         "             (root sees every row, others those of their own rdma_cm ids)\n"
         "  qp         one line per QP: qpn N device NAME session N pid N uid N type T state S\n"
         "             dest_qpn N peer IP (root sees every session's QPs, others their own)\n"

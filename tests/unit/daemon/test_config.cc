@@ -360,6 +360,18 @@ TEST(Config, tcp_rto_min_bounds) {
                   std::string("--tcp-rto-min: invalid milliseconds (1..1000) '") + bad + "'");
 }
 
+TEST(Config, tcp_window_rtt_bounds) {
+    auto dflt = parse({"--port", kPort0});
+    ASSERT_TRUE(dflt.ok());
+    EXPECT_EQ(dflt->tcp.window_rtt_us, 100u);
+    auto set = parse({"--port", kPort0, "--tcp-window-rtt", "2000"});
+    ASSERT_TRUE(set.ok());
+    EXPECT_EQ(set->tcp.window_rtt_us, 2000u);
+    for (const char* bad : {"0", "100001", "1.5", "far", ""})
+        EXPECT_EQ(error_of({"--port", kPort0, "--tcp-window-rtt", bad}),
+                  std::string("--tcp-window-rtt: invalid microseconds (1..100000) '") + bad + "'");
+}
+
 TEST(Config, arp_timeout_bounds) {
     EXPECT_EQ(error_of({"--port", kPort0, "--arp-timeout", "0"}),
               "--arp-timeout: invalid seconds (1..86400) '0'");

@@ -208,6 +208,53 @@ TEST(TcpStack, a_listener_takes_a_syn_and_the_stream_flows_both_ways_until_both_
     EXPECT_EQ(n.a.accept(c, client), EBADF);
 }
 
+TEST(TcpWindow, buffers_are_twice_the_bandwidth_delay_product_in_powers_of_two) {
+    EXPECT_EQ(tcp_window_for(10'000, 100), 256u * 1024) << "10 Gb/s x 100 us = 125 kB";
+    EXPECT_EQ(tcp_window_for(0, 100), tcp_window_for(kDefaultLinkMbps, 100)) << "unknown speed";
+    EXPECT_EQ(tcp_window_for(25'000, 100), 1024u * 1024) << "625 kB, twice, up to 2^20";
+    EXPECT_EQ(tcp_window_for(100'000, 100), 4u * 1024 * 1024);
+    EXPECT_EQ(tcp_window_for(10'000, 1000), 4u * 1024 * 1024) << "1 ms at 10 Gb/s";
+    EXPECT_EQ(tcp_window_for(1'000, 10), kMinTcpWindow) << "2.5 kB: the floor";
+    EXPECT_EQ(tcp_window_for(400'000, 100'000), kMaxTcpWindow) << "5 GB: the ceiling";
+    tcp::TcpConfig c;
+    size_tcp_buffers(c, 4u << 20);
+    EXPECT_EQ(c.send_buffer, 4u << 20);
+    EXPECT_EQ(c.recv_window, 4u << 20);
+    EXPECT_EQ(c.max_records, 16384u) << "a record per 256 bytes";
+    size_tcp_buffers(c, kMinTcpWindow);
+    EXPECT_EQ(c.max_records, 1024u) << "never fewer than the engine's default";
+    EXPECT_EQ(tcp::tcp_config_error(c), nullptr);
+}
+
+TEST(TcpWindow, a_window_sized_for_a_fast_link_is_offered_whole_and_fills) {
+    // A is sized for 100 Gb/s and 100 us (4 MiB); B keeps 64 KiB.
+    TcpStackConfig big = config(kA);
+    const std::uint32_t w = tcp_window_for(100'000, 100);
+    size_tcp_buffers(big.conn, w);
+    Net n(big);
+    EXPECT_EQ(n.a.counters().send_buffer.get(), w);
+    EXPECT_EQ(n.a.counters().recv_window.get(), w);
+    Server srv(n);
+    Recorder client;
+    TcpHandle c;
+    ASSERT_EQ(n.a.connect(kB, 80, client, c), 0);
+    std::vector<std::vector<std::byte>> rx(4, std::vector<std::byte>(w / 4));
+    for (std::size_t i = 0; i < rx.size(); ++i) ASSERT_TRUE(n.a.post_receive(c, rx[i], i));
+    n.pump();
+    ASSERT_EQ(srv.conns.size(), 1u);
+    // The window scale in A's SYN carries 4 MiB: B may send that much unacknowledged.
+    tcp::TcpInfo peer, mine;
+    ASSERT_TRUE(n.b.info(srv.conns[0], peer));
+    ASSERT_TRUE(n.a.info(c, mine));
+    EXPECT_EQ(peer.snd_wnd, w);
+    EXPECT_EQ(mine.rcv_wnd, w);
+    EXPECT_EQ(mine.rcv_wscale, 7) << "4 MiB >> 7 fits 16 bits, >> 6 does not";
+    // And A queues a record of three quarters of it, which 256 KiB would refuse.
+    std::vector<std::byte> record(3 * (w / 4), std::byte{0x5a});
+    EXPECT_TRUE(n.a.send(c, record));
+    EXPECT_FALSE(n.a.send(c, std::span(record).first(w / 2))) << "past the send buffer";
+}
+
 TEST(TcpStack, a_segment_to_a_closed_port_is_answered_with_rst_and_the_connect_is_reset) {
     Net n;
     Recorder client;
