@@ -211,6 +211,10 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
             auto m = parse_number<std::uint16_t>(value);
             if (!m || *m < kMinMtu || *m > kMaxMtu) return bad(option, "MTU (68..9000)", value);
             spec.mtu = *m;
+        } else if (key == "delay") {
+            auto us = parse_number<std::uint32_t>(value);
+            if (!us || *us == 0 || *us > 100'000) return bad(option, "delay (1..100000 us)", f);
+            spec.fault.rx_delay_us = *us;
         } else if (key == "seed") {
             auto n = parse_number<std::uint64_t>(value);
             if (!n) return bad(option, "seed", value);
@@ -222,7 +226,7 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
         } else {
             return bad(option,
                        "parameter (known: ip, mac, mtu, shared, fallback, "
-                       "[rx-|tx-]loss|dup|reorder|corrupt, seed)",
+                       "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay)",
                        f);
         }
     }
@@ -434,11 +438,13 @@ snicd options:
                          change), beside the kernel's own traffic; where the kernel makes no
                          XDP sockets the port runs on IF with the fallback address of its own
                          (net_af_packet), or snicd stops without one
-                         [,loss=F][,dup=F][,reorder=F][,corrupt=F][,seed=N]
+                         [,loss=F][,dup=F][,reorder=F][,corrupt=F][,seed=N][,delay=US]
                          <port> is a DPDK port id or device name (net_af_packet0, wire0, ...);
                          loss/dup/reorder/corrupt inject faults into that fraction F (0.01 or 1%)
                          of the frames in both directions (rx-loss=, tx-dup=, ... for one),
-                         from a generator seeded with N (default 1) so that runs repeat
+                         from a generator seeded with N (default 1) so that runs repeat;
+                         delay holds each received frame US us (1..100000) before it is read:
+                         every round trip through the port is that much longer
   --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
   --no-xdp               use no XDP socket: shared ports run as on a kernel without them
   --ctrl PATH            control socket (default /run/snic/NAME.sock)
@@ -451,7 +457,8 @@ snicd options:
   --arp-timeout SEC      lifetime of ARP cache entries (default 60)
   --tcp-max-conns N      connections of snic's TCP (iWARP's) per port at once, in any state
                          (1..65535, default 4096); each holds up to about 530 KiB as it is used
-                         (its send buffer and iWARP's receive buffers). An rdma_connect past it
+                         (its send buffer and iWARP's receive buffers, at 10 Gb/s and the
+                         default --tcp-window-rtt). An rdma_connect past it
                          fails with ENOBUFS, a SYN past it is dropped (counted: syn_table_full)
   --tcp-max-per-peer N   of those, connections with one remote address at once (1..65535,
                          default 2048, at most --tcp-max-conns): ENOBUFS or dropped past it

@@ -4,7 +4,9 @@
 // datapath applies them to mbufs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "common/rng.h"
 
@@ -25,6 +27,8 @@ struct FaultSpec {
     FaultRates rx;
     FaultRates tx;
     std::uint64_t seed = 1;
+    // Received frames wait this long before snicd reads them (a longer path; 0: none).
+    std::uint32_t rx_delay_us = 0;
     friend bool operator==(const FaultSpec&, const FaultSpec&) = default;
 };
 
@@ -46,6 +50,43 @@ class FaultInjector {
   private:
     FaultRates rates_;
     Xoshiro256 rng_;  // common/rng.h: a seed replays the run
+};
+
+// Items held a fixed time, in arrival order: a path `delay` ticks longer. Bounded: push()
+// refuses past `capacity` (rounded up to a power of two) items held.
+template <class T>
+class DelayLine {
+  public:
+    DelayLine(std::size_t capacity, std::uint64_t delay)
+        : cap_(round_up(capacity)), delay_(delay), q_(std::make_unique<Slot[]>(cap_)) {}
+    std::uint64_t delay() const { return delay_; }
+    std::size_t size() const { return tail_ - head_; }
+    bool push(T item, std::uint64_t now) {
+        if (tail_ - head_ == cap_) return false;
+        q_[tail_++ & (cap_ - 1)] = Slot{item, now + delay_};
+        return true;
+    }
+    // The oldest item if its time has come.
+    bool pop_due(T& out, std::uint64_t now) {
+        if (head_ == tail_ || q_[head_ & (cap_ - 1)].due > now) return false;
+        out = q_[head_++ & (cap_ - 1)].item;
+        return true;
+    }
+
+  private:
+    struct Slot {
+        T item{};
+        std::uint64_t due = 0;
+    };
+    static std::size_t round_up(std::size_t n) {
+        std::size_t c = 1;
+        while (c < n) c <<= 1;
+        return c;
+    }
+    const std::size_t cap_;
+    const std::uint64_t delay_;
+    std::unique_ptr<Slot[]> q_;
+    std::size_t head_ = 0, tail_ = 0;
 };
 
 }  // namespace snic::daemon

@@ -64,7 +64,15 @@ Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAdd
                 &counters_.tx_fault_dropped,
                 &counters_.tx_fault_duplicated,
                 &counters_.tx_fault_reordered,
-                &counters_.tx_fault_corrupted} {}
+                &counters_.tx_fault_corrupted} {
+    if (spec.fault.rx_delay_us != 0) {
+        // Room for the delay's frames at 10 Mpps, bounded: a full line drops (rx_delay_full).
+        const std::uint64_t frames = std::clamp<std::uint64_t>(
+            std::uint64_t{spec.fault.rx_delay_us} * 10, 1024, 1u << 20);
+        rx_delay_ = std::make_unique<DelayLine<rte_mbuf*>>(
+            frames, settings.tsc_hz * spec.fault.rx_delay_us / 1'000'000);
+    }
+}
 
 Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& spec,
                                          rte_mempool* pool, const PortSettings& settings) {
@@ -148,6 +156,9 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
                 "port {}: injecting {} faults: loss {} dup {} reorder {} corrupt {} (seed {})",
                 port_id, dir, r.drop, r.duplicate, r.reorder, r.corrupt, spec.fault.seed);
     }
+    if (spec.fault.rx_delay_us != 0)
+        spdlog::warn("port {}: received frames wait {} us before they are read (delay=)", port_id,
+                     spec.fault.rx_delay_us);
     return port;
 }
 
@@ -155,6 +166,8 @@ Port::~Port() {
     for (std::uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
     rte_pktmbuf_free(rx_fault_.held);
     rte_pktmbuf_free(tx_fault_.held);
+    rte_mbuf* m = nullptr;
+    while (rx_delay_ && rx_delay_->pop_due(m, ~std::uint64_t{0})) rte_pktmbuf_free(m);
     if (started_) {
         rte_eth_dev_stop(id_);
         rte_eth_dev_close(id_);

@@ -187,6 +187,9 @@ class Port {
 
     FaultPath rx_fault_;
     FaultPath tx_fault_;
+    // delay=: received frames held until their time (none without it).
+    std::unique_ptr<DelayLine<rte_mbuf*>> rx_delay_;
+    std::uint16_t delay_rx(rte_mbuf** pkts, std::uint16_t n, std::uint16_t room, std::uint64_t now);
 
     std::uint16_t tx_count_ = 0;
     rte_mbuf* tx_[kMaxBurst];

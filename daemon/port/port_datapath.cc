@@ -30,11 +30,28 @@ std::uint16_t Port::poll_rx(std::uint64_t now) {
         std::copy_n(pkts, n, in);
         n = inject(rx_fault_, in, n, pkts);
     }
+    if (rx_delay_) n = delay_rx(pkts, n, rx_burst_, now);
     for (std::uint16_t i = 0; i < n; ++i) {
         if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void*));
         handle(pkts[i], now);
     }
     return n;
+}
+
+// Holds pkts[0..n) in the delay line and returns in pkts what is due, at most `room`.
+std::uint16_t Port::delay_rx(rte_mbuf** pkts, std::uint16_t n, std::uint16_t room,
+                             std::uint64_t now) {
+    for (std::uint16_t i = 0; i < n; ++i) {
+        if (rx_delay_->push(pkts[i], now)) {
+            counters_.rx_delayed.add();
+        } else {
+            counters_.rx_delay_full.add();
+            rte_pktmbuf_free(pkts[i]);
+        }
+    }
+    std::uint16_t due = 0;
+    while (due < room && rx_delay_->pop_due(pkts[due], now)) ++due;
+    return due;
 }
 
 void Port::drop(rte_mbuf* m, net::Drop why) {

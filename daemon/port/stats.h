@@ -23,6 +23,7 @@ struct PortCounters {
     Counter roce_dispatched, tcp_dispatched;
     Counter rx_fault_dropped, rx_fault_duplicated, rx_fault_reordered, rx_fault_corrupted;
     Counter tx_fault_dropped, tx_fault_duplicated, tx_fault_reordered, tx_fault_corrupted;
+    Counter rx_delayed, rx_delay_full;  // frames held by the port's delay=, and dropped: full
     std::array<Counter, net::kDropReasons> drops;
 
     void drop(net::Drop why) noexcept { drops[static_cast<std::size_t>(why)].add(); }
@@ -33,7 +34,7 @@ struct CounterField {
     Counter PortCounters::*field;
 };
 
-inline constexpr std::array<CounterField, 22> kPortCounterFields = {{
+inline constexpr std::array<CounterField, 24> kPortCounterFields = {{
     {"rx_packets", &PortCounters::rx_packets},
     {"rx_bytes", &PortCounters::rx_bytes},
     {"tx_packets", &PortCounters::tx_packets},
@@ -56,6 +57,8 @@ inline constexpr std::array<CounterField, 22> kPortCounterFields = {{
     {"tx_fault_duplicated", &PortCounters::tx_fault_duplicated},
     {"tx_fault_reordered", &PortCounters::tx_fault_reordered},
     {"tx_fault_corrupted", &PortCounters::tx_fault_corrupted},
+    {"rx_delayed", &PortCounters::rx_delayed},
+    {"rx_delay_full", &PortCounters::rx_delay_full},
 }};
 
 // Calls f(name, value) for every counter; drop reasons are named "drop_<reason>".

@@ -110,5 +110,44 @@ TEST(FaultConfig, rejects_fraction_out_of_range_or_malformed) {
     }
 }
 
+TEST(FaultConfig, delay_is_microseconds_on_received_frames) {
+    auto s = parse_port_spec("0,ip=198.18.1.2/24,delay=1000");
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->fault.rx_delay_us, 1000u);
+    EXPECT_FALSE(s->fault.rx.any() || s->fault.tx.any()) << "a delay is no fault rate";
+    for (const char* bad : {"0,ip=198.18.1.2/24,delay=0", "0,ip=198.18.1.2/24,delay=100001",
+                            "0,ip=198.18.1.2/24,delay=1ms", "0,ip=198.18.1.2/24,delay="}) {
+        auto e = parse_port_spec(bad);
+        ASSERT_FALSE(e.ok()) << bad;
+        EXPECT_NE(e.error().message.find("invalid delay (1..100000 us)"), std::string::npos)
+            << e.error().message;
+    }
+}
+
+TEST(DelayLine, items_leave_in_order_once_their_time_has_come) {
+    DelayLine<int> line(3, 100);  // room for 4
+    EXPECT_TRUE(line.push(1, 1000));
+    EXPECT_TRUE(line.push(2, 1010));
+    EXPECT_TRUE(line.push(3, 1050));
+    EXPECT_TRUE(line.push(4, 1050));
+    EXPECT_FALSE(line.push(5, 1060)) << "full: the caller drops it";
+    int got = 0;
+    EXPECT_FALSE(line.pop_due(got, 1099)) << "not yet";
+    ASSERT_TRUE(line.pop_due(got, 1100));
+    EXPECT_EQ(got, 1);
+    EXPECT_FALSE(line.pop_due(got, 1109));
+    EXPECT_TRUE(line.push(6, 1105)) << "room again";
+    ASSERT_TRUE(line.pop_due(got, 1200));
+    EXPECT_EQ(got, 2);
+    ASSERT_TRUE(line.pop_due(got, 1200));
+    EXPECT_EQ(got, 3);
+    ASSERT_TRUE(line.pop_due(got, 1200));
+    EXPECT_EQ(got, 4);
+    EXPECT_FALSE(line.pop_due(got, 1204)) << "6 is due at 1205";
+    ASSERT_TRUE(line.pop_due(got, 1205));
+    EXPECT_EQ(got, 6);
+    EXPECT_EQ(line.size(), 0u);
+}
+
 }  // namespace
 }  // namespace snic::daemon
