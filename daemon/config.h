@@ -41,7 +41,8 @@ inline constexpr std::uint32_t kMaxSelftestSize = 8u << 20;
 // snic's TCP on each port (iWARP's connections, the TCP self-tests): connections at once in
 // any state, and with one remote address (--tcp-max-conns, --tcp-max-per-peer). A connection
 // holds up to about 530 KiB at a 10 Gb/s port's default window (TcpStack::memory_per_connection
-// and iWARP's receive buffers; they grow with --tcp-window-rtt and the link), touched as it is used: an idle one, with its iWARP QP, holds about 40 KiB (docs/SECURITY.md).
+// and iWARP's receive buffers; they grow with --tcp-window-rtt and the link), touched as it is
+// used: an idle one, with its iWARP QP, holds about 40 KiB (docs/SECURITY.md).
 struct TcpLimits {
     std::uint32_t max_connections = 4096;
     std::uint32_t max_per_peer = 2048;

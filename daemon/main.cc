@@ -374,8 +374,8 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             // from the bandwidth-delay product of the link's speed now and --tcp-window-rtt.
             const std::uint32_t mbps = r.ports[p]->link_speed_mbps();
             const std::uint32_t window = tcp_window_for(mbps, cfg.tcp.window_rtt_us);
-            spdlog::info("port {}: TCP buffers {} KiB: {} Mb/s{} x {} us, twice", p,
-                         window / 1024, mbps == 0 ? kDefaultLinkMbps : mbps,
+            spdlog::info("port {}: TCP buffers {} KiB: {} Mb/s{} x {} us, twice", p, window / 1024,
+                         mbps == 0 ? kDefaultLinkMbps : mbps,
                          mbps == 0 ? " (link speed unknown)" : "", cfg.tcp.window_rtt_us);
             r.tcp[p] = std::make_unique<TcpService>(
                 *r.ports[p], *r.tasks[i],

@@ -250,7 +250,8 @@ void TcpSinkTest::post(Slot& s) {
     // Buffers go round the region in order: stream offset x lies in buffer (x / size) % kBufs.
     while (!s.fin && s.posted - s.done < kBufs) {
         const std::size_t b = s.posted % kBufs;
-        if (!stack_.post_receive(s.conn, {s.bufs.get() + b * buf_size_, buf_size_}, s.posted)) return;
+        if (!stack_.post_receive(s.conn, {s.bufs.get() + b * buf_size_, buf_size_}, s.posted))
+            return;
         ++s.posted;
     }
 }

@@ -89,8 +89,7 @@ void IwarpTransport::emit(IwConn& c, IwCmEvent::Kind kind, std::int32_t status,
 void IwarpTransport::post_buffers(IwConn& c) {
     const std::uint32_t size = rx_buffer_bytes();
     for (std::uint32_t n = 0; n < kRxBuffers; ++n)
-        stack().post_receive(c.tcp, {reinterpret_cast<std::byte*>(c.rx.get()) + n * size, size},
-                             n);
+        stack().post_receive(c.tcp, {reinterpret_cast<std::byte*>(c.rx.get()) + n * size, size}, n);
 }
 
 // Buffers read to their end and returned by TCP go back as the next ones of their slot.
@@ -102,8 +101,8 @@ void IwarpTransport::repost(IwConn& c) {
         if ((c.returned & (1u << slot)) == 0 || c.consumed < (n + 1) * size) return;
         c.returned &= ~(1u << slot);
         ++c.next_repost;
-        stack().post_receive(
-            c.tcp, {reinterpret_cast<std::byte*>(c.rx.get()) + slot * size, size}, n + kRxBuffers);
+        stack().post_receive(c.tcp, {reinterpret_cast<std::byte*>(c.rx.get()) + slot * size, size},
+                             n + kRxBuffers);
     }
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string_view>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -67,8 +68,8 @@ Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAdd
                 &counters_.tx_fault_corrupted} {
     if (spec.fault.rx_delay_us != 0) {
         // Room for the delay's frames at 10 Mpps, bounded: a full line drops (rx_delay_full).
-        const std::uint64_t frames = std::clamp<std::uint64_t>(
-            std::uint64_t{spec.fault.rx_delay_us} * 10, 1024, 1u << 20);
+        const std::uint64_t frames =
+            std::clamp<std::uint64_t>(std::uint64_t{spec.fault.rx_delay_us} * 10, 1024, 1u << 20);
         rx_delay_ = std::make_unique<DelayLine<rte_mbuf*>>(
             frames, settings.tsc_hz * spec.fault.rx_delay_us / 1'000'000);
     }
@@ -181,11 +182,28 @@ bool Port::link_up() const {
 
 std::uint32_t Port::link_speed_mbps() const {
     rte_eth_link link{};
-    if (rte_eth_link_get_nowait(id_, &link) != 0 || link.link_status != RTE_ETH_LINK_UP ||
-        link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN) {
-        return 0;
+    if (rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP &&
+        link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN && link.link_speed != RTE_ETH_SPEED_NUM_NONE) {
+        return link.link_speed;
     }
-    return link.link_speed;
+    rte_eth_dev_info info{};
+    if (rte_eth_dev_info_get(id_, &info) != 0) return 0;
+    static constexpr std::pair<std::uint32_t, std::uint32_t> kSpeeds[] = {
+        {RTE_ETH_LINK_SPEED_200G, RTE_ETH_SPEED_NUM_200G},
+        {RTE_ETH_LINK_SPEED_100G, RTE_ETH_SPEED_NUM_100G},
+        {RTE_ETH_LINK_SPEED_56G, RTE_ETH_SPEED_NUM_56G},
+        {RTE_ETH_LINK_SPEED_50G, RTE_ETH_SPEED_NUM_50G},
+        {RTE_ETH_LINK_SPEED_40G, RTE_ETH_SPEED_NUM_40G},
+        {RTE_ETH_LINK_SPEED_25G, RTE_ETH_SPEED_NUM_25G},
+        {RTE_ETH_LINK_SPEED_20G, RTE_ETH_SPEED_NUM_20G},
+        {RTE_ETH_LINK_SPEED_10G, RTE_ETH_SPEED_NUM_10G},
+        {RTE_ETH_LINK_SPEED_5G, RTE_ETH_SPEED_NUM_5G},
+        {RTE_ETH_LINK_SPEED_2_5G, RTE_ETH_SPEED_NUM_2_5G},
+        {RTE_ETH_LINK_SPEED_1G, RTE_ETH_SPEED_NUM_1G},
+    };
+    for (const auto& [flag, mbps] : kSpeeds)
+        if ((info.speed_capa & flag) != 0) return mbps;
+    return 0;
 }
 
 }  // namespace snic::daemon

@@ -72,7 +72,8 @@ class Port {
         return static_cast<std::uint16_t>(addr_.load(std::memory_order_relaxed));
     }
     bool link_up() const;
-    // The link's speed in Mb/s as the device reports it now; 0 when down or unknown.
+    // The link's speed in Mb/s: as the device reports it now when the link is up, else the
+    // fastest it says it supports (a link still negotiating at start); 0 when it says neither.
     std::uint32_t link_speed_mbps() const;
     const PortCounters& counters() const { return counters_; }
     // The EAL lcore that polls the port and runs its transports (set once, before it runs).

@@ -207,8 +207,8 @@ std::string tcp_line(std::uint32_t port_id, const shm::TcpConnInfo& c) {
                        n(c.retransmits) + " fast " + n(c.fast_retransmits) + " timeouts " +
                        n(c.timeouts) + " bytes_sent " + n(c.bytes_sent) + " bytes_acked " +
                        n(c.bytes_acked) + " bytes_received " + n(c.bytes_received) + " segs_out " +
-                       n(c.segments_out) + " segs_in " + n(c.segments_in) + " snd_wnd " + n(c.snd_wnd) +
-                       " rcv_wnd " + n(c.rcv_wnd);
+                       n(c.segments_out) + " segs_in " + n(c.segments_in) + " snd_wnd " +
+                       n(c.snd_wnd) + " rcv_wnd " + n(c.rcv_wnd);
     if ((c.flags & 1) != 0) line += " sack";
     if ((c.flags & 2) != 0) line += " ts";
     if ((c.flags & 4) != 0) line += " recovery";
