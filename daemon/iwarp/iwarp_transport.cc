@@ -405,6 +405,8 @@ void IwarpTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), voi
     fn(ctx, {"iw_events_lost", c.events_lost.get()});
     fn(ctx, {"iw_held_bytes", c.held_bytes.get()});
     fn(ctx, {"iw_mpa_timeouts", c.mpa_timeouts.get()});
+    // Not a count: the receive ring of each connection (the window its peer is offered).
+    fn(ctx, {"iw_rx_ring_bytes", std::uint64_t{kRxBuffers} * rx_buffer_bytes()});
     runner_.for_each_counter(fn, ctx);
 }
 

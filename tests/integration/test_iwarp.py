@@ -203,3 +203,27 @@ def test_perftest_over_iwarp(wire, tmp_path, tool, size):
     st.poll(lambda: rcm.cm_status(d)["ids"] == 0, "the run's rdma_cm ids gone")
     after = port_counters(d, "tcp_stats")
     assert after.get("ended_reset", 0) == before.get("ended_reset", 0), (before, after)
+
+
+def test_windows_sized_for_a_longer_path_carry_verified_data(tmp_path_factory, tmp_path,
+                                                             mem_args, monkeypatch):
+    """--tcp-window-rtt 1000 sizes each connection's TCP for 1 ms at the wire's 10 Gb/s:
+    4 MiB windows, so iWARP's receive ring is four 1 MiB buffers (64 KiB by default). rping
+    -V checks every byte of 300 reads and writes of 65,000 bytes, which go round that ring
+    four times and more, across its buffers' ends at ever other offsets."""
+    with st.wire_daemon(tmp_path_factory, mem_args, "iwbdp", SUBNET,
+                        args=("--tcp-window-rtt", "1000")) as (d, sock_dir):
+        stats = port_counters(d, "tcp_stats")
+        # Summed over the two ports.
+        assert (stats["send_buffer"], stats["recv_window"]) == (8 << 20, 8 << 20), stats
+        assert iwarp_counters(d)["iw_rx_ring_bytes"] == 8 << 20
+        monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
+        port = str(next(_ports))
+        rcm.client_server(d, sock_dir, tmp_path,
+                          ["rping", "-s", "-a", SERVER_IP, "-p", port, "-C", "300", "-S",
+                           "65000", "-V"],
+                          ["rping", "-c", "-a", SERVER_IP, "-I", CLIENT_IP, "-p", port, "-C",
+                           "300", "-S", "65000", "-V"])
+        after = port_counters(d, "tcp_stats")
+        assert after.get("ended_reset", 0) == 0, after
+        assert iwarp_counters(d).get("iw_mpa_errors", 0) == 0
