@@ -348,28 +348,29 @@ TEST(Config, tcp_connection_bounds) {
               "--tcp-max-per-peer: invalid connections (1..65535) 'lots'");
 }
 
+// A TCP option of one number: its default, a value taken, and each bad value's error.
+void expect_tcp_number_option(const char* opt, std::uint32_t TcpLimits::*field, std::uint32_t dflt,
+                              const char* value, std::uint32_t taken, const std::string& range,
+                              std::initializer_list<const char*> bad) {
+    auto d = parse({"--port", kPort0});
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->tcp.*field, dflt) << opt;
+    auto set = parse({"--port", kPort0, opt, value});
+    ASSERT_TRUE(set.ok()) << opt;
+    EXPECT_EQ(set->tcp.*field, taken) << opt;
+    for (const char* b : bad)
+        EXPECT_EQ(error_of({"--port", kPort0, opt, b}),
+                  std::string(opt) + ": invalid " + range + " '" + b + "'");
+}
+
 TEST(Config, tcp_rto_min_bounds) {
-    auto dflt = parse({"--port", kPort0});
-    ASSERT_TRUE(dflt.ok());
-    EXPECT_EQ(dflt->tcp.rto_min_ms, 200u);
-    auto set = parse({"--port", kPort0, "--tcp-rto-min", "5"});
-    ASSERT_TRUE(set.ok());
-    EXPECT_EQ(set->tcp.rto_min_ms, 5u);
-    for (const char* bad : {"0", "1001", "2.5", "soon", ""})
-        EXPECT_EQ(error_of({"--port", kPort0, "--tcp-rto-min", bad}),
-                  std::string("--tcp-rto-min: invalid milliseconds (1..1000) '") + bad + "'");
+    expect_tcp_number_option("--tcp-rto-min", &TcpLimits::rto_min_ms, 200, "5", 5,
+                             "milliseconds (1..1000)", {"0", "1001", "2.5", "soon", ""});
 }
 
 TEST(Config, tcp_window_rtt_bounds) {
-    auto dflt = parse({"--port", kPort0});
-    ASSERT_TRUE(dflt.ok());
-    EXPECT_EQ(dflt->tcp.window_rtt_us, 100u);
-    auto set = parse({"--port", kPort0, "--tcp-window-rtt", "2000"});
-    ASSERT_TRUE(set.ok());
-    EXPECT_EQ(set->tcp.window_rtt_us, 2000u);
-    for (const char* bad : {"0", "100001", "1.5", "far", ""})
-        EXPECT_EQ(error_of({"--port", kPort0, "--tcp-window-rtt", bad}),
-                  std::string("--tcp-window-rtt: invalid microseconds (1..100000) '") + bad + "'");
+    expect_tcp_number_option("--tcp-window-rtt", &TcpLimits::window_rtt_us, 100, "2000", 2000,
+                             "microseconds (1..100000)", {"0", "100001", "1.5", "far", ""});
 }
 
 TEST(Config, arp_timeout_bounds) {
