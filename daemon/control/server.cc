@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -29,6 +31,8 @@ constexpr std::size_t kMaxClients = 256;
 // Connections one user (uid) may hold: one process cannot lock every other user out.
 constexpr std::size_t kMaxClientsPerUid = 64;
 constexpr int kPollMs = 100;
+// How often each port's link is looked at (a link event reaches clients within about this).
+constexpr std::chrono::milliseconds kLinkCheck{100};
 // Objects of a gone client's session destroyed per turn of the loop. Each QP or region costs
 // an munmap with its TLB shootdown (tens of microseconds): a client with 8,000 QPs, taken
 // apart in one go, held the control socket for 0.45 s; at 64 a turn, snicctl status waited
@@ -107,6 +111,31 @@ Status ControlServer::listen() {
     return Ok{};
 }
 
+void ControlServer::check_links() {
+    link_up_.resize(devices_.size(), -1);
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+        const DevicePort& port = devices_[i];
+        if (!port.link) continue;
+        const LinkInfo link = port.link();
+        const std::int8_t now = link.up ? 1 : 0;
+        const std::int8_t was = std::exchange(link_up_[i], now);
+        if (was == now || was < 0) continue;  // no change, or the first look
+        if (link.up) {
+            spdlog::info("port {}: link up ({} Mb/s)", i, link.speed_mbps);
+        } else {
+            spdlog::warn("port {}: link down", i);
+        }
+        std::size_t told = 0, lost = 0;
+        for (const auto& c : clients_) {
+            if (!c->session || c->session->port() != &port) continue;
+            (c->session->port_event(link.up) ? told : lost) += 1;
+        }
+        if (lost != 0)
+            spdlog::warn("port {}: {} session(s) missed the link event: event ring full", i, lost);
+        spdlog::debug("port {}: link event told to {} session(s)", i, told);
+    }
+}
+
 void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status) {
     std::vector<pollfd> fds;
     std::vector<int> cm_fds;
@@ -127,6 +156,10 @@ void ControlServer::serve(const std::atomic<bool>& stop, const StatusFn& status)
                             : cm_ != nullptr ? cm_->timeout_ms(CmService::now_ns(), kPollMs)
                                              : kPollMs;
         const int ready = ::poll(fds.data(), fds.size(), timeout);
+        if (const auto now = std::chrono::steady_clock::now(); now >= next_link_check_) {
+            next_link_check_ = now + kLinkCheck;
+            check_links();
+        }
         // CM's MADs and timers first: a reply it owes a client's request is then already due.
         if (cm_ != nullptr) cm_->run(CmService::now_ns());
         if (!dying_.empty() && !dying_.front()->dismantle(kDismantlePerTurn))

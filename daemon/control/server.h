@@ -102,6 +102,9 @@ class ControlServer {
     bool make_room(std::uint32_t uid);
     // Out of descriptors: accepts the waiting connection with the spare one and closes it.
     void shed_newest();
+    // Every kLinkCheckMs: each port's link as its device reports it; a change is logged and
+    // told to every session of the port's devices (Session::port_event).
+    void check_links();
     // Receives and answers one request; false when the client must be disconnected.
     bool handle(Client& c, const StatusFn& status);
     // Runs one well-formed request of the current ABI; returns the reply's length, or 0 when
@@ -139,6 +142,10 @@ class ControlServer {
     CmService* cm_ = nullptr;
     std::vector<std::pair<int, std::function<void()>>> watched_;
     TcpRowsFn tcp_rows_;
+    // check_links(): each port's link when last looked at (1 up, 0 down, -1 not yet), and when
+    // to look again.
+    std::vector<std::int8_t> link_up_;
+    std::chrono::steady_clock::time_point next_link_check_{};
 };
 
 }  // namespace snic::daemon

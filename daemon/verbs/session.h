@@ -242,6 +242,9 @@ class Session {
     // devices that is.
     const DevicePort* port() const { return port_; }
     const Device* device() const { return device_; }
+    // Tells the client its port's link went down or came up (IBV_EVENT_PORT_ERR, _ACTIVE, on
+    // port 1), as an RNIC does; false when its event ring is full.
+    bool port_event(bool up);
     const std::string& device_name() const { return device_->name; }
     // Observability (snicctl qp, telemetry): calls `fn` with each of the session's QPs. Control
     // thread only, like every op.

@@ -324,6 +324,10 @@ void Session::enter_state(Qp& qp, QpState cur, QpState next) {
     }
 }
 
+bool Session::port_event(bool up) {
+    return post_async(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, 1);
+}
+
 bool Session::post_async(std::uint32_t type, std::uint32_t handle) {
     bool posted = false;
     on_lcore([&] { posted = events_.post(type, handle); });
