@@ -211,6 +211,9 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
             auto m = parse_number<std::uint16_t>(value);
             if (!m || *m < kMinMtu || *m > kMaxMtu) return bad(option, "MTU (68..9000)", value);
             spec.mtu = *m;
+        } else if (key == "offloads") {
+            if (value != "on" && value != "off") return bad(option, "offloads (on or off)", f);
+            spec.offloads = value == "on";
         } else if (key == "delay") {
             auto us = parse_number<std::uint32_t>(value);
             if (!us || *us == 0 || *us > 100'000) return bad(option, "delay (1..100000 us)", f);
@@ -226,7 +229,7 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
         } else {
             return bad(option,
                        "parameter (known: ip, mac, mtu, shared, fallback, "
-                       "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay)",
+                       "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads)",
                        f);
         }
     }
@@ -439,12 +442,16 @@ snicd options:
                          XDP sockets the port runs on IF with the fallback address of its own
                          (net_af_packet), or snicd stops without one
                          [,loss=F][,dup=F][,reorder=F][,corrupt=F][,seed=N][,delay=US]
+                         [,offloads=on|off]
                          <port> is a DPDK port id or device name (net_af_packet0, wire0, ...);
                          loss/dup/reorder/corrupt inject faults into that fraction F (0.01 or 1%)
                          of the frames in both directions (rx-loss=, tx-dup=, ... for one),
                          from a generator seeded with N (default 1) so that runs repeat;
                          delay holds each received frame US us (1..100000) before it is read:
-                         every round trip through the port is that much longer
+                         every round trip through the port is that much longer;
+                         offloads=off computes every checksum in software even where the device
+                         offers to (default on: IPv4 and TCP checksums on transmit, the device's
+                         checksum verdict on receive, where it offers them)
   --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
   --no-xdp               use no XDP socket: shared ports run as on a kernel without them
   --ctrl PATH            control socket (default /run/snic/NAME.sock)

@@ -173,6 +173,7 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
         copy(info.devices[0], sizeof info.devices[0], device_name(cfg, i));
         copy(info.devices[1], sizeof info.devices[1], iw_device_name(cfg, i));
         copy(info.name, sizeof info.name, p.name());
+        info.offloads = offload_bits(p.offloads());
     }
 }
 

@@ -26,6 +26,7 @@ TcpStackConfig daemon_tcp_config(const Port& port, const tcp::IsnKey& key, tcp::
     c.max_listeners = kMaxListeners;
     c.conn.mtu = port.mtu();
     c.conn.isn_key = key;
+    c.conn.tx_checksum_offload = port.offloads().tx_tcp_checksum;
     // A burst per poll no larger than the port's tx buffer: the device takes it whole.
     c.conn.max_burst = kDefaultBurst;
     return c;
@@ -182,7 +183,8 @@ void TcpService::on_tcp(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, st
     }
     self->counters_.rx_segments.add();
     const auto* data = rte_pktmbuf_mtod(m, const std::uint8_t*);
-    self->stack_.on_segment(f.src_ip, {data + f.l4_offset, f.l4_length}, self->now_ns(now));
+    self->stack_.on_segment(f.src_ip, {data + f.l4_offset, f.l4_length}, self->now_ns(now),
+                            f.l4_verified);
     rte_pktmbuf_free(m);
 }
 
@@ -268,8 +270,30 @@ void TcpService::frame(rte_mbuf* m, const Template& t, std::size_t len) {
     const std::uint16_t id = ip_id_++;
     ip.total_length = total;
     ip.id = id;
-    ip.checksum = net::csum_finish(t.sum + total + id);
+    ip.checksum = port_.offloads().tx_ipv4_checksum ? 0 : net::csum_finish(t.sum + total + id);
     set_frame_length(m, len);
+    offload(m);
+}
+
+void TcpService::offload(rte_mbuf* m) const {
+    const PortOffloads& o = port_.offloads();
+    if (!o.tx_ipv4_checksum && !o.tx_tcp_checksum) return;
+    m->ol_flags |= RTE_MBUF_F_TX_IPV4;
+    if (o.tx_ipv4_checksum) {
+        m->ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;  // over a zero field, as DPDK asks
+        reinterpret_cast<net::Ipv4Hdr*>(rte_pktmbuf_mtod(m, std::uint8_t*) + net::kEthHdrLen)
+            ->checksum = 0;
+    }
+    if (o.tx_tcp_checksum) m->ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
+    m->l2_len = net::kEthHdrLen;
+    m->l3_len = net::kIpv4MinHdrLen;
+}
+
+void TcpService::complete_checksum(rte_mbuf* m, std::size_t len) const {
+    if (!port_.offloads().tx_tcp_checksum) return;
+    std::uint8_t* tcp = rte_pktmbuf_mtod(m, std::uint8_t*) + kL4Offset;
+    auto& h = *reinterpret_cast<tcp::TcpHdr*>(tcp);
+    h.checksum = net::csum_finish(net::csum_add({tcp, len}));  // the field holds the pseudo sum
 }
 
 void TcpService::frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len) {
@@ -290,6 +314,7 @@ void TcpService::tx_send(std::size_t len) {
             rte_pktmbuf_free(m);
             return;
         }
+        complete_checksum(m, len);
         frame(m, port_.mac(), tx_remote_, len);
         counters_.loopback.add();
         loop_[(loop_head_ + loop_count_++) % kLoopSlots] = m;
@@ -320,6 +345,7 @@ bool TcpService::release_held(std::uint64_t now_tsc) {
         Held h = held_[i];
         if (const auto mac = port_.resolve(h.remote, now_tsc)) {
             frame(h.m, *mac, h.remote, h.m->data_len);
+            offload(h.m);
             counters_.tx_segments.add();
             port_.send(h.m);
             did = true;

@@ -105,6 +105,12 @@ class TcpService final : public LcorePoller, public TcpLink {
     void frame(rte_mbuf* m, const Template& t, std::size_t len);
     static void set_frame_length(rte_mbuf* m, std::size_t len);
     void frame(rte_mbuf* m, net::MacAddr mac, net::Ipv4Addr remote, std::size_t len);
+    // Marks a framed segment's mbuf for the device's checksum offloads (IPv4 header, TCP),
+    // where the port uses them.
+    void offload(rte_mbuf* m) const;
+    // A segment written for TCP checksum offload that loops back to the port itself: no
+    // device completes its checksum, so it is completed here.
+    void complete_checksum(rte_mbuf* m, std::size_t len) const;
     bool release_held(std::uint64_t now_tsc);
     // The segments a connection of the port to its own address sent since the last poll, to
     // the stack as received (never from inside an engine's send).

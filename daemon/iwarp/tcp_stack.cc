@@ -319,13 +319,14 @@ void TcpStack::free_conn(Conn& c) {
 // ---- segments in ------------------------------------------------------------------------------
 
 void TcpStack::on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes,
-                          std::uint64_t now_ns) {
+                          std::uint64_t now_ns, bool checksum_verified) {
     now_ = now_ns;
     counters_.segments_in.add();
+    if (checksum_verified) counters_.checksum_offloaded.add();
     tcp::Segment seg;
     const std::uint32_t pseudo = net::ipv4_pseudo_sum(src, cfg_.local_ip, net::IpProto::tcp,
                                                       static_cast<std::uint16_t>(bytes.size()));
-    if (const tcp::ParseError e = tcp::parse_segment(bytes, pseudo, seg);
+    if (const tcp::ParseError e = tcp::parse_segment(bytes, pseudo, seg, !checksum_verified);
         e != tcp::ParseError::none) {
         counters_.bad_segment.add();
         counters_.parse_errors[static_cast<std::size_t>(e)].add();
@@ -410,7 +411,8 @@ void TcpStack::send_cookie(Listener& l, net::Ipv4Addr to, const tcp::Segment& sy
     if (buf.size() < len) return;
     tcp::write_segment(buf, s, {}, {},
                        net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp,
-                                            static_cast<std::uint16_t>(len)));
+                                            static_cast<std::uint16_t>(len)),
+                       cfg_.conn.tx_checksum_offload);
     link_.tx_send(len);
     l.cookie_slot = cookie_slot();
     l.sent_cookies = true;
@@ -468,7 +470,8 @@ void TcpStack::send_reset(net::Ipv4Addr to, const tcp::Segment& seg) {
     if (buf.size() < len) return;
     tcp::write_segment(buf, rst, {}, {},
                        net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp,
-                                            static_cast<std::uint16_t>(len)));
+                                            static_cast<std::uint16_t>(len)),
+                       cfg_.conn.tx_checksum_offload);
     link_.tx_send(len);
     counters_.rst_sent.add();
 }

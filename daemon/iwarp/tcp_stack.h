@@ -51,6 +51,9 @@ class TcpLink {
     // mbuf: the engine tries again on its next poll). A frame to a peer whose MAC is still
     // being resolved may be given room and dropped at tx_send (the engine retransmits).
     virtual std::span<std::uint8_t> tx_alloc(net::Ipv4Addr remote, std::size_t len) = 0;
+    // Sends the segment written into that room: its checksum complete, or with
+    // conn.tx_checksum_offload the pseudo-header's sum for the device to complete (every
+    // segment of the stack, its own RSTs and SYN cookies too).
     virtual void tx_send(std::size_t len) = 0;
     // Whether `ip` can be reached (on the port's subnet: there is no gateway).
     virtual bool on_link(net::Ipv4Addr ip) const = 0;
@@ -99,6 +102,7 @@ void size_tcp_buffers(tcp::TcpConfig& c, std::uint32_t window);
 // The stack's counters (per port); the engines count per connection.
 struct TcpStackCounters {
     Counter segments_in;           // segments that reached the stack
+    Counter checksum_offloaded;    // ... whose checksum the port's device had found good
     Counter bad_segment;           // parse_segment() refused them (by reason below)
     Counter to_connection;         // handed to a connection's engine
     Counter rst_sent;              // RSTs for segments to no connection or closed port
@@ -145,8 +149,9 @@ struct TcpStackCounterField {
     std::string_view name;
     Counter TcpStackCounters::*field;
 };
-inline constexpr std::array<TcpStackCounterField, 39> kTcpStackCounterFields = {{
+inline constexpr std::array<TcpStackCounterField, 40> kTcpStackCounterFields = {{
     {"segments_in", &TcpStackCounters::segments_in},
+    {"checksum_offloaded", &TcpStackCounters::checksum_offloaded},
     {"bad_segment", &TcpStackCounters::bad_segment},
     {"to_connection", &TcpStackCounters::to_connection},
     {"rst_sent", &TcpStackCounters::rst_sent},
@@ -210,8 +215,10 @@ class TcpStack final : public TcpStreams {
 
     // --- the lcore's datapath ---
     // One segment from `src` to the port: `bytes` from the TCP header to the end of the IP
-    // payload, its checksum still to check. Valid for the call only.
-    void on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes, std::uint64_t now_ns);
+    // payload, its checksum still to check unless the port's device found it good
+    // (`checksum_verified`). Valid for the call only.
+    void on_segment(net::Ipv4Addr src, std::span<const std::uint8_t> bytes, std::uint64_t now_ns,
+                    bool checksum_verified = false);
     void on_icmp_unreachable(const IcmpUnreachable& icmp, std::uint64_t now_ns);
     // Runs the connections with work or a deadline due; true when any did something.
     bool poll(std::uint64_t now_ns);

@@ -14,6 +14,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "shm/control_abi.h"
+
 namespace snic::daemon {
 
 namespace {
@@ -75,6 +77,35 @@ Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAdd
     }
 }
 
+PortOffloads choose_offloads(std::uint64_t rx_capa, std::uint64_t tx_capa, const PortSpec& spec) {
+    PortOffloads o;
+    if (!spec.offloads) return o;
+    if (spec.fault.tx.corrupt == 0) {
+        o.tx_ipv4_checksum = (tx_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) != 0;
+        o.tx_tcp_checksum = (tx_capa & RTE_ETH_TX_OFFLOAD_TCP_CKSUM) != 0;
+    }
+    if (spec.fault.rx.corrupt == 0)
+        o.rx_checksum = (rx_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
+                                    RTE_ETH_RX_OFFLOAD_TCP_CKSUM)) != 0;
+    return o;
+}
+
+std::uint32_t offload_bits(const PortOffloads& o) {
+    return (o.tx_ipv4_checksum ? shm::kOffloadTxIpv4Checksum : 0) |
+           (o.tx_tcp_checksum ? shm::kOffloadTxTcpChecksum : 0) |
+           (o.rx_checksum ? shm::kOffloadRxChecksum : 0);
+}
+
+std::string offload_names(std::uint32_t bits) {
+    std::string out;
+    for (std::size_t i = 0; i < std::size(shm::kOffloadNames); ++i) {
+        if ((bits & (1u << i)) == 0) continue;
+        if (!out.empty()) out += ',';
+        out += shm::kOffloadNames[i];
+    }
+    return out.empty() ? "none" : out;
+}
+
 Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& spec,
                                          rte_mempool* pool, const PortSettings& settings) {
     char name_buf[RTE_ETH_NAME_MAX_LEN] = {};
@@ -96,6 +127,13 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
                                    : nullptr;
     rte_eth_conf conf{};
     if (no_placement == nullptr) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    const PortOffloads offloads = choose_offloads(info.rx_offload_capa, info.tx_offload_capa, spec);
+    if (offloads.tx_ipv4_checksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
+    if (offloads.tx_tcp_checksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
+    if (offloads.rx_checksum)
+        conf.rxmode.offloads |= info.rx_offload_capa &
+                                (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
+                                 RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
     if (int rc = rte_eth_dev_configure(port_id, 1, 1, &conf); rc != 0)
         return port_error(spec, "cannot configure", rc);
     std::uint16_t nb_rxd = kRxDescriptors, nb_txd = kTxDescriptors;
@@ -141,6 +179,7 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
 
     std::unique_ptr<Port> port(new Port(port_id, name, spec, mac, mtu, pool, settings));
     port->started_ = true;
+    port->offloads_ = offloads;
     if (no_placement == nullptr) {
         port->placed_ = std::make_unique<PlacedTx>(kPlacedRecords, kPlacedTallies);
         port->placed_min_ = settings.tx_in_place;
@@ -151,6 +190,8 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
                  no_placement == nullptr
                      ? fmt::format("of {} bytes or more sent from place", settings.tx_in_place)
                      : fmt::format("copied ({})", no_placement));
+    spdlog::info("port {} ({}): offloads {}{}", port_id, name, offload_names(offload_bits(offloads)),
+                 spec.offloads ? "" : " (offloads=off)");
     for (const auto& [dir, r] : {std::pair{"rx", spec.fault.rx}, std::pair{"tx", spec.fault.tx}}) {
         if (r.any())
             spdlog::warn(

@@ -53,6 +53,16 @@ struct PortSettings {
     std::uint32_t tx_in_place = kDefaultPlacedBytes;  // 0: every payload copied
 };
 
+// The checksum offloads a port uses, from the device's capabilities (rte_eth_dev_info's
+// rx_offload_capa and tx_offload_capa) and its spec: none with offloads=off; none on
+// transmit where tx faults corrupt frames, none on receive where rx faults do (a checksum
+// made or judged on the other side of the flipped bit would hide it).
+PortOffloads choose_offloads(std::uint64_t rx_capa, std::uint64_t tx_capa, const PortSpec& spec);
+// As snicctl status carries them (shm::PortInfo::offloads).
+std::uint32_t offload_bits(const PortOffloads& o);
+// How the log and snicctl status name them: "tx-ipv4-cksum,tx-tcp-cksum,rx-cksum", or "none".
+std::string offload_names(std::uint32_t bits);
+
 class Port {
   public:
     // Configures and starts DPDK port `port_id` as `spec` says.
@@ -72,6 +82,8 @@ class Port {
         return static_cast<std::uint16_t>(addr_.load(std::memory_order_relaxed));
     }
     bool link_up() const;
+    // The checksum offloads the port uses (fixed once it runs).
+    const PortOffloads& offloads() const { return offloads_; }
     // The link's speed in Mb/s: as the device reports it now when the link is up, else the
     // fastest it says it supports (a link still negotiating at start); 0 when it says neither.
     std::uint32_t link_speed_mbps() const;
@@ -195,6 +207,7 @@ class Port {
     std::uint16_t tx_count_ = 0;
     rte_mbuf* tx_[kMaxBurst];
 
+    PortOffloads offloads_;
     std::unique_ptr<PlacedTx> placed_;  // none: every payload is copied
     std::uint32_t placed_min_ = 0;      // set with placed_
 };

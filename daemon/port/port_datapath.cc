@@ -65,7 +65,12 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
     if (m->nb_segs != 1) return handle_split(m, now);
 
     auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
-    const net::RxFrame f = net::classify({data, m->data_len}, local_);
+    net::RxVerified verified;
+    if (offloads_.rx_checksum) {
+        verified.ip = (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+        verified.l4 = (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+    }
+    const net::RxFrame f = net::classify({data, m->data_len}, local_, verified);
     auto& eth = *reinterpret_cast<net::EthHdr*>(data);
     switch (f.kind) {
         case net::RxKind::drop:

@@ -26,9 +26,21 @@ struct PortSpec {
     std::optional<net::MacAddr> mac;
     std::optional<std::uint16_t> mtu;
     FaultSpec fault;  // injected faults, none by default
+    bool offloads = true;  // offloads=off: checksums in software even where the device offers them
 
     // How a message names a shared-address port: the option as the user gave it.
     std::string shared_option() const { return "--port iface=" + iface + ",shared"; }
+};
+
+// The checksum offloads a port uses (those its device offers, unless offloads=off): the
+// IPv4 header's and TCP's on transmit, and on receive the device's verdict on IPv4 headers
+// and TCP and UDP checksums (a frame it vouches for is not checked again).
+struct PortOffloads {
+    bool tx_ipv4_checksum = false;
+    bool tx_tcp_checksum = false;
+    bool rx_checksum = false;
+    bool any() const { return tx_ipv4_checksum || tx_tcp_checksum || rx_checksum; }
+    friend bool operator==(const PortOffloads&, const PortOffloads&) = default;
 };
 
 // Frames per rx poll and per tx flush, at most (--rx-burst, --tx-burst).

@@ -63,19 +63,21 @@ RxFrame classify_icmp(std::span<const std::uint8_t> l4, RxFrame f) {
     return dropped(Drop::icmp_unsupported_type);
 }
 
-RxFrame classify_udp(std::span<const std::uint8_t> l4, Ipv4Addr dst, RxFrame f) {
+RxFrame classify_udp(std::span<const std::uint8_t> l4, Ipv4Addr dst, RxFrame f, bool verified) {
     if (l4.size() < kUdpHdrLen) return dropped(Drop::udp_truncated);
     const auto& udp = *reinterpret_cast<const UdpHdr*>(l4.data());
     const std::uint16_t length = udp.length.host();
     if (length < kUdpHdrLen || length > l4.size()) return dropped(Drop::udp_bad_length);
-    if (!udp_checksum_ok(f.src_ip, dst, l4.first(length))) return dropped(Drop::udp_bad_checksum);
+    if (!verified && !udp_checksum_ok(f.src_ip, dst, l4.first(length)))
+        return dropped(Drop::udp_bad_checksum);
     f.kind = RxKind::udp;
     f.l4_length = length;
     f.dst_port = udp.dst_port.host();
     return f;
 }
 
-RxFrame classify_ipv4(std::span<const std::uint8_t> frame, const LocalIf& local) {
+RxFrame classify_ipv4(std::span<const std::uint8_t> frame, const LocalIf& local,
+                      RxVerified verified) {
     if (frame.size() < kEthHdrLen + kIpv4MinHdrLen) return dropped(Drop::ip_truncated);
     const auto& ip = *reinterpret_cast<const Ipv4Hdr*>(frame.data() + kEthHdrLen);
     const std::size_t available = frame.size() - kEthHdrLen;
@@ -84,7 +86,7 @@ RxFrame classify_ipv4(std::span<const std::uint8_t> frame, const LocalIf& local)
     if (hlen < kIpv4MinHdrLen || hlen > available) return dropped(Drop::ip_bad_header_length);
     const std::uint16_t total = ip.total_length.host();
     if (total < hlen || total > available) return dropped(Drop::ip_bad_total_length);
-    if (!csum_ok(ipv4_header_bytes(ip))) return dropped(Drop::ip_bad_checksum);
+    if (!verified.ip && !csum_ok(ipv4_header_bytes(ip))) return dropped(Drop::ip_bad_checksum);
     if (ip.dst.host() != local.ip.value) return dropped(Drop::ip_not_for_us);
     if (ip.is_fragment()) return dropped(Drop::ip_fragment);
 
@@ -98,10 +100,11 @@ RxFrame classify_ipv4(std::span<const std::uint8_t> frame, const LocalIf& local)
         case IpProto::icmp:
             return classify_icmp(l4, f);
         case IpProto::udp:
-            return classify_udp(l4, local.ip, f);
+            return classify_udp(l4, local.ip, f, verified.l4);
         case IpProto::tcp:
             if (l4.size() < kTcpMinHdrLen) return dropped(Drop::tcp_truncated);
             f.kind = RxKind::tcp;
+            f.l4_verified = verified.l4;
             f.dst_port = static_cast<std::uint16_t>(l4[2] << 8 | l4[3]);
             return f;
     }
@@ -142,7 +145,8 @@ RxFrame classify_split(std::span<const std::uint8_t> head, std::size_t frame_len
     return f;
 }
 
-RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local) {
+RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local,
+                 RxVerified verified) {
     if (frame.size() < kEthHdrLen) return dropped(Drop::eth_truncated);
     const auto& eth = *reinterpret_cast<const EthHdr*>(frame.data());
     if (eth.dst != local.mac && !eth.dst.is_broadcast()) return dropped(Drop::eth_not_for_us);
@@ -150,7 +154,7 @@ RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local) {
         case EtherType::arp:
             return classify_arp(frame, local);
         case EtherType::ipv4:
-            return classify_ipv4(frame, local);
+            return classify_ipv4(frame, local, verified);
         default:
             return dropped(Drop::ethertype_unsupported);
     }

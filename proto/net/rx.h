@@ -78,6 +78,7 @@ struct RxFrame {
     std::uint16_t l4_length = 0;
     Ipv4Addr src_ip{};
     std::uint16_t dst_port = 0;  // UDP/TCP
+    bool l4_verified = false;    // TCP: the port vouched for its checksum (RxVerified::l4)
 };
 
 struct LocalIf {
@@ -85,7 +86,15 @@ struct LocalIf {
     Ipv4Addr ip;
 };
 
-RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local);
+// The checksums the port's device found good (receive checksum offload): those classify()
+// does not check again.
+struct RxVerified {
+    bool ip = false;  // the IPv4 header's
+    bool l4 = false;  // UDP's or TCP's (TCP's is checked by the TCP stack: RxFrame::l4_verified)
+};
+
+RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local,
+                 RxVerified verified = {});
 
 // classify() of a frame of `frame_len` bytes that arrives in segments, `head` its first:
 // taken only as a UDP datagram to this address without a checksum (RFC 768 allows none over

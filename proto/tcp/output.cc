@@ -78,7 +78,8 @@ bool TcpConnection::transmit(Seq seq, std::uint8_t flags, std::uint64_t data_off
         counters_.tx_full.add();
         return false;
     }
-    write_segment(buf, s, a, b, pseudo_base_ + static_cast<std::uint32_t>(total));
+    write_segment(buf, s, a, b, pseudo_base_ + static_cast<std::uint32_t>(total),
+                  cfg_.tx_checksum_offload);
     wire_.tx_send(total);
     counters_.segments_out.add();
     if ((flags & flag::ack) != 0) {
@@ -98,7 +99,8 @@ bool TcpConnection::send_rst() {
         counters_.tx_full.add();
         return false;
     }
-    write_segment(buf, rst_, {}, {}, pseudo_base_ + static_cast<std::uint32_t>(total));
+    write_segment(buf, rst_, {}, {}, pseudo_base_ + static_cast<std::uint32_t>(total),
+                  cfg_.tx_checksum_offload);
     wire_.tx_send(total);
     counters_.segments_out.add();
     counters_.rst_out.add();

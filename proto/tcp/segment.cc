@@ -142,7 +142,7 @@ ParseError parse_segment(std::span<const std::uint8_t> bytes, std::uint32_t pseu
 
 std::size_t write_segment(std::span<std::uint8_t> out, const SegmentSpec& s,
                           std::span<const std::uint8_t> a, std::span<const std::uint8_t> b,
-                          std::uint32_t pseudo) {
+                          std::uint32_t pseudo, bool partial) {
     const std::size_t hlen = header_length(s);
     const std::size_t total = hlen + a.size() + b.size();
     auto& h = *reinterpret_cast<TcpHdr*>(out.data());
@@ -198,6 +198,12 @@ std::size_t write_segment(std::span<std::uint8_t> out, const SegmentSpec& s,
             store32(p + 4, o.sack[i].right);
             p += 8;
         }
+    }
+    if (partial) {
+        if (!a.empty()) std::memcpy(out.data() + hlen, a.data(), a.size());
+        if (!b.empty()) std::memcpy(out.data() + hlen + a.size(), b.data(), b.size());
+        h.checksum = net::csum_fold(pseudo);
+        return total;
     }
     // The payload is summed as it is copied (two pieces when it wraps in the send buffer;
     // a first piece of odd length would shift the second's words: then copy, then sum).

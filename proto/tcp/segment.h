@@ -191,11 +191,13 @@ inline std::size_t header_length(const SegmentSpec& s) {
 
 // Writes the header, options and payload (the concatenation of `a` and `b`, so that a
 // ring's two halves need no copy) into `out`, which must hold header_length(s) + payload
-// bytes, and stores the checksum over `pseudo` (pseudo_sum() for the total length). Returns
-// the bytes written.
+// bytes, and stores the checksum over `pseudo` (pseudo_sum() for the total length). With
+// `partial` it stores `pseudo` folded instead, for a device to complete (checksum offload:
+// the sum of the segment with that field in it, complemented, is the checksum). Returns the
+// bytes written.
 std::size_t write_segment(std::span<std::uint8_t> out, const SegmentSpec& s,
                           std::span<const std::uint8_t> a, std::span<const std::uint8_t> b,
-                          std::uint32_t pseudo);
+                          std::uint32_t pseudo, bool partial = false);
 
 // The reset that answers a segment arriving for no connection (RFC 9293 §3.10.7.1): seq =
 // SEG.ACK when it has ACK, else seq 0 with ACK of SEG.SEQ + SEG.LEN. Ports are swapped. A

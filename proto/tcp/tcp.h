@@ -60,6 +60,9 @@ struct TcpConfig {
     std::uint32_t keepalive_probes = 9;
     std::uint32_t challenge_acks_per_second = 10;  // RFC 5961 §7
     std::uint32_t max_burst = 64;                  // segments sent per poll()
+    // The device completes the checksum (TCP checksum offload): each segment leaves with the
+    // pseudo-header's sum, folded, in its checksum field, and the payload is only copied.
+    bool tx_checksum_offload = false;
 };
 
 // Why the config cannot be used, or nullptr.

@@ -29,7 +29,8 @@ int usage(FILE* out, int code) {
         "  -s, --socket PATH   the daemon's control socket\n"
         "  -n, --name NAME     the daemon's name: socket /run/snic/NAME.sock (default snic)\n"
         "commands:\n"
-        "  status     the daemon, its ports and their RDMA devices\n"
+        "  status     the daemon, its ports and their RDMA devices: per port its device, address,\n"
+        "             MAC, MTU, link, devices and the checksum offloads it uses\n"
         "  clients    one line per client session: session N pid N uid N gid N device NAME\n"
         "             (root sees every session, anyone else those of its own uid)\n"
         "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES fds N (the\n"
@@ -142,9 +143,14 @@ int status(const std::string& path) {
             port.devices[d][sizeof port.devices[d] - 1] = '\0';
             devices += (devices.empty() ? "" : ",") + std::string(port.devices[d]);
         }
-        std::printf("port %u %s ip %s mac %s mtu %u link %s devices %s\n", port.port_id, port.name,
-                    ip.to_string().c_str(), mac.to_string().c_str(), port.mtu,
-                    port.link_up ? "up" : "down", devices.empty() ? "-" : devices.c_str());
+        std::string offloads;
+        for (std::size_t b = 0; b < std::size(snic::shm::kOffloadNames); ++b)
+            if ((port.offloads & (1u << b)) != 0)
+                offloads += (offloads.empty() ? "" : ",") + std::string(snic::shm::kOffloadNames[b]);
+        std::printf("port %u %s ip %s mac %s mtu %u link %s devices %s offloads %s\n", port.port_id,
+                    port.name, ip.to_string().c_str(), mac.to_string().c_str(), port.mtu,
+                    port.link_up ? "up" : "down", devices.empty() ? "-" : devices.c_str(),
+                    offloads.empty() ? "none" : offloads.c_str());
     }
     return 0;
 }

@@ -194,10 +194,10 @@ TEST(Config, port_without_name_is_rejected) {
 TEST(Config, unknown_port_parameter_is_named) {
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,speed=10G"}),
               "--port 0: invalid parameter (known: ip, mac, mtu, shared, fallback, "
-              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay) 'speed=10G'");
+              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads) 'speed=10G'");
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,"}),
               "--port 0: invalid parameter (known: ip, mac, mtu, shared, fallback, "
-              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay) ''");
+              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads) ''");
 }
 
 TEST(Config, port_mac_must_be_unicast) {

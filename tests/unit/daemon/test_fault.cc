@@ -1,10 +1,12 @@
 // Fault injection decisions: rates honoured, runs repeat for a seed, directions independent.
 #include <gtest/gtest.h>
+#include <rte_ethdev.h>
 
 #include <cmath>
 
 #include "daemon/config.h"
 #include "daemon/port/fault.h"
+#include "daemon/port/port.h"
 
 namespace snic::daemon {
 namespace {
@@ -122,6 +124,37 @@ TEST(FaultConfig, delay_is_microseconds_on_received_frames) {
         EXPECT_NE(e.error().message.find("invalid delay (1..100000 us)"), std::string::npos)
             << e.error().message;
     }
+}
+
+TEST(PortOffloads, the_device_offers_the_spec_allows_and_faults_do_not_hide) {
+    const std::uint64_t rx = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
+                             RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+    const std::uint64_t tx = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_TCP_CKSUM |
+                             RTE_ETH_TX_OFFLOAD_UDP_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    PortSpec spec;
+    EXPECT_EQ(choose_offloads(rx, tx, spec), (PortOffloads{true, true, true}));
+    EXPECT_EQ(offload_names(offload_bits(choose_offloads(rx, tx, spec))),
+              "tx-ipv4-cksum,tx-tcp-cksum,rx-cksum");
+    EXPECT_EQ(choose_offloads(0, RTE_ETH_TX_OFFLOAD_TCP_CKSUM, spec),
+              (PortOffloads{false, true, false}))
+        << "what the device offers (virtio: TCP, no IPv4 header)";
+    EXPECT_EQ(offload_names(offload_bits(choose_offloads(0, 0, spec))), "none");
+    PortSpec off;
+    off.offloads = false;
+    EXPECT_FALSE(choose_offloads(rx, tx, off).any()) << "offloads=off";
+    PortSpec corrupt_tx;
+    corrupt_tx.fault.tx.corrupt = 0.01;
+    EXPECT_EQ(choose_offloads(rx, tx, corrupt_tx), (PortOffloads{false, false, true}))
+        << "a checksum made after the flipped bit would hide it";
+    PortSpec corrupt_rx;
+    corrupt_rx.fault.rx.corrupt = 0.01;
+    EXPECT_EQ(choose_offloads(rx, tx, corrupt_rx), (PortOffloads{true, true, false}))
+        << "a verdict given before the flipped bit would hide it";
+    auto parsed = parse_port_spec("0,ip=198.18.1.2/24,offloads=off");
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_FALSE(parsed->offloads);
+    EXPECT_TRUE(parse_port_spec("0,ip=198.18.1.2/24")->offloads);
+    EXPECT_FALSE(parse_port_spec("0,ip=198.18.1.2/24,offloads=maybe").ok());
 }
 
 TEST(DelayLine, items_leave_in_order_once_their_time_has_come) {

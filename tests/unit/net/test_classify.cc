@@ -551,6 +551,28 @@ TEST(Classify, frames_the_drop_rules_start_from_are_accepted) {
     EXPECT_EQ(run(with_ip_options(udp())).kind, RxKind::udp);
 }
 
+// Receive checksum offload: what the port's device found good is not checked again, and
+// nothing else is taken on its word.
+TEST(Classify, checksums_the_port_vouched_for_are_not_checked_again) {
+    Frame bad_ip = udp();
+    iph(bad_ip).checksum = iph(bad_ip).checksum.host() ^ 0x0100;
+    EXPECT_EQ(run(bad_ip).drop, Drop::ip_bad_checksum);
+    const Frame exact_ip(bad_ip.begin(), bad_ip.end());
+    EXPECT_EQ(classify(exact_ip, kLocal, RxVerified{true, false}).kind, RxKind::udp);
+    EXPECT_EQ(classify(exact_ip, kLocal, RxVerified{false, true}).drop, Drop::ip_bad_checksum)
+        << "an L4 verdict says nothing of the IPv4 header";
+
+    Frame bad_udp = udp();
+    bad_udp[bad_udp.size() - 1] ^= 0x40;
+    EXPECT_EQ(run(bad_udp).drop, Drop::udp_bad_checksum);
+    const Frame exact_udp(bad_udp.begin(), bad_udp.end());
+    EXPECT_EQ(classify(exact_udp, kLocal, RxVerified{false, true}).kind, RxKind::udp);
+
+    const Frame t = tcp();
+    EXPECT_FALSE(run(t).l4_verified) << "TCP's checksum is the stack's to check";
+    EXPECT_TRUE(classify(t, kLocal, RxVerified{true, true}).l4_verified);
+}
+
 // classify_split(): a frame in segments is taken as a UDP datagram without a checksum whose
 // headers lie in its first segment, with what classify() says of the same frame whole.
 TEST(ClassifySplit, takes_what_classify_takes_of_the_whole_frame_from_its_first_segment) {

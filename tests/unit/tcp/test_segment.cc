@@ -32,6 +32,39 @@ Bytes build(const SegmentSpec& s, const Bytes& payload, const Endpoint& src, con
     return b;
 }
 
+// Checksum offload: the segment leaves with the pseudo-header's sum in its checksum field;
+// what a device then stores (the complement of the sum of the segment with that field in
+// it) is the checksum write_segment() computes itself, for payloads of odd and even length
+// in one piece or two.
+TEST(TcpSegment, a_partial_checksum_is_what_a_device_completes_to_the_full_one) {
+    SegmentSpec s;
+    s.src_port = 4791;
+    s.dst_port = 80;
+    s.seq = 1000;
+    s.flags = flag::ack;
+    s.opts.has_timestamps = true;
+    s.opts.ts_val = 7;
+    Bytes data(1500);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 31 + 1);
+    for (const auto& [first, second] : {std::pair{0, 0}, std::pair{1001, 0}, std::pair{700, 333},
+                                       std::pair{7, 1200}}) {
+        const std::span<const std::uint8_t> a(data.data(), static_cast<std::size_t>(first));
+        const std::span<const std::uint8_t> b(data.data() + first, static_cast<std::size_t>(second));
+        Bytes full(header_length(s) + static_cast<std::size_t>(first + second)), part(full.size());
+        const std::uint32_t pseudo =
+            pseudo_sum(ep(1, 1).addr, ep(2, 2).addr, static_cast<std::uint32_t>(full.size()));
+        write_segment(full, s, a, b, pseudo);
+        write_segment(part, s, a, b, pseudo, true);
+        EXPECT_EQ(part[16] << 8 | part[17], net::csum_fold(pseudo));
+        Bytes same = part;
+        same[16] = full[16];
+        same[17] = full[17];
+        ASSERT_EQ(same, full) << first << "+" << second << ": the same bytes but the checksum";
+        const std::uint16_t completed = net::csum_finish(net::csum_add(part));
+        EXPECT_EQ(completed, full[16] << 8 | full[17]) << first << "+" << second;
+    }
+}
+
 TEST(TcpSegment, round_trip_keeps_every_field_and_option) {
     SegmentSpec s;
     s.src_port = 1234;
