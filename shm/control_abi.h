@@ -24,10 +24,10 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-// 10: PortInfo::offloads; 9: Cqe::wc_flags' kCqeSolicited; 8: sequenced SQ, RQ, SRQ and CQ entries (shm/ring.h version 2),
-// a send WQE's first SGE in its first line, QpControl in two lines; 7: ClientInfo::fds,
-// ResourcesReply's descriptor quotas; 6: CmStatusReply::no_room; 5: MrSegment kinds (SysV,
-// hugetlb); 4: SRQ resize, QpControl::recv
+// 10: PortInfo::offloads; 9: Cqe::wc_flags' kCqeSolicited; 8: sequenced SQ, RQ, SRQ and CQ entries
+// (shm/ring.h version 2), a send WQE's first SGE in its first line, QpControl in two lines; 7:
+// ClientInfo::fds, ResourcesReply's descriptor quotas; 6: CmStatusReply::no_room; 5: MrSegment
+// kinds (SysV, hugetlb); 4: SRQ resize, QpControl::recv
 inline constexpr std::uint16_t kAbiVersion = 10;
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings

@@ -409,10 +409,10 @@ void TcpStack::send_cookie(Listener& l, net::Ipv4Addr to, const tcp::Segment& sy
     const std::size_t len = tcp::header_length(s);
     const std::span<std::uint8_t> buf = link_.tx_alloc(to, len);
     if (buf.size() < len) return;
-    tcp::write_segment(buf, s, {}, {},
-                       net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp,
-                                            static_cast<std::uint16_t>(len)),
-                       cfg_.conn.tx_checksum_offload);
+    tcp::write_segment(
+        buf, s, {}, {},
+        net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp, static_cast<std::uint16_t>(len)),
+        cfg_.conn.tx_checksum_offload);
     link_.tx_send(len);
     l.cookie_slot = cookie_slot();
     l.sent_cookies = true;
@@ -468,10 +468,10 @@ void TcpStack::send_reset(net::Ipv4Addr to, const tcp::Segment& seg) {
     const std::size_t len = tcp::header_length(rst);
     const std::span<std::uint8_t> buf = link_.tx_alloc(to, len);
     if (buf.size() < len) return;
-    tcp::write_segment(buf, rst, {}, {},
-                       net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp,
-                                            static_cast<std::uint16_t>(len)),
-                       cfg_.conn.tx_checksum_offload);
+    tcp::write_segment(
+        buf, rst, {}, {},
+        net::ipv4_pseudo_sum(cfg_.local_ip, to, net::IpProto::tcp, static_cast<std::uint16_t>(len)),
+        cfg_.conn.tx_checksum_offload);
     link_.tx_send(len);
     counters_.rst_sent.add();
 }

@@ -131,9 +131,9 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
     if (offloads.tx_ipv4_checksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
     if (offloads.tx_tcp_checksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
     if (offloads.rx_checksum)
-        conf.rxmode.offloads |= info.rx_offload_capa &
-                                (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
-                                 RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+        conf.rxmode.offloads |=
+            info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
+                                    RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
     if (int rc = rte_eth_dev_configure(port_id, 1, 1, &conf); rc != 0)
         return port_error(spec, "cannot configure", rc);
     std::uint16_t nb_rxd = kRxDescriptors, nb_txd = kTxDescriptors;
@@ -190,8 +190,8 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
                  no_placement == nullptr
                      ? fmt::format("of {} bytes or more sent from place", settings.tx_in_place)
                      : fmt::format("copied ({})", no_placement));
-    spdlog::info("port {} ({}): offloads {}{}", port_id, name, offload_names(offload_bits(offloads)),
-                 spec.offloads ? "" : " (offloads=off)");
+    spdlog::info("port {} ({}): offloads {}{}", port_id, name,
+                 offload_names(offload_bits(offloads)), spec.offloads ? "" : " (offloads=off)");
     for (const auto& [dir, r] : {std::pair{"rx", spec.fault.rx}, std::pair{"tx", spec.fault.tx}}) {
         if (r.any())
             spdlog::warn(

@@ -65,10 +65,14 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
     if (m->nb_segs != 1) return handle_split(m, now);
 
     auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
+    // The device's verdicts: GOOD, or NONE (a virtio peer's partial checksum: the field is
+    // not the checksum, but the data is known intact); BAD and UNKNOWN leave the check here.
     net::RxVerified verified;
     if (offloads_.rx_checksum) {
-        verified.ip = (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD;
-        verified.l4 = (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+        const std::uint64_t ip = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+        const std::uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+        verified.ip = ip == RTE_MBUF_F_RX_IP_CKSUM_GOOD || ip == RTE_MBUF_F_RX_IP_CKSUM_NONE;
+        verified.l4 = l4 == RTE_MBUF_F_RX_L4_CKSUM_GOOD || l4 == RTE_MBUF_F_RX_L4_CKSUM_NONE;
     }
     const net::RxFrame f = net::classify({data, m->data_len}, local_, verified);
     auto& eth = *reinterpret_cast<net::EthHdr*>(data);

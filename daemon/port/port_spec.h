@@ -25,7 +25,7 @@ struct PortSpec {
     net::Ipv4Prefix ip;
     std::optional<net::MacAddr> mac;
     std::optional<std::uint16_t> mtu;
-    FaultSpec fault;  // injected faults, none by default
+    FaultSpec fault;       // injected faults, none by default
     bool offloads = true;  // offloads=off: checksums in software even where the device offers them
 
     // How a message names a shared-address port: the option as the user gave it.

@@ -145,8 +145,7 @@ RxFrame classify_split(std::span<const std::uint8_t> head, std::size_t frame_len
     return f;
 }
 
-RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local,
-                 RxVerified verified) {
+RxFrame classify(std::span<const std::uint8_t> frame, const LocalIf& local, RxVerified verified) {
     if (frame.size() < kEthHdrLen) return dropped(Drop::eth_truncated);
     const auto& eth = *reinterpret_cast<const EthHdr*>(frame.data());
     if (eth.dst != local.mac && !eth.dst.is_broadcast()) return dropped(Drop::eth_not_for_us);

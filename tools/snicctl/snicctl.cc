@@ -146,7 +146,8 @@ int status(const std::string& path) {
         std::string offloads;
         for (std::size_t b = 0; b < std::size(snic::shm::kOffloadNames); ++b)
             if ((port.offloads & (1u << b)) != 0)
-                offloads += (offloads.empty() ? "" : ",") + std::string(snic::shm::kOffloadNames[b]);
+                offloads +=
+                    (offloads.empty() ? "" : ",") + std::string(snic::shm::kOffloadNames[b]);
         std::printf("port %u %s ip %s mac %s mtu %u link %s devices %s offloads %s\n", port.port_id,
                     port.name, ip.to_string().c_str(), mac.to_string().c_str(), port.mtu,
                     port.link_up ? "up" : "down", devices.empty() ? "-" : devices.c_str(),

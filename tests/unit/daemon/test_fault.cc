@@ -127,8 +127,8 @@ TEST(FaultConfig, delay_is_microseconds_on_received_frames) {
 }
 
 TEST(PortOffloads, the_device_offers_the_spec_allows_and_faults_do_not_hide) {
-    const std::uint64_t rx = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
-                             RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+    const std::uint64_t rx =
+        RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
     const std::uint64_t tx = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_TCP_CKSUM |
                              RTE_ETH_TX_OFFLOAD_UDP_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     PortSpec spec;

@@ -46,10 +46,11 @@ TEST(TcpSegment, a_partial_checksum_is_what_a_device_completes_to_the_full_one) 
     s.opts.ts_val = 7;
     Bytes data(1500);
     for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 31 + 1);
-    for (const auto& [first, second] : {std::pair{0, 0}, std::pair{1001, 0}, std::pair{700, 333},
-                                       std::pair{7, 1200}}) {
+    for (const auto& [first, second] :
+         {std::pair{0, 0}, std::pair{1001, 0}, std::pair{700, 333}, std::pair{7, 1200}}) {
         const std::span<const std::uint8_t> a(data.data(), static_cast<std::size_t>(first));
-        const std::span<const std::uint8_t> b(data.data() + first, static_cast<std::size_t>(second));
+        const std::span<const std::uint8_t> b(data.data() + first,
+                                              static_cast<std::size_t>(second));
         Bytes full(header_length(s) + static_cast<std::size_t>(first + second)), part(full.size());
         const std::uint32_t pseudo =
             pseudo_sum(ep(1, 1).addr, ep(2, 2).addr, static_cast<std::uint32_t>(full.size()));
