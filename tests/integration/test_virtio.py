@@ -38,7 +38,7 @@ def switch(tmp_path: Path, tag: str) -> Iterator[list[Path]]:
     log = tmp_path / "switch.log"
     # Main lcore 0 waits on stdin; lcore 1 forwards. Its own file prefix and memory.
     proc = subprocess.Popen(
-        ["dpdk-testpmd", "-l", "0,1", "--no-pci", "--file-prefix", f"snvsw{tag}", "-m", "256",
+        ["dpdk-testpmd", "-l", "0,1", "--no-pci", "--file-prefix", f"snic-snvsw{tag}", "-m", "256",
          "--single-file-segments", *(f"--vdev=net_vhost{i},iface={s},queues=1"
                                      for i, s in enumerate(socks)),
          "--", "--forward-mode=io", "--auto-start", "--total-num-mbufs=8192",
@@ -50,8 +50,15 @@ def switch(tmp_path: Path, tag: str) -> Iterator[list[Path]]:
         assert proc.poll() is None, log.read_text()
         yield socks
     finally:
-        proc.kill()
-        proc.wait()
+        # Enter stops it (and it removes its files); a switch that does not stop is killed.
+        with contextlib.suppress(OSError):
+            proc.stdin.write(b"\n")
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         st.remove_daemon_leftovers(f"snvsw{tag}")
 
 
