@@ -59,7 +59,6 @@ namespace {
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
-constexpr unsigned kPoolMbufs = 8191;
 constexpr unsigned kPoolCache = 256;
 
 std::atomic<bool> g_stop{false};
@@ -291,7 +290,7 @@ int open_ports(const Config& cfg, Running& r) {
     const std::uint32_t data_room = RTE_PKTMBUF_HEADROOM + largest_mtu(cfg) + RTE_ETHER_HDR_LEN +
                                     RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN;
     r.pool = rte_pktmbuf_pool_create(
-        "snic_mbufs", kPoolMbufs, kPoolCache, 0,
+        "snic_mbufs", packet_pool_mbufs(cfg.ports.size()), kPoolCache, 0,
         static_cast<std::uint16_t>(std::max<std::uint32_t>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE)),
         static_cast<int>(rte_socket_id()));
     if (r.pool == nullptr)

@@ -20,8 +20,6 @@ namespace snic::daemon {
 
 namespace {
 
-constexpr std::uint16_t kRxDescriptors = 1024;
-constexpr std::uint16_t kTxDescriptors = 1024;
 constexpr std::uint32_t kArpEntries = 256;
 // Placed mbufs out at once per port (a window of 128 packets on each of many QPs is more than
 // one lcore sends before its port frees them), and WRs with some out.

@@ -53,6 +53,17 @@ struct PortSettings {
     std::uint32_t tx_in_place = kDefaultPlacedBytes;  // 0: every payload copied
 };
 
+// Descriptors asked for per port (the device may round them), and the packet pool for
+// `ports` ports: each port's receive ring full and its transmit ring in flight, and room for
+// the lcores' caches and the frames held meanwhile (ARP, loopback, reordering), at least the
+// 8,191 that one or two ports have always had.
+inline constexpr std::uint16_t kRxDescriptors = 1024;
+inline constexpr std::uint16_t kTxDescriptors = 1024;
+constexpr unsigned packet_pool_mbufs(std::size_t ports) {
+    const std::size_t n = ports * (kRxDescriptors + kTxDescriptors) + 4095;
+    return static_cast<unsigned>(n < 8191 ? 8191 : n);
+}
+
 // The checksum offloads a port uses, from the device's capabilities (rte_eth_dev_info's
 // rx_offload_capa and tx_offload_capa) and its spec: none with offloads=off; none on
 // transmit where tx faults corrupt frames, none on receive where rx faults do (a checksum

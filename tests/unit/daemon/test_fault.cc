@@ -157,6 +157,13 @@ TEST(PortOffloads, the_device_offers_the_spec_allows_and_faults_do_not_hide) {
     EXPECT_FALSE(parse_port_spec("0,ip=198.18.1.2/24,offloads=maybe").ok());
 }
 
+TEST(PortPool, holds_every_ports_rings_and_never_less_than_before) {
+    EXPECT_EQ(packet_pool_mbufs(1), 8191u);
+    EXPECT_EQ(packet_pool_mbufs(2), 8191u) << "the wire's two ports: as they always had";
+    EXPECT_EQ(packet_pool_mbufs(4), 4u * 2048 + 4095) << "four NIC ports' rings, and room";
+    EXPECT_GE(packet_pool_mbufs(32), 32u * (kRxDescriptors + kTxDescriptors));
+}
+
 TEST(DelayLine, items_leave_in_order_once_their_time_has_come) {
     DelayLine<int> line(3, 100);  // room for 4
     EXPECT_TRUE(line.push(1, 1000));
