@@ -16,6 +16,7 @@ rping -V's data; the same with offloads=off."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -44,7 +45,8 @@ def tap_pair(daemons, mem_args, tmp_path: Path, port_extra: str = "", others: tu
     and takes it down after."""
     if not Path("/dev/net/tun").exists():
         pytest.skip("no /dev/net/tun: the tap driver needs it")
-    tag = st.unique("", maxlen=8)
+    # Short (interface names take 15 characters) and unique to this call.
+    tag = hashlib.sha256(st.unique("t", maxlen=40).encode()).hexdigest()[:8]
     taps = [f"snlk{tag}a", f"snlk{tag}b"]
     bridge = f"snbr{tag}"
     name = st.unique("tap", maxlen=24)

@@ -15,6 +15,7 @@ device and hands the other port whole segments: its verdict path is test_tap.py'
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import shutil
 import subprocess
@@ -68,7 +69,8 @@ def virtio_daemon(daemons, mem_args, tmp_path: Path) -> Iterator[tuple[st.Daemon
         pytest.skip("dpdk-testpmd (Debian's dpdk) is not installed")
     if "--no-huge" in mem_args:
         pytest.skip("vhost-user shares the driver's memory: hugepages are needed")
-    tag = st.unique("", maxlen=8)
+    # Short (interface names take 15 characters) and unique to this call.
+    tag = hashlib.sha256(st.unique("t", maxlen=40).encode()).hexdigest()[:8]
     with switch(tmp_path, tag) as socks:
         name = st.unique("virtio", maxlen=24)
         sock_dir = tmp_path / "sockets"
