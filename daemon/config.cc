@@ -214,6 +214,11 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
         } else if (key == "offloads") {
             if (value != "on" && value != "off") return bad(option, "offloads (on or off)", f);
             spec.offloads = value == "on";
+        } else if (key == "queues") {
+            auto n = parse_number<std::uint16_t>(value);
+            if (!n || *n == 0 || *n > kMaxQueues)
+                return bad(option, "queues (1.." + std::to_string(kMaxQueues) + ")", f);
+            spec.queues = *n;
         } else if (key == "delay") {
             auto us = parse_number<std::uint32_t>(value);
             if (!us || *us == 0 || *us > 100'000) return bad(option, "delay (1..100000 us)", f);
@@ -229,11 +234,13 @@ Result<PortSpec> parse_port_spec(std::string_view text) {
         } else {
             return bad(option,
                        "parameter (known: ip, mac, mtu, shared, fallback, "
-                       "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads)",
+                       "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads, queues)",
                        f);
         }
     }
     if (!spec.iface.empty()) {
+        if (spec.queues != 1)
+            return make_error(EINVAL, option + ": a shared port has one queue (queues=1)");
         if (!spec.shared)
             return make_error(EINVAL, option +
                                           ": an interface is driven as a shared port only: "
@@ -442,7 +449,7 @@ snicd options:
                          XDP sockets the port runs on IF with the fallback address of its own
                          (net_af_packet), or snicd stops without one
                          [,loss=F][,dup=F][,reorder=F][,corrupt=F][,seed=N][,delay=US]
-                         [,offloads=on|off]
+                         [,offloads=on|off][,queues=N]
                          <port> is a DPDK port id or device name (net_af_packet0, wire0, ...);
                          loss/dup/reorder/corrupt inject faults into that fraction F (0.01 or 1%)
                          of the frames in both directions (rx-loss=, tx-dup=, ... for one),
@@ -451,7 +458,10 @@ snicd options:
                          every round trip through the port is that much longer;
                          offloads=off computes every checksum in software even where the device
                          offers to (default on: IPv4 and TCP checksums on transmit, the device's
-                         checksum verdict on receive, where it offers them)
+                         checksum verdict on receive, where it offers them);
+                         queues=N (1..8) gives the port N receive and transmit queues, each
+                         polled by its own lcore (-l needs N of them); a RoCE device's clients
+                         are spread over them, and frames reach the queue of their QP
   --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
   --no-xdp               use no XDP socket: shared ports run as on a kernel without them
   --ctrl PATH            control socket (default /run/snic/NAME.sock)

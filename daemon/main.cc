@@ -111,6 +111,13 @@ Result<std::uint16_t> find_port(const PortSpec& spec) {
                                   (dpdk.empty() ? "" : "; DPDK: " + dpdk));
 }
 
+// The queues of every port: what the packet pool is sized for.
+std::size_t queue_count(const Config& cfg) {
+    std::size_t n = 0;
+    for (const auto& p : cfg.ports) n += p.queues;
+    return n;
+}
+
 std::uint16_t largest_mtu(const Config& cfg) {
     std::uint16_t mtu = RTE_ETHER_MTU;
     for (const auto& p : cfg.ports) mtu = std::max(mtu, p.mtu.value_or(0));
@@ -131,6 +138,7 @@ std::string iw_device_name(const Config& cfg, std::size_t index) {
 std::vector<DevicePort> device_ports(const Config& cfg,
                                      const std::vector<std::unique_ptr<Port>>& ports,
                                      const std::vector<std::unique_ptr<RoceTransport>>& transports,
+                                     const std::vector<std::vector<Transport*>>& roce_lanes,
                                      const std::vector<std::unique_ptr<IwarpTransport>>& iwarp) {
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
@@ -142,8 +150,11 @@ std::vector<DevicePort> device_ports(const Config& cfg,
             return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
         };
         DevicePort d{p.mac(), p.ip(), p.mtu(), link};
-        d.devices[shm::kTransportRoce] = {device_name(cfg, i), &roce_rules(), transports[i].get()};
-        d.devices[shm::kTransportIwarp] = {iw_device_name(cfg, i), &iwarp_rules(), iwarp[i].get()};
+        d.devices[shm::kTransportRoce] = {
+            device_name(cfg, i), &roce_rules(), transports[i].get(), {}, {}};
+        if (roce_lanes[i].size() > 1) d.devices[shm::kTransportRoce].lanes = roce_lanes[i];
+        d.devices[shm::kTransportIwarp] = {
+            iw_device_name(cfg, i), &iwarp_rules(), iwarp[i].get(), {}, {}};
         devices.push_back(std::move(d));
     }
     return devices;
@@ -177,13 +188,45 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
 }
 
 // Each port's non-zero counters, then its transport's on a line of their own.
+// One line of a transport's non-zero counters.
+std::string transport_line(std::string head, const Transport& t) {
+    t.for_each_counter(
+        [](void* ctx, NamedCounter c) {
+            if (c.value != 0)
+                *static_cast<std::string*>(ctx) +=
+                    " " + std::string(c.name) + "=" + std::to_string(c.value);
+        },
+        &head);
+    return head;
+}
+
+// A port of several queues: each lane's own figures, and its RoCEv2 transport's.
+void print_lanes(const Port& p, const std::vector<Transport*>& roce) {
+    const auto lanes = p.lanes();
+    if (lanes.size() < 2) return;
+    for (std::size_t q = 0; q < lanes.size(); ++q) {
+        const Port& lane = *lanes[q];
+        const std::string head =
+            fmt::format("snicd: port {} lane {} (lcore {}):", p.id(), q, lane.lcore());
+        std::string line = head + fmt::format(" qps={}", lane.lane_qps());
+        for_each_counter(lane.counters(), [&](std::string_view name, std::uint64_t v) {
+            if (v != 0 || name == "rx_packets" || name == "tx_packets")
+                line += " " + std::string(name) + "=" + std::to_string(v);
+        });
+        std::printf("%s\n", line.c_str());
+        if (q < roce.size() && roce[q] != nullptr)
+            std::printf("%s\n", transport_line(head + " roce:", *roce[q]).c_str());
+    }
+}
+
 void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
                     const std::vector<const Transport*>& transports,
-                    const std::vector<std::unique_ptr<TcpService>>& tcp) {
+                    const std::vector<std::unique_ptr<TcpService>>& tcp,
+                    const std::vector<std::vector<Transport*>>& roce_lanes) {
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
         std::string line = "snicd: port " + std::to_string(p.id()) + " (" + p.name() + "):";
-        for_each_counter(p.counters(), [&](std::string_view name, std::uint64_t v) {
+        for_each_port_counter(p, [&](std::string_view name, std::uint64_t v) {
             if (v != 0 || name == "rx_packets" || name == "tx_packets")
                 line += " " + std::string(name) + "=" + std::to_string(v);
         });
@@ -191,17 +234,12 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
         // The port's transports (RoCEv2, iWARP): their own counters and their QP schedulers'.
         for (std::size_t t = 2 * i; t < 2 * i + 2 && t < transports.size(); ++t) {
             if (transports[t] == nullptr) continue;
-            line = "snicd: port " + std::to_string(p.id()) + " " +
-                   std::string(transports[t]->name()) + ":";
-            transports[t]->for_each_counter(
-                [](void* ctx, NamedCounter c) {
-                    if (c.value != 0)
-                        *static_cast<std::string*>(ctx) +=
-                            " " + std::string(c.name) + "=" + std::to_string(c.value);
-                },
-                &line);
+            line = transport_line("snicd: port " + std::to_string(p.id()) + " " +
+                                      std::string(transports[t]->name()) + ":",
+                                  *transports[t]);
             std::printf("%s\n", line.c_str());
         }
+        if (i < roce_lanes.size()) print_lanes(p, roce_lanes[i]);
         if (i >= tcp.size() || !tcp[i]) continue;
         line = "snicd: port " + std::to_string(p.id()) + " tcp:";
         tcp[i]->for_each_counter([&](std::string_view name, std::uint64_t v) {
@@ -229,15 +267,18 @@ struct Running {
     std::optional<VirtualWire> wire;
     rte_mempool* pool = nullptr;
     std::vector<std::unique_ptr<Port>> ports;
-    std::vector<unsigned> lcore_ids;                         // main lcore first
-    std::vector<std::vector<Port*>> owned;                   // per lcore: its ports
-    std::vector<std::unique_ptr<Lcore>> lcores;              // per lcore
-    std::vector<std::unique_ptr<LcoreTasks>> tasks;          // per lcore
-    std::vector<std::unique_ptr<RoceTransport>> transports;  // per port
-    std::vector<std::unique_ptr<GsiPort>> gsi;               // per port: its QP1
-    std::vector<std::unique_ptr<TcpService>> tcp;            // per port: snic's TCP
-    std::vector<std::unique_ptr<IwarpTransport>> iwarp;      // per port: on its TCP
-    std::vector<std::unique_ptr<CmWire>> cm_wires;           // per device: its CM
+    std::vector<unsigned> lcore_ids;                              // main lcore first
+    std::vector<std::vector<Port*>> owned;                        // per lcore: its ports
+    std::vector<std::unique_ptr<Lcore>> lcores;                   // per lcore
+    std::vector<std::unique_ptr<LcoreTasks>> tasks;               // per lcore
+    std::vector<std::unique_ptr<RoceTransport>> transports;       // per port (its lane 0's)
+    std::vector<std::unique_ptr<RoceTransport>> lane_transports;  // ports' lanes 1..N-1
+    std::vector<std::vector<Transport*>>
+        roce_lanes;                                // per port: each lane's RoCEv2, lane 0's first
+    std::vector<std::unique_ptr<GsiPort>> gsi;     // per port: its QP1
+    std::vector<std::unique_ptr<TcpService>> tcp;  // per port: snic's TCP
+    std::vector<std::unique_ptr<IwarpTransport>> iwarp;  // per port: on its TCP
+    std::vector<std::unique_ptr<CmWire>> cm_wires;       // per device: its CM
     // Per port, for a shared-address port: its XDP program's maps and its neighbours.
     std::vector<std::unique_ptr<XdpMaps>> xdp;
     std::vector<std::unique_ptr<SharedTcpPorts>> tcp_ports;  // its iWARP's TCP ports
@@ -248,6 +289,7 @@ struct Running {
         iwarp.clear();
         tcp.clear();
         transports.clear();
+        lane_transports.clear();
         gsi.clear();
         tasks.clear();
         ports.clear();  // closes the ports before their pool and wire go
@@ -282,7 +324,22 @@ int share_port(const PortSpec& spec, Port& port, Running& r) {
 // code (the error said).
 int open_ports(const Config& cfg, Running& r) {
     if (cfg.wire) {
-        auto wire = VirtualWire::create();
+        // As many queue pairs as its ports have queues, the same at both ends.
+        const PortSpec* ends[2] = {};
+        for (const auto& p : cfg.ports)
+            for (int e = 0; e < 2; ++e)
+                if (p.port == "wire" + std::to_string(e) ||
+                    p.port == "net_ring_wire" + std::to_string(e))
+                    ends[e] = &p;
+        if (ends[0] != nullptr && ends[1] != nullptr && ends[0]->queues != ends[1]->queues)
+            return fail(kExitUsage, fmt::format("--wire: wire0 has queues={} and wire1 queues={}: "
+                                                "a queue's frames reach the same queue at the "
+                                                "other end, so both need as many",
+                                                ends[0]->queues, ends[1]->queues));
+        unsigned queues = 1;
+        for (const PortSpec* e : ends)
+            if (e != nullptr) queues = std::max<unsigned>(queues, e->queues);
+        auto wire = VirtualWire::create(queues);
         if (!wire) return fail(kExitRuntime, wire.error().message);
         r.wire.emplace(std::move(wire.value()));
     }
@@ -290,7 +347,7 @@ int open_ports(const Config& cfg, Running& r) {
     const std::uint32_t data_room = RTE_PKTMBUF_HEADROOM + largest_mtu(cfg) + RTE_ETHER_HDR_LEN +
                                     RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN;
     r.pool = rte_pktmbuf_pool_create(
-        "snic_mbufs", packet_pool_mbufs(cfg.ports.size()), kPoolCache, 0,
+        "snic_mbufs", packet_pool_mbufs(queue_count(cfg)), kPoolCache, 0,
         static_cast<std::uint16_t>(std::max<std::uint32_t>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE)),
         static_cast<int>(rte_socket_id()));
     if (r.pool == nullptr)
@@ -329,17 +386,28 @@ int open_ports(const Config& cfg, Running& r) {
 // Ports go round-robin to the enabled lcores, main lcore first; each port's RoCEv2 transport
 // runs on the port's lcore, which also takes the control thread's work for it (starting QPs,
 // grace periods). The self-test, if any, runs on the main lcore.
-void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources,
-                   const tcp::IsnKey& isn_key) {
+Status assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources,
+                     const tcp::IsnKey& isn_key) {
     r.lcore_ids = {rte_get_main_lcore()};
     unsigned worker;
     RTE_LCORE_FOREACH_WORKER(worker) r.lcore_ids.push_back(worker);
     const std::size_t n = r.lcore_ids.size();
     r.owned.assign(n, {});
+    // Lane q of port i (port.h) on lcore (i + q) mod n: a port's lanes on lcores of their own.
     for (std::size_t i = 0; i < r.ports.size(); ++i) {
-        r.owned[i % n].push_back(r.ports[i].get());
-        r.ports[i]->set_lcore(r.lcore_ids[i % n]);
+        const std::span<Port* const> lanes = r.ports[i]->lanes();
+        if (lanes.size() > n)
+            return make_error(EINVAL,
+                              fmt::format("--port {}: queues={} needs {} lcores; -l gives {}",
+                                          cfg.ports[i].port, lanes.size(), lanes.size(), n));
+        for (std::size_t q = 0; q < lanes.size(); ++q) {
+            r.owned[(i + q) % n].push_back(lanes[q]);
+            lanes[q]->set_lcore(r.lcore_ids[(i + q) % n]);
+        }
     }
+    r.roce_lanes.resize(r.ports.size());
+    for (std::size_t i = 0; i < r.ports.size(); ++i)
+        r.roce_lanes[i].resize(r.ports[i]->lanes().size());
     r.transports.resize(r.ports.size());
     r.gsi.resize(r.ports.size());
     r.tcp.resize(r.ports.size());
@@ -351,10 +419,24 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             std::make_unique<Lcore>(r.owned[i], std::move(pollers), cfg.idle_backoff_us, g_stop));
         r.tasks.push_back(std::make_unique<LcoreTasks>());
         std::vector<LcorePoller*> mine;
+        // The lanes past the first of ports whose lane 0 is elsewhere: RoCEv2 only.
+        for (Port* lane : r.owned[i]) {
+            if (lane->queue() == 0) continue;
+            const std::size_t p = static_cast<std::size_t>(
+                std::find_if(r.ports.begin(), r.ports.end(),
+                             [&](const auto& port) { return port->id() == lane->id(); }) -
+                r.ports.begin());
+            r.lane_transports.push_back(std::make_unique<RoceTransport>(
+                *lane, *r.tasks[i], resources.keys(), rte_get_tsc_hz()));
+            lane->set_roce_hook({&RoceTransport::on_rx, r.lane_transports.back().get()});
+            r.roce_lanes[p][lane->queue()] = r.lane_transports.back().get();
+            mine.push_back(r.lane_transports.back().get());
+        }
         for (std::size_t p = i; p < r.ports.size(); p += n) {
             r.transports[p] = std::make_unique<RoceTransport>(*r.ports[p], *r.tasks[i],
                                                               resources.keys(), rte_get_tsc_hz());
             r.ports[p]->set_roce_hook({&RoceTransport::on_rx, r.transports[p].get()});
+            r.roce_lanes[p][0] = r.transports[p].get();
             mine.push_back(r.transports[p].get());
             // QP1: the CM's MADs between this lcore and the control thread.
             r.gsi[p] = std::make_unique<GsiPort>(
@@ -402,6 +484,7 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             if (!r.owned[i].empty()) r.tasks[i]->run([] {});
         placed_quiesce_wait(epoch);
     });
+    return Ok{};
 }
 
 // The self-test's line (or JSON object) on stdout; 0, or its failure's exit code.
@@ -471,6 +554,8 @@ void start_telemetry(TelemetryInfo& tel, const Running& r, ControlServer& ctl,
     };
     for (const auto& t : r.transports) tel.transports.push_back(t.get());
     for (const auto& t : r.iwarp) tel.iwarp.push_back(t.get());
+    for (const auto& lanes : r.roce_lanes)
+        tel.roce_lanes.emplace_back(lanes.begin() + (lanes.empty() ? 0 : 1), lanes.end());
     for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
     for (const auto& x : r.xdp) tel.xdp.push_back(x.get());
     tel.qps = [&ctl] { return ctl.ask_qps(kTelemetryWait); };
@@ -568,7 +653,7 @@ void print_all_counters(const Running& r) {
         all.push_back(r.transports[i].get());
         all.push_back(r.iwarp[i].get());
     }
-    print_counters(r.ports, all, r.tcp);
+    print_counters(r.ports, all, r.tcp, r.roce_lanes);
 }
 
 // The daemon once EAL is up: ports, lcores, telemetry, the CM and the control thread, until a
@@ -580,7 +665,8 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     if (cfg.selftest && !cfg.selftest->one_port())
         selftest = make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
     Resources& resources = control.resources();
-    assign_lcores(cfg, r, selftest.get(), resources, random_key());
+    if (auto st = assign_lcores(cfg, r, selftest.get(), resources, random_key()); !st)
+        return fail(kExitUsage, st.error().message);
     if (cfg.selftest && cfg.selftest->one_port()) {
         // On the first port's lcore (the main one), beside that port's TCP.
         selftest = make_tcp_selftest(*cfg.selftest, *r.tcp[0], rte_get_tsc_hz(), g_stop);
@@ -588,14 +674,14 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     }
     std::vector<TcpService*> tcp_services;
     for (const auto& t : r.tcp) tcp_services.push_back(t.get());
-    TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     start_telemetry(tel, r, control, tcp_services);
 
     for (std::size_t i = 1; i < r.lcore_ids.size(); ++i)
         if (!r.owned[i].empty())
             rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
 
-    control.set_devices(device_ports(cfg, r.ports, r.transports, r.iwarp));
+    control.set_devices(device_ports(cfg, r.ports, r.transports, r.roce_lanes, r.iwarp));
     std::vector<std::string> names;
     for (std::size_t i = 0; i < r.ports.size(); ++i) {
         names.push_back(device_name(cfg, i));

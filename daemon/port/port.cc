@@ -3,7 +3,9 @@
 
 #include <rte_bus.h>
 #include <rte_dev.h>
+#include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_ring.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -39,11 +41,24 @@ net::MacAddr derived_mac(const std::string& port_name, std::uint16_t port_id) {
              static_cast<std::uint8_t>(port_id)}};
 }
 
+// Each lane's faults from a generator of its own; lane 0's seed is the port's.
+std::uint64_t lane_seed(const PortSpec& spec, std::uint16_t queue) {
+    return spec.fault.seed + queue * 0x9e3779b97f4a7c15ull;
+}
+
+// What an RSS-capable device hashes frames by across a port's queues: addresses and UDP and
+// TCP ports, where it can (RoCEv2's source port differs by QP, TCP's by connection).
+constexpr std::uint64_t kRssHash = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP;
+
+// Frames one lane holds for another at once.
+constexpr unsigned kInboxSlots = 1024;
+
 }  // namespace
 
-Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
-           std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings)
+Port::Port(std::uint16_t id, std::uint16_t queue, std::string name, const PortSpec& spec,
+           net::MacAddr mac, std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings)
     : id_(id),
+      queue_(queue),
       name_(std::move(name)),
       mac_(mac),
       addr_(pack(spec.ip, mtu)),
@@ -52,14 +67,14 @@ Port::Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAdd
       rx_burst_(std::clamp<std::uint16_t>(settings.rx_burst, 1, kMaxBurst)),
       tx_burst_(std::clamp<std::uint16_t>(settings.tx_burst, 1, kMaxBurst)),
       arp_(kArpEntries, settings.tsc_hz * settings.arp_timeout_s, settings.tsc_hz /* 1 s pacing */),
-      rx_fault_{FaultInjector(spec.fault.rx, spec.fault.seed),
+      rx_fault_{FaultInjector(spec.fault.rx, lane_seed(spec, queue)),
                 nullptr,
                 false,
                 &counters_.rx_fault_dropped,
                 &counters_.rx_fault_duplicated,
                 &counters_.rx_fault_reordered,
                 &counters_.rx_fault_corrupted},
-      tx_fault_{FaultInjector(spec.fault.tx, spec.fault.seed ^ 0x5a5a5a5a5a5a5a5aull),
+      tx_fault_{FaultInjector(spec.fault.tx, lane_seed(spec, queue) ^ 0x5a5a5a5a5a5a5a5aull),
                 nullptr,
                 false,
                 &counters_.tx_fault_dropped,
@@ -132,17 +147,29 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
         conf.rxmode.offloads |=
             info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
                                     RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
-    if (int rc = rte_eth_dev_configure(port_id, 1, 1, &conf); rc != 0)
+    const std::uint16_t queues = spec.queues;
+    if (queues > info.max_rx_queues || queues > info.max_tx_queues)
+        return make_error(EINVAL,
+                          fmt::format("--port {}: queues={}: the device has at most {}", spec.port,
+                                      queues, std::min(info.max_rx_queues, info.max_tx_queues)));
+    const std::uint64_t rss = queues > 1 ? info.flow_type_rss_offloads & kRssHash : 0;
+    if (rss != 0) {
+        conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+        conf.rx_adv_conf.rss_conf.rss_hf = rss;
+    }
+    if (int rc = rte_eth_dev_configure(port_id, queues, queues, &conf); rc != 0)
         return port_error(spec, "cannot configure", rc);
     std::uint16_t nb_rxd = kRxDescriptors, nb_txd = kTxDescriptors;
     if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &nb_rxd, &nb_txd); rc != 0)
         return port_error(spec, "cannot size queues", rc);
     const int socket = rte_eth_dev_socket_id(port_id);
     const unsigned sock = socket < 0 ? 0u : static_cast<unsigned>(socket);
-    if (int rc = rte_eth_rx_queue_setup(port_id, 0, nb_rxd, sock, nullptr, pool); rc != 0)
-        return port_error(spec, "cannot set up rx queue", rc);
-    if (int rc = rte_eth_tx_queue_setup(port_id, 0, nb_txd, sock, nullptr); rc != 0)
-        return port_error(spec, "cannot set up tx queue", rc);
+    for (std::uint16_t q = 0; q < queues; ++q) {
+        if (int rc = rte_eth_rx_queue_setup(port_id, q, nb_rxd, sock, nullptr, pool); rc != 0)
+            return port_error(spec, fmt::format("cannot set up rx queue {}", q), rc);
+        if (int rc = rte_eth_tx_queue_setup(port_id, q, nb_txd, sock, nullptr); rc != 0)
+            return port_error(spec, fmt::format("cannot set up tx queue {}", q), rc);
+    }
 
     // MTU: set on the device where it can be; devices without MTU control (the
     // in-process wire) get it in software only.
@@ -175,13 +202,18 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
 
     if (int rc = rte_eth_dev_start(port_id); rc != 0) return port_error(spec, "cannot start", rc);
 
-    std::unique_ptr<Port> port(new Port(port_id, name, spec, mac, mtu, pool, settings));
+    std::unique_ptr<Port> port(new Port(port_id, 0, name, spec, mac, mtu, pool, settings));
     port->started_ = true;
     port->offloads_ = offloads;
     if (no_placement == nullptr) {
         port->placed_ = std::make_unique<PlacedTx>(kPlacedRecords, kPlacedTallies);
         port->placed_min_ = settings.tx_in_place;
     }
+    if (auto st = port->add_lanes(spec, settings); !st) return st.error();
+    if (queues > 1)
+        spdlog::info("port {} ({}): {} queues, {}", port_id, name, queues,
+                     rss != 0 ? "spread by the device's RSS, then by QP in software"
+                              : "no RSS: each lane takes what its queue gets, then by QP");
     spdlog::info("port {} ({}): ip {} mac {} mtu {}{}; payloads {}", port_id, name,
                  spec.ip.to_string(), mac.to_string(), mtu,
                  promiscuous ? " (software MAC filter)" : "",
@@ -202,8 +234,49 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
     return port;
 }
 
+Status Port::add_lanes(const PortSpec& spec, const PortSettings& settings) {
+    if (spec.queues < 2) return Ok{};
+    owned_lanes_ = std::make_unique<PortLanes>();
+    lanes_ = owned_lanes_.get();
+    lanes_->lanes.push_back(this);
+    for (std::uint16_t q = 1; q < spec.queues; ++q) {
+        siblings_.push_back(
+            std::unique_ptr<Port>(new Port(id_, q, name_, spec, mac_, mtu(), pool_, settings)));
+        Port& lane = *siblings_.back();
+        lane.lanes_ = lanes_;
+        lane.offloads_ = offloads_;
+        if (placed_) {
+            lane.placed_ = std::make_unique<PlacedTx>(kPlacedRecords, kPlacedTallies);
+            lane.placed_min_ = placed_min_;
+        }
+        lanes_->lanes.push_back(&lane);
+    }
+    for (Port* lane : lanes_->lanes) {
+        const std::string ring = fmt::format("snic_in_{}_{}", id_, lane->queue_);
+        lane->inbox_ = rte_ring_create(ring.c_str(), kInboxSlots, rte_socket_id(), RING_F_SC_DEQ);
+        if (lane->inbox_ == nullptr)
+            return make_error(rte_errno,
+                              fmt::format("--port {}: cannot create lane {}'s inbox: {}", spec.port,
+                                          lane->queue_, rte_strerror(rte_errno)));
+    }
+    return Ok{};
+}
+
+void Port::claim_qpn(std::uint32_t qpn) {
+    if (lanes_ != nullptr)
+        lanes_->qp_lane[qpn & (PortLanes::kQpnSlots - 1)].store(static_cast<std::uint8_t>(queue_),
+                                                                std::memory_order_release);
+    qps_.add();
+}
+
 Port::~Port() {
+    siblings_.clear();  // lanes 1..N-1 first: they may hold frames for this one's inbox
     for (std::uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+    if (inbox_ != nullptr) {
+        rte_mbuf* m = nullptr;
+        while (rte_ring_sc_dequeue(inbox_, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+        rte_ring_free(inbox_);
+    }
     rte_pktmbuf_free(rx_fault_.held);
     rte_pktmbuf_free(tx_fault_.held);
     rte_mbuf* m = nullptr;

@@ -1,6 +1,13 @@
 // A DPDK port serving one IPv4 address: bring-up and teardown (port.cc) and the
 // datapath (port_datapath.cc): rx burst, first checks and dispatch, ARP and ICMP
 // echo, buffered tx. The datapath runs on the one lcore that owns the port.
+//
+// A port of several queues (queues=N) is N lanes: a Port object per queue pair, each polled
+// by an lcore of its own, with its own transmit buffer, ARP cache and counters. Lane 0 is the
+// port as the rest of the daemon knows it (QP1, TCP and iWARP live there) and owns the others.
+// A frame a lane receives that is not its own goes to its lane's inbox (a ring that lane
+// empties on its poll): a RoCEv2 packet to the lane of its destination QP (claim_qpn), all
+// other IPv4 for a transport to lane 0; each ARP reply is learnt by every lane.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -9,7 +16,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "daemon/port/arp_cache.h"
@@ -22,10 +31,22 @@
 #include "proto/net/rx.h"
 
 struct rte_mempool;
+struct rte_ring;
 
 namespace snic::daemon {
 
 class Port;
+
+// The lanes of a port of several queues: each lane by queue, and the lane that runs each QP
+// (by the QP number's low 14 bits, which tell live QPs apart: daemon/verbs/resources.h).
+// Written by the control thread before a QP runs, read by every lane.
+struct PortLanes {
+    static constexpr std::uint32_t kQpnSlots = 1u << 14;
+    std::vector<Port*> lanes;
+    std::unique_ptr<std::atomic<std::uint8_t>[]> qp_lane {
+        new std::atomic<std::uint8_t>[kQpnSlots] {}
+    };
+};
 
 // A transport's receive hook: takes ownership of the mbuf.
 struct RxHook {
@@ -98,10 +119,26 @@ class Port {
     // The link's speed in Mb/s: as the device reports it now when the link is up, else the
     // fastest it says it supports (a link still negotiating at start); 0 when it says neither.
     std::uint32_t link_speed_mbps() const;
+    // This lane's counters (PortCounters' note: for_each_port_counter sums the lanes').
     const PortCounters& counters() const { return counters_; }
     // The EAL lcore that polls the port and runs its transports (set once, before it runs).
     unsigned lcore() const { return lcore_; }
     void set_lcore(unsigned id) { lcore_ = id; }
+
+    // --- lanes (queues=N) ---
+    // The queue this lane polls and sends on (0 for the port itself).
+    std::uint16_t queue() const { return queue_; }
+    // Every lane of the port, this one's first when it is lane 0 (the port itself alone when
+    // it has one queue).
+    std::span<Port* const> lanes() const {
+        return lanes_ != nullptr ? std::span<Port* const>(lanes_->lanes)
+                                 : std::span<Port* const>(&self_, 1);
+    }
+    // Control thread: RoCEv2 packets to QP `qpn` go to this lane from now on; counted in
+    // lane_qps() until release_qpn().
+    void claim_qpn(std::uint32_t qpn);
+    void release_qpn() { qps_.set(qps_.get() - 1); }
+    std::uint64_t lane_qps() const { return qps_.get(); }
 
     void set_roce_hook(RxHook h) { roce_hook_ = h; }
     void set_tcp_hook(RxHook h) { tcp_hook_ = h; }
@@ -156,14 +193,27 @@ class Port {
 
   private:
     std::optional<net::MacAddr> resolve_memo(net::Ipv4Addr ip, std::uint64_t now, MacMemo& memo);
-    Port(std::uint16_t id, std::string name, const PortSpec& spec, net::MacAddr mac,
-         std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings);
+    Port(std::uint16_t id, std::uint16_t queue, std::string name, const PortSpec& spec,
+         net::MacAddr mac, std::uint16_t mtu, rte_mempool* pool, const PortSettings& settings);
+    // Lanes 1..queues-1 and their inboxes, once the device runs (lane 0 is this).
+    Status add_lanes(const PortSpec& spec, const PortSettings& settings);
 
-    void handle(rte_mbuf* m, std::uint64_t now);
+    // `forwarded`: the frame came from another lane's inbox (counted there as received; it
+    // is handled here whatever the lanes say now, so that it never goes round).
+    void handle(rte_mbuf* m, std::uint64_t now, bool forwarded = false);
     // A frame in several segments: taken only as a RoCEv2 packet in the pieces a sender's
     // placed payload arrives in over a wire that hands its mbufs on.
-    void handle_split(rte_mbuf* m, std::uint64_t now);
+    void handle_split(rte_mbuf* m, std::uint64_t now, bool forwarded);
     void drop(rte_mbuf* m, net::Drop why);
+    // The lane a RoCEv2 packet (frame `f` at `data`) goes to: its destination QP's (QP1's is
+    // lane 0), this one when too short to say.
+    std::uint16_t roce_lane(const std::uint8_t* data, const net::RxFrame& f) const;
+    // Hands `m` to lane `to`'s inbox (dropped as lane_full when it is full).
+    void forward(rte_mbuf* m, std::uint16_t to);
+    // A copy of an ARP reply to every other lane, which learns from it.
+    void share_arp(const rte_mbuf* m);
+    // Handles what other lanes left in the inbox; returns how many frames.
+    std::uint16_t poll_inbox(std::uint64_t now);
 
     // One direction's injected faults: the injector, the frame it holds back to
     // reorder, and that direction's counters.
@@ -181,8 +231,15 @@ class Port {
     std::uint16_t inject(FaultPath& path, rte_mbuf* const* in, std::uint16_t n, rte_mbuf** out);
 
     const std::uint16_t id_;
+    const std::uint16_t queue_;
     const std::string name_;
     unsigned lcore_ = 0;
+    Port* const self_ = this;                      // lanes() of a port of one queue
+    PortLanes* lanes_ = nullptr;                   // shared by the lanes; nullptr with one queue
+    std::unique_ptr<PortLanes> owned_lanes_;       // lane 0's
+    std::vector<std::unique_ptr<Port>> siblings_;  // lane 0's: lanes 1..N-1
+    rte_ring* inbox_ = nullptr;                    // this lane's, with lanes
+    Counter qps_;                                  // QPs claimed (control thread)
     // The address, its prefix length and the MTU in one word: bits 63..32, 23..16, 15..0.
     static std::uint64_t pack(net::Ipv4Prefix ip, std::uint16_t mtu) {
         return std::uint64_t{ip.addr.value} << 32 | std::uint64_t{ip.length} << 16 | mtu;
@@ -222,5 +279,24 @@ class Port {
     std::unique_ptr<PlacedTx> placed_;  // none: every payload is copied
     std::uint32_t placed_min_ = 0;      // set with placed_
 };
+
+// Calls f(name, value) for every counter of the port, its lanes' summed (for_each_counter's
+// names and order). Telemetry and the exit report only: it allocates.
+template <typename F>
+void for_each_port_counter(const Port& port, F&& f) {
+    std::vector<std::string> names;
+    std::vector<std::uint64_t> sums;
+    for (const Port* lane : port.lanes()) {
+        std::size_t k = 0;
+        for_each_counter(lane->counters(), [&](std::string_view name, std::uint64_t v) {
+            if (k == names.size()) {
+                names.emplace_back(name);
+                sums.push_back(0);
+            }
+            sums[k++] += v;
+        });
+    }
+    for (std::size_t k = 0; k < names.size(); ++k) f(std::string_view(names[k]), sums[k]);
+}
 
 }  // namespace snic::daemon

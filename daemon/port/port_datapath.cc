@@ -3,6 +3,7 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_prefetch.h>
+#include <rte_ring.h>
 
 #include <algorithm>
 
@@ -24,7 +25,7 @@ std::uint16_t Port::poll_rx(std::uint64_t now) {
             counters_.neighbours_learnt.add();
         }
     }
-    std::uint16_t n = rte_eth_rx_burst(id_, 0, pkts, rx_burst_);
+    std::uint16_t n = rte_eth_rx_burst(id_, queue_, pkts, rx_burst_);
     if (rx_fault_.injector.active()) {
         rte_mbuf* in[kMaxBurst];
         std::copy_n(pkts, n, in);
@@ -35,7 +36,44 @@ std::uint16_t Port::poll_rx(std::uint64_t now) {
         if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void*));
         handle(pkts[i], now);
     }
+    if (inbox_ != nullptr) n += poll_inbox(now);
     return n;
+}
+
+std::uint16_t Port::poll_inbox(std::uint64_t now) {
+    rte_mbuf* pkts[kMaxBurst];
+    const unsigned n =
+        rte_ring_sc_dequeue_burst(inbox_, reinterpret_cast<void**>(pkts), rx_burst_, nullptr);
+    counters_.rx_from_lanes.add(n);
+    for (unsigned i = 0; i < n; ++i) handle(pkts[i], now, true);
+    return static_cast<std::uint16_t>(n);
+}
+
+void Port::forward(rte_mbuf* m, std::uint16_t to) {
+    if (rte_ring_mp_enqueue(lanes_->lanes[to]->inbox_, m) != 0) {
+        counters_.rx_lane_full.add();
+        rte_pktmbuf_free(m);
+        return;
+    }
+    counters_.rx_to_lanes.add();
+}
+
+void Port::share_arp(const rte_mbuf* m) {
+    for (Port* lane : lanes_->lanes) {
+        if (lane == this) continue;
+        rte_mbuf* copy = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX);
+        if (copy != nullptr) forward(copy, lane->queue_);
+    }
+}
+
+std::uint16_t Port::roce_lane(const std::uint8_t* data, const net::RxFrame& f) const {
+    // The BTH's destination QP, bytes 5..7 of the header that follows UDP's.
+    constexpr std::size_t kDestQp = net::kUdpHdrLen + 5;
+    if (f.l4_length < kDestQp + 3) return queue_;
+    const std::uint8_t* q = data + f.l4_offset + kDestQp;
+    const std::uint32_t qpn = std::uint32_t{q[0]} << 16 | std::uint32_t{q[1]} << 8 | q[2];
+    if (qpn == 1) return 0;  // QP1: the CM's, on lane 0
+    return lanes_->qp_lane[qpn & (PortLanes::kQpnSlots - 1)].load(std::memory_order_acquire);
 }
 
 // Holds pkts[0..n) in the delay line and returns in pkts what is due, at most `room`.
@@ -59,10 +97,12 @@ void Port::drop(rte_mbuf* m, net::Drop why) {
     rte_pktmbuf_free(m);
 }
 
-void Port::handle(rte_mbuf* m, std::uint64_t now) {
-    counters_.rx_packets.add();
-    counters_.rx_bytes.add(m->pkt_len);
-    if (m->nb_segs != 1) return handle_split(m, now);
+void Port::handle(rte_mbuf* m, std::uint64_t now, bool forwarded) {
+    if (!forwarded) {
+        counters_.rx_packets.add();
+        counters_.rx_bytes.add(m->pkt_len);
+    }
+    if (m->nb_segs != 1) return handle_split(m, now, forwarded);
 
     auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
     // The device's verdicts: GOOD, or NONE (a virtio peer's partial checksum: the field is
@@ -89,7 +129,10 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
         case net::RxKind::arp_reply: {
             const auto& arp = *reinterpret_cast<const net::ArpHdr*>(data + f.l3_offset);
             arp_.learn(f.src_ip, arp.sha, now);
-            counters_.arp_replies_received.add();
+            if (!forwarded) {
+                counters_.arp_replies_received.add();
+                if (lanes_ != nullptr) share_arp(m);
+            }
             rte_pktmbuf_free(m);
             return;
         }
@@ -106,6 +149,7 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
             return send(m);
         }
         case net::RxKind::icmp_echo_reply: {
+            if (queue_ != 0) return forward(m, 0);  // the pinger's, if any, is lane 0's
             const auto& icmp = *reinterpret_cast<const net::IcmpEchoHdr*>(data + f.l4_offset);
             counters_.icmp_echo_replies_received.add();
             if (echo_listener_ != nullptr)
@@ -114,16 +158,23 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
             return;
         }
         case net::RxKind::icmp_unreachable:
+            if (queue_ != 0) return forward(m, 0);  // TCP's, on lane 0
             if (icmp_error_hook_.fn == nullptr) return drop(m, net::Drop::icmp_unsupported_type);
             return icmp_error_hook_.fn(icmp_error_hook_.ctx, *this, m, f, now);
         case net::RxKind::udp:
+            if (f.dst_port == net::kRoceV2Port && lanes_ != nullptr && !forwarded) {
+                if (const std::uint16_t to = roce_lane(data, f); to != queue_)
+                    return forward(m, to);
+            }
             if (f.dst_port == net::kRoceV2Port && roce_hook_.fn != nullptr) {
                 counters_.roce_dispatched.add();
                 return roce_hook_.fn(roce_hook_.ctx, *this, m, f, now);
             }
+            if (queue_ != 0) return forward(m, 0);
             if (udp_hook_.fn != nullptr) return udp_hook_.fn(udp_hook_.ctx, *this, m, f, now);
             return drop(m, net::Drop::udp_no_listener);
         case net::RxKind::tcp:
+            if (queue_ != 0) return forward(m, 0);  // snic's TCP runs on lane 0
             if (tcp_hook_.fn == nullptr) return drop(m, net::Drop::tcp_no_listener);
             counters_.tcp_dispatched.add();
             return tcp_hook_.fn(tcp_hook_.ctx, *this, m, f, now);
@@ -131,12 +182,15 @@ void Port::handle(rte_mbuf* m, std::uint64_t now) {
     rte_pktmbuf_free(m);  // not reached: every kind returns above
 }
 
-void Port::handle_split(rte_mbuf* m, std::uint64_t now) {
+void Port::handle_split(rte_mbuf* m, std::uint64_t now, bool forwarded) {
     if (roce_hook_.fn == nullptr) return drop(m, net::Drop::rx_scattered);
-    const net::RxFrame f = net::classify_split(
-        {rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len}, m->pkt_len, local_);
+    const auto* data = rte_pktmbuf_mtod(m, const std::uint8_t*);
+    const net::RxFrame f = net::classify_split({data, m->data_len}, m->pkt_len, local_);
     if (f.kind == net::RxKind::drop) return drop(m, f.drop);
     if (f.dst_port != net::kRoceV2Port) return drop(m, net::Drop::rx_scattered);
+    if (lanes_ != nullptr && !forwarded && m->data_len >= f.l4_offset + net::kUdpHdrLen + 8) {
+        if (const std::uint16_t to = roce_lane(data, f); to != queue_) return forward(m, to);
+    }
     counters_.roce_dispatched.add();
     return roce_hook_.fn(roce_hook_.ctx, *this, m, f, now);
 }
@@ -158,7 +212,7 @@ void Port::flush_tx() {
     tx_count_ = 0;
     std::uint64_t bytes = 0;
     for (std::uint16_t i = 0; i < count; ++i) bytes += out[i]->pkt_len;
-    const std::uint16_t sent = count == 0 ? 0 : rte_eth_tx_burst(id_, 0, out, count);
+    const std::uint16_t sent = count == 0 ? 0 : rte_eth_tx_burst(id_, queue_, out, count);
     for (std::uint16_t i = sent; i < count; ++i) {
         bytes -= out[i]->pkt_len;
         rte_pktmbuf_free(out[i]);

@@ -27,6 +27,9 @@ struct PortSpec {
     std::optional<std::uint16_t> mtu;
     FaultSpec fault;       // injected faults, none by default
     bool offloads = true;  // offloads=off: checksums in software even where the device offers them
+    // queues=N: the port's receive and transmit queues, each polled by an lcore of its own
+    // (a lane, port.h); 1..kMaxQueues.
+    std::uint16_t queues = 1;
 
     // How a message names a shared-address port: the option as the user gave it.
     std::string shared_option() const { return "--port iface=" + iface + ",shared"; }
@@ -42,6 +45,9 @@ struct PortOffloads {
     bool any() const { return tx_ipv4_checksum || tx_tcp_checksum || rx_checksum; }
     friend bool operator==(const PortOffloads&, const PortOffloads&) = default;
 };
+
+// The most queues (lanes) a port may have: queues=N.
+inline constexpr std::uint16_t kMaxQueues = 8;
 
 // Frames per rx poll and per tx flush, at most (--rx-burst, --tx-burst).
 inline constexpr std::uint16_t kDefaultBurst = 32;

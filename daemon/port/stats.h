@@ -1,5 +1,5 @@
-// Per-port counters. Each is written by the port's owning lcore only (a relaxed
-// load and store, no locked instruction) and read by any thread: telemetry, the
+// Per-port counters (per lane, on a port of several queues). Each is written by the lane's lcore
+// only (a relaxed load and store, no locked instruction) and read by any thread: telemetry, the
 // control server, the exit report.
 #pragma once
 
@@ -24,6 +24,9 @@ struct PortCounters {
     Counter rx_fault_dropped, rx_fault_duplicated, rx_fault_reordered, rx_fault_corrupted;
     Counter tx_fault_dropped, tx_fault_duplicated, tx_fault_reordered, tx_fault_corrupted;
     Counter rx_delayed, rx_delay_full;  // frames held by the port's delay=, and dropped: full
+    // A port of several queues: frames handed to another lane, taken from other lanes, and
+    // dropped because the other lane's inbox was full.
+    Counter rx_to_lanes, rx_from_lanes, rx_lane_full;
     std::array<Counter, net::kDropReasons> drops;
 
     void drop(net::Drop why) noexcept { drops[static_cast<std::size_t>(why)].add(); }
@@ -34,7 +37,7 @@ struct CounterField {
     Counter PortCounters::*field;
 };
 
-inline constexpr std::array<CounterField, 24> kPortCounterFields = {{
+inline constexpr std::array<CounterField, 27> kPortCounterFields = {{
     {"rx_packets", &PortCounters::rx_packets},
     {"rx_bytes", &PortCounters::rx_bytes},
     {"tx_packets", &PortCounters::tx_packets},
@@ -59,6 +62,9 @@ inline constexpr std::array<CounterField, 24> kPortCounterFields = {{
     {"tx_fault_corrupted", &PortCounters::tx_fault_corrupted},
     {"rx_delayed", &PortCounters::rx_delayed},
     {"rx_delay_full", &PortCounters::rx_delay_full},
+    {"rx_to_lanes", &PortCounters::rx_to_lanes},
+    {"rx_from_lanes", &PortCounters::rx_from_lanes},
+    {"rx_lane_full", &PortCounters::rx_lane_full},
 }};
 
 // Calls f(name, value) for every counter; drop reasons are named "drop_<reason>".

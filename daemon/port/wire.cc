@@ -7,31 +7,37 @@
 
 #include <string>
 
+#include <fmt/format.h>
+
 namespace snic::daemon {
 
 namespace {
 constexpr unsigned kWireSlots = 4096;
 }
 
-Result<VirtualWire> VirtualWire::create() {
+Result<VirtualWire> VirtualWire::create(unsigned queues) {
     const unsigned socket = rte_socket_id();
     const unsigned flags = RING_F_SP_ENQ | RING_F_SC_DEQ;
-    rte_ring* a = rte_ring_create("snic_wire_0to1", kWireSlots, socket, flags);
-    rte_ring* b = rte_ring_create("snic_wire_1to0", kWireSlots, socket, flags);
-    VirtualWire wire(a, b);
-    if (a == nullptr || b == nullptr)
-        return make_error(rte_errno,
-                          std::string("--wire: cannot create rings: ") + rte_strerror(rte_errno));
-    if (rte_eth_from_rings("wire0", &b, 1, &a, 1, socket) < 0 ||
-        rte_eth_from_rings("wire1", &a, 1, &b, 1, socket) < 0)
+    VirtualWire wire;
+    for (unsigned q = 0; q < queues; ++q) {
+        wire.a_.push_back(rte_ring_create(fmt::format("snic_wire_0to1_{}", q).c_str(), kWireSlots,
+                                          socket, flags));
+        wire.b_.push_back(rte_ring_create(fmt::format("snic_wire_1to0_{}", q).c_str(), kWireSlots,
+                                          socket, flags));
+        if (wire.a_.back() == nullptr || wire.b_.back() == nullptr)
+            return make_error(
+                rte_errno, std::string("--wire: cannot create rings: ") + rte_strerror(rte_errno));
+    }
+    if (rte_eth_from_rings("wire0", wire.b_.data(), queues, wire.a_.data(), queues, socket) < 0 ||
+        rte_eth_from_rings("wire1", wire.a_.data(), queues, wire.b_.data(), queues, socket) < 0)
         return make_error(rte_errno,
                           std::string("--wire: cannot create ports: ") + rte_strerror(rte_errno));
     return wire;
 }
 
 VirtualWire::~VirtualWire() {
-    rte_ring_free(a_);
-    rte_ring_free(b_);
+    for (rte_ring* r : a_) rte_ring_free(r);
+    for (rte_ring* r : b_) rte_ring_free(r);
 }
 
 }  // namespace snic::daemon

@@ -1,6 +1,9 @@
 // The in-process virtual wire: two DPDK ports, wire0 and wire1, joined back to
-// back through a pair of rte_rings (what one sends, the other receives).
+// back through pairs of rte_rings (what one sends on its queue i, the other receives on its
+// queue i).
 #pragma once
+
+#include <vector>
 
 #include "common/result.h"
 
@@ -10,15 +13,16 @@ namespace snic::daemon {
 
 class VirtualWire {
   public:
-    static Result<VirtualWire> create();
-    VirtualWire(VirtualWire&& o) noexcept : a_(o.a_), b_(o.b_) { o.a_ = o.b_ = nullptr; }
+    // A wire of `queues` queue pairs (1..kMaxQueues): both ports must use as many.
+    static Result<VirtualWire> create(unsigned queues = 1);
+    VirtualWire(VirtualWire&& o) noexcept = default;
     VirtualWire& operator=(VirtualWire&&) = delete;
     ~VirtualWire();  // call after the ports are closed
 
   private:
-    VirtualWire(rte_ring* a, rte_ring* b) : a_(a), b_(b) {}
-    rte_ring* a_;  // wire0 -> wire1
-    rte_ring* b_;  // wire1 -> wire0
+    VirtualWire() = default;
+    std::vector<rte_ring*> a_;  // wire0 -> wire1, by queue
+    std::vector<rte_ring*> b_;  // wire1 -> wire0
 };
 
 }  // namespace snic::daemon

@@ -176,6 +176,7 @@ Result<std::unique_ptr<QpEngine>> RoceTransport::start(Qp& qp) {
         if (!peer) return make_error(EINVAL, "the destination GID is not IPv4-mapped");
         rt = std::make_unique<RoceQp>(*this, qp, keys_, rc_config_of(qp), *peer, slots_);
     }
+    port_.claim_qpn(rt->qpn());  // its packets to this lane (port.h), whatever queue they reach
     runner_.add(*rt, qp, [&](std::uint64_t now) {
         if (peer && *peer != port_.ip().addr) port_.resolve(*peer, now);  // ARP ahead of time
     });
@@ -227,10 +228,24 @@ void RoceTransport::modified(Qp& qp, std::uint32_t mask) {
 void RoceTransport::stop(std::span<Qp* const> qps) {
     std::vector<RunningQp*> running;
     running.reserve(qps.size());
-    for (Qp* qp : qps) running.push_back(&of(*qp));
-    runner_.remove(running, [](RunningQp& q) {
+    for (Qp* qp : qps) {
+        running.push_back(&of(*qp));
+        port_.release_qpn();
+    }
+    runner_.remove(running, [this](RunningQp& q) {
         auto& rt = static_cast<RoceQpBase&>(q);
         if (rt.tx_m_ != nullptr) rte_pktmbuf_free(std::exchange(rt.tx_m_, nullptr));
+        rt.for_each_counter(
+            [](void* ctx, NamedCounter c) {
+                RoceCounters& t = *static_cast<RoceCounters*>(ctx);
+                Counter* sum = c.name == "out_of_sequence"      ? &t.qps_out_of_sequence
+                               : c.name == "duplicate_requests" ? &t.qps_duplicate_requests
+                               : c.name == "seq_naks_sent"      ? &t.qps_seq_naks_sent
+                               : c.name == "tx_retransmits"     ? &t.qps_retransmits
+                                                                : nullptr;
+                if (sum != nullptr && c.value != 0) sum->add(c.value);
+            },
+            &counters_);
     });
 }
 
@@ -247,6 +262,10 @@ void RoceTransport::for_each_counter(void (*fn)(void* ctx, NamedCounter c), void
     fn(ctx, {"loopback_packets", c.loopback_packets.get()});
     fn(ctx, {"loopback_full", c.loopback_full.get()});
     fn(ctx, {"turns", c.turns.get()});
+    fn(ctx, {"qps_out_of_sequence", c.qps_out_of_sequence.get()});
+    fn(ctx, {"qps_duplicate_requests", c.qps_duplicate_requests.get()});
+    fn(ctx, {"qps_seq_naks_sent", c.qps_seq_naks_sent.get()});
+    fn(ctx, {"qps_retransmits", c.qps_retransmits.get()});
     fn(ctx, {"rx_gsi", c.rx_gsi.get()});
     fn(ctx, {"rx_gsi_no_hook", c.rx_gsi_no_hook.get()});
     fn(ctx, {"rx_gsi_bad_opcode", c.rx_gsi_bad_opcode.get()});

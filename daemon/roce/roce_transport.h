@@ -57,6 +57,10 @@ struct RoceCounters {
     Counter tx_gsi;             // sent from QP1 (send_gsi)
     Counter tx_placed;          // packets whose payload went from where it lies
     Counter rx_split;           // packets that came in pieces (a sender's placed payload)
+    // The QPs that stopped here, their engines' counts of packets out of their order
+    // (out_of_sequence, duplicate_requests, seq_naks_sent) and of retransmitted requests: a
+    // QP's own counters go with it.
+    Counter qps_out_of_sequence, qps_duplicate_requests, qps_seq_naks_sent, qps_retransmits;
     std::array<Counter, roce::kRoceDropReasons> drops;  // by roce::Drop
 };
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "daemon/iwarp/tcp_service.h"
 #include "daemon/port/port.h"
@@ -99,10 +100,29 @@ int cmd_port_stats(const char*, const char* params, rte_tel_data* d) {
     if (info == nullptr) return -EAGAIN;
     const auto i = find_port(*info, params);
     if (!i) return -EINVAL;
+    const Port& port = *info->ports[*i];
     rte_tel_data_start_dict(d);
-    add_u64(d, "lcore", info->ports[*i]->lcore());
-    for_each_counter(info->ports[*i]->counters(),
-                     [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
+    add_u64(d, "lcore", port.lcore());
+    add_u64(d, "queues", port.lanes().size());
+    for_each_port_counter(port,
+                          [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
+    // A port of several queues: each lane's lcore and traffic, as "lane<queue>".
+    const auto lanes = port.lanes();
+    for (std::size_t q = 0; lanes.size() > 1 && q < lanes.size(); ++q) {
+        rte_tel_data* lane = rte_tel_data_alloc();
+        if (lane == nullptr) return -ENOMEM;
+        rte_tel_data_start_dict(lane);
+        const PortCounters& c = lanes[q]->counters();
+        add_u64(lane, "lcore", lanes[q]->lcore());
+        add_u64(lane, "qps", lanes[q]->lane_qps());
+        add_u64(lane, "rx_packets", c.rx_packets.get());
+        add_u64(lane, "tx_packets", c.tx_packets.get());
+        add_u64(lane, "roce_dispatched", c.roce_dispatched.get());
+        add_u64(lane, "rx_to_lanes", c.rx_to_lanes.get());
+        add_u64(lane, "rx_from_lanes", c.rx_from_lanes.get());
+        add_u64(lane, "rx_lane_full", c.rx_lane_full.get());
+        rte_tel_data_add_dict_container(d, Key("lane" + std::to_string(q)).s, lane, 0);
+    }
     // A shared-address port: what its XDP program sent snicd and what it left to the kernel.
     if (*i < info->xdp.size() && info->xdp[*i] != nullptr) {
         if (auto c = info->xdp[*i]->counts()) {
@@ -130,12 +150,32 @@ int cmd_transport_stats(const char* cmd, const char* params, rte_tel_data* d) {
     if (!i || *i >= list.size()) return -EINVAL;
     const Transport* t = list[*i];
     if (t == nullptr || t->name() != name) return -EINVAL;
-    rte_tel_data_start_dict(d);
+    // Lane 0's counters, plus those of the port's other lanes (the same names, in order).
+    struct Sum {
+        std::vector<std::string_view> names;
+        std::vector<std::uint64_t> values;
+        std::size_t k = 0;
+    } sum;
     t->for_each_counter(
         [](void* ctx, NamedCounter c) {
-            add_u64(static_cast<rte_tel_data*>(ctx), c.name, c.value);
+            auto& s = *static_cast<Sum*>(ctx);
+            s.names.push_back(c.name);
+            s.values.push_back(c.value);
         },
-        d);
+        &sum);
+    if (&list == &info->transports && *i < info->roce_lanes.size()) {
+        for (const Transport* lane : info->roce_lanes[*i]) {
+            sum.k = 0;
+            lane->for_each_counter(
+                [](void* ctx, NamedCounter c) {
+                    auto& s = *static_cast<Sum*>(ctx);
+                    if (s.k < s.values.size()) s.values[s.k++] += c.value;
+                },
+                &sum);
+        }
+    }
+    rte_tel_data_start_dict(d);
+    for (std::size_t k = 0; k < sum.names.size(); ++k) add_u64(d, sum.names[k], sum.values[k]);
     return 0;
 }
 

@@ -35,6 +35,9 @@ struct TelemetryInfo {
     // Each port's transport, in the order of `ports` (nullptr: none); must outlive it too.
     std::vector<const Transport*> transports;  // per port: RoCEv2's
     std::vector<const Transport*> iwarp;       // per port: iWARP's
+    // Per port of several queues: the RoCEv2 transports of its lanes past the first, whose
+    // counters /snic/roce_stats adds to lane 0's.
+    std::vector<std::vector<const Transport*>> roce_lanes;
     // Each port's QP1 bridge (the CM's MADs), in the order of `ports`; must outlive it too.
     std::vector<const GsiPort*> gsi;
     // Each shared-address port's XDP program, in the order of `ports` (nullptr: not shared);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "daemon/verbs/transport.h"
 #include "proto/net/addr.h"
@@ -25,6 +26,29 @@ struct Device {
     const TransportRules* rules = nullptr;  // set when the device exists
     // Runs the device's QPs on the port's lcore; none in unit tests that need no datapath.
     Transport* transport = nullptr;
+    // A port of several queues: each lane's transport, lane 0's (`transport`) first; empty
+    // when `transport` is the only one. A session's QPs, CQs and SRQs all run on one lane.
+    std::vector<Transport*> lanes;
+    // Control thread: the sessions open on each lane.
+    mutable std::vector<std::uint32_t> lane_sessions;
+
+    // Control thread: the lane a new session runs on, the one with fewest sessions open
+    // (the lowest of those), counted until leave().
+    std::size_t join() const {
+        if (lanes.empty()) return 0;
+        lane_sessions.resize(lanes.size());
+        std::size_t best = 0;
+        for (std::size_t i = 1; i < lanes.size(); ++i)
+            if (lane_sessions[i] < lane_sessions[best]) best = i;
+        ++lane_sessions[best];
+        return best;
+    }
+    void leave(std::size_t lane) const {
+        if (lane < lane_sessions.size() && lane_sessions[lane] > 0) --lane_sessions[lane];
+    }
+    Transport* transport_of(std::size_t lane) const {
+        return lanes.empty() ? transport : lanes[lane];
+    }
 };
 
 struct DevicePort {

@@ -50,8 +50,7 @@ void engine_of(const Session& s, const Qp& qp, shm::QpReply& out) {
     const QpEngineView v = qp.engine->view();
     e.running = 1;
     e.failed = v.failed ? 1 : 0;
-    if (s.device() != nullptr && s.device()->transport != nullptr)
-        copy_text(e.transport, s.device()->transport->name());
+    if (s.transport() != nullptr) copy_text(e.transport, s.transport()->name());
     copy_text(e.error, v.error.empty() ? "none" : v.error);
     e.next_psn = v.next_psn;
     e.unacked_psn = v.unacked_psn;

@@ -70,6 +70,7 @@ Session::~Session() {
     while (dismantle(kDismantleAll)) {
     }
     events_ = AsyncEvents{};
+    if (device_ != nullptr) device_->leave(lane_);
     r_.remove_session(this);
 }
 
@@ -166,7 +167,8 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     doorbells_ = doorbells;
     port_ = &port;
     device_ = device;
-    transport_ = device->transport;
+    lane_ = device->join();
+    transport_ = device->transport_of(lane_);
 
     out = {};
     out.limits = device_limits(r_.limits(), node_guid_from_mac(port.mac));

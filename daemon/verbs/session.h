@@ -242,6 +242,8 @@ class Session {
     // devices that is.
     const DevicePort* port() const { return port_; }
     const Device* device() const { return device_; }
+    // The transport that runs the session's QPs (its lane's), nullptr before open_device.
+    const Transport* transport() const { return transport_; }
     // Tells the client its port's link went down or came up (IBV_EVENT_PORT_ERR, _ACTIVE, on
     // port 1), as an RNIC does; false when its event ring is full.
     bool port_event(bool up);
@@ -316,7 +318,8 @@ class Session {
 
     const DevicePort* port_ = nullptr;  // set by open_device
     const Device* device_ = nullptr;    // one of port_'s
-    Transport* transport_ = nullptr;    // device_'s
+    Transport* transport_ = nullptr;    // device_'s, of the session's lane
+    std::size_t lane_ = 0;              // of device_'s port (Device::join)
     AsyncEvents events_;
     shm::Doorbells* doorbells_ = nullptr;  // in events_.map, set by open_device
 

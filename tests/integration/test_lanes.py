@@ -1,0 +1,172 @@
+"""One port across several lcores: `snicd -l 0-1` with queues=2 on both ports of the virtual
+wire. Each port has two lanes (port.h), a receive and transmit queue each, polled by lcores of
+their own: wire0's lane 0 on the main lcore and lane 1 on the worker, wire1's the other way
+round. A device's clients are spread over its lanes (the one with fewest sessions open), each
+session's QPs run on its lane's lcore, and a frame that reaches the queue of another lane is
+handed to that lane: the wire delivers a frame to the queue of the same index it was sent on,
+so a client on lane 1 talking to one on lane 0 makes every packet cross lanes, both ways.
+
+rdma-core's and perftest's tools, unmodified, run across; `ibv_asyncwatch` holds a device
+open on lane 0 where a test needs the next client on lane 1."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import snictest as st
+import test_perftest as pt
+import test_rc as rc
+import test_rdmacm as rcm
+import test_ud as ud
+from test_lcores import lcore_threads
+from test_tap import Watch
+
+SUBNET = "198.18.62"
+TOOLS = {"ibverbs-utils": ("ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_asyncwatch"),
+         "perftest": ("ib_write_bw",), "rdmacm-utils": ("rping",)}
+
+
+@pytest.fixture(scope="module")
+def lanes(tmp_path_factory, mem_args):
+    for package, tools in TOOLS.items():
+        for tool in tools:
+            st.require_tool(tool, package)
+    with st.wire_daemon(tmp_path_factory, mem_args, "ln", SUBNET, port_extra=",queues=2",
+                        cores=("-l", "0-1")) as wire:
+        yield wire
+
+
+def port_stats(d: st.Daemon) -> list[dict]:
+    replies = st.telemetry_query(d.prefix, "/snic/port_stats,0", "/snic/port_stats,1")
+    return [r["/snic/port_stats"] for r in replies]
+
+
+def roce_stats(d: st.Daemon) -> list[dict]:
+    replies = st.telemetry_query(d.prefix, "/snic/roce_stats,0", "/snic/roce_stats,1")
+    return [r["/snic/roce_stats"] for r in replies]
+
+
+def lane_figures(d: st.Daemon, field: str) -> list[list[int]]:
+    """`field` of each lane, per port: [[port 0 lane 0, lane 1], [port 1 lane 0, lane 1]]."""
+    return [[p[f"lane{q}"][field] for q in range(2)] for p in port_stats(d)]
+
+
+def moved(before: list[list[int]], after: list[list[int]]) -> list[list[int]]:
+    return [[a - b for a, b in zip(pa, pb)] for pa, pb in zip(after, before)]
+
+
+def assert_in_order(d: st.Daemon) -> None:
+    """No responder of the QPs gone saw a PSN ahead of the one it expected, nor one behind,
+    and no requester sent one again: the wire loses nothing, so any of these would be a
+    packet a lane handed on out of its order."""
+    for stats in roce_stats(d):
+        for name in ("qps_out_of_sequence", "qps_duplicate_requests", "qps_seq_naks_sent",
+                     "qps_retransmits"):
+            assert stats[name] == 0, (name, stats)
+
+
+def test_each_port_has_a_lane_on_each_lcore(lanes):
+    d, _ = lanes
+    stats = port_stats(d)
+    assert [p["queues"] for p in stats] == [2, 2]
+    assert [[p["lane0"]["lcore"], p["lane1"]["lcore"]] for p in stats] == [[0, 1], [1, 0]]
+    assert [p["lcore"] for p in stats] == [0, 1]  # lane 0 is the port as the rest knows it
+
+
+def test_packets_to_a_qp_of_another_lane_are_handed_to_it_in_order(lanes, tmp_path):
+    d, sock_dir = lanes
+    env = rcm.env_for(sock_dir)
+    # wire1's lane 0 held: the client below runs on wire1's lane 1 (the main lcore's), the
+    # server on wire0's lane 0 (the main lcore's too); their packets cross on the worker's.
+    hold = Watch(env, f"{d.name}_1", tmp_path / "hold.log")
+    try:
+        dispatched, handed = lane_figures(d, "roce_dispatched"), lane_figures(d, "rx_to_lanes")
+        threads = lcore_threads(d.pid)
+        rc.pingpong("ibv_rc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
+                    ["-s", "4096", "-n", "5000"])
+        got = moved(dispatched, lane_figures(d, "roce_dispatched"))
+        out = moved(handed, lane_figures(d, "rx_to_lanes"))
+    finally:
+        hold.stop()
+    # Each side's 5,000 messages went out of its own lane's queue and reached the other
+    # side's queue of that index: lane 1 of wire0 handed them to lane 0, lane 0 of wire1 to
+    # lane 1, where the QPs are.
+    assert out[0][1] >= 5000 and out[1][0] >= 5000, out
+    assert got[0][0] >= 5000 and got[1][1] >= 5000, got
+    assert got[0][1] == 0 and got[1][0] == 0, got
+    assert lcore_threads(d.pid)["rte-worker-1"] > threads["rte-worker-1"]
+    assert_in_order(d)
+
+
+def test_clients_are_spread_over_the_lanes(lanes, tmp_path):
+    d, sock_dir = lanes
+    env = rcm.env_for(sock_dir)
+    qps = lane_figures(d, "qps")
+    assert qps == [[0, 0], [0, 0]], qps
+    holds = [Watch(env, f"{d.name}_{p}", tmp_path / f"hold{p}.log") for p in (0, 1)]
+    try:
+        before = lane_figures(d, "roce_dispatched")
+        # Both devices held on lane 0: both ends run on lane 1 (wire0's on the worker lcore).
+        rc.pingpong("ibv_rc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
+                    ["-s", "64", "-n", "2000"])
+        got = moved(before, lane_figures(d, "roce_dispatched"))
+    finally:
+        for h in holds:
+            h.stop()
+    assert got[0][1] >= 2000 and got[1][1] >= 2000, got
+    assert got[0][0] == 0 and got[1][0] == 0, got
+    assert_in_order(d)
+
+
+@pytest.mark.parametrize("size", [1, 65536, 1 << 20])
+def test_rc_pingpong(lanes, size):
+    d, sock_dir = lanes
+    rc.pingpong("ibv_rc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
+                ["-s", str(size), "-n", "200"])
+
+
+def test_ud_pingpong_across_lanes(lanes, tmp_path):
+    d, sock_dir = lanes
+    hold = Watch(rcm.env_for(sock_dir), f"{d.name}_1", tmp_path / "hold.log")
+    try:
+        ud.ud_pingpong(f"{d.name}_0", f"{d.name}_1", sock_dir, ["-s", "1024", "-n", "500"])
+    finally:
+        hold.stop()
+
+
+def test_perftest_with_four_qps_across_lanes(lanes, tmp_path):
+    d, sock_dir = lanes
+    hold = Watch(rcm.env_for(sock_dir), f"{d.name}_1", tmp_path / "hold.log")
+    try:
+        out = pt.perftest(d, sock_dir, "ib_write_bw", "-s", "65536", "-n", "1000", "-q", "4")
+    finally:
+        hold.stop()
+    assert "65536" in out, out
+    assert_in_order(d)
+
+
+def test_rdma_cm_across_lanes(lanes, tmp_path):
+    """rping over RoCEv2: its CM's MADs go through QP1 on lane 0, its QPs run where their
+    sessions are."""
+    d, sock_dir = lanes
+    hold = Watch(rcm.env_for(sock_dir), f"{d.name}_1", tmp_path / "hold.log")
+    try:
+        rcm.client_server(d, sock_dir, tmp_path,
+                          ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19951", "-C", "500", "-V"],
+                          ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", "19951",
+                           "-C", "500", "-V"])
+    finally:
+        hold.stop()
+
+
+def test_iwarp_runs_on_lane_0(lanes, tmp_path, monkeypatch):
+    """iWARP's QPs, its TCP and its connections stay on lane 0 of a port of several queues."""
+    d, sock_dir = lanes
+    monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
+    rcm.client_server(d, sock_dir, tmp_path,
+                      ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19952", "-C", "500", "-V"],
+                      ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", "19952",
+                       "-C", "500", "-V"])
+    assert all(p["lane1"]["qps"] == 0 for p in port_stats(d))
