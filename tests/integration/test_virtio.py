@@ -25,25 +25,30 @@ from typing import Iterator
 import pytest
 
 import snictest as st
+import test_lanes as tl
+import test_perftest as pt
+import test_rc as rc
 import test_rdmacm as rcm
+from test_tap import Watch
 
 SUBNET = "198.18.25"
 VIRTIO_OFFLOADS = "tx-tcp-cksum,rx-cksum"
 
 
 @contextlib.contextmanager
-def switch(tmp_path: Path, tag: str) -> Iterator[list[Path]]:
-    """dpdk-testpmd with two vhost-user ports (their sockets in tmp_path), forwarding each
-    one's frames to the other; yields the two socket paths once they exist, and stops it."""
+def switch(tmp_path: Path, tag: str, queues: int = 1) -> Iterator[list[Path]]:
+    """dpdk-testpmd with two vhost-user ports (their sockets in tmp_path) of `queues` queue
+    pairs, forwarding each one's frames to the other, queue i to queue i; yields the two
+    socket paths once they exist, and stops it."""
     socks = [tmp_path / f"vh{i}.sock" for i in (0, 1)]
     log = tmp_path / "switch.log"
     # Main lcore 0 waits on stdin; lcore 1 forwards. Its own file prefix and memory.
     proc = subprocess.Popen(
         ["dpdk-testpmd", "-l", "0,1", "--no-pci", "--file-prefix", f"snic-snvsw{tag}", "-m", "256",
-         "--single-file-segments", *(f"--vdev=net_vhost{i},iface={s},queues=1"
+         "--single-file-segments", *(f"--vdev=net_vhost{i},iface={s},queues={queues}"
                                      for i, s in enumerate(socks)),
          "--", "--forward-mode=io", "--auto-start", "--total-num-mbufs=8192",
-         "--no-lsc-interrupt"],
+         f"--rxq={queues}", f"--txq={queues}", "--nb-cores=1", "--no-lsc-interrupt"],
         stdin=subprocess.PIPE, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     try:
         st.poll(lambda: proc.poll() is not None or all(s.exists() for s in socks) or None,
@@ -64,23 +69,25 @@ def switch(tmp_path: Path, tag: str) -> Iterator[list[Path]]:
 
 
 @contextlib.contextmanager
-def virtio_daemon(daemons, mem_args, tmp_path: Path) -> Iterator[tuple[st.Daemon, dict]]:
+def virtio_daemon(daemons, mem_args, tmp_path: Path, queues: int = 1,
+                  cores: str = "0") -> Iterator[tuple[st.Daemon, dict]]:
     if shutil.which("dpdk-testpmd") is None:
         pytest.skip("dpdk-testpmd (Debian's dpdk) is not installed")
     if "--no-huge" in mem_args:
         pytest.skip("vhost-user shares the driver's memory: hugepages are needed")
     # Short (interface names take 15 characters) and unique to this call.
     tag = hashlib.sha256(st.unique("t", maxlen=40).encode()).hexdigest()[:8]
-    with switch(tmp_path, tag) as socks:
+    with switch(tmp_path, tag, queues) as socks:
         name = st.unique("virtio", maxlen=24)
         sock_dir = tmp_path / "sockets"
         sock_dir.mkdir()
         # vhost-user maps the driver's memory region by region (at most 8): one file.
-        d = daemons(name, ["-l", "0", "--no-pci", "--single-file-segments", *mem_args,
-                           *(f"--vdev=net_virtio_user{i},path={s},queues=1,speed=10000"
+        d = daemons(name, ["-l", cores, "--no-pci", "--single-file-segments", *mem_args,
+                           *(f"--vdev=net_virtio_user{i},path={s},queues={queues},speed=10000"
                              for i, s in enumerate(socks))],
-                    ["--port", f"net_virtio_user0,ip={SUBNET}.1/24",
-                     "--port", f"net_virtio_user1,ip={SUBNET}.2/24", "--idle-backoff", "20"],
+                    ["--port", f"net_virtio_user0,ip={SUBNET}.1/24,queues={queues}",
+                     "--port", f"net_virtio_user1,ip={SUBNET}.2/24,queues={queues}",
+                     "--idle-backoff", "20"],
                     ctrl=str(sock_dir / f"{name}.sock"))
         d.wait_ready()
         env = rcm.env_for(sock_dir)
@@ -159,3 +166,37 @@ def test_perftest_write_bandwidth_over_virtio(daemons, mem_args, tmp_path, monke
         rows = rcm.PERFTEST_ROW.findall(client.stdout.split("#bytes", 1)[-1])
         assert rows, rcm.shown(client)
         print(f"ib_write_bw -R over virtio-user, 64 KiB: {rows[0]}")
+
+
+def test_one_virtio_port_across_two_lcores(daemons, mem_args, tmp_path, monkeypatch):
+    """queues=2 on both virtio ports and `-l 0-1`: each port's lanes on both lcores. The
+    switch forwards queue i to queue i, so a client on lane 1 of one port talking to one on
+    lane 0 of the other makes every packet cross lanes at both ends (test_lanes.py's wire
+    does the same in-process)."""
+    with virtio_daemon(daemons, mem_args, tmp_path, queues=2, cores="0-1") as (d, env):
+        stats = tl.port_stats(d)
+        assert [[p["lane0"]["lcore"], p["lane1"]["lcore"]] for p in stats] == [[0, 1], [1, 0]]
+        sock_dir = Path(env["SNIC_SOCKET_DIR"])
+        dispatched = tl.lane_figures(d, "roce_dispatched")
+        handed = tl.lane_figures(d, "rx_to_lanes")
+        hold = Watch(env, f"{d.name}_1", tmp_path / "hold.log")  # the client goes to lane 1
+        try:
+            rc.pingpong("ibv_rc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
+                        ["-s", "4096", "-n", "2000"])
+            monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_0,{d.name}_1")
+            out = pt.perftest(d, sock_dir, "ib_write_bw", "-s", "65536", "-n", "500", "-q", "2")
+            assert "65536" in out, out
+        finally:
+            hold.stop()
+        got = tl.moved(dispatched, tl.lane_figures(d, "roce_dispatched"))
+        out = tl.moved(handed, tl.lane_figures(d, "rx_to_lanes"))
+        assert got[0][0] >= 2000 and got[1][1] >= 2000, got
+        assert out[0][1] >= 2000 and out[1][0] >= 2000, out
+        tl.assert_in_order(d)
+        # iWARP over the same ports: lane 0's, whatever queue its segments reach.
+        monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
+        port = str(st.free_tcp_port())
+        rcm.client_server(d, sock_dir, tmp_path,
+                          ["rping", "-s", "-a", f"{SUBNET}.1", "-p", port, "-C", "200", "-V"],
+                          ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", port,
+                           "-C", "200", "-V"])

@@ -194,10 +194,10 @@ TEST(Config, port_without_name_is_rejected) {
 TEST(Config, unknown_port_parameter_is_named) {
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,speed=10G"}),
               "--port 0: invalid parameter (known: ip, mac, mtu, shared, fallback, "
-              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads) 'speed=10G'");
+              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads, queues) 'speed=10G'");
     EXPECT_EQ(error_of({"--port", "0,ip=10.0.0.1/24,"}),
               "--port 0: invalid parameter (known: ip, mac, mtu, shared, fallback, "
-              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads) ''");
+              "[rx-|tx-]loss|dup|reorder|corrupt, seed, delay, offloads, queues) ''");
 }
 
 TEST(Config, port_mac_must_be_unicast) {
@@ -674,6 +674,27 @@ TEST(PortSpec, shared_port_errors) {
               "--port iface=eth1: invalid IPv4 address/prefix '10.0.0.2/0'");
     EXPECT_EQ(error_of({"--port", "iface=eth1,shared", "--port", "iface=eth1,shared"}),
               "--port: invalid interface (given twice) 'eth1'");
+}
+
+// queues=N: a port's lanes, 1 to 8; a shared port has one.
+TEST(PortSpec, queues_are_one_to_eight) {
+    auto one = parse_port_spec("wire0,ip=10.0.0.1/24");
+    ASSERT_TRUE(one.ok()) << one.error().message;
+    EXPECT_EQ(one->queues, 1);
+    auto two = parse_port_spec("wire0,ip=10.0.0.1/24,queues=2");
+    ASSERT_TRUE(two.ok()) << two.error().message;
+    EXPECT_EQ(two->queues, 2);
+    auto eight = parse_port_spec("wire0,queues=8,ip=10.0.0.1/24");
+    ASSERT_TRUE(eight.ok()) << eight.error().message;
+    EXPECT_EQ(eight->queues, kMaxQueues);
+    EXPECT_EQ(port_error("wire0,ip=10.0.0.1/24,queues=0"),
+              "--port wire0: invalid queues (1..8) 'queues=0'");
+    EXPECT_EQ(port_error("wire0,ip=10.0.0.1/24,queues=9"),
+              "--port wire0: invalid queues (1..8) 'queues=9'");
+    EXPECT_EQ(port_error("wire0,ip=10.0.0.1/24,queues=two"),
+              "--port wire0: invalid queues (1..8) 'queues=two'");
+    EXPECT_EQ(port_error("iface=eth1,shared,queues=2"),
+              "--port iface=eth1: a shared port has one queue (queues=1)");
 }
 
 }  // namespace

@@ -764,5 +764,37 @@ TEST_F(TransportSeam, the_iwarp_binding_bit_means_nothing_on_a_roce_device) {
     EXPECT_TRUE(fake.calls.empty());
 }
 
+// A port of two queues (port.h's lanes): a session goes to the lane with fewest sessions
+// open, and its QPs start on that lane's transport; a session gone frees its place.
+TEST(DeviceLanes, sessions_go_to_the_least_loaded_lane_and_their_qps_run_there) {
+    Resources resources;
+    FakeTransport lane0(resources.keys()), lane1(resources.keys());
+    std::vector<DevicePort> ports = test_ports();
+    Device& dev = ports[0].devices[shm::kTransportRoce];
+    dev.transport = &lane0;
+    dev.lanes = {&lane0, &lane1};
+    const std::vector<std::string> started{"start", "start_sending"};
+    auto connected = [&] {
+        auto c = std::make_unique<RingClient>(resources, ports);
+        c->open();
+        c->make_cq();
+        EXPECT_EQ(c->make_qp(), 0);
+        EXPECT_EQ(c->connect(), 0);
+        return c;
+    };
+    auto a = connected();
+    EXPECT_EQ(lane0.calls, started);
+    EXPECT_TRUE(lane1.calls.empty());
+    auto b = connected();
+    EXPECT_EQ(lane1.calls, started);
+    EXPECT_EQ(dev.lane_sessions, (std::vector<std::uint32_t>{1, 1}));
+    a.reset();
+    EXPECT_EQ(dev.lane_sessions, (std::vector<std::uint32_t>{0, 1}));
+    EXPECT_EQ(lane0.calls.back(), "stop");
+    auto c = connected();
+    EXPECT_EQ(lane0.calls.size(), 5u) << "the third session takes lane 0, free again";
+    EXPECT_EQ(lane1.calls, started);
+}
+
 }  // namespace
 }  // namespace snic::daemon::fixture
