@@ -460,8 +460,8 @@ snicd options:
                          offers to (default on: IPv4 and TCP checksums on transmit, the device's
                          checksum verdict on receive, where it offers them);
                          queues=N (1..8) gives the port N receive and transmit queues, each
-                         polled by its own lcore (-l needs N of them); a RoCE device's clients
-                         are spread over them, and frames reach the queue of their QP
+                         polled by an lcore of its own where -l gives N; a RoCE device's
+                         clients are spread over them, and frames reach the queue of their QP
   --wire                 add the in-process virtual wire: ports wire0 and wire1 joined back to back
   --no-xdp               use no XDP socket: shared ports run as on a kernel without them
   --ctrl PATH            control socket (default /run/snic/NAME.sock)

@@ -386,8 +386,8 @@ int open_ports(const Config& cfg, Running& r) {
 // Ports go round-robin to the enabled lcores, main lcore first; each port's RoCEv2 transport
 // runs on the port's lcore, which also takes the control thread's work for it (starting QPs,
 // grace periods). The self-test, if any, runs on the main lcore.
-Status assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources,
-                     const tcp::IsnKey& isn_key) {
+void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources,
+                   const tcp::IsnKey& isn_key) {
     r.lcore_ids = {rte_get_main_lcore()};
     unsigned worker;
     RTE_LCORE_FOREACH_WORKER(worker) r.lcore_ids.push_back(worker);
@@ -397,9 +397,8 @@ Status assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resource
     for (std::size_t i = 0; i < r.ports.size(); ++i) {
         const std::span<Port* const> lanes = r.ports[i]->lanes();
         if (lanes.size() > n)
-            return make_error(EINVAL,
-                              fmt::format("--port {}: queues={} needs {} lcores; -l gives {}",
-                                          cfg.ports[i].port, lanes.size(), lanes.size(), n));
+            spdlog::warn("--port {}: queues={} on {} lcore(s): lanes share lcores",
+                         cfg.ports[i].port, lanes.size(), n);
         for (std::size_t q = 0; q < lanes.size(); ++q) {
             r.owned[(i + q) % n].push_back(lanes[q]);
             lanes[q]->set_lcore(r.lcore_ids[(i + q) % n]);
@@ -484,7 +483,6 @@ Status assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resource
             if (!r.owned[i].empty()) r.tasks[i]->run([] {});
         placed_quiesce_wait(epoch);
     });
-    return Ok{};
 }
 
 // The self-test's line (or JSON object) on stdout; 0, or its failure's exit code.
@@ -665,8 +663,7 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     if (cfg.selftest && !cfg.selftest->one_port())
         selftest = make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
     Resources& resources = control.resources();
-    if (auto st = assign_lcores(cfg, r, selftest.get(), resources, random_key()); !st)
-        return fail(kExitUsage, st.error().message);
+    assign_lcores(cfg, r, selftest.get(), resources, random_key());
     if (cfg.selftest && cfg.selftest->one_port()) {
         // On the first port's lcore (the main one), beside that port's TCP.
         selftest = make_tcp_selftest(*cfg.selftest, *r.tcp[0], rte_get_tsc_hz(), g_stop);

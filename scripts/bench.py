@@ -114,18 +114,19 @@ class WireDaemon:
 
     def __init__(self, name: str, extra: list[str] | None = None,
                  ports: list[str] | None = None, wrap: list[str] | None = None,
-                 subnet: str = WIRE_SUBNET):
-        """The virtual wire's two ports, or PORTS (EAL --vdev arguments, then snicd's
-        --port arguments) run under WRAP (e.g. ip netns exec NS); the ports' addresses are
-        SUBNET's .1 and .2."""
+                 subnet: str = WIRE_SUBNET, lcores: str = str(DAEMON_CPU), port_extra: str = ""):
+        """The virtual wire's two ports (each spec followed by PORT_EXTRA), or PORTS (EAL
+        --vdev arguments, then snicd's --port arguments) run under WRAP (e.g. ip netns exec
+        NS) on the EAL lcores LCORES; the ports' addresses are SUBNET's .1 and .2."""
         self.name = name
         self.subnet = subnet
         self.dir = Path(tempfile.mkdtemp(prefix="bench.", dir="/run/snic"))
         self.sock = self.dir / f"{name}.sock"
-        ports = ports or ["--", "--wire", "--port", f"wire0,ip={WIRE_SUBNET}.1/24,mtu={WIRE_MTU}",
-                          "--port", f"wire1,ip={WIRE_SUBNET}.2/24,mtu={WIRE_MTU}"]
+        ports = ports or ["--", "--wire",
+                          "--port", f"wire0,ip={WIRE_SUBNET}.1/24,mtu={WIRE_MTU}{port_extra}",
+                          "--port", f"wire1,ip={WIRE_SUBNET}.2/24,mtu={WIRE_MTU}{port_extra}"]
         split = ports.index("--")
-        cmd = [*(wrap or []), str(SNICD), "-l", str(DAEMON_CPU), "--no-pci", *mem_args(),
+        cmd = [*(wrap or []), str(SNICD), "-l", lcores, "--no-pci", *mem_args(),
                *ports[:split], "--", "--name", name, "--ctrl", str(self.sock),
                *ports[split + 1:], *(extra or [])]
         self.log = open(self.dir / "snicd.log", "w")
@@ -216,6 +217,57 @@ def print_burst_sweep(res: dict) -> None:
             cols.append(med(row[key]) / med(base[key]))
         print(f"{b:>6} {cols[0]:>10.2f} M {cols[1]:>6.2f} {cols[2]:>12.2f} {cols[3]:>6.2f} "
               f"{cols[4]:>11.2f} {cols[5]:>6.2f}")
+
+
+# The lanes rows: (label, EAL lcores, each wire port's extra spec).
+LANE_SETUPS = (("1 lcore, 1 queue a port", "0", ""),
+               ("1 lcore, 2 queues a port", "0", ",queues=2"),
+               ("2 lcores, 1 queue a port", "0-1", ""),
+               ("2 lcores, 2 queues a port", "0-1", ",queues=2"))
+LANE_CLIENTS = 2  # snic-perf processes at once, each a QP pair across the wire
+
+
+def lanes_rows(rounds: int, iters: int = 300000) -> dict:
+    """The 64 B WRITE message rate of LANE_CLIENTS snic-perf --loopback processes at once,
+    each a QP pair across the wire, with the ports on one lcore, one lcore each, and each over
+    two lcores (queues=2: the clients' sessions spread over the lanes, test_lanes.py); and
+    queues=2 on one lcore (both lanes polled by it: what the lanes cost). The sum of their
+    rates per round, the setups rotated each round; medians over the rounds."""
+    res = {label: [] for label, _, _ in LANE_SETUPS}
+    for rnd in range(rounds):
+        order = LANE_SETUPS[rnd % len(LANE_SETUPS):] + LANE_SETUPS[:rnd % len(LANE_SETUPS)]
+        log(f"lanes: round {rnd + 1} of {rounds}")
+        for label, lcores, extra in order:
+            d = WireDaemon("lanes", lcores=lcores, port_extra=extra,
+                           extra=["--idle-backoff", "20"])
+            try:
+                cmd = [str(PERF), "write_bw", "--loopback", "-d", f"{d.name}_0", "--peer-device",
+                       f"{d.name}_1", "-s", "64", "-n", str(iters), "--json"]
+                procs = [subprocess.Popen(cmd, env=d.env(), stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          stdin=subprocess.DEVNULL)
+                         for _ in range(LANE_CLIENTS)]
+                total = 0.0
+                for p in procs:
+                    out, err = p.communicate(timeout=600)
+                    if p.returncode != 0:
+                        raise RuntimeError(f"snic-perf exited {p.returncode}: {err[-2000:]}")
+                    total += json_lines(out)[-1]["msg_rate_mpps"]
+                res[label].append(total)
+            finally:
+                d.stop()
+    return res
+
+
+def print_lanes_rows(res: dict) -> None:
+    med = statistics.median
+    base = med(res[LANE_SETUPS[0][0]])
+    print(f"64 B RDMA WRITE, {LANE_CLIENTS} clients at once, each a QP pair across the wire "
+          f"(medians of {len(res[LANE_SETUPS[0][0]])} rounds):")
+    for label, _, _ in LANE_SETUPS:
+        rates = res[label]
+        print(f"  {label:<28} {med(rates):>6.2f} M msg/s  x{med(rates) / base:.2f}  "
+              f"(rounds {min(rates):.2f}..{max(rates):.2f})")
 
 
 def proc_kib(pid: int, field: str) -> int:
@@ -716,6 +768,9 @@ def main() -> int:
     ap.add_argument("--no-veth", action="store_true", help="skip the veth rows (af_packet, af_xdp)")
     ap.add_argument("--burst-sweep", type=int, metavar="ROUNDS", default=0,
                     help="only sweep snicd's rx/tx burst sizes, ROUNDS rounds, and print that table")
+    ap.add_argument("--lanes", type=int, metavar="ROUNDS", default=0,
+                    help="only the message rate with the wire's ports on 1 lcore, 2 lcores, and "
+                         "2 lcores with 2 queues each, ROUNDS rounds, and print that table")
     ap.add_argument("--target-rounds", type=int, metavar="N", default=None,
                     help=f"rounds of the targets phase, each the floor and snic interleaved "
                          f"(default {TARGET_ROUNDS}, {TARGET_ROUNDS_QUICK} with --quick; 0 skips it)")
@@ -737,6 +792,11 @@ def main() -> int:
         res = burst_sweep(a.burst_sweep)
         (out / "burst-sweep.json").write_text(json.dumps(res, indent=2) + "\n")
         print_burst_sweep(res)
+        return 0
+    if a.lanes > 0:
+        res = lanes_rows(a.lanes)
+        (out / "lanes.json").write_text(json.dumps(res, indent=2) + "\n")
+        print_lanes_rows(res)
         return 0
     if a.targets_only:
         tr = target_rounds(a.target_rounds, a.quick)

@@ -15,6 +15,8 @@
 #                    [--no-iwarp] [--no-veth] [--target-rounds N]
 #   scripts/bench.sh --burst-sweep ROUNDS   (only: snicd's rx/tx burst sizes against
 #                    the 64 B message rate, 64 KiB bandwidth and 8 B round trip)
+#   scripts/bench.sh --lanes ROUNDS   (only: the 64 B message rate of two clients at once
+#                    on the wire, its ports with 1 or 2 queues on 1 or 2 lcores)
 #   scripts/bench.sh --targets-only [--target-rounds N]   (only: the targets, each the
 #                    median of N rounds (default 7, 3 with --quick) that measure snic and
 #                    its floor one after the other, with the spread over the rounds)
@@ -27,7 +29,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-    sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 setup_args=()
@@ -38,6 +40,7 @@ while (($#)); do
         --quick | --no-perftest | --no-scale | --no-iwarp | --no-veth | --targets-only) bench_args+=("$1") ;;
         --out) bench_args+=("$1" "${2:?--out needs a directory}"); shift ;;
         --burst-sweep) bench_args+=("$1" "${2:?--burst-sweep needs a number of rounds}"); shift ;;
+        --lanes) bench_args+=("$1" "${2:?--lanes needs a number of rounds}"); shift ;;
         --target-rounds) bench_args+=("$1" "${2:?--target-rounds needs a number of rounds}"); shift ;;
         -h | --help) usage; exit 0 ;;
         *) printf '%s: unknown option %s\n' "$SNIC_PROG" "$1" >&2; usage >&2; exit 2 ;;
