@@ -143,11 +143,9 @@ std::vector<DevicePort> device_ports(const Config& cfg,
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
-        auto link = [id = p.id()] {
-            rte_eth_link l{};
-            if (rte_eth_link_get_nowait(id, &l) != 0) return LinkInfo{};
-            const bool known = l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN;
-            return LinkInfo{l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
+        auto link = [&p] {
+            const Port::Link l = p.link();
+            return LinkInfo{l.up, l.speed_mbps};
         };
         DevicePort d{p.mac(), p.ip(), p.mtu(), link};
         d.devices[shm::kTransportRoce] = {

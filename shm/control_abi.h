@@ -19,6 +19,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <string>
 #include <type_traits>
 
 namespace snic::shm {
@@ -121,6 +123,17 @@ inline constexpr std::uint32_t kOffloadTxIpv4Checksum = 1u << 0;
 inline constexpr std::uint32_t kOffloadTxTcpChecksum = 1u << 1;
 inline constexpr std::uint32_t kOffloadRxChecksum = 1u << 2;
 inline constexpr const char* kOffloadNames[] = {"tx-ipv4-cksum", "tx-tcp-cksum", "rx-cksum"};
+// How snicd's log and snicctl status name a PortInfo::offloads: "tx-ipv4-cksum,rx-cksum", or
+// "none".
+inline std::string offload_names(std::uint32_t bits) {
+    std::string out;
+    for (std::size_t i = 0; i < std::size(kOffloadNames); ++i) {
+        if ((bits & (1u << i)) == 0) continue;
+        if (!out.empty()) out += ',';
+        out += kOffloadNames[i];
+    }
+    return out.empty() ? "none" : out;
+}
 
 struct StatusReply {
     CtrlHeader hdr;

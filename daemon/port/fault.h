@@ -4,6 +4,7 @@
 // datapath applies them to mbufs.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,7 +59,7 @@ template <class T>
 class DelayLine {
   public:
     DelayLine(std::size_t capacity, std::uint64_t delay)
-        : cap_(round_up(capacity)), delay_(delay), q_(std::make_unique<Slot[]>(cap_)) {}
+        : cap_(std::bit_ceil(capacity)), delay_(delay), q_(std::make_unique<Slot[]>(cap_)) {}
     std::uint64_t delay() const { return delay_; }
     std::size_t size() const { return tail_ - head_; }
     bool push(T item, std::uint64_t now) {
@@ -78,11 +79,6 @@ class DelayLine {
         T item{};
         std::uint64_t due = 0;
     };
-    static std::size_t round_up(std::size_t n) {
-        std::size_t c = 1;
-        while (c < n) c <<= 1;
-        return c;
-    }
     const std::size_t cap_;
     const std::uint64_t delay_;
     std::unique_ptr<Slot[]> q_;

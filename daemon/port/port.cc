@@ -50,6 +50,10 @@ std::uint64_t lane_seed(const PortSpec& spec, std::uint16_t queue) {
 // TCP ports, where it can (RoCEv2's source port differs by QP, TCP's by connection).
 constexpr std::uint64_t kRssHash = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP;
 
+// The receive checksum verdicts a port takes where its device gives them.
+constexpr std::uint64_t kRxChecksums =
+    RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+
 // Frames one lane holds for another at once.
 constexpr unsigned kInboxSlots = 1024;
 
@@ -97,9 +101,7 @@ PortOffloads choose_offloads(std::uint64_t rx_capa, std::uint64_t tx_capa, const
         o.tx_ipv4_checksum = (tx_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) != 0;
         o.tx_tcp_checksum = (tx_capa & RTE_ETH_TX_OFFLOAD_TCP_CKSUM) != 0;
     }
-    if (spec.fault.rx.corrupt == 0)
-        o.rx_checksum = (rx_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
-                                    RTE_ETH_RX_OFFLOAD_TCP_CKSUM)) != 0;
+    if (spec.fault.rx.corrupt == 0) o.rx_checksum = (rx_capa & kRxChecksums) != 0;
     return o;
 }
 
@@ -107,16 +109,6 @@ std::uint32_t offload_bits(const PortOffloads& o) {
     return (o.tx_ipv4_checksum ? shm::kOffloadTxIpv4Checksum : 0) |
            (o.tx_tcp_checksum ? shm::kOffloadTxTcpChecksum : 0) |
            (o.rx_checksum ? shm::kOffloadRxChecksum : 0);
-}
-
-std::string offload_names(std::uint32_t bits) {
-    std::string out;
-    for (std::size_t i = 0; i < std::size(shm::kOffloadNames); ++i) {
-        if ((bits & (1u << i)) == 0) continue;
-        if (!out.empty()) out += ',';
-        out += shm::kOffloadNames[i];
-    }
-    return out.empty() ? "none" : out;
 }
 
 Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& spec,
@@ -143,10 +135,7 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
     const PortOffloads offloads = choose_offloads(info.rx_offload_capa, info.tx_offload_capa, spec);
     if (offloads.tx_ipv4_checksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
     if (offloads.tx_tcp_checksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
-    if (offloads.rx_checksum)
-        conf.rxmode.offloads |=
-            info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM |
-                                    RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+    if (offloads.rx_checksum) conf.rxmode.offloads |= info.rx_offload_capa & kRxChecksums;
     const std::uint16_t queues = spec.queues;
     if (queues > info.max_rx_queues || queues > info.max_tx_queues)
         return make_error(EINVAL,
@@ -221,7 +210,8 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
                      ? fmt::format("of {} bytes or more sent from place", settings.tx_in_place)
                      : fmt::format("copied ({})", no_placement));
     spdlog::info("port {} ({}): offloads {}{}", port_id, name,
-                 offload_names(offload_bits(offloads)), spec.offloads ? "" : " (offloads=off)");
+                 shm::offload_names(offload_bits(offloads)),
+                 spec.offloads ? "" : " (offloads=off)");
     for (const auto& [dir, r] : {std::pair{"rx", spec.fault.rx}, std::pair{"tx", spec.fault.tx}}) {
         if (r.any())
             spdlog::warn(
@@ -287,17 +277,15 @@ Port::~Port() {
     }
 }
 
-bool Port::link_up() const {
-    rte_eth_link link{};
-    return rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+Port::Link Port::link() const {
+    rte_eth_link l{};
+    if (rte_eth_link_get_nowait(id_, &l) != 0) return {};
+    const bool known = l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN;
+    return {l.link_status == RTE_ETH_LINK_UP, known ? l.link_speed : 0};
 }
 
 std::uint32_t Port::link_speed_mbps() const {
-    rte_eth_link link{};
-    if (rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP &&
-        link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN && link.link_speed != RTE_ETH_SPEED_NUM_NONE) {
-        return link.link_speed;
-    }
+    if (const Link l = link(); l.up && l.speed_mbps != RTE_ETH_SPEED_NUM_NONE) return l.speed_mbps;
     rte_eth_dev_info info{};
     if (rte_eth_dev_info_get(id_, &info) != 0) return 0;
     static constexpr std::pair<std::uint32_t, std::uint32_t> kSpeeds[] = {

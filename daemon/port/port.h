@@ -90,10 +90,8 @@ constexpr unsigned packet_pool_mbufs(std::size_t ports) {
 // transmit where tx faults corrupt frames, none on receive where rx faults do (a checksum
 // made or judged on the other side of the flipped bit would hide it).
 PortOffloads choose_offloads(std::uint64_t rx_capa, std::uint64_t tx_capa, const PortSpec& spec);
-// As snicctl status carries them (shm::PortInfo::offloads).
+// As snicctl status carries them (shm::PortInfo::offloads, named by shm::offload_names).
 std::uint32_t offload_bits(const PortOffloads& o);
-// How the log and snicctl status name them: "tx-ipv4-cksum,tx-tcp-cksum,rx-cksum", or "none".
-std::string offload_names(std::uint32_t bits);
 
 class Port {
   public:
@@ -113,7 +111,13 @@ class Port {
     std::uint16_t mtu() const {
         return static_cast<std::uint16_t>(addr_.load(std::memory_order_relaxed));
     }
-    bool link_up() const;
+    // The link as the device reports it now (a speed of 0: unknown). Any thread.
+    struct Link {
+        bool up = false;
+        std::uint32_t speed_mbps = 0;
+    };
+    Link link() const;
+    bool link_up() const { return link().up; }
     // The checksum offloads the port uses (fixed once it runs).
     const PortOffloads& offloads() const { return offloads_; }
     // The link's speed in Mb/s: as the device reports it now when the link is up, else the

@@ -143,15 +143,11 @@ int status(const std::string& path) {
             port.devices[d][sizeof port.devices[d] - 1] = '\0';
             devices += (devices.empty() ? "" : ",") + std::string(port.devices[d]);
         }
-        std::string offloads;
-        for (std::size_t b = 0; b < std::size(snic::shm::kOffloadNames); ++b)
-            if ((port.offloads & (1u << b)) != 0)
-                offloads +=
-                    (offloads.empty() ? "" : ",") + std::string(snic::shm::kOffloadNames[b]);
+        const std::string offloads = snic::shm::offload_names(port.offloads);
         std::printf("port %u %s ip %s mac %s mtu %u link %s devices %s offloads %s\n", port.port_id,
                     port.name, ip.to_string().c_str(), mac.to_string().c_str(), port.mtu,
                     port.link_up ? "up" : "down", devices.empty() ? "-" : devices.c_str(),
-                    offloads.empty() ? "none" : offloads.c_str());
+                    offloads.c_str());
     }
     return 0;
 }

@@ -7,6 +7,7 @@
 #include "daemon/config.h"
 #include "daemon/port/fault.h"
 #include "daemon/port/port.h"
+#include "shm/control_abi.h"
 
 namespace snic::daemon {
 namespace {
@@ -133,12 +134,12 @@ TEST(PortOffloads, the_device_offers_the_spec_allows_and_faults_do_not_hide) {
                              RTE_ETH_TX_OFFLOAD_UDP_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     PortSpec spec;
     EXPECT_EQ(choose_offloads(rx, tx, spec), (PortOffloads{true, true, true}));
-    EXPECT_EQ(offload_names(offload_bits(choose_offloads(rx, tx, spec))),
+    EXPECT_EQ(snic::shm::offload_names(offload_bits(choose_offloads(rx, tx, spec))),
               "tx-ipv4-cksum,tx-tcp-cksum,rx-cksum");
     EXPECT_EQ(choose_offloads(0, RTE_ETH_TX_OFFLOAD_TCP_CKSUM, spec),
               (PortOffloads{false, true, false}))
         << "what the device offers (virtio: TCP, no IPv4 header)";
-    EXPECT_EQ(offload_names(offload_bits(choose_offloads(0, 0, spec))), "none");
+    EXPECT_EQ(snic::shm::offload_names(offload_bits(choose_offloads(0, 0, spec))), "none");
     PortSpec off;
     off.offloads = false;
     EXPECT_FALSE(choose_offloads(rx, tx, off).any()) << "offloads=off";
