@@ -199,6 +199,11 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
         port->placed_min_ = settings.tx_in_place;
     }
     if (auto st = port->add_lanes(spec, settings); !st) return st.error();
+    if (queues > 1 && std::string_view(info.driver_name) == "net_af_packet")
+        spdlog::warn(
+            "port {} ({}): af_packet hands a frame to another queue when its own is "
+            "full: a QP's packets may then arrive out of order, and be retransmitted",
+            port_id, name);
     if (queues > 1)
         spdlog::info("port {} ({}): {} queues, {}", port_id, name, queues,
                      rss != 0 ? "spread by the device's RSS, then by QP in software"

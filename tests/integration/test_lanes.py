@@ -170,3 +170,52 @@ def test_iwarp_runs_on_lane_0(lanes, tmp_path, monkeypatch):
                       ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", "19952",
                        "-C", "500", "-V"])
     assert all(p["lane1"]["qps"] == 0 for p in port_stats(d))
+
+
+def test_flows_spread_by_the_kernel_reach_their_lanes(daemons, mem_args, tmp_path, monkeypatch):
+    """net_af_packet with two queue pairs on each end of a veth pair: the kernel spreads the
+    frames it hands a packet socket over the two queues by a hash of each flow (its
+    PACKET_FANOUT_HASH), as a NIC's RSS would, with no regard for the lanes. Whatever queue a
+    QP's packets or a TCP connection's segments reach, they get to their lane: perftest's 16
+    QPs and rping over iWARP complete, and no QP saw a packet out of its order.
+
+    DPDK's af_packet also sets PACKET_FANOUT_FLAG_ROLLOVER: a frame whose socket's ring (512
+    frames) is full goes to the other socket, out of its flow's order (snicd warns of it).
+    perftest's 16 QPs keep 8 WRs of 3 frames each in flight (-t 8): 384 frames, which one
+    ring holds even if every flow hashes to it."""
+    ends = (st.unique("sla", maxlen=15), st.unique("slb", maxlen=15))
+    for e in ends:
+        st.delete_link(e)
+    st.run(["ip", "link", "add", ends[0], "type", "veth", "peer", "name", ends[1]], check=True)
+    try:
+        for e in ends:
+            st.disable_ipv6(e)
+            st.run(["ip", "link", "set", e, "up"], check=True)
+        sock_dir = tmp_path / "sockets"
+        sock_dir.mkdir()
+        name = st.unique("lnv", maxlen=24)
+        d = daemons(name, ["-l", "0-1", "--no-pci", *mem_args,
+                           *(f"--vdev=net_af_packet{i},iface={e},qpairs=2"
+                             for i, e in enumerate(ends))],
+                    ["--port", f"net_af_packet0,ip={SUBNET}.11/24,queues=2",
+                     "--port", f"net_af_packet1,ip={SUBNET}.12/24,queues=2", "--idle-backoff", "20"],
+                    ctrl=str(sock_dir / f"{name}.sock"))
+        d.wait_ready()
+        before = lane_figures(d, "rx_packets")
+        monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_0,{d.name}_1")
+        out = pt.perftest(d, sock_dir, "ib_write_bw", "-s", "4096", "-n", "2000", "-q", "16", "-t", "8")
+        assert "4096" in out, out
+        rc.pingpong("ibv_rc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
+                    ["-s", "4096", "-n", "500"])
+        assert_in_order(d)
+        monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
+        rcm.client_server(d, sock_dir, tmp_path,
+                          ["rping", "-s", "-a", f"{SUBNET}.11", "-p", "19953", "-C", "300", "-V"],
+                          ["rping", "-c", "-a", f"{SUBNET}.11", "-I", f"{SUBNET}.12", "-p",
+                           "19953", "-C", "300", "-V"])
+        got = moved(before, lane_figures(d, "rx_packets"))
+        handed = lane_figures(d, "rx_to_lanes")
+        print(f"frames received by lane: {got}; handed to another lane: {handed}")
+        assert all(sum(port) > 0 for port in got), got
+    finally:
+        st.delete_link(ends[0])
