@@ -238,12 +238,6 @@ class Port {
     const std::uint16_t queue_;
     const std::string name_;
     unsigned lcore_ = 0;
-    Port* const self_ = this;                      // lanes() of a port of one queue
-    PortLanes* lanes_ = nullptr;                   // shared by the lanes; nullptr with one queue
-    std::unique_ptr<PortLanes> owned_lanes_;       // lane 0's
-    std::vector<std::unique_ptr<Port>> siblings_;  // lane 0's: lanes 1..N-1
-    rte_ring* inbox_ = nullptr;                    // this lane's, with lanes
-    Counter qps_;                                  // QPs claimed (control thread)
     // The address, its prefix length and the MTU in one word: bits 63..32, 23..16, 15..0.
     static std::uint64_t pack(net::Ipv4Prefix ip, std::uint16_t mtu) {
         return std::uint64_t{ip.addr.value} << 32 | std::uint64_t{ip.length} << 16 | mtu;
@@ -282,6 +276,14 @@ class Port {
     PortOffloads offloads_;
     std::unique_ptr<PlacedTx> placed_;  // none: every payload is copied
     std::uint32_t placed_min_ = 0;      // set with placed_
+
+    // Lanes, last: the datapath's members above keep their places (and cache lines).
+    rte_ring* inbox_ = nullptr;                    // this lane's, with lanes
+    PortLanes* lanes_ = nullptr;                   // shared by the lanes; nullptr with one queue
+    Port* const self_ = this;                      // lanes() of a port of one queue
+    std::unique_ptr<PortLanes> owned_lanes_;       // lane 0's
+    std::vector<std::unique_ptr<Port>> siblings_;  // lane 0's: lanes 1..N-1
+    Counter qps_;                                  // QPs claimed (control thread)
 };
 
 // Calls f(name, value) for every counter of the port, its lanes' summed (for_each_counter's

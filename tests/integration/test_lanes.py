@@ -38,6 +38,28 @@ def lanes(tmp_path_factory, mem_args):
         yield wire
 
 
+def wait_no_clients(d: st.Daemon) -> None:
+    """Until the daemon has closed the sessions of every client gone (a client's exit reaches
+    it asynchronously): a lane's count of sessions decides where the next client goes."""
+    st.poll(lambda: f"device {d.name}_" not in st.snicctl(d, "clients") or None,
+            "the clients' sessions closed")
+
+
+class Hold(Watch):
+    """ibv_asyncwatch holding DEVICE open (on its lane with fewest sessions: lane 0 when none
+    is open); stop() waits until the daemon has closed its session."""
+
+    def __init__(self, d: st.Daemon, sock_dir, device: str, log):
+        super().__init__(rcm.env_for(sock_dir), device, log)
+        self.d = d
+
+    def stop(self) -> None:
+        pid = self.proc.pid
+        super().stop()
+        st.poll(lambda: f"pid {pid} " not in st.snicctl(self.d, "clients") + " " or None,
+                f"ibv_asyncwatch {pid}'s session closed")
+
+
 def port_stats(d: st.Daemon) -> list[dict]:
     replies = st.telemetry_query(d.prefix, "/snic/port_stats,0", "/snic/port_stats,1")
     return [r["/snic/port_stats"] for r in replies]
@@ -77,10 +99,10 @@ def test_each_port_has_a_lane_on_each_lcore(lanes):
 
 def test_packets_to_a_qp_of_another_lane_are_handed_to_it_in_order(lanes, tmp_path):
     d, sock_dir = lanes
-    env = rcm.env_for(sock_dir)
+    wait_no_clients(d)
     # wire1's lane 0 held: the client below runs on wire1's lane 1 (the main lcore's), the
     # server on wire0's lane 0 (the main lcore's too); their packets cross on the worker's.
-    hold = Watch(env, f"{d.name}_1", tmp_path / "hold.log")
+    hold = Hold(d, sock_dir, f"{d.name}_1", tmp_path / "hold.log")
     try:
         dispatched, handed = lane_figures(d, "roce_dispatched"), lane_figures(d, "rx_to_lanes")
         threads = lcore_threads(d.pid)
@@ -102,10 +124,10 @@ def test_packets_to_a_qp_of_another_lane_are_handed_to_it_in_order(lanes, tmp_pa
 
 def test_clients_are_spread_over_the_lanes(lanes, tmp_path):
     d, sock_dir = lanes
-    env = rcm.env_for(sock_dir)
+    wait_no_clients(d)
     qps = lane_figures(d, "qps")
     assert qps == [[0, 0], [0, 0]], qps
-    holds = [Watch(env, f"{d.name}_{p}", tmp_path / f"hold{p}.log") for p in (0, 1)]
+    holds = [Hold(d, sock_dir, f"{d.name}_{p}", tmp_path / f"hold{p}.log") for p in (0, 1)]
     try:
         before = lane_figures(d, "roce_dispatched")
         # Both devices held on lane 0: both ends run on lane 1 (wire0's on the worker lcore).
@@ -123,13 +145,15 @@ def test_clients_are_spread_over_the_lanes(lanes, tmp_path):
 @pytest.mark.parametrize("size", [1, 65536, 1 << 20])
 def test_rc_pingpong(lanes, size):
     d, sock_dir = lanes
+    wait_no_clients(d)
     rc.pingpong("ibv_rc_pingpong", f"{d.name}_0", f"{d.name}_1", sock_dir,
                 ["-s", str(size), "-n", "200"])
 
 
 def test_ud_pingpong_across_lanes(lanes, tmp_path):
     d, sock_dir = lanes
-    hold = Watch(rcm.env_for(sock_dir), f"{d.name}_1", tmp_path / "hold.log")
+    wait_no_clients(d)
+    hold = Hold(d, sock_dir, f"{d.name}_1", tmp_path / "hold.log")
     try:
         ud.ud_pingpong(f"{d.name}_0", f"{d.name}_1", sock_dir, ["-s", "1024", "-n", "500"])
     finally:
@@ -138,7 +162,8 @@ def test_ud_pingpong_across_lanes(lanes, tmp_path):
 
 def test_perftest_with_four_qps_across_lanes(lanes, tmp_path):
     d, sock_dir = lanes
-    hold = Watch(rcm.env_for(sock_dir), f"{d.name}_1", tmp_path / "hold.log")
+    wait_no_clients(d)
+    hold = Hold(d, sock_dir, f"{d.name}_1", tmp_path / "hold.log")
     try:
         out = pt.perftest(d, sock_dir, "ib_write_bw", "-s", "65536", "-n", "1000", "-q", "4")
     finally:
@@ -151,7 +176,8 @@ def test_rdma_cm_across_lanes(lanes, tmp_path):
     """rping over RoCEv2: its CM's MADs go through QP1 on lane 0, its QPs run where their
     sessions are."""
     d, sock_dir = lanes
-    hold = Watch(rcm.env_for(sock_dir), f"{d.name}_1", tmp_path / "hold.log")
+    wait_no_clients(d)
+    hold = Hold(d, sock_dir, f"{d.name}_1", tmp_path / "hold.log")
     try:
         rcm.client_server(d, sock_dir, tmp_path,
                           ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19951", "-C", "500", "-V"],
@@ -164,6 +190,7 @@ def test_rdma_cm_across_lanes(lanes, tmp_path):
 def test_iwarp_runs_on_lane_0(lanes, tmp_path, monkeypatch):
     """iWARP's QPs, its TCP and its connections stay on lane 0 of a port of several queues."""
     d, sock_dir = lanes
+    wait_no_clients(d)
     monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
     rcm.client_server(d, sock_dir, tmp_path,
                       ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19952", "-C", "500", "-V"],
