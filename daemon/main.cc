@@ -182,6 +182,7 @@ void fill_status(const Config& cfg, const std::vector<std::unique_ptr<Port>>& po
         copy(info.devices[1], sizeof info.devices[1], iw_device_name(cfg, i));
         copy(info.name, sizeof info.name, p.name());
         info.offloads = offload_bits(p.offloads());
+        info.queues = static_cast<std::uint32_t>(p.lanes().size());
     }
 }
 

@@ -26,11 +26,11 @@
 namespace snic::shm {
 
 inline constexpr std::uint32_t kCtrlMagic = 0x43494e53;  // "SNIC" in memory order
-// 10: PortInfo::offloads; 9: Cqe::wc_flags' kCqeSolicited; 8: sequenced SQ, RQ, SRQ and CQ entries
-// (shm/ring.h version 2), a send WQE's first SGE in its first line, QpControl in two lines; 7:
-// ClientInfo::fds, ResourcesReply's descriptor quotas; 6: CmStatusReply::no_room; 5: MrSegment
-// kinds (SysV, hugetlb); 4: SRQ resize, QpControl::recv
-inline constexpr std::uint16_t kAbiVersion = 10;
+// 11: PortInfo::queues; 10: PortInfo::offloads; 9: Cqe::wc_flags' kCqeSolicited; 8: sequenced SQ,
+// RQ, SRQ and CQ entries (shm/ring.h version 2), a send WQE's first SGE in its first line,
+// QpControl in two lines; 7: ClientInfo::fds, ResourcesReply's descriptor quotas; 6:
+// CmStatusReply::no_room; 5: MrSegment kinds (SysV, hugetlb); 4: SRQ resize, QpControl::recv
+inline constexpr std::uint16_t kAbiVersion = 11;
 inline constexpr std::size_t kMaxPorts = 32;
 inline constexpr std::size_t kNameLen = 64;  // NUL-terminated strings
 inline constexpr std::size_t kMaxMrSegments = 16;
@@ -116,8 +116,9 @@ struct PortInfo {
     char name[kNameLen];        // DPDK device name
     char devices[2][kNameLen];  // RDMA devices on this port: [0] RoCEv2, [1] iWARP when present
     std::uint32_t offloads;     // the checksum offloads the port uses: kOffload* bits
+    std::uint32_t queues;       // its queue pairs, each polled by an lcore (queues=N)
 };
-static_assert(sizeof(PortInfo) == 24 + 3 * kNameLen && std::is_trivially_copyable_v<PortInfo>);
+static_assert(sizeof(PortInfo) == 28 + 3 * kNameLen && std::is_trivially_copyable_v<PortInfo>);
 // PortInfo::offloads, bit i named kOffloadNames[i].
 inline constexpr std::uint32_t kOffloadTxIpv4Checksum = 1u << 0;
 inline constexpr std::uint32_t kOffloadTxTcpChecksum = 1u << 1;

@@ -219,6 +219,7 @@ class Port:
     link: str
     devices: str
     offloads: str
+    queues: int
 
 
 @dataclass
@@ -233,7 +234,7 @@ class Status:
 def parse_status(text: str) -> Status:
     """Parses `snicctl status` output:
         snicd NAME pid PID version V ctrl PATH
-        port ID DEV ip IP mac MAC mtu N link STATE devices LIST offloads LIST
+        port ID DEV ip IP mac MAC mtu N link STATE devices LIST offloads LIST queues N
     """
     lines = [l for l in text.splitlines() if l.strip()]
     head = re.fullmatch(r"snicd (\S+) pid (\d+) version (\S+) ctrl (\S+)", lines[0].strip()) if lines else None
@@ -242,10 +243,10 @@ def parse_status(text: str) -> Status:
     st = Status(head[1], int(head[2]), head[3], head[4])
     for l in lines[1:]:
         m = re.fullmatch(r"port (\d+) (\S+) ip (\S+) mac (\S+) mtu (\d+) link (\S+) devices (\S+) "
-                         r"offloads (\S+)", l.strip())
+                         r"offloads (\S+) queues (\d+)", l.strip())
         if not m:
             raise AssertionError(f"unexpected port line in snicctl status output: {l!r}\n{text}")
-        st.ports.append(Port(int(m[1]), m[2], m[3], m[4].lower(), int(m[5]), m[6], m[7], m[8]))
+        st.ports.append(Port(int(m[1]), m[2], m[3], m[4].lower(), int(m[5]), m[6], m[7], m[8], int(m[9])))
     return st
 
 

@@ -29,7 +29,7 @@ import snictest as st
 # ---------------------------------------------------------------- the ABI
 
 MAGIC = 0x43494E53
-ABI = 10  # shm/control_abi.h kAbiVersion (10: PortInfo::offloads)
+ABI = 11  # shm/control_abi.h kAbiVersion (11: PortInfo::queues)
 HDR = struct.Struct("<IHHIiII")  # magic, abi_version, op, seq, status, length, reserved
 OPS = {name: i + 1 for i, name in enumerate([
     "status", "open_device", "query_port", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr",

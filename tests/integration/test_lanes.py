@@ -95,6 +95,7 @@ def test_each_port_has_a_lane_on_each_lcore(lanes):
     assert [p["queues"] for p in stats] == [2, 2]
     assert [[p["lane0"]["lcore"], p["lane1"]["lcore"]] for p in stats] == [[0, 1], [1, 0]]
     assert [p["lcore"] for p in stats] == [0, 1]  # lane 0 is the port as the rest knows it
+    assert [p.queues for p in st.ctl_status_ok(d.ctrl).ports] == [2, 2]
 
 
 def test_packets_to_a_qp_of_another_lane_are_handed_to_it_in_order(lanes, tmp_path):

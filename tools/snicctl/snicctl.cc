@@ -30,7 +30,7 @@ int usage(FILE* out, int code) {
         "  -n, --name NAME     the daemon's name: socket /run/snic/NAME.sock (default snic)\n"
         "commands:\n"
         "  status     the daemon, its ports and their RDMA devices: per port its device, address,\n"
-        "             MAC, MTU, link, devices and the checksum offloads it uses\n"
+        "             MAC, MTU, link, devices, the checksum offloads it uses and its queues\n"
         "  clients    one line per client session: session N pid N uid N gid N device NAME\n"
         "             (root sees every session, anyone else those of its own uid)\n"
         "             pd N mr N mw N channel N cq N srq N qp N mapped BYTES fds N (the\n"
@@ -144,10 +144,10 @@ int status(const std::string& path) {
             devices += (devices.empty() ? "" : ",") + std::string(port.devices[d]);
         }
         const std::string offloads = snic::shm::offload_names(port.offloads);
-        std::printf("port %u %s ip %s mac %s mtu %u link %s devices %s offloads %s\n", port.port_id,
-                    port.name, ip.to_string().c_str(), mac.to_string().c_str(), port.mtu,
-                    port.link_up ? "up" : "down", devices.empty() ? "-" : devices.c_str(),
-                    offloads.c_str());
+        std::printf("port %u %s ip %s mac %s mtu %u link %s devices %s offloads %s queues %u\n",
+                    port.port_id, port.name, ip.to_string().c_str(), mac.to_string().c_str(),
+                    port.mtu, port.link_up ? "up" : "down", devices.empty() ? "-" : devices.c_str(),
+                    offloads.c_str(), port.queues);
     }
     return 0;
 }
