@@ -9,7 +9,8 @@
 # wire, the CM or MPA, and put its summary in docs/INTEROP.md.
 #
 #   scripts/kernel-peer.sh [--dev rxe|siw|both] [--only REGEX] [--side active|passive|both]
-#                          [--shared] [--snicd-args ARGS] [--faults SPEC] [--out DIR]
+#                          [--shared] [--snicd-args ARGS] [--faults SPEC] [--queues N]
+#                          [--out DIR]
 #
 # --snicd-args gives snicd more options (one word list, e.g. "--tx-in-place 256": payloads
 # of the guest's 1024-byte path MTU then go from where they lie).
@@ -17,6 +18,11 @@
 # --faults makes snicd's port drop, reorder, duplicate or corrupt frames both ways (a port
 # spec's fault keys, e.g. "loss=0.01,reorder=0.01,dup=0.001,seed=7"): the kernel's TCP and
 # siw, and rxe's retransmission, against snic's recovery.
+#
+# --queues N gives snicd's port N queue pairs (queues=N; net_af_packet's qpairs=N, whose
+# frames the kernel spreads by a hash of each flow): the guest's packets then reach a lane
+# other than their QP's and are handed on. The lanes share snicd's one lcore (the guest needs
+# the other CPU).
 #
 # --shared runs snicd on a shared-address port (--port iface=IF,shared): the kernel has snic's
 # address on snicd's veth end and snicd shares it, so the tools' TCP side channel goes to the
@@ -30,7 +36,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-usage() { sed -n '2,28s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,34s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 out=$SNIC_BUILD/kernel-peer
 run_args=()
@@ -44,6 +50,8 @@ while (($#)); do
             export SNIC_KPEER_SNICD_ARGS=$2; shift ;;
         --faults) (($# >= 2)) || snic_die "--faults needs a spec (loss=P,reorder=P,dup=P,seed=N)"
             export SNIC_KPEER_FAULTS=$2; shift ;;
+        --queues) [[ ${2:-} =~ ^[1-8]$ ]] || snic_die "--queues needs a count (1..8)"
+            export SNIC_KPEER_QUEUES=$2; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; snic_die "unknown option $1" ;;
     esac

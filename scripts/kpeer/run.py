@@ -170,11 +170,13 @@ class Snic:
         faults = os.environ.get("SNIC_KPEER_FAULTS", "")
         faults = f",{faults}" if faults else ""
         # Shared: the kernel has SNIC_IP on the interface (kernel-peer.sh --shared).
+        # Queue pairs on snic's port (kernel-peer.sh --queues), its lanes on the one lcore.
+        queues = int(os.environ.get("SNIC_KPEER_QUEUES", "1"))
         if shared:
             eal, ports = [], ["--port", f"iface={iface},shared{faults}"]
         else:
-            eal, ports = ([f"--vdev=net_af_packet0,iface={iface}"],
-                          ["--port", f"0,ip={SNIC_IP}/24{faults}"])
+            eal, ports = ([f"--vdev=net_af_packet0,iface={iface},qpairs={queues}"],
+                          ["--port", f"0,ip={SNIC_IP}/24{faults},queues={queues}"])
         self.proc = subprocess.Popen(
             [str(SNICD), "-l", "0", "--no-pci", *eal, "--file-prefix", f"snic-{NAME}", *mem,
              "--", "--name", NAME, "--ctrl", self.ctrl, *ports, *extra],
@@ -497,7 +499,9 @@ def main() -> int:
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "-uno"],
                            capture_output=True, text=True).stdout.strip()
     summary = [f"kernel-peer run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} UTC, "
-               f"commit {commit}{' (with uncommitted changes)' if dirty else ''}", "",
+               f"commit {commit}{' (with uncommitted changes)' if dirty else ''}"
+               + (f", snicd's port of {os.environ['SNIC_KPEER_QUEUES']} queues"
+                  if os.environ.get("SNIC_KPEER_QUEUES", "1") != "1" else ""), "",
                "| peer | case | snic is | result | seconds | tries |", "|---|---|---|---|---|---|"]
     for r in results:
         summary.append(f"| {r.dev} | {r.case} | {r.snic_side} | {'pass' if r.ok else 'FAIL'} "
