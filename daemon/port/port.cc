@@ -123,12 +123,16 @@ Result<std::unique_ptr<Port>> Port::open(std::uint16_t port_id, const PortSpec& 
 
     // Chained mbufs (a payload sent from the client's memory behind its headers) where the
     // device takes them and reads no memory by DMA: a virtual device's driver reads the
-    // mbufs with the CPU, where the client's memory is mapped.
+    // mbufs with the CPU, where the client's memory is mapped. Not virtio-user: its back end
+    // (vhost-user, or the kernel's vhost-net) reads the buffers through the memory table the
+    // driver gave it, DPDK's own memory, where the client's is not.
     const char* no_placement = settings.tx_in_place == 0 ? "--tx-in-place off"
                                : (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) == 0
                                    ? "the device takes no chained mbufs"
                                : std::string_view(rte_bus_name(rte_dev_bus(info.device))) != "vdev"
                                    ? "the device reads by DMA"
+                               : std::string_view(info.driver_name) == "net_virtio_user"
+                                   ? "the device's back end reads only the driver's own memory"
                                    : nullptr;
     rte_eth_conf conf{};
     if (no_placement == nullptr) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;

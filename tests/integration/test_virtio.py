@@ -107,6 +107,9 @@ def test_rdma_tools_run_across_two_virtio_ports(daemons, mem_args, tmp_path, mon
         out = d.stdout()
         assert re.search(r"port 0 \(net_virtio_user0\): offloads tx-tcp-cksum,rx-cksum", out), out
         assert "TCP buffers 256 KiB: 10000 Mb/s x 100 us" in out, out
+        # Payloads are copied: the back end reads only the memory DPDK told it of.
+        assert "payloads copied (the device's back end reads only the driver's own memory)" \
+            in out, out
 
         # RoCEv2: rdma-core's RC ping-pong, 2,000 exchanges of 4 KiB.
         port = str(st.free_tcp_port())
