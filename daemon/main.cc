@@ -199,6 +199,15 @@ std::string transport_line(std::string head, const Transport& t) {
     return head;
 }
 
+// What the exit report shows of a port's (or a lane's) counters, appended to `line`: the
+// non-zero ones, and rx_packets and tx_packets always.
+auto port_counter_appender(std::string& line) {
+    return [&line](std::string_view name, std::uint64_t v) {
+        if (v != 0 || name == "rx_packets" || name == "tx_packets")
+            line += " " + std::string(name) + "=" + std::to_string(v);
+    };
+}
+
 // A port of several queues: each lane's own figures, and its RoCEv2 transport's.
 void print_lanes(const Port& p, const std::vector<Transport*>& roce) {
     const auto lanes = p.lanes();
@@ -208,10 +217,7 @@ void print_lanes(const Port& p, const std::vector<Transport*>& roce) {
         const std::string head =
             fmt::format("snicd: port {} lane {} (lcore {}):", p.id(), q, lane.lcore());
         std::string line = head + fmt::format(" qps={}", lane.lane_qps());
-        for_each_counter(lane.counters(), [&](std::string_view name, std::uint64_t v) {
-            if (v != 0 || name == "rx_packets" || name == "tx_packets")
-                line += " " + std::string(name) + "=" + std::to_string(v);
-        });
+        for_each_counter(lane.counters(), port_counter_appender(line));
         std::printf("%s\n", line.c_str());
         if (q < roce.size() && roce[q] != nullptr)
             std::printf("%s\n", transport_line(head + " roce:", *roce[q]).c_str());
@@ -225,10 +231,7 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
         std::string line = "snicd: port " + std::to_string(p.id()) + " (" + p.name() + "):";
-        for_each_port_counter(p, [&](std::string_view name, std::uint64_t v) {
-            if (v != 0 || name == "rx_packets" || name == "tx_packets")
-                line += " " + std::string(name) + "=" + std::to_string(v);
-        });
+        for_each_port_counter(p, port_counter_appender(line));
         std::printf("%s\n", line.c_str());
         // The port's transports (RoCEv2, iWARP): their own counters and their QP schedulers'.
         for (std::size_t t = 2 * i; t < 2 * i + 2 && t < transports.size(); ++t) {
