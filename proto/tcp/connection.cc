@@ -287,7 +287,12 @@ TcpTime TcpConnection::next_deadline() const {
 void TcpConnection::run_timers(TcpTime now) {
     if (tw_deadline_ <= now) {
         tw_deadline_ = kNever;
-        to_closed(EventKind::closed);
+        if (state_ == TcpState::fin_wait_2) {
+            counters_.fin_wait_2_timeouts.add();
+            give_up(EventKind::timed_out);
+        } else {
+            to_closed(EventKind::closed);
+        }
         return;
     }
     if (rto_deadline_ <= now) on_rto(now);

@@ -346,7 +346,7 @@ class TcpConnection {
     // Keepalive, TIME-WAIT, challenge ACKs, pending control.
     TcpTime last_rx_ = 0, ka_last_probe_ = 0;
     std::uint32_t ka_probes_ = 0;
-    TcpTime tw_deadline_ = kNever;
+    TcpTime tw_deadline_ = kNever;  // TIME-WAIT's end, or FIN-WAIT-2's bound
     TcpTime ca_window_ = 0;
     std::uint32_t ca_count_ = 0;
     bool syn_pending_ = false;

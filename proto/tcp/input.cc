@@ -337,6 +337,7 @@ void TcpConnection::our_fin_acked(TcpTime now) {
     switch (state_) {
         case TcpState::fin_wait_1:
             state_ = TcpState::fin_wait_2;
+            tw_deadline_ = now + cfg_.fin_wait_2_timeout;  // the peer's FIN, or give up
             return;
         case TcpState::closing:
             enter_time_wait(now);

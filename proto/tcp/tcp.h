@@ -54,6 +54,10 @@ struct TcpConfig {
     std::uint32_t syn_retries = 6;   // SYN or SYN-ACK retransmissions before timed_out
     TcpTime delayed_ack = 40 * kMs;  // RFC 9293 §3.8.6.3: under 0.5 s
     TcpTime msl = 30 * kSec;         // TIME-WAIT lasts 2 * msl
+    // How long FIN-WAIT-2 waits for the peer's FIN once ours is acknowledged (Linux's
+    // tcp_fin_timeout): a peer that never closes does not hold the connection for ever. Then
+    // RST, and timed_out. snic's close() ends both directions, so the bound always applies.
+    TcpTime fin_wait_2_timeout = 60 * kSec;
     bool keepalive = false;
     TcpTime keepalive_idle = 7200 * kSec;  // RFC 9293 §3.8.4: no less than two hours
     TcpTime keepalive_interval = 75 * kSec;
@@ -100,7 +104,8 @@ enum class EventKind : std::uint8_t {
     peer_closed,  // the peer's FIN arrived in order (no more bytes will come)
     closed,       // the connection is over (orderly close, or TIME-WAIT ended)
     reset,        // the peer reset it (or refused the SYN)
-    timed_out,    // retransmissions, SYN retries or keepalive probes ran out; RST sent
+    timed_out,    // retransmissions, SYN retries, keepalive probes or FIN-WAIT-2's wait for
+                  // the peer's FIN ran out; RST sent
 };
 inline constexpr std::array<std::string_view, 8> kEventNames = {
     "connected",   "readable", "recv_done", "send_space",
@@ -145,11 +150,12 @@ struct TcpCounters {
     TcpCounter rst_in, rst_out;
     TcpCounter window_probes;  // zero-window probes sent
     TcpCounter keepalive_probes;
-    TcpCounter delayed_acks;   // ACKs sent by the delayed-ACK timer
-    TcpCounter tx_full;        // tx_alloc refused
-    TcpCounter beyond_window;  // payload bytes trimmed: beyond the receive window
-    TcpCounter events_lost;    // the event queue was full (the owner did not drain it)
-    TcpCounter pmtu_lowered;   // on_path_mtu() lowered the MSS (RFC 1191)
+    TcpCounter delayed_acks;         // ACKs sent by the delayed-ACK timer
+    TcpCounter tx_full;              // tx_alloc refused
+    TcpCounter beyond_window;        // payload bytes trimmed: beyond the receive window
+    TcpCounter events_lost;          // the event queue was full (the owner did not drain it)
+    TcpCounter pmtu_lowered;         // on_path_mtu() lowered the MSS (RFC 1191)
+    TcpCounter fin_wait_2_timeouts;  // FIN-WAIT-2 ended by fin_wait_2_timeout: no FIN came
 };
 
 struct TcpCounterField {
@@ -157,7 +163,7 @@ struct TcpCounterField {
     TcpCounter TcpCounters::*field;
 };
 
-inline constexpr std::array<TcpCounterField, 34> kTcpCounterFields = {{
+inline constexpr std::array<TcpCounterField, 35> kTcpCounterFields = {{
     {"segments_in", &TcpCounters::segments_in},
     {"segments_out", &TcpCounters::segments_out},
     {"bytes_sent", &TcpCounters::bytes_sent},
@@ -192,6 +198,7 @@ inline constexpr std::array<TcpCounterField, 34> kTcpCounterFields = {{
     {"beyond_window", &TcpCounters::beyond_window},
     {"events_lost", &TcpCounters::events_lost},
     {"pmtu_lowered", &TcpCounters::pmtu_lowered},
+    {"fin_wait_2_timeouts", &TcpCounters::fin_wait_2_timeouts},
 }};
 
 // What `ss -ti` shows of a connection, as a snapshot.

@@ -114,6 +114,7 @@ class TcpDriver {
             cfg_.keepalive_interval = 1 * kSec;
             cfg_.keepalive_probes = 1 + in.u8() % 4;
         }
+        cfg_.fin_wait_2_timeout = 5 * kSec;  // short, so that it can end within a run
         open_mode_ = (o >> 5) & 3;
         cfg_.mtu = 128 + in.u16() % 9000;
         cfg_.send_buffer = 64 + in.u16() % 16384;

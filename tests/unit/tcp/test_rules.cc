@@ -1263,6 +1263,56 @@ TEST(TcpRules, abort_sends_rst_and_closes) {
     EXPECT_TRUE(s.node.saw(EventKind::closed));
 }
 
+// A peer that acknowledges our FIN and never sends its own holds the connection in
+// FIN-WAIT-2 for fin_wait_2_timeout, then no more (as Linux's tcp_fin_timeout).
+TEST(TcpRules, fin_wait_2_gives_up_when_the_peer_never_closes) {
+    TcpConfig c = Script::default_config();
+    c.fin_wait_2_timeout = 5 * kSec;
+    Script s(c);
+    const Seq iss = s.establish();
+    s.node.conn.close();
+    s.poll();
+    s.out();
+    s.data(iss + 2, {});  // our FIN acknowledged
+    ASSERT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    s.advance(2 * kSec);
+    s.data(iss + 2, pattern(10));  // still talking: taken, and the bound holds
+    s.advance(3 * kSec - 1);
+    s.out();  // the data's ACK
+    EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    EXPECT_FALSE(s.node.saw(EventKind::timed_out));
+    s.advance(1);
+    EXPECT_EQ(s.node.conn.state(), TcpState::closed);
+    EXPECT_TRUE(s.node.saw(EventKind::timed_out));
+    const auto v = s.out();
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_EQ(v[0].seg.flags, flag::rst);
+    EXPECT_EQ(v[0].seg.seq, iss + 2);
+    EXPECT_EQ(s.node.conn.counters().fin_wait_2_timeouts.get(), 1u);
+}
+
+// The peer's FIN within the bound: TIME-WAIT as usual, and the bound is gone.
+TEST(TcpRules, fin_wait_2_ends_in_time_wait_when_the_fin_comes) {
+    TcpConfig c = Script::default_config();
+    c.fin_wait_2_timeout = 5 * kSec;
+    Script s(c);
+    const Seq iss = s.establish();
+    s.node.conn.close();
+    s.poll();
+    s.out();
+    s.data(iss + 2, {});
+    s.advance(4 * kSec);
+    s.inject(s.spec(flag::ack | flag::fin, P + 1, iss + 2));
+    ASSERT_EQ(s.node.conn.state(), TcpState::time_wait);
+    s.out();
+    s.advance(2 * kSec);  // past where the bound was
+    EXPECT_EQ(s.node.conn.state(), TcpState::time_wait);
+    s.advance(60 * kSec);
+    EXPECT_TRUE(s.node.saw(EventKind::closed));
+    EXPECT_FALSE(s.node.saw(EventKind::timed_out));
+    EXPECT_EQ(s.node.conn.counters().fin_wait_2_timeouts.get(), 0u);
+}
+
 TEST(TcpRules, keepalive_probes_then_times_out) {
     TcpConfig c = Script::default_config();
     c.keepalive = true;
