@@ -3,7 +3,11 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace snic {
 
@@ -20,5 +24,29 @@ class Counter {
     std::atomic<std::uint64_t> v_{0};
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+// The sums of several sources' counters that go by the same names in the same order (a
+// port's lanes): next() before each source, add() for each of its counters, then
+// for_each(name, sum). It allocates: for telemetry and reports, never a datapath.
+class CounterSum {
+  public:
+    void next() noexcept { k_ = 0; }
+    void add(std::string_view name, std::uint64_t v) {
+        if (k_ == names_.size()) {
+            names_.emplace_back(name);
+            sums_.push_back(0);
+        }
+        sums_[k_++] += v;
+    }
+    template <typename F>
+    void for_each(F&& f) const {
+        for (std::size_t k = 0; k < names_.size(); ++k) f(std::string_view(names_[k]), sums_[k]);
+    }
+
+  private:
+    std::vector<std::string> names_;
+    std::vector<std::uint64_t> sums_;
+    std::size_t k_ = 0;
+};
 
 }  // namespace snic

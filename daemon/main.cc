@@ -93,6 +93,13 @@ std::string available_ports() {
                         : "available: " + list;
 }
 
+// Whether --port `given` names the DPDK port `device`: by its name, or a ring port (the
+// virtual wire's) by its name without DPDK's "net_ring_" (wire0, wire1).
+bool names_port(std::string_view given, std::string_view device) {
+    constexpr std::string_view ring = "net_ring_";
+    return given == device || (device.starts_with(ring) && given == device.substr(ring.size()));
+}
+
 Result<std::uint16_t> find_port(const PortSpec& spec) {
     std::uint16_t id = 0;
     const auto& s = spec.port;
@@ -101,10 +108,12 @@ Result<std::uint16_t> find_port(const PortSpec& spec) {
         const unsigned long n = std::stoul(s);
         if (n <= UINT16_MAX && rte_eth_dev_is_valid_port(static_cast<std::uint16_t>(n)))
             return static_cast<std::uint16_t>(n);
-    } else if (!numeric && (rte_eth_dev_get_port_by_name(s.c_str(), &id) == 0 ||
-                            // the virtual wire's ports answer to wire0/wire1 too
-                            rte_eth_dev_get_port_by_name(("net_ring_" + s).c_str(), &id) == 0)) {
-        return id;
+    } else if (!numeric) {
+        RTE_ETH_FOREACH_DEV(id) {
+            char name[RTE_ETH_NAME_MAX_LEN] = {};
+            if (rte_eth_dev_get_name_by_port(id, name) != 0) continue;
+            if (names_port(s, name)) return id;
+        }
     }
     const std::string dpdk = eal_errors();
     return make_error(ENODEV, "--port " + s + ": no such DPDK port (" + available_ports() + ")" +
@@ -330,9 +339,7 @@ int open_ports(const Config& cfg, Running& r) {
         const PortSpec* ends[2] = {};
         for (const auto& p : cfg.ports)
             for (int e = 0; e < 2; ++e)
-                if (p.port == "wire" + std::to_string(e) ||
-                    p.port == "net_ring_wire" + std::to_string(e))
-                    ends[e] = &p;
+                if (names_port(p.port, VirtualWire::device_name(e))) ends[e] = &p;
         if (ends[0] != nullptr && ends[1] != nullptr && ends[0]->queues != ends[1]->queues)
             return fail(kExitUsage, fmt::format("--wire: wire0 has queues={} and wire1 queues={}: "
                                                 "a queue's frames reach the same queue at the "
@@ -413,32 +420,32 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
     r.gsi.resize(r.ports.size());
     r.tcp.resize(r.ports.size());
     r.iwarp.resize(r.ports.size());
+    for (std::size_t i = 0; i < n; ++i) r.tasks.push_back(std::make_unique<LcoreTasks>());
+    // Each lcore's pollers: first the RoCEv2 transports of the lanes past the first (RoCEv2
+    // only), then those of the ports whose lane 0 it runs.
+    std::vector<std::vector<LcorePoller*>> mine(n);
+    for (std::size_t p = 0; p < r.ports.size(); ++p) {
+        const std::span<Port* const> lanes = r.ports[p]->lanes();
+        for (std::size_t q = 1; q < lanes.size(); ++q) {
+            const std::size_t i = (p + q) % n;
+            r.lane_transports.push_back(std::make_unique<RoceTransport>(
+                *lanes[q], *r.tasks[i], resources.keys(), rte_get_tsc_hz()));
+            lanes[q]->set_roce_hook({&RoceTransport::on_rx, r.lane_transports.back().get()});
+            r.roce_lanes[p][q] = r.lane_transports.back().get();
+            mine[i].push_back(r.lane_transports.back().get());
+        }
+    }
     for (std::size_t i = 0; i < n; ++i) {
         std::vector<LcorePoller*> pollers;
         if (selftest != nullptr && i == 0) pollers.push_back(selftest);
         r.lcores.push_back(
             std::make_unique<Lcore>(r.owned[i], std::move(pollers), cfg.idle_backoff_us, g_stop));
-        r.tasks.push_back(std::make_unique<LcoreTasks>());
-        std::vector<LcorePoller*> mine;
-        // The lanes past the first of ports whose lane 0 is elsewhere: RoCEv2 only.
-        for (Port* lane : r.owned[i]) {
-            if (lane->queue() == 0) continue;
-            const std::size_t p = static_cast<std::size_t>(
-                std::find_if(r.ports.begin(), r.ports.end(),
-                             [&](const auto& port) { return port->id() == lane->id(); }) -
-                r.ports.begin());
-            r.lane_transports.push_back(std::make_unique<RoceTransport>(
-                *lane, *r.tasks[i], resources.keys(), rte_get_tsc_hz()));
-            lane->set_roce_hook({&RoceTransport::on_rx, r.lane_transports.back().get()});
-            r.roce_lanes[p][lane->queue()] = r.lane_transports.back().get();
-            mine.push_back(r.lane_transports.back().get());
-        }
         for (std::size_t p = i; p < r.ports.size(); p += n) {
             r.transports[p] = std::make_unique<RoceTransport>(*r.ports[p], *r.tasks[i],
                                                               resources.keys(), rte_get_tsc_hz());
             r.ports[p]->set_roce_hook({&RoceTransport::on_rx, r.transports[p].get()});
             r.roce_lanes[p][0] = r.transports[p].get();
-            mine.push_back(r.transports[p].get());
+            mine[i].push_back(r.transports[p].get());
             // QP1: the CM's MADs between this lcore and the control thread.
             r.gsi[p] = std::make_unique<GsiPort>(
                 [](void* t, std::uint32_t ip, std::uint32_t qpn, std::uint32_t qkey,
@@ -452,7 +459,7 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
                     static_cast<GsiPort*>(g)->receive(ip, qpn, qkey, mad);
                 },
                 r.gsi[p].get());
-            mine.push_back(r.gsi[p].get());
+            mine[i].push_back(r.gsi[p].get());
             // snic's TCP: its segments and ICMP errors, its connections' timers; buffers
             // from the bandwidth-delay product of the link's speed now and --tcp-window-rtt.
             const std::uint32_t mbps = r.ports[p]->link_speed_mbps();
@@ -472,10 +479,10 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             // sent on the same turn (the stack builds segments on its poll).
             r.iwarp[p] = std::make_unique<IwarpTransport>(*r.tasks[i], resources.keys(), *r.tcp[p],
                                                           rte_get_tsc_hz());
-            mine.push_back(r.iwarp[p].get());
-            mine.push_back(r.tcp[p].get());
+            mine[i].push_back(r.iwarp[p].get());
+            mine[i].push_back(r.tcp[p].get());
         }
-        r.lcores[i]->serve(r.tasks[i].get(), mine);
+        r.lcores[i]->serve(r.tasks[i].get(), mine[i]);
     }
     resources.set_quiesce([&r] {
         // No lcore uses what it found before the round trip; a port may still hold mbufs

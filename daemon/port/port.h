@@ -290,19 +290,13 @@ class Port {
 // names and order). Telemetry and the exit report only: it allocates.
 template <typename F>
 void for_each_port_counter(const Port& port, F&& f) {
-    std::vector<std::string> names;
-    std::vector<std::uint64_t> sums;
+    CounterSum sum;
     for (const Port* lane : port.lanes()) {
-        std::size_t k = 0;
-        for_each_counter(lane->counters(), [&](std::string_view name, std::uint64_t v) {
-            if (k == names.size()) {
-                names.emplace_back(name);
-                sums.push_back(0);
-            }
-            sums[k++] += v;
-        });
+        sum.next();
+        for_each_counter(lane->counters(),
+                         [&sum](std::string_view name, std::uint64_t v) { sum.add(name, v); });
     }
-    for (std::size_t k = 0; k < names.size(); ++k) f(std::string_view(names[k]), sums[k]);
+    sum.for_each(f);
 }
 
 }  // namespace snic::daemon

@@ -3,6 +3,7 @@
 // queue i).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -18,6 +19,8 @@ class VirtualWire {
     VirtualWire(VirtualWire&& o) noexcept = default;
     VirtualWire& operator=(VirtualWire&&) = delete;
     ~VirtualWire();  // call after the ports are closed
+    // DPDK's name for end 0 (wire0) or 1 (wire1).
+    static std::string device_name(int end) { return "net_ring_wire" + std::to_string(end); }
 
   private:
     VirtualWire() = default;

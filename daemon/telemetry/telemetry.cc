@@ -150,32 +150,20 @@ int cmd_transport_stats(const char* cmd, const char* params, rte_tel_data* d) {
     if (!i || *i >= list.size()) return -EINVAL;
     const Transport* t = list[*i];
     if (t == nullptr || t->name() != name) return -EINVAL;
-    // Lane 0's counters, plus those of the port's other lanes (the same names, in order).
-    struct Sum {
-        std::vector<std::string_view> names;
-        std::vector<std::uint64_t> values;
-        std::size_t k = 0;
-    } sum;
-    t->for_each_counter(
-        [](void* ctx, NamedCounter c) {
-            auto& s = *static_cast<Sum*>(ctx);
-            s.names.push_back(c.name);
-            s.values.push_back(c.value);
-        },
-        &sum);
+    // Lane 0's counters, plus those of the port's other lanes.
+    CounterSum sum;
+    const auto add = [](void* ctx, NamedCounter c) {
+        static_cast<CounterSum*>(ctx)->add(c.name, c.value);
+    };
+    t->for_each_counter(add, &sum);
     if (&list == &info->transports && *i < info->roce_lanes.size()) {
         for (const Transport* lane : info->roce_lanes[*i]) {
-            sum.k = 0;
-            lane->for_each_counter(
-                [](void* ctx, NamedCounter c) {
-                    auto& s = *static_cast<Sum*>(ctx);
-                    if (s.k < s.values.size()) s.values[s.k++] += c.value;
-                },
-                &sum);
+            sum.next();
+            lane->for_each_counter(add, &sum);
         }
     }
     rte_tel_data_start_dict(d);
-    for (std::size_t k = 0; k < sum.names.size(); ++k) add_u64(d, sum.names[k], sum.values[k]);
+    sum.for_each([d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
     return 0;
 }
 

@@ -798,3 +798,23 @@ TEST(DeviceLanes, sessions_go_to_the_least_loaded_lane_and_their_qps_run_there) 
 
 }  // namespace
 }  // namespace snic::daemon::fixture
+
+// A port's lanes, or a RoCE device's transports, report the same counters in the same order:
+// their sums go by name, in that order, and a source with more adds its own.
+TEST(CounterSum, sums_each_name_across_sources_in_order) {
+    snic::CounterSum sum;
+    sum.add("rx", 1);
+    sum.add("tx", 2);
+    sum.next();
+    sum.add("rx", 10);
+    sum.add("tx", 20);
+    sum.next();
+    sum.add("rx", 100);
+    sum.add("tx", 200);
+    sum.add("late", 7);
+    std::vector<std::pair<std::string, std::uint64_t>> got;
+    sum.for_each([&](std::string_view n, std::uint64_t v) { got.emplace_back(n, v); });
+    const std::vector<std::pair<std::string, std::uint64_t>> want = {
+        {"rx", 111}, {"tx", 222}, {"late", 7}};
+    EXPECT_EQ(got, want);
+}
