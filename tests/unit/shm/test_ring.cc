@@ -490,7 +490,7 @@ void stress(std::uint32_t capacity, std::uint32_t start, std::uint64_t count, Ma
 TEST(RingStress, two_threads_deliver_every_entry_once_in_order) {
     // Start near 2^32 so that the indices wrap during the run.
     stress<std::uint64_t>(
-        64, std::numeric_limits<std::uint32_t>::max() - 1000, 8'000'000,
+        64, std::numeric_limits<std::uint32_t>::max() - 1000, 2'000'000,
         [](std::uint64_t i) { return i; }, [](std::uint64_t v, std::uint64_t i) { return v == i; });
 }
 
@@ -502,7 +502,7 @@ TEST(RingStress, two_threads_deliver_multiword_entries_untorn) {
         std::uint32_t hi;
     };
     stress<Entry>(
-        32, 0, 2'000'000,
+        32, 0, 500'000,
         [](std::uint64_t i) {
             return Entry{i, ~i, static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32)};
         },
@@ -699,7 +699,7 @@ TEST(RingSeq, a_full_ring_refuses_until_the_consumer_frees_a_slot) {
 TEST(RingStress, two_threads_deliver_sequenced_sized_entries_untorn) {
     // RecvWqe: the seq in its first line, a size from num_sge; the indices wrap in the run.
     stress<RecvWqe>(
-        16, std::numeric_limits<std::uint32_t>::max() - 100, 1'000'000,
+        16, std::numeric_limits<std::uint32_t>::max() - 100, 250'000,
         [](std::uint64_t i) { return recv_wqe(i, static_cast<std::uint32_t>(i % 17)); },
         [](const RecvWqe& w, std::uint64_t i) {
             const std::uint32_t n = static_cast<std::uint32_t>(i % 17);
