@@ -303,12 +303,14 @@ def fill(template: str, dev: str, gid: str, port: int, addr: str) -> str:
 
 
 def run_case(c: Case, dev: str, snic_active: bool, guest: Guest, snic: Snic, port: int,
-             gid: str, work: Path) -> Result:
+             gid: str, work: Path, attempt: int = 1) -> Result:
     side = "active" if snic_active else "passive"
     snic_dev = f"{NAME}_0" if dev == "rxe" else f"{NAME}_iw0"
     guest_dev = f"{dev}0"
     t0 = time.monotonic()
-    tag = f"{dev}-{re.sub(r'[^A-Za-z0-9]+', '_', c.name)}-{side}"
+    # Each try's logs are kept: a try again has its own.
+    tag = f"{dev}-{re.sub(r'[^A-Za-z0-9]+', '_', c.name)}-{side}" + (
+        f"-try{attempt}" if attempt > 1 else "")
     if snic_active:  # the guest serves
         server_addr = GUEST_IP
         srv = fill(c.server, guest_dev, gid, port, GUEST_IP)
@@ -469,9 +471,12 @@ def main() -> int:
                             #   that side exits without a report or the final handshake.
                             tries = 1
                             while not r.ok and tries < RETRY_TRIES and perftest_own(r, c):
+                                first = next((ln for ln in r.why.splitlines() if ln.strip()), "")
+                                log(f"{dev} {c.name} snic {r.snic_side}: try {tries} lost to "
+                                    f"perftest's own failure ({first[:120]}); again")
                                 tries += 1
                                 port += 1
-                                r = run_case(c, dev, active, guest, snic, port, gid, work)
+                                r = run_case(c, dev, active, guest, snic, port, gid, work, tries)
                             r.tries = tries
                         except (TimeoutError, RuntimeError) as e:
                             # The guest stopped answering: the case failed, and the next
