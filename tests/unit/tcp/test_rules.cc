@@ -1263,18 +1263,29 @@ TEST(TcpRules, abort_sends_rst_and_closes) {
     EXPECT_TRUE(s.node.saw(EventKind::closed));
 }
 
-// A peer that acknowledges our FIN and never sends its own holds the connection in
-// FIN-WAIT-2 for fin_wait_2_timeout, then no more (as Linux's tcp_fin_timeout).
-TEST(TcpRules, fin_wait_2_gives_up_when_the_peer_never_closes) {
+// A connection whose FIN-WAIT-2 lasts at most 5 s.
+TcpConfig fin_wait_2_config() {
     TcpConfig c = Script::default_config();
     c.fin_wait_2_timeout = 5 * kSec;
-    Script s(c);
+    return c;
+}
+
+// Establishes, closes and has our FIN acknowledged: FIN-WAIT-2. The ISS.
+Seq into_fin_wait_2(Script& s) {
     const Seq iss = s.establish();
     s.node.conn.close();
     s.poll();
     s.out();
     s.data(iss + 2, {});  // our FIN acknowledged
-    ASSERT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    return iss;
+}
+
+// A peer that acknowledges our FIN and never sends its own holds the connection in
+// FIN-WAIT-2 for fin_wait_2_timeout, then no more (as Linux's tcp_fin_timeout).
+TEST(TcpRules, fin_wait_2_gives_up_when_the_peer_never_closes) {
+    Script s(fin_wait_2_config());
+    const Seq iss = into_fin_wait_2(s);
     s.advance(2 * kSec);
     s.data(iss + 2, pattern(10));  // still talking: taken, and the bound holds
     s.advance(3 * kSec - 1);
@@ -1293,14 +1304,8 @@ TEST(TcpRules, fin_wait_2_gives_up_when_the_peer_never_closes) {
 
 // The peer's FIN within the bound: TIME-WAIT as usual, and the bound is gone.
 TEST(TcpRules, fin_wait_2_ends_in_time_wait_when_the_fin_comes) {
-    TcpConfig c = Script::default_config();
-    c.fin_wait_2_timeout = 5 * kSec;
-    Script s(c);
-    const Seq iss = s.establish();
-    s.node.conn.close();
-    s.poll();
-    s.out();
-    s.data(iss + 2, {});
+    Script s(fin_wait_2_config());
+    const Seq iss = into_fin_wait_2(s);
     s.advance(4 * kSec);
     s.inject(s.spec(flag::ack | flag::fin, P + 1, iss + 2));
     ASSERT_EQ(s.node.conn.state(), TcpState::time_wait);
