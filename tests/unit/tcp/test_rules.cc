@@ -1229,14 +1229,27 @@ TEST(TcpRules, nothing_is_queued_once_our_fin_is_acknowledged) {
     EXPECT_LE(s.node.conn.send_space(), s.node.cfg.send_buffer);
 }
 
-TEST(TcpRules, time_wait_lasts_2msl) {
-    Script s;
+// A connection whose FIN-WAIT-2 lasts at most 5 s.
+TcpConfig fin_wait_2_config() {
+    TcpConfig c = Script::default_config();
+    c.fin_wait_2_timeout = 5 * kSec;
+    return c;
+}
+
+// Establishes, closes and has our FIN acknowledged: FIN-WAIT-2. The ISS.
+Seq into_fin_wait_2(Script& s) {
     const Seq iss = s.establish();
     s.node.conn.close();
     s.poll();
     s.out();
     s.data(iss + 2, {});  // our FIN acknowledged
     EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
+    return iss;
+}
+
+TEST(TcpRules, time_wait_lasts_2msl) {
+    Script s;
+    const Seq iss = into_fin_wait_2(s);
     s.inject(s.spec(flag::ack | flag::fin, P + 1, iss + 2));
     EXPECT_EQ(s.node.conn.state(), TcpState::time_wait);
     EXPECT_EQ(s.one().seg.ack, P + 2);
@@ -1261,24 +1274,6 @@ TEST(TcpRules, abort_sends_rst_and_closes) {
     EXPECT_EQ(r.seg.seq, iss + 1);
     EXPECT_EQ(s.node.conn.state(), TcpState::closed);
     EXPECT_TRUE(s.node.saw(EventKind::closed));
-}
-
-// A connection whose FIN-WAIT-2 lasts at most 5 s.
-TcpConfig fin_wait_2_config() {
-    TcpConfig c = Script::default_config();
-    c.fin_wait_2_timeout = 5 * kSec;
-    return c;
-}
-
-// Establishes, closes and has our FIN acknowledged: FIN-WAIT-2. The ISS.
-Seq into_fin_wait_2(Script& s) {
-    const Seq iss = s.establish();
-    s.node.conn.close();
-    s.poll();
-    s.out();
-    s.data(iss + 2, {});  // our FIN acknowledged
-    EXPECT_EQ(s.node.conn.state(), TcpState::fin_wait_2);
-    return iss;
 }
 
 // A peer that acknowledges our FIN and never sends its own holds the connection in
