@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <spdlog/sinks/stdout_sinks.h>
@@ -81,14 +82,22 @@ void setup_logging() {
     spdlog::set_default_logger(logger);
 }
 
-std::string available_ports() {
-    std::string list;
+// DPDK's ports, by id, with their names (start-up only).
+std::vector<std::pair<std::uint16_t, std::string>> dpdk_ports() {
+    std::vector<std::pair<std::uint16_t, std::string>> ports;
     std::uint16_t id;
     RTE_ETH_FOREACH_DEV(id) {
         char name[RTE_ETH_NAME_MAX_LEN] = {};
         rte_eth_dev_get_name_by_port(id, name);
-        list += (list.empty() ? "" : ", ") + std::to_string(id) + "=" + name;
+        ports.emplace_back(id, name);
     }
+    return ports;
+}
+
+std::string available_ports() {
+    std::string list;
+    for (const auto& [id, name] : dpdk_ports())
+        list += (list.empty() ? "" : ", ") + std::to_string(id) + "=" + name;
     return list.empty() ? "no DPDK ports: add one with --vdev, --wire or a bound NIC"
                         : "available: " + list;
 }
@@ -101,7 +110,6 @@ bool names_port(std::string_view given, std::string_view device) {
 }
 
 Result<std::uint16_t> find_port(const PortSpec& spec) {
-    std::uint16_t id = 0;
     const auto& s = spec.port;
     const bool numeric = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
     if (numeric && s.size() <= 5) {
@@ -109,11 +117,8 @@ Result<std::uint16_t> find_port(const PortSpec& spec) {
         if (n <= UINT16_MAX && rte_eth_dev_is_valid_port(static_cast<std::uint16_t>(n)))
             return static_cast<std::uint16_t>(n);
     } else if (!numeric) {
-        RTE_ETH_FOREACH_DEV(id) {
-            char name[RTE_ETH_NAME_MAX_LEN] = {};
-            if (rte_eth_dev_get_name_by_port(id, name) != 0) continue;
+        for (const auto& [id, name] : dpdk_ports())
             if (names_port(s, name)) return id;
-        }
     }
     const std::string dpdk = eal_errors();
     return make_error(ENODEV, "--port " + s + ": no such DPDK port (" + available_ports() + ")" +
