@@ -28,8 +28,10 @@ Result<VirtualWire> VirtualWire::create(unsigned queues) {
             return make_error(
                 rte_errno, std::string("--wire: cannot create rings: ") + rte_strerror(rte_errno));
     }
-    if (rte_eth_from_rings("wire0", wire.b_.data(), queues, wire.a_.data(), queues, socket) < 0 ||
-        rte_eth_from_rings("wire1", wire.a_.data(), queues, wire.b_.data(), queues, socket) < 0)
+    if (rte_eth_from_rings(port_name(0).c_str(), wire.b_.data(), queues, wire.a_.data(), queues,
+                           socket) < 0 ||
+        rte_eth_from_rings(port_name(1).c_str(), wire.a_.data(), queues, wire.b_.data(), queues,
+                           socket) < 0)
         return make_error(rte_errno,
                           std::string("--wire: cannot create ports: ") + rte_strerror(rte_errno));
     return wire;

@@ -19,8 +19,9 @@ class VirtualWire {
     VirtualWire(VirtualWire&& o) noexcept = default;
     VirtualWire& operator=(VirtualWire&&) = delete;
     ~VirtualWire();  // call after the ports are closed
-    // DPDK's name for end 0 (wire0) or 1 (wire1).
-    static std::string device_name(int end) { return "net_ring_wire" + std::to_string(end); }
+    // The name end 0 or 1 is made with (wire0, wire1), and DPDK's for it (net_ring_ before).
+    static std::string port_name(int end) { return "wire" + std::to_string(end); }
+    static std::string device_name(int end) { return "net_ring_" + port_name(end); }
 
   private:
     VirtualWire() = default;
