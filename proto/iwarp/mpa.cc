@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "proto/crc/crc.h"
+#include "proto/verbs/place.h"
 
 namespace snic::iwarp {
 namespace {
@@ -433,7 +434,7 @@ FpduDeframer::Status FpduDeframer::check(std::span<const std::uint8_t> fpdu, Ste
 
 void FpduCrcFold::place(std::uint8_t* dst, std::span<const std::uint8_t> src) noexcept {
     if (!pending() || src.data() < at_) {
-        std::memcpy(dst, src.data(), src.size());
+        verbs::place(dst, src.data(), src.size());
         return;
     }
     reg_ = crc::Crc32c::update(reg_, {at_, src.data()});

@@ -25,6 +25,7 @@
 #include "common/counter.h"
 #include "proto/iwarp/ddp.h"
 #include "proto/iwarp/mpa.h"
+#include "proto/verbs/place.h"
 #include "proto/verbs/qp_memory.h"
 #include "proto/verbs/wr.h"
 
@@ -286,7 +287,7 @@ class IwQp {
         if (rx_fold_ != nullptr) {
             rx_fold_->place(dst, src);
         } else {
-            std::memcpy(dst, src.data(), src.size());
+            verbs::place(dst, src.data(), src.size());
         }
     }
     // Whether the FPDU being read passed its CRC (folded or checked in full now); on a

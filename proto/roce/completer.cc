@@ -14,6 +14,7 @@
 #include "proto/roce/psn.h"
 #include "proto/roce/rc_qp.h"
 #include "proto/roce/rnr.h"
+#include "proto/verbs/place.h"
 
 namespace snic::roce {
 
@@ -163,7 +164,7 @@ bool RcQp::comp_scatter(SendSlot& s, std::uint64_t off, const std::uint8_t* data
         const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(len, g.length - in));
         std::uint8_t* p = mem_.local(g.lkey, g.addr + in, n, true);
         if (p == nullptr) return false;
-        std::memcpy(p, data, n);
+        verbs::place(p, data, n);
         data += n;
         off += n;
         len -= n;

@@ -21,6 +21,7 @@
 
 #include "proto/roce/psn.h"
 #include "proto/roce/rc_qp.h"
+#include "proto/verbs/place.h"
 
 namespace snic::roce {
 namespace {
@@ -65,7 +66,7 @@ bool RcQp::resp_fast(const Packet& pkt, RcTime now) {
         write_va_ = reth.va.host();
         write_rkey_ = reth.rkey.host();
         write_len_ = write_done_ = static_cast<std::uint32_t>(len);
-        if (len != 0) std::memcpy(to, pkt.payload.data(), len);
+        if (len != 0) verbs::place(to, pkt.payload.data(), len);
         epsn_ = psn_add(epsn_, 1);
         msn_ = psn_add(msn_, 1);
         if (imm) resp_complete_recv(pkt, WcOpcode::recv_rdma_with_imm, write_len_, nullptr);
@@ -243,7 +244,7 @@ bool RcQp::resp_place(std::uint32_t off, const Packet& pkt, std::uint32_t& icrc_
         if (pkt.icrc_pending)
             icrc_reg = crc::Crc32::update_copy(icrc_reg, p, {src, n});
         else
-            std::memcpy(p, src, n);
+            verbs::place(p, src, n);
         src += n;
         at += n;
         len -= n;
@@ -347,7 +348,7 @@ RcQp::ExecFault RcQp::resp_write(const Packet& pkt) {
                                                static_cast<std::uint32_t>(len), RemoteNeed::write);
         if (r.check != RemoteCheck::ok || r.ptr == nullptr) return ExecFault::no_access;
         if (!pkt.icrc_pending) {
-            std::memcpy(r.ptr, pkt.payload.data(), len);
+            verbs::place(r.ptr, pkt.payload.data(), len);
         } else if (!icrc_finish(pkt, crc::Crc32::update_copy(pkt.icrc_reg, r.ptr, pkt.payload))) {
             // The bytes are in the message's own region, where the retransmission puts them.
             counters_.drop_bad_icrc.add();

@@ -6,6 +6,7 @@
 
 #include "proto/roce/grh.h"
 #include "proto/roce/psn.h"
+#include "proto/verbs/place.h"
 
 namespace snic::roce {
 
@@ -197,7 +198,7 @@ WcStatus UdQp::place(const verbs::RecvWr& wr, std::span<const std::uint8_t, 20> 
                 std::uint8_t* dst =
                     memory_.local(s.lkey, s.addr + done, static_cast<std::uint32_t>(n), true);
                 if (dst == nullptr) return WcStatus::loc_prot_err;
-                std::memcpy(dst, parts[part].data() + off, n);
+                verbs::place(dst, parts[part].data() + off, n);
             }
             done += n;
             off += n;
