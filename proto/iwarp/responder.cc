@@ -305,25 +305,36 @@ void IwQp::resp_atomic_request(const Segment& seg, Ulpdu u) {
         terminate(rdmap_cause(r.check), u, IwError::remote_error);
         return;
     }
+    if (reinterpret_cast<std::uintptr_t>(r.ptr) % alignof(std::uint64_t) != 0) {
+        terminate(term_cause(RdmapEtype::remote_protection, RdmapCode::base_or_bounds), u,
+                  IwError::remote_error);
+        return;
+    }
     // Executed now, in request order with the READs before it (their data is read when
     // their responses go out, so a READ before an atomic may see its result: RFC 7306
-    // leaves that ordering to the requester's fence).
-    std::uint64_t v;
-    std::memcpy(&v, r.ptr, sizeof v);
-    std::uint64_t nv = v;
-    switch (a.op) {
-        case AtomicOp::fetch_add:
-            nv = masked_add(v, a.swap_add, a.swap_add_mask);
-            break;
-        case AtomicOp::swap:
-            nv = (v & ~a.swap_add_mask) | (a.swap_add & a.swap_add_mask);
-            break;
-        case AtomicOp::compare_swap:
-            if (((v ^ a.compare) & a.compare_mask) == 0)
+    // leaves that ordering to the requester's fence). The word is shared with the client's
+    // CPUs and with QPs on other lcores: a compare-and-swap until no other write came
+    // between the read and the write (a compare that fails writes nothing).
+    auto* word = reinterpret_cast<std::uint64_t*>(r.ptr);
+    std::uint64_t v = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+    while (true) {
+        std::uint64_t nv = v;
+        switch (a.op) {
+            case AtomicOp::fetch_add:
+                nv = masked_add(v, a.swap_add, a.swap_add_mask);
+                break;
+            case AtomicOp::swap:
                 nv = (v & ~a.swap_add_mask) | (a.swap_add & a.swap_add_mask);
+                break;
+            case AtomicOp::compare_swap:
+                if (((v ^ a.compare) & a.compare_mask) == 0)
+                    nv = (v & ~a.swap_add_mask) | (a.swap_add & a.swap_add_mask);
+                break;
+        }
+        if (nv == v) break;  // nothing to write: v was the word at the load
+        if (__atomic_compare_exchange_n(word, &v, nv, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
             break;
     }
-    std::memcpy(r.ptr, &nv, sizeof nv);
     Response& res = res_[(res_head_ + res_count_++) % res_size_];
     res = Response{};
     res.atomic = true;

@@ -1,11 +1,10 @@
 // place(): ascending, non-overlapping stores: small ones up to a boundary of the widest
-// vector the CPU has (for a long copy), then vectors of 64, 32 or 16 bytes, then 8, 4, 2, 1. A compiler barrier after each store keeps them as written: x86 makes
-// stores visible in program order, and the barrier keeps program order the order here.
+// vector the CPU has (for a long copy), then vectors of 64, 32 or 16 bytes, then 8, 4, 2, 1. A
+// compiler barrier after each store keeps them as written: x86 makes stores visible in program
+// order, and the barrier keeps program order the order here.
 #include "proto/verbs/place.h"
 
 #include <immintrin.h>
-
-#include <cstring>
 
 namespace snic::verbs {
 
@@ -15,14 +14,19 @@ inline void in_order() {
     asm volatile("" ::: "memory");
 }
 
+// An unaligned T, read and written with one access (memcpy might become a library call,
+// whose store of 8 bytes is two overlapping ones).
+template <typename T>
+struct [[gnu::packed, gnu::may_alias]] Unaligned {
+    T v;
+};
+
 // One store of sizeof(T) bytes.
 template <typename T>
 inline void put(std::uint8_t*& d, const std::uint8_t*& s) {
-    T v;
-    std::memcpy(&v, s, sizeof v);
-    std::memcpy(d, &v, sizeof v);
-    d += sizeof v;
-    s += sizeof v;
+    reinterpret_cast<Unaligned<T>*>(d)->v = reinterpret_cast<const Unaligned<T>*>(s)->v;
+    d += sizeof(T);
+    s += sizeof(T);
     in_order();
 }
 
@@ -81,7 +85,7 @@ void place_sse2(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
 }
 
 __attribute__((target("avx2"))) void place_avx2(std::uint8_t* d, const std::uint8_t* s,
-                                                 std::size_t n) {
+                                                std::size_t n) {
     if (n >= 128 && (align_16(d, s, n) & 16) != 0) {
         put_16(d, s);
         n -= 16;

@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 import snictest as st
+import test_perftest as pt
 import test_rdmacm as rcm
 
 SUBNET = "198.18.53"
@@ -185,10 +186,13 @@ def run_perftest(d: st.Daemon, sock_dir, tmp_path, tool: str, *args: str,
                                        ("ib_read_bw", "65536")])
 def test_perftest_over_iwarp(wire, tmp_path, tool, size):
     """perftest with -R on the iWARP devices (see test_rdmacm's perftest test for its retry
-    crash after a lost race, run again here the same way)."""
+    crash after a lost race, run again here the same way). Its figures are printed, not
+    checked: -F, since perftest's own clock calibration fails now and then on a client
+    pinned beside the busy lcore ("Correlation coefficient r^2: 0.88 < 0.9", no report)."""
     d, sock_dir = wire
     before = port_counters(d, "tcp_stats")
-    client, server = run_perftest(d, sock_dir, tmp_path, tool, "-n", "200", "-s", size)
+    client, server = run_perftest(d, sock_dir, tmp_path, tool, "-n", "200", "-s", size,
+                                  *pt.NO_CLOCK_CHECK)
     assert client.returncode == 0, \
         f"{rcm.shown(client)}\nserver:\n{server.describe()}\n{d.describe()}"
     assert server.proc.returncode == 0, f"{server.describe()}\nclient:\n{rcm.shown(client)}"

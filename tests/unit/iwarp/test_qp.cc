@@ -2,10 +2,13 @@
 // random points; every byte placed is checked, every completion seen once and in order.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <cstring>
 #include <random>
 
 #include "tests/unit/iwarp/qp_harness.h"
+#include "tests/unit/watchpoint.h"
 
 namespace snic::iwarp::test {
 namespace {
@@ -352,24 +355,35 @@ TEST(IwQp, send_with_immediate_is_refused_as_by_rnics) {
     EXPECT_EQ(p->a.q.scq[0].status, WcStatus::loc_qp_op_err);
 }
 
+// A's atomic `op` on b's word at rb (40 when it was made by forty()), its original value
+// returned to la at offset `lo`.
+SendWr atomic_on(IwPair& p, std::uint64_t id, WrOp op, std::uint32_t la, std::uint64_t lo,
+                 std::uint32_t rb) {
+    SendWr w = iw_send_wr(id, op, la, p.a.mem.va(la, lo), 8);
+    w.rkey = rb;
+    w.remote_addr = p.b.mem.va(rb);
+    return w;
+}
+
+// A word of 40 in b's memory (its key), and a's buffer for the original values (its key).
+std::pair<std::uint32_t, std::uint32_t> forty(IwPair& p) {
+    const std::uint32_t la = p.a.mem.add(64);
+    const std::uint32_t rb = p.b.mem.add(64);
+    const std::uint64_t v = 40;
+    std::memcpy(p.b.mem.host(rb), &v, 8);
+    return {la, rb};
+}
+
 TEST(IwQp, atomics_return_the_original_value) {
     auto p = IwPair::standard();
-    const std::uint32_t la = p->a.mem.add(64);
-    const std::uint32_t rb = p->b.mem.add(64);
-    std::uint64_t v = 40;
-    std::memcpy(p->b.mem.host(rb), &v, 8);
-    SendWr fa = iw_send_wr(1, WrOp::atomic_fetch_add, la, p->a.mem.va(la), 8);
-    fa.rkey = rb;
-    fa.remote_addr = p->b.mem.va(rb);
+    const auto [la, rb] = forty(*p);
+    std::uint64_t v = 0;
+    SendWr fa = atomic_on(*p, 1, WrOp::atomic_fetch_add, la, 0, rb);
     fa.compare_add = 2;
-    SendWr cs = iw_send_wr(2, WrOp::atomic_cmp_swp, la, p->a.mem.va(la, 8), 8);
-    cs.rkey = rb;
-    cs.remote_addr = p->b.mem.va(rb);
+    SendWr cs = atomic_on(*p, 2, WrOp::atomic_cmp_swp, la, 8, rb);
     cs.compare_add = 42;
     cs.swap = 7;
-    SendWr cs2 = iw_send_wr(3, WrOp::atomic_cmp_swp, la, p->a.mem.va(la, 16), 8);
-    cs2.rkey = rb;
-    cs2.remote_addr = p->b.mem.va(rb);
+    SendWr cs2 = atomic_on(*p, 3, WrOp::atomic_cmp_swp, la, 16, rb);
     cs2.compare_add = 42;  // no longer matches
     cs2.swap = 99;
     p->a.q.sq.push_back(fa);
@@ -399,6 +413,44 @@ TEST(IwQp, misaligned_atomic_terminates) {
     p->settle();
     ASSERT_EQ(p->a.q.scq.size(), 1u);
     EXPECT_EQ(p->a.q.scq[0].status, WcStatus::rem_access_err);
+}
+
+// The word an atomic targets is shared with the client's CPUs and with QPs on other lcores:
+// a write that comes between the engine's read of it and its write is not lost. A watchpoint
+// on the word stops the engine right after its first access, and the trap's handler adds
+// 1000 to the word as another CPU would; a plain read and write would then store 42 over it.
+snic::test::Watchpoint* g_word_watch = nullptr;
+std::uint64_t* g_word = nullptr;
+
+void another_cpu_adds(int, siginfo_t*, void*) {
+    g_word_watch->off();  // once, and never a trap inside the handler
+    __atomic_fetch_add(g_word, 1000, __ATOMIC_SEQ_CST);
+}
+
+TEST(IwQp, an_atomic_loses_no_write_made_between_its_read_and_its_write) {
+    auto p = IwPair::standard();
+    const auto [la, rb] = forty(*p);
+    const snic::test::TrapHandler handler(another_cpu_adds);
+    ASSERT_TRUE(handler.ok());
+    snic::test::Watchpoint watch(p->b.mem.host(rb), 8,
+                                 snic::test::Watchpoint::On::reads_and_writes);
+    if (watch.error() != 0)
+        GTEST_SKIP() << "no watchpoints here (perf_event_open: " << std::strerror(watch.error())
+                     << ")";
+    g_word_watch = &watch;
+    g_word = reinterpret_cast<std::uint64_t*>(p->b.mem.host(rb));
+    SendWr fa = atomic_on(*p, 1, WrOp::atomic_fetch_add, la, 0, rb);
+    fa.compare_add = 2;
+    p->a.q.sq.push_back(fa);
+    watch.on();
+    std::uint64_t v = 0;
+    ASSERT_TRUE(p->run_until([&] { return p->a.q.scq.size() == 1; }));
+    watch.off();
+    std::memcpy(&v, p->b.mem.host(rb), 8);
+    EXPECT_EQ(v, 1042u);  // 40, the other CPU's 1000, the atomic's 2
+    std::memcpy(&v, p->a.mem.host(la), 8);
+    EXPECT_EQ(v, 1040u);  // the original value is the one the add was made to
+    EXPECT_EQ(p->a.q.scq[0].status, WcStatus::success);
 }
 
 TEST(IwQp, to_error_flushes_in_order) {

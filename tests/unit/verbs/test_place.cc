@@ -1,19 +1,14 @@
 // verbs::place stores like a NIC's DMA: every destination byte exactly once, the stores in
 // ascending address order (proto/verbs/place.h). Checked on the machine code that runs, with
-// the CPU's own write watchpoints (perf_event_open breakpoints): one watched byte at a time,
-// each store that touches it raises a synchronous SIGTRAP right after it, whose handler takes
-// a snapshot of the destination. A byte stored once traps once; stores in ascending order
+// the CPU's own write watchpoints (tests/unit/watchpoint.h): one watched byte at a time, each
+// store that touches it raises a SIGTRAP right after it, whose handler takes a snapshot of
+// the destination. A byte stored once traps once; stores in ascending order
 // leave, at every trap, a written prefix that covers the watched byte.
 //
 // The same check run on a copy of overlapping head and tail stores (glibc's memcpy of 8 to
 // 64 bytes) and on one that stores its tail first shows that it can fail.
 #include <gtest/gtest.h>
-#include <linux/hw_breakpoint.h>
-#include <linux/perf_event.h>
 #include <signal.h>
-#include <sys/ioctl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -24,9 +19,13 @@
 #include <vector>
 
 #include "proto/verbs/place.h"
+#include "tests/unit/watchpoint.h"
 
 namespace snic::verbs::test {
 namespace {
+
+using snic::test::TrapHandler;
+using snic::test::Watchpoint;
 
 constexpr std::size_t kMax = 256;
 constexpr std::size_t kMaxTraps = 8;
@@ -68,54 +67,15 @@ void tail_first(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
     store_bytes(d, s, n - 1);
 }
 
-class Watch {
-  public:
-    // A write watchpoint on one byte, raising SIGTRAP for each store that touches it.
-    explicit Watch(const std::uint8_t* byte) {
-        perf_event_attr a{};
-        a.type = PERF_TYPE_BREAKPOINT;
-        a.size = sizeof a;
-        a.bp_type = HW_BREAKPOINT_W;
-        a.bp_addr = reinterpret_cast<std::uintptr_t>(byte);
-        a.bp_len = HW_BREAKPOINT_LEN_1;
-        a.sample_period = 1;
-        a.sigtrap = 1;
-        a.remove_on_exec = 1;  // the kernel asks it of sigtrap events
-        a.exclude_kernel = 1;
-        a.exclude_hv = 1;
-        a.disabled = 1;
-        fd_ = static_cast<int>(syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
-        err_ = fd_ < 0 ? errno : 0;
-    }
-    ~Watch() {
-        if (fd_ >= 0) close(fd_);
-    }
-    Watch(const Watch&) = delete;
-    Watch& operator=(const Watch&) = delete;
-
-    int error() const { return err_; }
-    void on() { ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0); }
-    void off() { ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0); }
-
-  private:
-    int fd_ = -1;
-    int err_ = 0;
-};
-
 class PlaceStores : public ::testing::Test {
   protected:
     void SetUp() override {
-        struct sigaction sa {};
-        sa.sa_sigaction = on_trap;
-        sa.sa_flags = SA_SIGINFO;
-        sigemptyset(&sa.sa_mask);
-        ASSERT_EQ(sigaction(SIGTRAP, &sa, &old_), 0);
-        const Watch probe(dst_.data());
+        ASSERT_TRUE(handler_.ok());
+        const Watchpoint probe(dst_.data(), 1);
         if (probe.error() != 0)
             GTEST_SKIP() << "no write watchpoints here (perf_event_open: "
                          << std::strerror(probe.error()) << ")";
     }
-    void TearDown() override { sigaction(SIGTRAP, &old_, nullptr); }
 
     // Copies n bytes at offset `at` of the buffers with `copy` once per destination byte,
     // watching that byte; the first finding, or "" when each byte was stored once and every
@@ -123,19 +83,21 @@ class PlaceStores : public ::testing::Test {
     std::string check(CopyFn copy, std::size_t at, std::size_t n) {
         std::uint8_t* d = dst_.data() + at;
         const std::uint8_t* s = src_.data() + at;
-        for (std::size_t i = 0; i < src_.size(); ++i) src_[i] = static_cast<std::uint8_t>(i * 7 + 3);
+        for (std::size_t i = 0; i < src_.size(); ++i)
+            src_[i] = static_cast<std::uint8_t>(i * 7 + 3);
         for (std::size_t k = 0; k < n; ++k) {
-            for (std::size_t i = 0; i < dst_.size(); ++i) dst_[i] = static_cast<std::uint8_t>(~src_[i]);
+            for (std::size_t i = 0; i < dst_.size(); ++i)
+                dst_[i] = static_cast<std::uint8_t>(~src_[i]);
             g_traps.dst = d;
             g_traps.n = n;
             g_traps.count = 0;
-            Watch w(d + k);
+            Watchpoint w(d + k, 1);
             if (w.error() != 0) return "perf_event_open: " + std::string(std::strerror(w.error()));
             w.on();
             copy(d, s, n);
             w.off();
-            const std::string where =
-                "n " + std::to_string(n) + " at " + std::to_string(at) + " byte " + std::to_string(k);
+            const std::string where = "n " + std::to_string(n) + " at " + std::to_string(at) +
+                                      " byte " + std::to_string(k);
             if (std::memcmp(d, s, n) != 0) return where + ": the copy is wrong";
             if (g_traps.count != 1)
                 return where + ": stored " + std::to_string(g_traps.count) + " times";
@@ -143,14 +105,15 @@ class PlaceStores : public ::testing::Test {
             std::size_t prefix = 0;
             while (prefix < n && snap[prefix] == s[prefix]) ++prefix;
             for (std::size_t i = prefix; i < n; ++i)
-                if (snap[i] == s[i]) return where + ": byte " + std::to_string(i) + " was there first";
+                if (snap[i] == s[i])
+                    return where + ": byte " + std::to_string(i) + " was there first";
             if (prefix <= k) return where + ": stored before byte " + std::to_string(prefix);
         }
         return "";
     }
 
   private:
-    struct sigaction old_ {};
+    TrapHandler handler_{on_trap};
     alignas(64) std::array<std::uint8_t, kMax + 64> dst_{};
     alignas(64) std::array<std::uint8_t, kMax + 64> src_{};
 };
