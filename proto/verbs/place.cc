@@ -1,7 +1,6 @@
-// place(): ascending, non-overlapping stores: small ones up to a boundary of the widest
-// vector the CPU has (for a long copy), then vectors of 64, 32 or 16 bytes, then 8, 4, 2, 1. A
-// compiler barrier after each store keeps them as written: x86 makes stores visible in program
-// order, and the barrier keeps program order the order here.
+// place() from 16 bytes on (under 16 it is all in place.h): ascending, non-overlapping stores,
+// small ones up to a boundary of the widest vector the CPU has (for a long copy), then
+// vectors of 64, 32 or 16 bytes, then 8, 4, 2, 1, each followed by the compiler barrier.
 #include "proto/verbs/place.h"
 
 #include <immintrin.h>
@@ -10,25 +9,9 @@ namespace snic::verbs {
 
 namespace {
 
-inline void in_order() {
-    asm volatile("" ::: "memory");
-}
-
-// An unaligned T, read and written with one access (memcpy might become a library call,
-// whose store of 8 bytes is two overlapping ones).
-template <typename T>
-struct [[gnu::packed, gnu::may_alias]] Unaligned {
-    T v;
-};
-
-// One store of sizeof(T) bytes.
-template <typename T>
-inline void put(std::uint8_t*& d, const std::uint8_t*& s) {
-    reinterpret_cast<Unaligned<T>*>(d)->v = reinterpret_cast<const Unaligned<T>*>(s)->v;
-    d += sizeof(T);
-    s += sizeof(T);
-    in_order();
-}
+using place_detail::in_order;
+using place_detail::put;
+using place_detail::under_16;
 
 // Under 16 bytes, smallest piece first: what brings an address to a multiple of 16.
 inline void under_16_ascending(std::uint8_t*& d, const std::uint8_t*& s, std::size_t n) {
@@ -36,14 +19,6 @@ inline void under_16_ascending(std::uint8_t*& d, const std::uint8_t*& s, std::si
     if ((n & 2) != 0) put<std::uint16_t>(d, s);
     if ((n & 4) != 0) put<std::uint32_t>(d, s);
     if ((n & 8) != 0) put<std::uint64_t>(d, s);
-}
-
-// What is left under 16 bytes, widest piece first.
-inline void under_16(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
-    if ((n & 8) != 0) put<std::uint64_t>(d, s);
-    if ((n & 4) != 0) put<std::uint32_t>(d, s);
-    if ((n & 2) != 0) put<std::uint16_t>(d, s);
-    if ((n & 1) != 0) put<std::uint8_t>(d, s);
 }
 
 inline void put_16(std::uint8_t*& d, const std::uint8_t*& s) {
@@ -138,7 +113,7 @@ const auto kPlace = kUsable.front().fn;
 
 }  // namespace
 
-void place(std::uint8_t* dst, const std::uint8_t* src, std::size_t n) noexcept {
+void place_detail::vectors(std::uint8_t* dst, const std::uint8_t* src, std::size_t n) noexcept {
     kPlace(dst, src, n);
 }
 

@@ -21,9 +21,52 @@
 
 namespace snic::verbs {
 
+namespace place_detail {
+
+// Keeps the compiler from merging or reordering the stores around it: x86 makes stores
+// visible in program order, and this keeps program order the order written.
+inline void in_order() {
+    asm volatile("" ::: "memory");
+}
+
+// An unaligned T, read and written with one access (memcpy might become a library call,
+// whose store of 8 bytes is two overlapping ones).
+template <typename T>
+struct [[gnu::packed, gnu::may_alias]] Unaligned {
+    T v;
+};
+
+// One store of sizeof(T) bytes.
+template <typename T>
+inline void put(std::uint8_t*& d, const std::uint8_t*& s) {
+    reinterpret_cast<Unaligned<T>*>(d)->v = reinterpret_cast<const Unaligned<T>*>(s)->v;
+    d += sizeof(T);
+    s += sizeof(T);
+    in_order();
+}
+
+// Under 16 bytes, widest piece first.
+inline void under_16(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
+    if ((n & 8) != 0) put<std::uint64_t>(d, s);
+    if ((n & 4) != 0) put<std::uint32_t>(d, s);
+    if ((n & 2) != 0) put<std::uint16_t>(d, s);
+    if ((n & 1) != 0) put<std::uint8_t>(d, s);
+}
+
+// 16 bytes or more, by the widest vectors this CPU has.
+void vectors(std::uint8_t* dst, const std::uint8_t* src, std::size_t n) noexcept;
+
+}  // namespace place_detail
+
 // Copies n bytes from src to dst (which do not overlap): each destination byte stored once,
-// the stores in ascending address order. Vector stores where the CPU has them.
-void place(std::uint8_t* dst, const std::uint8_t* src, std::size_t n) noexcept;
+// the stores in ascending address order. Vector stores where the CPU has them; a copy under
+// 16 bytes (a flag, a credit, a small message) is made here, without a call.
+inline void place(std::uint8_t* dst, const std::uint8_t* src, std::size_t n) noexcept {
+    if (n < 16)
+        place_detail::under_16(dst, src, n);
+    else
+        place_detail::vectors(dst, src, n);
+}
 
 // The implementations this CPU can run, the one place() uses first: for the tests.
 struct PlaceVariant {

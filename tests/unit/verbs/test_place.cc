@@ -118,9 +118,13 @@ class PlaceStores : public ::testing::Test {
     alignas(64) std::array<std::uint8_t, kMax + 64> src_{};
 };
 
-// Each implementation the CPU can run (AVX-512, AVX2, SSE2); place() uses the first.
+// Each implementation the CPU can run (AVX-512, AVX2, SSE2), and place() itself (its own
+// path under 16 bytes, then the first of them).
 TEST_F(PlaceStores, every_byte_once_in_ascending_order) {
-    for (const PlaceVariant& v : place_variants()) {
+    std::vector<PlaceVariant> all(place_variants().begin(), place_variants().end());
+    all.push_back(
+        {"place", [](std::uint8_t* d, const std::uint8_t* s, std::size_t n) { place(d, s, n); }});
+    for (const PlaceVariant& v : all) {
         SCOPED_TRACE(v.name);
         // Every size through the widest vector and a half, then longer ones; aligned and not.
         for (std::size_t n = 1; n <= 72; ++n) {
