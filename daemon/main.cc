@@ -153,7 +153,9 @@ std::vector<DevicePort> device_ports(const Config& cfg,
                                      const std::vector<std::unique_ptr<Port>>& ports,
                                      const std::vector<std::unique_ptr<RoceTransport>>& transports,
                                      const std::vector<std::vector<Transport*>>& roce_lanes,
-                                     const std::vector<std::unique_ptr<IwarpTransport>>& iwarp) {
+                                     const std::vector<std::unique_ptr<IwarpTransport>>& iwarp,
+                                     const std::vector<std::vector<Transport*>>& iwarp_lanes,
+                                     const std::vector<std::shared_ptr<ProcessLanes>>& processes) {
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
@@ -163,10 +165,14 @@ std::vector<DevicePort> device_ports(const Config& cfg,
         };
         DevicePort d{p.mac(), p.ip(), p.mtu(), link};
         d.devices[shm::kTransportRoce] = {
-            device_name(cfg, i), &roce_rules(), transports[i].get(), {}, {}};
+            device_name(cfg, i), &roce_rules(), transports[i].get(), {}, {}, {}};
         if (roce_lanes[i].size() > 1) d.devices[shm::kTransportRoce].lanes = roce_lanes[i];
         d.devices[shm::kTransportIwarp] = {
-            iw_device_name(cfg, i), &iwarp_rules(), iwarp[i].get(), {}, {}};
+            iw_device_name(cfg, i), &iwarp_rules(), iwarp[i].get(), {}, {}, {}};
+        if (iwarp_lanes[i].size() > 1) {  // a process's sessions on its lane, which the CM knows
+            d.devices[shm::kTransportIwarp].lanes = iwarp_lanes[i];
+            d.devices[shm::kTransportIwarp].by_process = processes[i];
+        }
         devices.push_back(std::move(d));
     }
     return devices;
@@ -222,8 +228,16 @@ auto port_counter_appender(std::string& line) {
     };
 }
 
-// A port of several queues: each lane's own figures, and its RoCEv2 transport's.
-void print_lanes(const Port& p, const std::vector<Transport*>& roce) {
+// What the exit report shows of TCP's counters: the non-zero ones.
+auto nonzero_appender(std::string& line) {
+    return [&line](std::string_view name, std::uint64_t v) {
+        if (v != 0) line += " " + std::string(name) + "=" + std::to_string(v);
+    };
+}
+
+// A port of several queues: each lane's own figures, and its transports' and TCP's.
+void print_lanes(const Port& p, const std::vector<Transport*>& roce,
+                 const std::vector<Transport*>& iwarp, const std::vector<TcpService*>& tcp) {
     const auto lanes = p.lanes();
     if (lanes.size() < 2) return;
     for (std::size_t q = 0; q < lanes.size(); ++q) {
@@ -235,13 +249,22 @@ void print_lanes(const Port& p, const std::vector<Transport*>& roce) {
         std::printf("%s\n", line.c_str());
         if (q < roce.size() && roce[q] != nullptr)
             std::printf("%s\n", transport_line(head + " roce:", *roce[q]).c_str());
+        if (q < iwarp.size() && iwarp[q] != nullptr)
+            std::printf("%s\n", transport_line(head + " iwarp:", *iwarp[q]).c_str());
+        if (q < tcp.size() && tcp[q] != nullptr) {
+            line = head + " tcp:";
+            tcp[q]->for_each_counter(nonzero_appender(line));
+            std::printf("%s\n", line.c_str());
+        }
     }
 }
 
+// `tcp`: each port's TCP by lane (empty: none).
 void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
                     const std::vector<const Transport*>& transports,
-                    const std::vector<std::unique_ptr<TcpService>>& tcp,
-                    const std::vector<std::vector<Transport*>>& roce_lanes) {
+                    const std::vector<std::vector<TcpService*>>& tcp,
+                    const std::vector<std::vector<Transport*>>& roce_lanes,
+                    const std::vector<std::vector<Transport*>>& iwarp_lanes) {
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
         std::string line = "snicd: port " + std::to_string(p.id()) + " (" + p.name() + "):";
@@ -255,12 +278,17 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
                                   *transports[t]);
             std::printf("%s\n", line.c_str());
         }
-        if (i < roce_lanes.size()) print_lanes(p, roce_lanes[i]);
-        if (i >= tcp.size() || !tcp[i]) continue;
+        if (i < roce_lanes.size()) print_lanes(p, roce_lanes[i], iwarp_lanes[i], tcp[i]);
+        if (i >= tcp.size() || tcp[i].empty()) continue;
+        // The port's TCP: its lanes' summed.
         line = "snicd: port " + std::to_string(p.id()) + " tcp:";
-        tcp[i]->for_each_counter([&](std::string_view name, std::uint64_t v) {
-            if (v != 0) line += " " + std::string(name) + "=" + std::to_string(v);
-        });
+        CounterSum sum;
+        for (const TcpService* lane : tcp[i]) {
+            sum.next();
+            lane->for_each_counter(
+                [&sum](std::string_view name, std::uint64_t v) { sum.add(name, v); });
+        }
+        sum.for_each(nonzero_appender(line));
         std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);
@@ -292,9 +320,14 @@ struct Running {
     std::vector<std::vector<Transport*>>
         roce_lanes;                                // per port: each lane's RoCEv2, lane 0's first
     std::vector<std::unique_ptr<GsiPort>> gsi;     // per port: its QP1
-    std::vector<std::unique_ptr<TcpService>> tcp;  // per port: snic's TCP
-    std::vector<std::unique_ptr<IwarpTransport>> iwarp;  // per port: on its TCP
-    std::vector<std::unique_ptr<CmWire>> cm_wires;       // per device: its CM
+    std::vector<std::unique_ptr<TcpService>> tcp;  // per port: snic's TCP (its lane 0's)
+    std::vector<std::unique_ptr<IwarpTransport>> iwarp;       // per port: on its TCP (lane 0's)
+    std::vector<std::unique_ptr<TcpService>> lane_tcp;        // ports' lanes 1..N-1
+    std::vector<std::unique_ptr<IwarpTransport>> lane_iwarp;  // ports' lanes 1..N-1
+    std::vector<std::vector<TcpService*>> tcp_lanes;   // per port: each lane's, lane 0's first
+    std::vector<std::vector<Transport*>> iwarp_lanes;  // per port: each lane's, lane 0's first
+    std::vector<std::shared_ptr<ProcessLanes>> iw_processes;  // per port: its processes' lanes
+    std::vector<std::unique_ptr<CmWire>> cm_wires;            // per device: its CM
     // Per port, for a shared-address port: its XDP program's maps and its neighbours.
     std::vector<std::unique_ptr<XdpMaps>> xdp;
     std::vector<std::unique_ptr<SharedTcpPorts>> tcp_ports;  // its iWARP's TCP ports
@@ -302,7 +335,9 @@ struct Running {
     std::vector<Following> following;
     ~Running() {
         cm_wires.clear();
+        lane_iwarp.clear();
         iwarp.clear();
+        lane_tcp.clear();
         tcp.clear();
         transports.clear();
         lane_transports.clear();
@@ -397,11 +432,48 @@ int open_ports(const Config& cfg, Running& r) {
     return 0;
 }
 
+// snic's TCP on one lane of port `p` (the port itself with one queue): its segments and ICMP
+// errors, its connections' timers; buffers from the bandwidth-delay product of the link's speed
+// now and --tcp-window-rtt. Then the lane's iWARP device transport, MPA, DDP and RDMAP over that
+// TCP. Its QPs are polled before the TCP they write to, so that what a QP hands its stream on a
+// turn is sent on the same turn (the stack builds segments on its poll).
+void add_tcp_lane(const Config& cfg, Running& r, std::size_t p, Port& lane, LcoreTasks& tasks,
+                  const NameTable& keys, const tcp::IsnKey& isn_key,
+                  std::vector<LcorePoller*>& pollers) {
+    const std::uint32_t mbps = r.ports[p]->link_speed_mbps();
+    const std::uint32_t window = tcp_window_for(mbps, cfg.tcp.window_rtt_us);
+    if (lane.queue() == 0)
+        spdlog::info("port {}: TCP buffers {} KiB: {} Mb/s{} x {} us, twice", p, window / 1024,
+                     mbps == 0 ? kDefaultLinkMbps : mbps, mbps == 0 ? " (link speed unknown)" : "",
+                     cfg.tcp.window_rtt_us);
+    auto tcp = std::make_unique<TcpService>(
+        lane, tasks,
+        daemon_tcp_config(lane, isn_key, cfg.tcp.rto_min_ms * tcp::kMs, cfg.tcp.max_connections,
+                          cfg.tcp.max_per_peer, window),
+        rte_get_tsc_hz());
+    lane.set_tcp_hook({&TcpService::on_tcp, tcp.get()});
+    lane.set_icmp_error_hook({&TcpService::on_icmp, tcp.get()});
+    auto iwarp = std::make_unique<IwarpTransport>(tasks, keys, *tcp, rte_get_tsc_hz());
+    pollers.push_back(iwarp.get());
+    pollers.push_back(tcp.get());
+    r.tcp_lanes[p][lane.queue()] = tcp.get();
+    r.iwarp_lanes[p][lane.queue()] = iwarp.get();
+    if (lane.queue() == 0) {
+        r.tcp[p] = std::move(tcp);
+        r.iwarp[p] = std::move(iwarp);
+    } else {
+        r.lane_tcp.push_back(std::move(tcp));
+        r.lane_iwarp.push_back(std::move(iwarp));
+    }
+}
+
 // Ports go round-robin to the enabled lcores, main lcore first; each port's RoCEv2 transport
 // runs on the port's lcore, which also takes the control thread's work for it (starting QPs,
-// grace periods). The self-test, if any, runs on the main lcore.
-void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources,
-                   const tcp::IsnKey& isn_key) {
+// grace periods). The self-test, if any, runs on the main lcore. A port of several queues has
+// its lanes on lcores of their own, each with its RoCEv2 transport, TCP and iWARP transport.
+// 0 or the exit code (the error said).
+int assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& resources,
+                  const tcp::IsnKey& isn_key) {
     r.lcore_ids = {rte_get_main_lcore()};
     unsigned worker;
     RTE_LCORE_FOREACH_WORKER(worker) r.lcore_ids.push_back(worker);
@@ -419,15 +491,22 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
         }
     }
     r.roce_lanes.resize(r.ports.size());
-    for (std::size_t i = 0; i < r.ports.size(); ++i)
-        r.roce_lanes[i].resize(r.ports[i]->lanes().size());
+    r.tcp_lanes.resize(r.ports.size());
+    r.iwarp_lanes.resize(r.ports.size());
+    for (std::size_t i = 0; i < r.ports.size(); ++i) {
+        const std::size_t lanes = r.ports[i]->lanes().size();
+        r.roce_lanes[i].resize(lanes);
+        r.tcp_lanes[i].resize(lanes);
+        r.iwarp_lanes[i].resize(lanes);
+        r.iw_processes.push_back(std::make_shared<ProcessLanes>(lanes));
+    }
     r.transports.resize(r.ports.size());
     r.gsi.resize(r.ports.size());
     r.tcp.resize(r.ports.size());
     r.iwarp.resize(r.ports.size());
     for (std::size_t i = 0; i < n; ++i) r.tasks.push_back(std::make_unique<LcoreTasks>());
-    // Each lcore's pollers: first the RoCEv2 transports of the lanes past the first (RoCEv2
-    // only), then those of the ports whose lane 0 it runs.
+    // Each lcore's pollers: first the transports of the lanes past the first, then those of
+    // the ports whose lane 0 it runs.
     std::vector<std::vector<LcorePoller*>> mine(n);
     for (std::size_t p = 0; p < r.ports.size(); ++p) {
         const std::span<Port* const> lanes = r.ports[p]->lanes();
@@ -438,6 +517,7 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             lanes[q]->set_roce_hook({&RoceTransport::on_rx, r.lane_transports.back().get()});
             r.roce_lanes[p][q] = r.lane_transports.back().get();
             mine[i].push_back(r.lane_transports.back().get());
+            add_tcp_lane(cfg, r, p, *lanes[q], *r.tasks[i], resources.keys(), isn_key, mine[i]);
         }
     }
     for (std::size_t i = 0; i < n; ++i) {
@@ -465,29 +545,18 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
                 },
                 r.gsi[p].get());
             mine[i].push_back(r.gsi[p].get());
-            // snic's TCP: its segments and ICMP errors, its connections' timers; buffers
-            // from the bandwidth-delay product of the link's speed now and --tcp-window-rtt.
-            const std::uint32_t mbps = r.ports[p]->link_speed_mbps();
-            const std::uint32_t window = tcp_window_for(mbps, cfg.tcp.window_rtt_us);
-            spdlog::info("port {}: TCP buffers {} KiB: {} Mb/s{} x {} us, twice", p, window / 1024,
-                         mbps == 0 ? kDefaultLinkMbps : mbps,
-                         mbps == 0 ? " (link speed unknown)" : "", cfg.tcp.window_rtt_us);
-            r.tcp[p] = std::make_unique<TcpService>(
-                *r.ports[p], *r.tasks[i],
-                daemon_tcp_config(*r.ports[p], isn_key, cfg.tcp.rto_min_ms * tcp::kMs,
-                                  cfg.tcp.max_connections, cfg.tcp.max_per_peer, window),
-                rte_get_tsc_hz());
-            r.ports[p]->set_tcp_hook({&TcpService::on_tcp, r.tcp[p].get()});
-            r.ports[p]->set_icmp_error_hook({&TcpService::on_icmp, r.tcp[p].get()});
-            // The port's iWARP device: MPA, DDP and RDMAP over that TCP. Its QPs are polled
-            // before the TCP they write to, so that what a QP hands its stream on a turn is
-            // sent on the same turn (the stack builds segments on its poll).
-            r.iwarp[p] = std::make_unique<IwarpTransport>(*r.tasks[i], resources.keys(), *r.tcp[p],
-                                                          rte_get_tsc_hz());
-            mine[i].push_back(r.iwarp[p].get());
-            mine[i].push_back(r.tcp[p].get());
+            add_tcp_lane(cfg, r, p, *r.ports[p], *r.tasks[i], resources.keys(), isn_key, mine[i]);
         }
         r.lcores[i]->serve(r.tasks[i].get(), mine[i]);
+    }
+    // A port's TCPs hand each other the segments the port sends to its own address.
+    for (std::size_t p = 0; p < r.ports.size(); ++p) {
+        for (TcpService* t : r.tcp_lanes[p]) {
+            if (const int err = t->set_lanes(r.tcp_lanes[p]); err != 0)
+                return fail(kExitRuntime, fmt::format("--port {}: cannot create the ring of a "
+                                                      "lane's TCP: {}",
+                                                      cfg.ports[p].port, rte_strerror(err)));
+        }
     }
     resources.set_quiesce([&r] {
         // No lcore uses what it found before the round trip; a port may still hold mbufs
@@ -497,6 +566,7 @@ void assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources&
             if (!r.owned[i].empty()) r.tasks[i]->run([] {});
         placed_quiesce_wait(epoch);
     });
+    return 0;
 }
 
 // The self-test's line (or JSON object) on stdout; 0, or its failure's exit code.
@@ -545,10 +615,10 @@ SipKey random_key() {
 // sessions, daemon/control/control_queue.h).
 // `tel` is read by telemetry's threads until unregister_telemetry(): the caller keeps it.
 void start_telemetry(TelemetryInfo& tel, const Running& r, ControlServer& ctl,
-                     const std::vector<TcpService*>& tcp_services) {
+                     const std::vector<std::vector<TcpService*>>& tcp_services) {
     static constexpr std::chrono::milliseconds kTelemetryWait{1000};
     for (const auto& p : r.ports) tel.ports.push_back(p.get());
-    for (const auto& t : r.tcp) tel.tcp.push_back(t.get());
+    for (const auto& lanes : r.tcp_lanes) tel.tcp.emplace_back(lanes.begin(), lanes.end());
     tel.tcp_rows = [&ctl, &tcp_services](std::uint32_t port_index) {
         return ctl.ask<std::vector<shm::TcpConnInfo>>(
             [&tcp_services, port_index] {
@@ -566,6 +636,8 @@ void start_telemetry(TelemetryInfo& tel, const Running& r, ControlServer& ctl,
     };
     for (const auto& t : r.transports) tel.transports.push_back(t.get());
     for (const auto& t : r.iwarp) tel.iwarp.push_back(t.get());
+    for (const auto& lanes : r.iwarp_lanes)
+        tel.iwarp_lanes.emplace_back(lanes.begin() + (lanes.empty() ? 0 : 1), lanes.end());
     for (const auto& lanes : r.roce_lanes)
         tel.roce_lanes.emplace_back(lanes.begin() + (lanes.empty() ? 0 : 1), lanes.end());
     for (const auto& g : r.gsi) tel.gsi.push_back(g.get());
@@ -587,7 +659,13 @@ std::vector<PortWire> make_cm_wires(Running& r) {
                                                         random_key(),
                                                         CmService::kMaxIdsPerSession));
         wires.push_back({port, r.cm_wires.back().get()});
-        r.cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i], r.tcp_ports[i].get()));
+        if (r.iwarp_lanes[i].size() > 1) {
+            std::vector<IwarpTransport*> lanes;
+            for (Transport* t : r.iwarp_lanes[i]) lanes.push_back(static_cast<IwarpTransport*>(t));
+            r.cm_wires.push_back(std::make_unique<IwCmWire>(std::move(lanes), r.iw_processes[i]));
+        } else {
+            r.cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i], r.tcp_ports[i].get()));
+        }
         wires.push_back({port, r.cm_wires.back().get()});
     }
     return wires;
@@ -665,7 +743,7 @@ void print_all_counters(const Running& r) {
         all.push_back(r.transports[i].get());
         all.push_back(r.iwarp[i].get());
     }
-    print_counters(r.ports, all, r.tcp, r.roce_lanes);
+    print_counters(r.ports, all, r.tcp_lanes, r.roce_lanes, r.iwarp_lanes);
 }
 
 // The daemon once EAL is up: ports, lcores, telemetry, the CM and the control thread, until a
@@ -677,22 +755,23 @@ int serve(const Config& cfg, ControlServer& control, const cpu_set_t& given) {
     if (cfg.selftest && !cfg.selftest->one_port())
         selftest = make_selftest(*cfg.selftest, *r.ports[0], *r.ports[1], rte_get_tsc_hz(), g_stop);
     Resources& resources = control.resources();
-    assign_lcores(cfg, r, selftest.get(), resources, random_key());
+    if (const int err = assign_lcores(cfg, r, selftest.get(), resources, random_key()); err != 0)
+        return err;
     if (cfg.selftest && cfg.selftest->one_port()) {
         // On the first port's lcore (the main one), beside that port's TCP.
         selftest = make_tcp_selftest(*cfg.selftest, *r.tcp[0], rte_get_tsc_hz(), g_stop);
         r.lcores[0]->add_poller(selftest.get());
     }
-    std::vector<TcpService*> tcp_services;
-    for (const auto& t : r.tcp) tcp_services.push_back(t.get());
-    TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    const std::vector<std::vector<TcpService*>>& tcp_services = r.tcp_lanes;
+    TelemetryInfo tel{cfg.name, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     start_telemetry(tel, r, control, tcp_services);
 
     for (std::size_t i = 1; i < r.lcore_ids.size(); ++i)
         if (!r.owned[i].empty())
             rte_eal_remote_launch(lcore_main, r.lcores[i].get(), r.lcore_ids[i]);
 
-    control.set_devices(device_ports(cfg, r.ports, r.transports, r.roce_lanes, r.iwarp));
+    control.set_devices(device_ports(cfg, r.ports, r.transports, r.roce_lanes, r.iwarp,
+                                     r.iwarp_lanes, r.iw_processes));
     std::vector<std::string> names;
     for (std::size_t i = 0; i < r.ports.size(); ++i) {
         names.push_back(device_name(cfg, i));

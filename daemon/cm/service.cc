@@ -134,7 +134,7 @@ Status CmService::listen_on_wires(Id& id) {
     for (std::size_t i = 0; i < wires_.size(); ++i) {
         const WireCm& w = *wires_[i];
         if (id.ip != 0 && devices_[w.port].ip.addr.value != id.ip) continue;
-        const Result<bool> on = w.wire->listen(id.port, id.backlog, id.qp_type);
+        const Result<bool> on = w.wire->listen(id.port, id.backlog, id.qp_type, id.owner->peer());
         if (!on) {
             unlisten_wires(id);  // all or nothing
             return make_error(on.error().code, on.error().message);

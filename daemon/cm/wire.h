@@ -119,11 +119,12 @@ class CmWire {
     // `datagram`).
     virtual std::size_t private_max(CmMessage m, bool datagram) const = 0;
 
-    // The listener of an id on `port`: true when the wire listens for it (unlisten() once
-    // for each), false when it has nothing to listen on (it takes every request and the
-    // service matches them), or the reason it cannot listen there (the listen fails).
-    virtual Result<bool> listen(std::uint16_t port, std::uint32_t backlog,
-                                std::uint8_t qp_type) = 0;
+    // The listener of an id of `owner`'s on `port`: true when the wire listens for it
+    // (unlisten() once for each), false when it has nothing to listen on (it takes every
+    // request and the service matches them), or the reason it cannot listen there (the
+    // listen fails). The requests it takes become ids of `owner`'s.
+    virtual Result<bool> listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type,
+                                const Peer& owner) = 0;
     virtual void unlisten(std::uint16_t port) = 0;
 
     virtual Result<WireConn> connect(const CmConnectSpec& spec) = 0;

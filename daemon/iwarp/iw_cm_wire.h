@@ -4,13 +4,21 @@
 // RTR. The consumer's private data travels alone (no rdma_cm header: the TCP connection has
 // the addresses); requests, replies, rejections, refused connects and closes become the
 // neutral events of daemon/cm/wire.h.
+//
+// On a port of several queues each lane has its own TCP and iWARP transport, and a process's
+// QPs run on its lane (ProcessLanes, daemon/verbs/device.h): a listener listens, and a
+// connection is made, on its owner's lane, whose TCP the port then hands the local TCP port's
+// segments (Port::claim_tcp_port). A WireConn names the lane in its high 32 bits.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "daemon/cm/wire.h"
 #include "daemon/port/tcp_ports.h"
+#include "daemon/verbs/device.h"
 
 namespace snic::daemon {
 
@@ -22,13 +30,17 @@ class IwCmWire final : public CmWire {
     // `ports`: a shared-address port's TCP ports (nullptr: the address is snicd's alone),
     // taken for each listener and connection and given back when they go.
     explicit IwCmWire(IwarpTransport& iw, TcpPortHolder* ports = nullptr)
-        : iw_(iw), ports_(ports) {}
+        : lanes_{&iw}, ports_(ports) {}
+    // A port of several queues: its lanes' transports by queue, and the lane of each process.
+    IwCmWire(std::vector<IwarpTransport*> lanes, std::shared_ptr<ProcessLanes> processes)
+        : lanes_(std::move(lanes)), processes_(std::move(processes)) {}
 
     std::uint8_t transport() const override { return shm::kTransportIwarp; }
     bool datagrams() const override { return false; }  // iWARP is connected alone
     std::size_t private_max(CmMessage m, bool datagram) const override;
 
-    Result<bool> listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type) override;
+    Result<bool> listen(std::uint16_t port, std::uint32_t backlog, std::uint8_t qp_type,
+                        const Peer& owner) override;
     void unlisten(std::uint16_t port) override;
     Result<WireConn> connect(const CmConnectSpec& spec) override;
     void owned_by(WireConn conn, const Peer& owner) override;
@@ -48,16 +60,28 @@ class IwCmWire final : public CmWire {
     bool status(shm::CmPortStatus&) const override { return false; }
 
   private:
-    void translate(const IwCmEvent& e);
+    struct Listening {
+        std::size_t lane = 0;
+        std::uint32_t refs = 0;
+    };
+    // The lane of `owner`'s QPs (0 with one lane).
+    std::size_t lane_for(const Peer& owner) const;
+    IwarpTransport& lane_of(WireConn conn) const;
+    // Local TCP port `port` to lane `lane`: refused (EADDRINUSE) while another lane's TCP
+    // still has a listener or a connection on it (one in TIME-WAIT too).
+    Status claim(std::size_t lane, std::uint16_t port);
+    void translate(std::size_t lane, const IwCmEvent& e);
     // On a shared address, `port` taken from the kernel, or given back (no-ops otherwise).
     Status take_port(std::uint16_t port);
     void give_port(std::uint16_t port);
     // A connection's hold of its local port, given back once.
     void let_go(WireConn conn);
 
-    IwarpTransport& iw_;
-    TcpPortHolder* ports_;
-    std::map<WireConn, std::uint16_t> held_;  // connection -> its local port, with ports_
+    std::vector<IwarpTransport*> lanes_;       // by queue
+    std::shared_ptr<ProcessLanes> processes_;  // with several lanes
+    TcpPortHolder* ports_ = nullptr;
+    std::map<WireConn, std::uint16_t> held_;      // connection -> its local port, with ports_
+    std::map<std::uint16_t, Listening> listens_;  // TCP port -> its listeners' lane
 };
 
 }  // namespace snic::daemon

@@ -114,6 +114,12 @@ void IwarpTransport::unlisten(std::uint16_t port) {
     });
 }
 
+bool IwarpTransport::uses_tcp_port(std::uint16_t port) {
+    bool used = false;
+    tasks_.run([&] { used = stack().uses_port(port); });
+    return used;
+}
+
 Result<IwConnId> IwarpTransport::connect(std::uint32_t ip, std::uint16_t port,
                                          std::uint16_t local_port, std::span<const std::uint8_t> pd,
                                          std::uint16_t ird, std::uint16_t ord, const Peer& owner) {
@@ -304,6 +310,7 @@ Result<std::unique_ptr<QpEngine>> IwarpTransport::start(Qp& qp) {
     cfg.flush_budget = flush_budget(qp);
     auto q = std::make_unique<IwarpQp>(*this, qp, keys_, cfg);
     IwarpQp* p = q.get();
+    tcp_.port().count_qp();  // the lane's QPs (port.h), until stop()
     runner_.add(*p, qp, [&](std::uint64_t now_tsc) {
         now_tsc_ = now_tsc;
         IwConn* c = find(id);
@@ -362,7 +369,10 @@ void IwarpTransport::to_error(Qp& qp) {
 void IwarpTransport::stop(std::span<Qp* const> qps) {
     std::vector<RunningQp*> running;
     running.reserve(qps.size());
-    for (Qp* qp : qps) running.push_back(&of(*qp));
+    for (Qp* qp : qps) {
+        running.push_back(&of(*qp));
+        tcp_.port().release_qpn();
+    }
     runner_.remove(running, [this](RunningQp& r) {
         auto& q = static_cast<IwarpQp&>(r);
         IwConn* c = std::exchange(q.conn_, nullptr);

@@ -3,9 +3,13 @@
 #include "daemon/iwarp/tcp_service.h"
 
 #include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_ring.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include <fmt/format.h>
 
 #include "proto/net/ethernet.h"
 #include "proto/net/icmp.h"
@@ -44,6 +48,20 @@ TcpService::~TcpService() {
     for (std::size_t i = 0; i < nheld_; ++i) rte_pktmbuf_free(held_[i].m);
     for (; loop_count_ > 0; --loop_count_, loop_head_ = (loop_head_ + 1) % kLoopSlots)
         rte_pktmbuf_free(loop_[loop_head_]);
+    if (looped_in_ != nullptr) {
+        rte_mbuf* m = nullptr;
+        while (rte_ring_sc_dequeue(looped_in_, reinterpret_cast<void**>(&m)) == 0)
+            rte_pktmbuf_free(m);
+        rte_ring_free(looped_in_);
+    }
+}
+
+int TcpService::set_lanes(std::span<TcpService* const> lanes) {
+    lanes_.assign(lanes.begin(), lanes.end());
+    if (lanes_.size() < 2 || looped_in_ != nullptr) return 0;
+    const std::string name = fmt::format("snic_tl_{}_{}", port_.id(), port_.queue());
+    looped_in_ = rte_ring_create(name.c_str(), kLoopSlots, rte_socket_id(), RING_F_SC_DEQ);
+    return looped_in_ != nullptr ? 0 : rte_errno;
 }
 
 std::uint64_t TcpService::now_ns(std::uint64_t tsc) const {
@@ -109,34 +127,26 @@ shm::TcpConnInfo tcp_conn_info(const TcpConnRow& r) {
     return c;
 }
 
-int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
+int fill_tcp_conns(std::span<const std::vector<TcpService*>> ports, const shm::TcpConnsReq& q,
                    shm::TcpConnsReply& r) {
-    if (q.port_index >= services.size()) return EINVAL;
-    r = shm::TcpConnsReply{};
-    if (services[q.port_index] == nullptr) return 0;
-    std::size_t total = 0;
-    const auto rows = services[q.port_index]->rows(q.first, shm::kMaxTcpConnsListed, total);
-    for (std::size_t i = 0; i < rows.size(); ++i) r.conns[i] = tcp_conn_info(rows[i]);
-    r.total = static_cast<std::uint32_t>(total);
-    r.listed = static_cast<std::uint32_t>(rows.size());
-    r.more = q.first + rows.size() < total ? 1 : 0;
-    return 0;
+    return fill_tcp_conns(ports, q, r, nullptr);
 }
 
-int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
+int fill_tcp_conns(std::span<const std::vector<TcpService*>> ports, const shm::TcpConnsReq& q,
                    shm::TcpConnsReply& r,
                    const std::function<bool(const shm::TcpConnInfo&)>& keep) {
-    if (q.port_index >= services.size()) return EINVAL;
+    if (q.port_index >= ports.size()) return EINVAL;
     r = shm::TcpConnsReply{};
-    if (services[q.port_index] == nullptr) return 0;
-    constexpr std::size_t kPage = 256;  // rows copied on the lcore per turn
+    constexpr std::size_t kPage = 256;  // rows copied on an lcore per turn
     std::vector<shm::TcpConnInfo> kept;
-    std::size_t total = 0;
-    for (std::size_t first = 0;; first += kPage) {
-        const auto rows = services[q.port_index]->rows(first, kPage, total);
-        for (const TcpConnRow& row : rows)
-            if (shm::TcpConnInfo c = tcp_conn_info(row); keep(c)) kept.push_back(c);
-        if (rows.size() < kPage || first + rows.size() >= total) break;
+    for (TcpService* lane : ports[q.port_index]) {  // each lane's TCP, in queue order
+        std::size_t total = 0;
+        for (std::size_t first = 0;; first += kPage) {
+            const auto rows = lane->rows(first, kPage, total);
+            for (const TcpConnRow& row : rows)
+                if (shm::TcpConnInfo c = tcp_conn_info(row); !keep || keep(c)) kept.push_back(c);
+            if (rows.size() < kPage || first + rows.size() >= total) break;
+        }
     }
     const std::size_t from = std::min<std::size_t>(q.first, kept.size());
     const std::size_t n = std::min(kept.size() - from, shm::kMaxTcpConnsListed);
@@ -153,7 +163,17 @@ bool TcpService::poll(std::uint64_t now_tsc) {
     now_tsc_ = now_tsc;
     const bool released = nheld_ != 0 && release_held(now_tsc);
     const bool looped = loop_count_ != 0 && release_loop(now_tsc);
-    return stack_.poll(now_ns(now_tsc)) || released || looped;
+    const bool looped_in = looped_in_ != nullptr && release_looped_in(now_tsc);
+    return stack_.poll(now_ns(now_tsc)) || released || looped || looped_in;
+}
+
+void TcpService::take_looped(rte_mbuf* m, std::uint64_t now_tsc) {
+    const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
+    const std::size_t ip_len = std::size_t{p[net::kEthHdrLen + 2]} << 8 | p[net::kEthHdrLen + 3];
+    counters_.rx_segments.add();
+    stack_.on_segment(port_.ip().addr, {p + kL4Offset, ip_len - (kL4Offset - net::kEthHdrLen)},
+                      now_ns(now_tsc));
+    rte_pktmbuf_free(m);
 }
 
 bool TcpService::release_loop(std::uint64_t now_tsc) {
@@ -162,15 +182,17 @@ bool TcpService::release_loop(std::uint64_t now_tsc) {
         rte_mbuf* m = loop_[loop_head_];
         loop_head_ = (loop_head_ + 1) % kLoopSlots;
         --loop_count_;
-        const auto* p = rte_pktmbuf_mtod(m, const std::uint8_t*);
-        const std::size_t ip_len =
-            std::size_t{p[net::kEthHdrLen + 2]} << 8 | p[net::kEthHdrLen + 3];
-        counters_.rx_segments.add();
-        stack_.on_segment(port_.ip().addr, {p + kL4Offset, ip_len - (kL4Offset - net::kEthHdrLen)},
-                          now_ns(now_tsc));
-        rte_pktmbuf_free(m);
+        take_looped(m, now_tsc);
     }
     return true;
+}
+
+bool TcpService::release_looped_in(std::uint64_t now_tsc) {
+    rte_mbuf* pkts[kDefaultBurst];
+    const unsigned n = rte_ring_sc_dequeue_burst(looped_in_, reinterpret_cast<void**>(pkts),
+                                                 kDefaultBurst, nullptr);
+    for (unsigned i = 0; i < n; ++i) take_looped(pkts[i], now_tsc);
+    return n != 0;
 }
 
 void TcpService::on_tcp(void* ctx, Port&, rte_mbuf* m, const net::RxFrame& f, std::uint64_t now) {
@@ -309,13 +331,25 @@ void TcpService::tx_send(std::size_t len) {
     tx_m_ = nullptr;
     if (m == nullptr) return;
     if (tx_remote_ == port_.ip().addr) {  // a connection of the port to itself
+        complete_checksum(m, len);
+        frame(m, port_.mac(), tx_remote_, len);
+        // To the lane whose TCP has the destination port (this one's, with one queue).
+        const auto* tcp = rte_pktmbuf_mtod(m, const std::uint8_t*) + kL4Offset;
+        const std::uint16_t to = port_.tcp_lane(static_cast<std::uint16_t>(tcp[2] << 8 | tcp[3]));
+        if (to != port_.queue() && to < lanes_.size()) {
+            if (rte_ring_mp_enqueue(lanes_[to]->looped_in_, m) != 0) {
+                counters_.loopback_full.add();
+                rte_pktmbuf_free(m);
+                return;
+            }
+            counters_.loopback.add();
+            return;
+        }
         if (loop_count_ == kLoopSlots) {
             counters_.loopback_full.add();
             rte_pktmbuf_free(m);
             return;
         }
-        complete_checksum(m, len);
-        frame(m, port_.mac(), tx_remote_, len);
         counters_.loopback.add();
         loop_[(loop_head_ + loop_count_++) % kLoopSlots] = m;
         return;

@@ -10,6 +10,8 @@
 
 #include <rte_mbuf.h>
 
+struct rte_ring;
+
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -39,6 +41,9 @@ struct TcpServiceCounters {
     Counter rx_own_source;   // from the wire with the port's own address as source: dropped
 };
 
+// A port of several queues has a TcpService per lane (port.h), each with the connections and
+// listeners of the local TCP ports its lane claimed (Port::claim_tcp_port). A segment of the
+// port to its own address goes to the service of the lane that has its destination port.
 class TcpService final : public LcorePoller, public TcpLink {
   public:
     TcpService(Port& port, LcoreTasks& tasks, const TcpStackConfig& config, std::uint64_t tsc_hz);
@@ -54,6 +59,10 @@ class TcpService final : public LcorePoller, public TcpLink {
 
     // LcorePoller: held frames whose MAC came, then the connections due.
     bool poll(std::uint64_t now_tsc) override;
+    // Setup, before the lcores run: the services of every lane of the port, by queue (this
+    // one's among them). 0, or an errno when the ring other lanes loop segments into cannot
+    // be made.
+    int set_lanes(std::span<TcpService* const> lanes);
 
     // The port's hooks.
     static void on_tcp(void* ctx, Port& port, rte_mbuf* m, const net::RxFrame& f,
@@ -115,6 +124,10 @@ class TcpService final : public LcorePoller, public TcpLink {
     // The segments a connection of the port to its own address sent since the last poll, to
     // the stack as received (never from inside an engine's send).
     bool release_loop(std::uint64_t now_tsc);
+    // Those other lanes of the port sent to its own address, to a port of this lane's.
+    bool release_looped_in(std::uint64_t now_tsc);
+    // A looped segment's frame `m`, to the stack as received; frees it.
+    void take_looped(rte_mbuf* m, std::uint64_t now_tsc);
 
     static constexpr std::size_t kHeld = 16;
     static constexpr std::size_t kLoopSlots = 256;
@@ -138,6 +151,10 @@ class TcpService final : public LcorePoller, public TcpLink {
     std::size_t nheld_ = 0;
     std::array<rte_mbuf*, kLoopSlots> loop_{};
     std::size_t loop_head_ = 0, loop_count_ = 0;
+    // A port of several queues: every lane's service, and the ring the others loop segments
+    // to this lane's ports into (multi-producer, this lcore consumes).
+    std::vector<TcpService*> lanes_;
+    rte_ring* looped_in_ = nullptr;
 };
 
 template <typename F>
@@ -157,12 +174,13 @@ void TcpService::for_each_counter(F&& f) const {
 
 // A row as snicctl tcp receives it.
 shm::TcpConnInfo tcp_conn_info(const TcpConnRow& r);
-// snicctl tcp's op on the control thread: a page of the rows of the port at q.port_index
-// (nullptr where a port has no TCP). 0, or EINVAL for no such port.
-int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
+// snicctl tcp's op on the control thread: a page of the rows of the port at q.port_index,
+// over its lanes' TCPs (`ports`: each port's, by queue; empty where a port has no TCP). 0,
+// or EINVAL for no such port.
+int fill_tcp_conns(std::span<const std::vector<TcpService*>> ports, const shm::TcpConnsReq& q,
                    shm::TcpConnsReply& r);
 // The same for a client other than root: the rows `keep` passes, paged among themselves.
-int fill_tcp_conns(std::span<TcpService* const> services, const shm::TcpConnsReq& q,
+int fill_tcp_conns(std::span<const std::vector<TcpService*>> ports, const shm::TcpConnsReq& q,
                    shm::TcpConnsReply& r, const std::function<bool(const shm::TcpConnInfo&)>& keep);
 
 // TCP listeners per port: rdma_cm's listening ids of every user (CmService::kMaxListenersPerUid

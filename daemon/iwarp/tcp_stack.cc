@@ -777,6 +777,12 @@ const tcp::TcpCounters* TcpStack::counters(TcpHandle h) const {
     return c != nullptr ? &c->engine.counters() : nullptr;
 }
 
+bool TcpStack::uses_port(std::uint16_t port) const {
+    if (listener_on(port) != nullptr) return true;
+    return std::ranges::any_of(conns_,
+                               [port](const auto& c) { return c && c->local_port == port; });
+}
+
 std::size_t TcpStack::snapshot(std::size_t first, std::span<TcpConnRow> out,
                                std::size_t& total) const {
     std::size_t row = 0, n = 0;

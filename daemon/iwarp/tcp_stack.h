@@ -256,6 +256,9 @@ class TcpStack final : public TcpStreams {
     void for_each_counter(F&& f) const;
     // What one connection's engine holds.
     static std::uint64_t memory_per_connection(const tcp::TcpConfig& c);
+    // The lcore: whether a listener or a connection (in any state, TIME-WAIT too) has local
+    // port `port`.
+    bool uses_port(std::uint16_t port) const;
     // The lcore: the bound a connect() to `remote` would hit now (ENOBUFS), if any.
     TcpBound bound_for(net::Ipv4Addr remote);
 

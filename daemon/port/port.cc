@@ -268,6 +268,11 @@ void Port::claim_qpn(std::uint32_t qpn) {
     qps_.add();
 }
 
+void Port::claim_tcp_port(std::uint16_t port) {
+    if (lanes_ != nullptr)
+        lanes_->tcp_lane[port].store(static_cast<std::uint8_t>(queue_), std::memory_order_release);
+}
+
 Port::~Port() {
     siblings_.clear();  // lanes 1..N-1 first: they may hold frames for this one's inbox
     for (std::uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);

@@ -6,8 +6,10 @@
 // by an lcore of its own, with its own transmit buffer, ARP cache and counters. Lane 0 is the
 // port as the rest of the daemon knows it (QP1, TCP and iWARP live there) and owns the others.
 // A frame a lane receives that is not its own goes to its lane's inbox (a ring that lane
-// empties on its poll): a RoCEv2 packet to the lane of its destination QP (claim_qpn), all
-// other IPv4 for a transport to lane 0; each ARP reply is learnt by every lane.
+// empties on its poll): a RoCEv2 packet to the lane of its destination QP (claim_qpn), a TCP
+// segment (or an ICMP error quoting one) to the lane whose TCP has its local port
+// (claim_tcp_port), all other IPv4 for a transport to lane 0; each ARP reply is learnt by
+// every lane.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -37,14 +39,20 @@ namespace snic::daemon {
 
 class Port;
 
-// The lanes of a port of several queues: each lane by queue, and the lane that runs each QP
-// (by the QP number's low 14 bits, which tell live QPs apart: daemon/verbs/resources.h).
-// Written by the control thread before a QP runs, read by every lane.
+// The lanes of a port of several queues: each lane by queue, the lane that runs each QP (by
+// the QP number's low 14 bits, which tell live QPs apart: daemon/verbs/resources.h), and the
+// lane whose TCP has each local TCP port (lane 0 for a port nobody claimed). Written by the
+// control thread before a QP runs or a port is listened on or connected from, read by every
+// lane.
 struct PortLanes {
     static constexpr std::uint32_t kQpnSlots = 1u << 14;
+    static constexpr std::uint32_t kTcpPorts = 1u << 16;
     std::vector<Port*> lanes;
     std::unique_ptr<std::atomic<std::uint8_t>[]> qp_lane {
         new std::atomic<std::uint8_t>[kQpnSlots] {}
+    };
+    std::unique_ptr<std::atomic<std::uint8_t>[]> tcp_lane {
+        new std::atomic<std::uint8_t>[kTcpPorts] {}
     };
 };
 
@@ -142,7 +150,20 @@ class Port {
     // lane_qps() until release_qpn().
     void claim_qpn(std::uint32_t qpn);
     void release_qpn() { qps_.set(qps_.get() - 1); }
+    // A QP whose packets find their lane otherwise (an iWARP QP, by its connection's TCP
+    // port), counted in lane_qps() until release_qpn().
+    void count_qp() { qps_.add(); }
     std::uint64_t lane_qps() const { return qps_.get(); }
+    // Control thread: TCP segments to local port `port` (and ICMP errors quoting one from it)
+    // go to this lane from now on.
+    void claim_tcp_port(std::uint16_t port);
+    // Any thread: the lane whose TCP has local port `port` (0 with one queue).
+    std::uint16_t tcp_lane(std::uint16_t port) const {
+        return lanes_ != nullptr ? lanes_->tcp_lane[port].load(std::memory_order_acquire) : 0;
+    }
+    // Hands `m` to lane `to`'s inbox, whose lane handles it as received there (dropped as
+    // rx_lane_full when the inbox is full).
+    void hand_to_lane(rte_mbuf* m, std::uint16_t to) { forward(m, to); }
 
     void set_roce_hook(RxHook h) { roce_hook_ = h; }
     void set_tcp_hook(RxHook h) { tcp_hook_ = h; }
@@ -212,6 +233,9 @@ class Port {
     // The lane a RoCEv2 packet (frame `f` at `data`) goes to: its destination QP's (QP1's is
     // lane 0), this one when too short to say.
     std::uint16_t roce_lane(const std::uint8_t* data, const net::RxFrame& f) const;
+    // The lane of the TCP connection an ICMP error (frame `f` at `data`) quotes a segment of:
+    // its source port's; lane 0 when it quotes none that can be read.
+    std::uint16_t icmp_lane(const std::uint8_t* data, const net::RxFrame& f) const;
     // Hands `m` to lane `to`'s inbox (dropped as lane_full when it is full).
     void forward(rte_mbuf* m, std::uint16_t to);
     // A copy of an ARP reply to every other lane, which learns from it.

@@ -66,6 +66,14 @@ void Port::share_arp(const rte_mbuf* m) {
     }
 }
 
+std::uint16_t Port::icmp_lane(const std::uint8_t* data, const net::RxFrame& f) const {
+    net::IcmpUnreachable u;
+    if (!net::parse_icmp_unreachable({data + f.l4_offset, f.l4_length}, u) ||
+        u.protocol != static_cast<std::uint8_t>(net::IpProto::tcp))
+        return 0;
+    return tcp_lane(u.src_port);  // the quoted segment is ours: its source port is local
+}
+
 std::uint16_t Port::roce_lane(const std::uint8_t* data, const net::RxFrame& f) const {
     // The BTH's destination QP, bytes 5..7 of the header that follows UDP's.
     constexpr std::size_t kDestQp = net::kUdpHdrLen + 5;
@@ -158,7 +166,10 @@ void Port::handle(rte_mbuf* m, std::uint64_t now, bool forwarded) {
             return;
         }
         case net::RxKind::icmp_unreachable:
-            if (queue_ != 0) return forward(m, 0);  // TCP's, on lane 0
+            if (lanes_ != nullptr && !forwarded) {  // to the lane of the TCP it quotes
+                if (const std::uint16_t to = icmp_lane(data, f); to != queue_)
+                    return forward(m, to);
+            }
             if (icmp_error_hook_.fn == nullptr) return drop(m, net::Drop::icmp_unsupported_type);
             return icmp_error_hook_.fn(icmp_error_hook_.ctx, *this, m, f, now);
         case net::RxKind::udp:
@@ -174,7 +185,10 @@ void Port::handle(rte_mbuf* m, std::uint64_t now, bool forwarded) {
             if (udp_hook_.fn != nullptr) return udp_hook_.fn(udp_hook_.ctx, *this, m, f, now);
             return drop(m, net::Drop::udp_no_listener);
         case net::RxKind::tcp:
-            if (queue_ != 0) return forward(m, 0);  // snic's TCP runs on lane 0
+            if (lanes_ != nullptr && !forwarded) {  // to the lane whose TCP has the port
+                if (const std::uint16_t to = tcp_lane(f.dst_port); to != queue_)
+                    return forward(m, to);
+            }
             if (tcp_hook_.fn == nullptr) return drop(m, net::Drop::tcp_no_listener);
             counters_.tcp_dispatched.add();
             return tcp_hook_.fn(tcp_hook_.ctx, *this, m, f, now);

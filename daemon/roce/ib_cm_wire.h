@@ -26,7 +26,9 @@ class IbCmWire final : public CmWire, private cm::Sink {
     bool datagrams() const override { return true; }
     std::size_t private_max(CmMessage m, bool datagram) const override;
 
-    Result<bool> listen(std::uint16_t, std::uint32_t, std::uint8_t) override { return false; }
+    Result<bool> listen(std::uint16_t, std::uint32_t, std::uint8_t, const Peer&) override {
+        return false;
+    }
     void unlisten(std::uint16_t) override {}
     Result<WireConn> connect(const CmConnectSpec& spec) override;
     void owned_by(WireConn, const Peer&) override {}

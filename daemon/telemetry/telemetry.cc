@@ -118,6 +118,7 @@ int cmd_port_stats(const char*, const char* params, rte_tel_data* d) {
         add_u64(lane, "rx_packets", c.rx_packets.get());
         add_u64(lane, "tx_packets", c.tx_packets.get());
         add_u64(lane, "roce_dispatched", c.roce_dispatched.get());
+        add_u64(lane, "tcp_dispatched", c.tcp_dispatched.get());
         add_u64(lane, "rx_to_lanes", c.rx_to_lanes.get());
         add_u64(lane, "rx_from_lanes", c.rx_from_lanes.get());
         add_u64(lane, "rx_lane_full", c.rx_lane_full.get());
@@ -156,8 +157,9 @@ int cmd_transport_stats(const char* cmd, const char* params, rte_tel_data* d) {
         static_cast<CounterSum*>(ctx)->add(c.name, c.value);
     };
     t->for_each_counter(add, &sum);
-    if (&list == &info->transports && *i < info->roce_lanes.size()) {
-        for (const Transport* lane : info->roce_lanes[*i]) {
+    const auto& others = &list == &info->transports ? info->roce_lanes : info->iwarp_lanes;
+    if (*i < others.size()) {
+        for (const Transport* lane : others[*i]) {
             sum.next();
             lane->for_each_counter(add, &sum);
         }
@@ -286,10 +288,28 @@ int cmd_tcp_stats(const char*, const char* params, rte_tel_data* d) {
     const TelemetryInfo* info = g_info.load();
     if (info == nullptr) return -EAGAIN;
     const auto i = find_port(*info, params);
-    if (!i || *i >= info->tcp.size() || info->tcp[*i] == nullptr) return -EINVAL;
+    if (!i || *i >= info->tcp.size() || info->tcp[*i].empty()) return -EINVAL;
+    const std::vector<const TcpService*>& lanes = info->tcp[*i];
+    CounterSum sum;
+    for (const TcpService* lane : lanes) {
+        sum.next();
+        lane->for_each_counter(
+            [&sum](std::string_view name, std::uint64_t v) { sum.add(name, v); });
+    }
     rte_tel_data_start_dict(d);
-    info->tcp[*i]->for_each_counter(
-        [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
+    sum.for_each([d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
+    // A port of several queues: each lane's TCP's segments and connections, as "lane<queue>".
+    for (std::size_t q = 0; lanes.size() > 1 && q < lanes.size(); ++q) {
+        rte_tel_data* lane = rte_tel_data_alloc();
+        if (lane == nullptr) return -ENOMEM;
+        rte_tel_data_start_dict(lane);
+        lanes[q]->for_each_counter([lane](std::string_view name, std::uint64_t v) {
+            if (name == "rx_segments" || name == "tx_segments" || name == "loopback" ||
+                name == "active_opens" || name == "passive_opens" || name == "established")
+                add_u64(lane, name, v);
+        });
+        rte_tel_data_add_dict_container(d, Key("lane" + std::to_string(q)).s, lane, 0);
+    }
     return 0;
 }
 

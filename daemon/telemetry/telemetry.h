@@ -35,9 +35,10 @@ struct TelemetryInfo {
     // Each port's transport, in the order of `ports` (nullptr: none); must outlive it too.
     std::vector<const Transport*> transports;  // per port: RoCEv2's
     std::vector<const Transport*> iwarp;       // per port: iWARP's
-    // Per port of several queues: the RoCEv2 transports of its lanes past the first, whose
-    // counters /snic/roce_stats adds to lane 0's.
+    // Per port of several queues: the RoCEv2 and iWARP transports of its lanes past the
+    // first, whose counters /snic/roce_stats and /snic/iwarp_stats add to lane 0's.
     std::vector<std::vector<const Transport*>> roce_lanes;
+    std::vector<std::vector<const Transport*>> iwarp_lanes;
     // Each port's QP1 bridge (the CM's MADs), in the order of `ports`; must outlive it too.
     std::vector<const GsiPort*> gsi;
     // Each shared-address port's XDP program, in the order of `ports` (nullptr: not shared);
@@ -48,8 +49,8 @@ struct TelemetryInfo {
     // QP commands answer nothing.
     std::function<Result<std::vector<shm::QpSummary>>()> qps;
     std::function<Result<shm::QpReply>(std::uint32_t qpn)> qp;
-    // Each port's TCP, in the order of `ports` (nullptr: none); must outlive it too.
-    std::vector<const TcpService*> tcp;
+    // Each port's TCP by lane, in the order of `ports` (empty: none); must outlive it too.
+    std::vector<std::vector<const TcpService*>> tcp;
     // The rows of the port at an index of `ports` (asked of its lcore through the control
     // thread, bounded); nullopt when no answer came. Unset: /snic/tcp_conns answers nothing.
     std::function<std::optional<std::vector<shm::TcpConnInfo>>(std::uint32_t port_index)> tcp_rows;

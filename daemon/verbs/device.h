@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,40 @@ struct LinkInfo {
     std::uint32_t speed_mbps = 0;  // 0: unknown
 };
 
+// The lanes of a device whose connections come before its QPs (iWARP: a connection is a TCP
+// connection on one lane's TCP, and the QP bound to it must run on that lane). rdma_cm knows
+// the process that asks for a connection, not the verbs context its QP will be made in, so
+// every session of one process runs on one lane: the one the process was given first, by a
+// session or by the CM (a listener, a connect), whichever came first. A process is given the
+// lane with fewest processes that have a session open on the device (the lowest of those):
+// one that only listens there (rdma_cm's listeners listen on every device of their address)
+// weighs nothing. A process keeps its lane while it lives; those found gone, with no session
+// open, are forgotten when a new one comes.
+class ProcessLanes {
+  public:
+    explicit ProcessLanes(std::size_t lanes) : processes_(lanes, 0) {}
+
+    std::size_t lanes() const { return processes_.size(); }
+    // The lane of process `pid` (given it now if it has none).
+    std::size_t lane_of(std::int32_t pid);
+    // A session of `pid` opens, or closes.
+    std::size_t join(std::int32_t pid);
+    void leave(std::int32_t pid);
+    // The processes with a session open on each lane; every process it knows.
+    const std::vector<std::uint32_t>& processes() const { return processes_; }
+    std::size_t known() const { return by_pid_.size(); }
+
+  private:
+    struct Entry {
+        std::size_t lane = 0;
+        std::uint32_t sessions = 0;
+    };
+    // Forgets the processes with no session open that are gone.
+    void forget_gone();
+    std::vector<std::uint32_t> processes_;
+    std::map<std::int32_t, Entry> by_pid_;
+};
+
 struct Device {
     std::string name;                       // empty: the port has no device of this transport
     const TransportRules* rules = nullptr;  // set when the device exists
@@ -31,20 +67,28 @@ struct Device {
     std::vector<Transport*> lanes;
     // Control thread: the sessions open on each lane.
     mutable std::vector<std::uint32_t> lane_sessions;
+    // Set: a process's sessions all run on its lane (ProcessLanes), shared with the CM.
+    std::shared_ptr<ProcessLanes> by_process;
 
-    // Control thread: the lane a new session runs on, the one with fewest sessions open
-    // (the lowest of those), counted until leave().
-    std::size_t join() const {
+    // Control thread: the lane a new session of process `pid` runs on, counted until
+    // leave(): its process's with by_process, else the one with fewest sessions open (the
+    // lowest of those).
+    std::size_t join(std::int32_t pid) const {
         if (lanes.empty()) return 0;
         lane_sessions.resize(lanes.size());
         std::size_t best = 0;
-        for (std::size_t i = 1; i < lanes.size(); ++i)
-            if (lane_sessions[i] < lane_sessions[best]) best = i;
+        if (by_process) {
+            best = by_process->join(pid);
+        } else {
+            for (std::size_t i = 1; i < lanes.size(); ++i)
+                if (lane_sessions[i] < lane_sessions[best]) best = i;
+        }
         ++lane_sessions[best];
         return best;
     }
-    void leave(std::size_t lane) const {
+    void leave(std::size_t lane, std::int32_t pid) const {
         if (lane < lane_sessions.size() && lane_sessions[lane] > 0) --lane_sessions[lane];
+        if (by_process && !lanes.empty()) by_process->leave(pid);
     }
     Transport* transport_of(std::size_t lane) const {
         return lanes.empty() ? transport : lanes[lane];

@@ -70,7 +70,7 @@ Session::~Session() {
     while (dismantle(kDismantleAll)) {
     }
     events_ = AsyncEvents{};
-    if (device_ != nullptr) device_->leave(lane_);
+    if (device_ != nullptr) device_->leave(lane_, peer_.pid);
     r_.remove_session(this);
 }
 
@@ -167,7 +167,7 @@ int Session::open_device(const shm::OpenDeviceReq& req, FdList& fds, shm::OpenDe
     doorbells_ = doorbells;
     port_ = &port;
     device_ = device;
-    lane_ = device->join();
+    lane_ = device->join(peer_.pid);
     transport_ = device->transport_of(lane_);
 
     out = {};

@@ -87,7 +87,9 @@ class FakeWire final : public CmWire {
         }
         return 0;
     }
-    Result<bool> listen(std::uint16_t, std::uint32_t, std::uint8_t) override { return listens_; }
+    Result<bool> listen(std::uint16_t, std::uint32_t, std::uint8_t, const Peer&) override {
+        return listens_;
+    }
     void unlisten(std::uint16_t) override {}
     Result<WireConn> connect(const CmConnectSpec& s) override {
         SNIC_FUZZ_REQUIRE(s.param != nullptr &&

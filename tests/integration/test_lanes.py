@@ -1,10 +1,12 @@
 """One port across several lcores: `snicd -l 0-1` with queues=2 on both ports of the virtual
 wire. Each port has two lanes (port.h), a receive and transmit queue each, polled by lcores of
 their own: wire0's lane 0 on the main lcore and lane 1 on the worker, wire1's the other way
-round. A device's clients are spread over its lanes (the one with fewest sessions open), each
-session's QPs run on its lane's lcore, and a frame that reaches the queue of another lane is
-handed to that lane: the wire delivers a frame to the queue of the same index it was sent on,
-so a client on lane 1 talking to one on lane 0 makes every packet cross lanes, both ways.
+round. A device's clients are spread over its lanes (a RoCEv2 device's sessions to the lane
+with fewest sessions open, an iWARP device's processes to the lane with fewest processes),
+each session's QPs run on its lane's lcore (an iWARP QP's TCP connection too), and a frame
+that reaches the queue of another lane is handed to that lane (by QP, or by TCP port): the
+wire delivers a frame to the queue of the same index it was sent on, so a client on lane 1
+talking to one on lane 0 makes every packet cross lanes, both ways.
 
 rdma-core's and perftest's tools, unmodified, run across; `ibv_asyncwatch` holds a device
 open on lane 0 where a test needs the next client on lane 1."""
@@ -20,10 +22,12 @@ import test_perftest as pt
 import test_rc as rc
 import test_rdmacm as rcm
 import test_ud as ud
+import test_iwarp as iw
 from test_lcores import lcore_threads
 from test_tap import Watch
 
 SUBNET = "198.18.62"
+_iw_ports = iter(range(19960, 19990))
 TOOLS = {"ibverbs-utils": ("ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_asyncwatch"),
          "perftest": ("ib_write_bw",), "rdmacm-utils": ("rping",)}
 
@@ -189,16 +193,76 @@ def test_rdma_cm_across_lanes(lanes, tmp_path):
         hold.stop()
 
 
-def test_iwarp_runs_on_lane_0(lanes, tmp_path, monkeypatch):
-    """iWARP's QPs, its TCP and its connections stay on lane 0 of a port of several queues."""
+def tcp_lanes(d: st.Daemon, field: str) -> list[list[int]]:
+    """`field` of each lane's TCP, per port (telemetry's /snic/tcp_stats "lane<N>")."""
+    replies = st.telemetry_query(d.prefix, "/snic/tcp_stats,0", "/snic/tcp_stats,1")
+    return [[int(r["/snic/tcp_stats"][f"lane{q}"][field]) for q in range(2)] for r in replies]
+
+
+def test_iwarp_connections_run_on_their_process_lane(lanes, tmp_path, monkeypatch):
+    """rping over iWARP, its client's device held on wire1's lane 0 by another process: the
+    client's connection and QP run on wire1's lane 1, the server's on wire0's lane 0 (the
+    first process there). The wire hands each frame to the queue it was sent on, so every
+    segment crosses lanes at the far end, by its TCP port, both ways."""
     d, sock_dir = lanes
     wait_no_clients(d)
     monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
+    hold = Hold(d, sock_dir, f"{d.name}_iw1", tmp_path / "hold.log")
+    try:
+        segments, dispatched = tcp_lanes(d, "rx_segments"), lane_figures(d, "tcp_dispatched")
+        rcm.client_server(d, sock_dir, tmp_path,
+                          ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19952", "-C", "500", "-V"],
+                          ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", "19952",
+                           "-C", "500", "-V"])
+        got = moved(segments, tcp_lanes(d, "rx_segments"))
+        handed = moved(dispatched, lane_figures(d, "tcp_dispatched"))
+    finally:
+        hold.stop()
+    print(f"TCP segments by lane: {got}; dispatched to TCP by lane: {handed}")
+    # 500 verified round trips: each a SEND, an RDMA READ and its response, and a WRITE.
+    assert got[0][0] >= 1000 and got[1][1] >= 1000, got
+    assert got[0][1] == 0 and got[1][0] == 0, got
+    assert handed[0][1] == 0 and handed[1][0] == 0, handed
+
+
+def test_iwarp_perftest_across_lanes(lanes, tmp_path):
+    """ib_write_bw -R over iWARP with its client on wire1's lane 1: its data segments reach
+    wire1's lane 0 and are handed on, and wire0's lane 0 (the server's) takes what reaches
+    its lane 1."""
+    d, sock_dir = lanes
+    wait_no_clients(d)
+    hold = Hold(d, sock_dir, f"{d.name}_iw1", tmp_path / "hold.log")
+    try:
+        before = tcp_lanes(d, "rx_segments")
+        client, server = iw.run_perftest(d, sock_dir, tmp_path, "ib_write_bw", "-s", "65536",
+                                         "-n", "500", *pt.NO_CLOCK_CHECK, ports=_iw_ports,
+                                         server_ip=f"{SUBNET}.1")
+        got = moved(before, tcp_lanes(d, "rx_segments"))
+    finally:
+        hold.stop()
+    assert client.returncode == 0, f"{rcm.shown(client)}\nserver:\n{server.describe()}"
+    assert server.proc.returncode == 0, server.describe()
+    print(f"TCP segments by lane: {got}")
+    assert got[0][0] > 0 and got[1][1] > 0, got
+    assert got[0][1] == 0 and got[1][0] == 0, got
+
+
+def test_iwarp_between_two_processes_of_one_port_crosses_lanes(lanes, tmp_path, monkeypatch):
+    """rping's server and client both on wire0, at its own address: the server's process has
+    lane 0, the client's (the second process) lane 1, and the port's connection to itself
+    goes between the two lanes' TCPs."""
+    d, sock_dir = lanes
+    wait_no_clients(d)
+    monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0")
+    looped, segments = tcp_lanes(d, "loopback"), tcp_lanes(d, "rx_segments")
     rcm.client_server(d, sock_dir, tmp_path,
-                      ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19952", "-C", "500", "-V"],
-                      ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", "19952",
-                       "-C", "500", "-V"])
-    assert all(p["lane1"]["qps"] == 0 for p in port_stats(d))
+                      ["rping", "-s", "-a", f"{SUBNET}.1", "-p", "19954", "-C", "200", "-V"],
+                      ["rping", "-c", "-a", f"{SUBNET}.1", "-p", "19954", "-C", "200", "-V"])
+    sent = moved(looped, tcp_lanes(d, "loopback"))
+    got = moved(segments, tcp_lanes(d, "rx_segments"))
+    print(f"looped by lane: {sent}; received by lane: {got}")
+    assert sent[0][0] >= 400 and sent[0][1] >= 400, sent
+    assert got[0][0] >= 400 and got[0][1] >= 400, got
 
 
 def test_flows_spread_by_the_kernel_reach_their_lanes(daemons, mem_args, tmp_path, monkeypatch):

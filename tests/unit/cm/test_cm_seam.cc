@@ -33,7 +33,7 @@ class FakeCmWire final : public CmWire {
     std::size_t private_max(CmMessage m, bool) const override {
         return m == CmMessage::request ? 8 : answer_max;
     }
-    Result<bool> listen(std::uint16_t port, std::uint32_t, std::uint8_t) override {
+    Result<bool> listen(std::uint16_t port, std::uint32_t, std::uint8_t, const Peer&) override {
         calls.push_back("listen " + std::to_string(port));
         if (listen_error != 0) return make_error(listen_error, "cannot listen");
         return listens_;

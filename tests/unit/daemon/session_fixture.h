@@ -66,7 +66,7 @@ inline std::vector<DevicePort> test_ports() {
     DevicePort p{net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
                      return LinkInfo{true, 10000};
                  }};
-    p.devices[shm::kTransportRoce] = {"snic_0", &roce_rules(), nullptr, {}, {}};
+    p.devices[shm::kTransportRoce] = {"snic_0", &roce_rules(), nullptr, {}, {}, {}};
     return {p};
 }
 

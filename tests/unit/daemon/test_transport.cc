@@ -640,7 +640,7 @@ TEST(RoceAttr, a_destination_gid_must_be_ipv4_mapped) {
 class IwarpSeam : public ::testing::Test {
   protected:
     IwarpSeam() : fake(resources.keys()) {
-        ports[0].devices[shm::kTransportIwarp] = {"snic_iw0", &iwarp_rules(), &fake, {}, {}};
+        ports[0].devices[shm::kTransportIwarp] = {"snic_iw0", &iwarp_rules(), &fake, {}, {}, {}};
     }
     // INIT as rdma_create_qp leaves a QP.
     int init(RingClient& c) {
