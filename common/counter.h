@@ -38,6 +38,14 @@ class CounterSum {
         }
         sums_[k_++] += v;
     }
+    // A setting every source has alike (a size, not a count): the first source's, not summed.
+    void keep(std::string_view name, std::uint64_t v) {
+        if (k_ == names_.size()) {
+            names_.emplace_back(name);
+            sums_.push_back(v);
+        }
+        ++k_;
+    }
     template <typename F>
     void for_each(F&& f) const {
         for (std::size_t k = 0; k < names_.size(); ++k) f(std::string_view(names_[k]), sums_[k]);

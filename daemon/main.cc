@@ -282,13 +282,8 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
         if (i >= tcp.size() || tcp[i].empty()) continue;
         // The port's TCP: its lanes' summed.
         line = "snicd: port " + std::to_string(p.id()) + " tcp:";
-        CounterSum sum;
-        for (const TcpService* lane : tcp[i]) {
-            sum.next();
-            lane->for_each_counter(
-                [&sum](std::string_view name, std::uint64_t v) { sum.add(name, v); });
-        }
-        sum.for_each(nonzero_appender(line));
+        for_each_tcp_counter(std::vector<const TcpService*>(tcp[i].begin(), tcp[i].end()),
+                             nonzero_appender(line));
         std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);

@@ -187,10 +187,9 @@ class IwarpTransport final : public Transport, public TcpStreamOwner {
     void disconnect(IwConnId conn);
     // The CM forgets the connection: aborted if it is still open and no QP runs on it.
     void release(IwConnId conn);
-    // A port of several queues (the CM): the lane this transport runs on; whether its TCP
-    // has a listener or a connection on local port `port`; `port`'s segments to this lane
-    // from now on (Port::claim_tcp_port); and the lane they go to now.
-    std::uint16_t lane() const { return tcp_.port().queue(); }
+    // A port of several queues (the CM): whether this lane's TCP has a listener or a
+    // connection on local port `port`; `port`'s segments to this lane from now on
+    // (Port::claim_tcp_port); and the lane they go to now.
     bool uses_tcp_port(std::uint16_t port);
     void claim_tcp_port(std::uint16_t port) { tcp_.port().claim_tcp_port(port); }
     std::uint16_t tcp_port_lane(std::uint16_t port) const { return tcp_.port().tcp_lane(port); }

@@ -172,6 +172,25 @@ void TcpService::for_each_counter(F&& f) const {
     f(std::string_view("icmp_malformed"), counters_.icmp_malformed.get());
 }
 
+// Calls fn(name, value) for the counters of a port's TCP, its lanes' (`lanes`) summed; each
+// connection's buffer sizes are the lanes' setting, not summed. Telemetry and the exit report
+// only: it allocates.
+template <typename F>
+void for_each_tcp_counter(std::span<const TcpService* const> lanes, F&& f) {
+    CounterSum sum;
+    for (const TcpService* lane : lanes) {
+        sum.next();
+        lane->for_each_counter([&sum](std::string_view name, std::uint64_t v) {
+            if (name == "send_buffer" || name == "recv_window") {
+                sum.keep(name, v);
+            } else {
+                sum.add(name, v);
+            }
+        });
+    }
+    sum.for_each(f);
+}
+
 // A row as snicctl tcp receives it.
 shm::TcpConnInfo tcp_conn_info(const TcpConnRow& r);
 // snicctl tcp's op on the control thread: a page of the rows of the port at q.port_index,

@@ -290,14 +290,9 @@ int cmd_tcp_stats(const char*, const char* params, rte_tel_data* d) {
     const auto i = find_port(*info, params);
     if (!i || *i >= info->tcp.size() || info->tcp[*i].empty()) return -EINVAL;
     const std::vector<const TcpService*>& lanes = info->tcp[*i];
-    CounterSum sum;
-    for (const TcpService* lane : lanes) {
-        sum.next();
-        lane->for_each_counter(
-            [&sum](std::string_view name, std::uint64_t v) { sum.add(name, v); });
-    }
     rte_tel_data_start_dict(d);
-    sum.for_each([d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
+    for_each_tcp_counter(lanes,
+                         [d](std::string_view name, std::uint64_t v) { add_u64(d, name, v); });
     // A port of several queues: each lane's TCP's segments and connections, as "lane<queue>".
     for (std::size_t q = 0; lanes.size() > 1 && q < lanes.size(); ++q) {
         rte_tel_data* lane = rte_tel_data_alloc();

@@ -190,6 +190,17 @@ class Snic:
             if self.proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError(f"snicd did not start; see {work / 'snicd.log'}")
             time.sleep(0.1)
+        # Several queues: a process holds the iWARP device open on lane 0 for the whole run,
+        # so that each iWARP case's snic process (the next process there) runs on lane 1:
+        # its connections' segments that the kernel's hash sends to queue 0 are handed on.
+        self.holder = None
+        if queues > 1 and not shared:
+            self.holder = Tool(work, "lane0-holder", ["ibv_asyncwatch", "-d", f"{NAME}_iw0"],
+                               f"{NAME}_iw0")
+            while "async event FD" not in self.holder.output():
+                if self.holder.proc.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError(f"ibv_asyncwatch did not start: {self.holder.output()}")
+                time.sleep(0.1)
 
     def ctl(self, *args: str) -> tuple[int, str]:
         r = subprocess.run([str(SNICCTL), "-s", self.ctrl, *args], capture_output=True,
@@ -202,6 +213,8 @@ class Snic:
         return int(m.group(1)) if rc == 0 and m else 0
 
     def stop(self) -> None:
+        if self.holder is not None:
+            self.holder.wait(0)
         self.proc.terminate()
         try:
             self.proc.wait(timeout=20)
@@ -209,6 +222,12 @@ class Snic:
             self.proc.kill()
             self.proc.wait()
         self.out.close()
+
+    def lanes(self) -> list[str]:
+        """What snicd's exit report says of each lane (a port of several queues)."""
+        text = (self.work / "snicd.log").read_text(errors="replace")
+        return [ln.split("snicd: ", 1)[1] for ln in text.splitlines() if " lane " in ln and
+                "snicd: port" in ln]
 
 
 class Tool:
@@ -518,6 +537,8 @@ def main() -> int:
     summary.append("")
     for dev, (ok, what) in captures.items():
         summary.append(f"- {dev} capture: {'good' if ok else 'BAD'}: {what}")
+    for line in snic.lanes():
+        summary.append(f"- snicd's {line}")
     passed = sum(r.ok for r in results)
     summary.append(f"- {passed} of {len(results)} cases passed")
     (work / "summary.md").write_text("\n".join(summary) + "\n")

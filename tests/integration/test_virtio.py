@@ -200,10 +200,19 @@ def test_one_virtio_port_across_two_lcores(daemons, mem_args, tmp_path, monkeypa
         assert got[0][0] >= 2000 and got[1][1] >= 2000, got
         assert out[0][1] >= 2000 and out[1][0] >= 2000, out
         tl.assert_in_order(d)
-        # iWARP over the same ports: lane 0's, whatever queue its segments reach.
+        # iWARP over the same ports: the client's process on port 1's lane 1 (another holds
+        # its device on lane 0), its connection's segments handed there by their TCP port.
         monkeypatch.setenv("SNIC_DEVICES", f"{d.name}_iw0,{d.name}_iw1")
         port = str(st.free_tcp_port())
-        rcm.client_server(d, sock_dir, tmp_path,
-                          ["rping", "-s", "-a", f"{SUBNET}.1", "-p", port, "-C", "200", "-V"],
-                          ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p", port,
-                           "-C", "200", "-V"])
+        hold = Watch(env, f"{d.name}_iw1", tmp_path / "hold_iw.log")
+        try:
+            segments = tl.tcp_lanes(d, "rx_segments")
+            rcm.client_server(d, sock_dir, tmp_path,
+                              ["rping", "-s", "-a", f"{SUBNET}.1", "-p", port, "-C", "200", "-V"],
+                              ["rping", "-c", "-a", f"{SUBNET}.1", "-I", f"{SUBNET}.2", "-p",
+                               port, "-C", "200", "-V"])
+            got = tl.moved(segments, tl.tcp_lanes(d, "rx_segments"))
+        finally:
+            hold.stop()
+        assert got[0][0] >= 400 and got[1][1] >= 400, got
+        assert got[0][1] == 0 and got[1][0] == 0, got

@@ -818,3 +818,18 @@ TEST(CounterSum, sums_each_name_across_sources_in_order) {
         {"rx", 111}, {"tx", 222}, {"late", 7}};
     EXPECT_EQ(got, want);
 }
+
+// A setting the sources share (a lane's TCP buffer size) is kept once, beside the sums.
+TEST(CounterSum, keeps_a_shared_setting_from_the_first_source) {
+    snic::CounterSum sum;
+    sum.add("segments", 3);
+    sum.keep("window", 65536);
+    sum.next();
+    sum.add("segments", 4);
+    sum.keep("window", 65536);
+    std::vector<std::pair<std::string, std::uint64_t>> got;
+    sum.for_each([&](std::string_view n, std::uint64_t v) { got.emplace_back(n, v); });
+    const std::vector<std::pair<std::string, std::uint64_t>> want = {{"segments", 7},
+                                                                     {"window", 65536}};
+    EXPECT_EQ(got, want);
+}
