@@ -73,7 +73,12 @@ fi
 ninja_targets=()
 for t in "${targets[@]}"; do ninja_targets+=("tests/fuzz/fuzz_$t"); done
 snic_log "building ${#targets[@]} fuzz target(s) in $build"
-ninja -C "$build" "${ninja_targets[@]}" >/dev/null
+# Quiet unless it fails: then what the compiler said, and a clear end (set -e would end the
+# script with no word of why).
+if ! out=$(ninja -C "$build" "${ninja_targets[@]}" 2>&1); then
+    grep -E -A8 'error|FAILED' <<<"$out" | head -60 >&2
+    snic_die "the fuzz targets did not build (above)"
+fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -161,9 +161,6 @@ class Port {
     std::uint16_t tcp_lane(std::uint16_t port) const {
         return lanes_ != nullptr ? lanes_->tcp_lane[port].load(std::memory_order_acquire) : 0;
     }
-    // Hands `m` to lane `to`'s inbox, whose lane handles it as received there (dropped as
-    // rx_lane_full when the inbox is full).
-    void hand_to_lane(rte_mbuf* m, std::uint16_t to) { forward(m, to); }
 
     void set_roce_hook(RxHook h) { roce_hook_ = h; }
     void set_tcp_hook(RxHook h) { tcp_hook_ = h; }

@@ -49,7 +49,7 @@ inline std::vector<daemon::DevicePort> fake_ports() {
     daemon::DevicePort p{net::MacAddr{{0x02, 0, 0, 0, 0, 1}}, {{0xc6120001}, 24}, 1500, [] {
                              return daemon::LinkInfo{true, 10000};
                          }};
-    p.devices[shm::kTransportRoce] = {"snic_0", &daemon::roce_rules(), nullptr, {}, {}};
+    p.devices[shm::kTransportRoce] = {"snic_0", &daemon::roce_rules(), nullptr, {}, {}, {}};
     return {p};
 }
 
