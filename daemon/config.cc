@@ -472,7 +472,8 @@ snicd options:
   --no-dev-nodes         make no device nodes
   --idle-backoff USEC    an idle data lcore sleeps up to USEC us per empty poll (0: busy poll, default)
   --arp-timeout SEC      lifetime of ARP cache entries (default 60)
-  --tcp-max-conns N      connections of snic's TCP (iWARP's) per port at once, in any state
+  --tcp-max-conns N      connections of snic's TCP (iWARP's) per port (per lane of a port of
+                         queues=N) at once, in any state
                          (1..65535, default 4096); each holds up to about 530 KiB as it is used
                          (its send buffer and iWARP's receive buffers, at 10 Gb/s and the
                          default --tcp-window-rtt). An rdma_connect past it
