@@ -129,7 +129,22 @@ shm::TcpConnInfo tcp_conn_info(const TcpConnRow& r) {
 
 int fill_tcp_conns(std::span<const std::vector<TcpService*>> ports, const shm::TcpConnsReq& q,
                    shm::TcpConnsReply& r) {
-    return fill_tcp_conns(ports, q, r, nullptr);
+    if (q.port_index >= ports.size()) return EINVAL;
+    r = shm::TcpConnsReply{};
+    // The page's rows from each lane in turn (one lcore turn each): the lanes' rows are
+    // numbered one after the other, lane 0's first.
+    std::size_t skip = q.first, total = 0, listed = 0;
+    for (TcpService* lane : ports[q.port_index]) {
+        std::size_t lane_total = 0;
+        const auto rows = lane->rows(skip, shm::kMaxTcpConnsListed - listed, lane_total);
+        for (const TcpConnRow& row : rows) r.conns[listed++] = tcp_conn_info(row);
+        skip = skip > lane_total ? skip - lane_total : 0;
+        total += lane_total;
+    }
+    r.total = static_cast<std::uint32_t>(total);
+    r.listed = static_cast<std::uint32_t>(listed);
+    r.more = q.first + listed < total ? 1 : 0;
+    return 0;
 }
 
 int fill_tcp_conns(std::span<const std::vector<TcpService*>> ports, const shm::TcpConnsReq& q,
@@ -144,7 +159,7 @@ int fill_tcp_conns(std::span<const std::vector<TcpService*>> ports, const shm::T
         for (std::size_t first = 0;; first += kPage) {
             const auto rows = lane->rows(first, kPage, total);
             for (const TcpConnRow& row : rows)
-                if (shm::TcpConnInfo c = tcp_conn_info(row); !keep || keep(c)) kept.push_back(c);
+                if (shm::TcpConnInfo c = tcp_conn_info(row); keep(c)) kept.push_back(c);
             if (rows.size() < kPage || first + rows.size() >= total) break;
         }
     }

@@ -300,7 +300,8 @@ int cmd_tcp_stats(const char*, const char* params, rte_tel_data* d) {
         rte_tel_data_start_dict(lane);
         lanes[q]->for_each_counter([lane](std::string_view name, std::uint64_t v) {
             if (name == "rx_segments" || name == "tx_segments" || name == "loopback" ||
-                name == "active_opens" || name == "passive_opens" || name == "established")
+                name == "active_opens" || name == "passive_opens" || name == "established" ||
+                name == "listeners")
                 add_u64(lane, name, v);
         });
         rte_tel_data_add_dict_container(d, Key("lane" + std::to_string(q)).s, lane, 0);

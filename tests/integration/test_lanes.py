@@ -265,6 +265,53 @@ def test_iwarp_between_two_processes_of_one_port_crosses_lanes(lanes, tmp_path, 
     assert got[0][0] >= 400 and got[0][1] >= 400, got
 
 
+# rdma_cm listeners on IP, TCP ports FIRST..FIRST+N-1 (pyverbs, rdma-core's own bindings);
+# "listening" once all listen, then held until stdin closes.
+LISTENERS = """
+import sys
+from pyverbs.cmid import CMID, AddrInfo
+from pyverbs.cm_enums import RAI_PASSIVE, RDMA_PS_TCP
+ip, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ids = []
+for port in range(first, first + n):
+    ids.append(CMID(creator=AddrInfo(src=ip, src_service=str(port), port_space=RDMA_PS_TCP,
+                                     flags=RAI_PASSIVE)))
+    ids[-1].listen()
+print("listening", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_snicctl_tcp_pages_through_every_lane(lanes):
+    """Two processes with 20 iWARP listeners each on wire0: the first process's on lane 0's
+    TCP, the second's on lane 1's. snicctl tcp's pages (32 rows each) run through both lanes'
+    rows, one after the other: every listener once."""
+    d, sock_dir = lanes
+    wait_no_clients(d)
+    env = rcm.env_for(sock_dir, SNIC_DEVICES=f"{d.name}_iw0")
+    procs = []
+    try:
+        for first in (19700, 19720):
+            p = subprocess.Popen([str(rcm.SNIC_RUN), "/usr/bin/python3", "-c", LISTENERS,
+                                  f"{SUBNET}.1", str(first), "20"], env=env, text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT)
+            procs.append(p)
+            line = p.stdout.readline()
+            assert line.strip() == "listening", line + p.stdout.read()
+        listeners = tcp_lanes(d, "listeners")
+        out = st.snicctl(d, "tcp")
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=30)
+    listening = [f[4] for f in (ln.split() for ln in out.splitlines())
+                 if f[1] == "0" and f[2] == "LISTEN"]
+    want = [f"{SUBNET}.1:{port}" for port in range(19700, 19740)]
+    assert listeners[0] == [20, 20], listeners
+    assert sorted(listening) == sorted(want), out
+
+
 def test_flows_spread_by_the_kernel_reach_their_lanes(daemons, mem_args, tmp_path, monkeypatch):
     """net_af_packet with two queue pairs on each end of a veth pair: the kernel spreads the
     frames it hands a packet socket over the two queues by a hash of each flow (its
