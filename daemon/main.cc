@@ -154,7 +154,7 @@ std::vector<DevicePort> device_ports(const Config& cfg,
                                      const std::vector<std::unique_ptr<RoceTransport>>& transports,
                                      const std::vector<std::vector<Transport*>>& roce_lanes,
                                      const std::vector<std::unique_ptr<IwarpTransport>>& iwarp,
-                                     const std::vector<std::vector<Transport*>>& iwarp_lanes,
+                                     const std::vector<std::vector<IwarpTransport*>>& iwarp_lanes,
                                      const std::vector<std::shared_ptr<ProcessLanes>>& processes) {
     std::vector<DevicePort> devices;
     for (std::size_t i = 0; i < ports.size(); ++i) {
@@ -170,7 +170,8 @@ std::vector<DevicePort> device_ports(const Config& cfg,
         d.devices[shm::kTransportIwarp] = {
             iw_device_name(cfg, i), &iwarp_rules(), iwarp[i].get(), {}, {}, {}};
         if (iwarp_lanes[i].size() > 1) {  // a process's sessions on its lane, which the CM knows
-            d.devices[shm::kTransportIwarp].lanes = iwarp_lanes[i];
+            d.devices[shm::kTransportIwarp].lanes.assign(iwarp_lanes[i].begin(),
+                                                         iwarp_lanes[i].end());
             d.devices[shm::kTransportIwarp].by_process = processes[i];
         }
         devices.push_back(std::move(d));
@@ -237,7 +238,7 @@ auto nonzero_appender(std::string& line) {
 
 // A port of several queues: each lane's own figures, and its transports' and TCP's.
 void print_lanes(const Port& p, const std::vector<Transport*>& roce,
-                 const std::vector<Transport*>& iwarp, const std::vector<TcpService*>& tcp) {
+                 const std::vector<IwarpTransport*>& iwarp, const std::vector<TcpService*>& tcp) {
     const auto lanes = p.lanes();
     if (lanes.size() < 2) return;
     for (std::size_t q = 0; q < lanes.size(); ++q) {
@@ -264,7 +265,7 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
                     const std::vector<const Transport*>& transports,
                     const std::vector<std::vector<TcpService*>>& tcp,
                     const std::vector<std::vector<Transport*>>& roce_lanes,
-                    const std::vector<std::vector<Transport*>>& iwarp_lanes) {
+                    const std::vector<std::vector<IwarpTransport*>>& iwarp_lanes) {
     for (std::size_t i = 0; i < ports.size(); ++i) {
         const Port& p = *ports[i];
         std::string line = "snicd: port " + std::to_string(p.id()) + " (" + p.name() + "):";
@@ -282,8 +283,7 @@ void print_counters(const std::vector<std::unique_ptr<Port>>& ports,
         if (i >= tcp.size() || tcp[i].empty()) continue;
         // The port's TCP: its lanes' summed.
         line = "snicd: port " + std::to_string(p.id()) + " tcp:";
-        for_each_tcp_counter(std::vector<const TcpService*>(tcp[i].begin(), tcp[i].end()),
-                             nonzero_appender(line));
+        for_each_tcp_counter(tcp[i], nonzero_appender(line));
         std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);
@@ -319,10 +319,11 @@ struct Running {
     std::vector<std::unique_ptr<IwarpTransport>> iwarp;       // per port: on its TCP (lane 0's)
     std::vector<std::unique_ptr<TcpService>> lane_tcp;        // ports' lanes 1..N-1
     std::vector<std::unique_ptr<IwarpTransport>> lane_iwarp;  // ports' lanes 1..N-1
-    std::vector<std::vector<TcpService*>> tcp_lanes;   // per port: each lane's, lane 0's first
-    std::vector<std::vector<Transport*>> iwarp_lanes;  // per port: each lane's, lane 0's first
-    std::vector<std::shared_ptr<ProcessLanes>> iw_processes;  // per port: its processes' lanes
-    std::vector<std::unique_ptr<CmWire>> cm_wires;            // per device: its CM
+    std::vector<std::vector<TcpService*>> tcp_lanes;        // per port: each lane's, lane 0's first
+    std::vector<std::vector<IwarpTransport*>> iwarp_lanes;  // per port: each lane's, lane 0's first
+    // Per port of several queues: the lane of each process on its iWARP device (none with one).
+    std::vector<std::shared_ptr<ProcessLanes>> iw_processes;
+    std::vector<std::unique_ptr<CmWire>> cm_wires;  // per device: its CM
     // Per port, for a shared-address port: its XDP program's maps and its neighbours.
     std::vector<std::unique_ptr<XdpMaps>> xdp;
     std::vector<std::unique_ptr<SharedTcpPorts>> tcp_ports;  // its iWARP's TCP ports
@@ -493,7 +494,7 @@ int assign_lcores(const Config& cfg, Running& r, Selftest* selftest, Resources& 
         r.roce_lanes[i].resize(lanes);
         r.tcp_lanes[i].resize(lanes);
         r.iwarp_lanes[i].resize(lanes);
-        r.iw_processes.push_back(std::make_shared<ProcessLanes>(lanes));
+        r.iw_processes.push_back(lanes > 1 ? std::make_shared<ProcessLanes>(lanes) : nullptr);
     }
     r.transports.resize(r.ports.size());
     r.gsi.resize(r.ports.size());
@@ -654,13 +655,8 @@ std::vector<PortWire> make_cm_wires(Running& r) {
                                                         random_key(),
                                                         CmService::kMaxIdsPerSession));
         wires.push_back({port, r.cm_wires.back().get()});
-        if (r.iwarp_lanes[i].size() > 1) {
-            std::vector<IwarpTransport*> lanes;
-            for (Transport* t : r.iwarp_lanes[i]) lanes.push_back(static_cast<IwarpTransport*>(t));
-            r.cm_wires.push_back(std::make_unique<IwCmWire>(std::move(lanes), r.iw_processes[i]));
-        } else {
-            r.cm_wires.push_back(std::make_unique<IwCmWire>(*r.iwarp[i], r.tcp_ports[i].get()));
-        }
+        r.cm_wires.push_back(
+            std::make_unique<IwCmWire>(r.iwarp_lanes[i], r.iw_processes[i], r.tcp_ports[i].get()));
         wires.push_back({port, r.cm_wires.back().get()});
     }
     return wires;

@@ -27,13 +27,13 @@ struct IwCmEvent;
 
 class IwCmWire final : public CmWire {
   public:
-    // `ports`: a shared-address port's TCP ports (nullptr: the address is snicd's alone),
-    // taken for each listener and connection and given back when they go.
-    explicit IwCmWire(IwarpTransport& iw, TcpPortHolder* ports = nullptr)
-        : lanes_{&iw}, ports_(ports) {}
-    // A port of several queues: its lanes' transports by queue, and the lane of each process.
-    IwCmWire(std::vector<IwarpTransport*> lanes, std::shared_ptr<ProcessLanes> processes)
-        : lanes_(std::move(lanes)), processes_(std::move(processes)) {}
+    // `lanes`: the port's transports by queue (one for a port of one queue); `processes`: the
+    // lane of each process (nullptr with one lane); `ports`: a shared-address port's TCP
+    // ports (nullptr: the address is snicd's alone), taken for each listener and connection
+    // and given back when they go.
+    IwCmWire(std::vector<IwarpTransport*> lanes, std::shared_ptr<ProcessLanes> processes,
+             TcpPortHolder* ports = nullptr)
+        : lanes_(std::move(lanes)), processes_(std::move(processes)), ports_(ports) {}
 
     std::uint8_t transport() const override { return shm::kTransportIwarp; }
     bool datagrams() const override { return false; }  // iWARP is connected alone

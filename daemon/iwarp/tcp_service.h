@@ -172,11 +172,11 @@ void TcpService::for_each_counter(F&& f) const {
     f(std::string_view("icmp_malformed"), counters_.icmp_malformed.get());
 }
 
-// Calls fn(name, value) for the counters of a port's TCP, its lanes' (`lanes`) summed; each
-// connection's buffer sizes are the lanes' setting, not summed. Telemetry and the exit report
-// only: it allocates.
-template <typename F>
-void for_each_tcp_counter(std::span<const TcpService* const> lanes, F&& f) {
+// Calls fn(name, value) for the counters of a port's TCP, its lanes' (`lanes`, pointers to
+// TcpService) summed; each connection's buffer sizes are the lanes' setting, not summed.
+// Telemetry and the exit report only: it allocates.
+template <typename Lanes, typename F>
+void for_each_tcp_counter(const Lanes& lanes, F&& f) {
     CounterSum sum;
     for (const TcpService* lane : lanes) {
         sum.next();

@@ -799,6 +799,19 @@ TEST(DeviceLanes, sessions_go_to_the_least_loaded_lane_and_their_qps_run_there) 
 }  // namespace
 }  // namespace snic::daemon::fixture
 
+namespace {
+
+using Sums = std::vector<std::pair<std::string, std::uint64_t>>;
+
+// What a CounterSum gives, in its order.
+Sums sums_of(const snic::CounterSum& sum) {
+    Sums got;
+    sum.for_each([&](std::string_view n, std::uint64_t v) { got.emplace_back(n, v); });
+    return got;
+}
+
+}  // namespace
+
 // A port's lanes, or a RoCE device's transports, report the same counters in the same order:
 // their sums go by name, in that order, and a source with more adds its own.
 TEST(CounterSum, sums_each_name_across_sources_in_order) {
@@ -812,11 +825,7 @@ TEST(CounterSum, sums_each_name_across_sources_in_order) {
     sum.add("rx", 100);
     sum.add("tx", 200);
     sum.add("late", 7);
-    std::vector<std::pair<std::string, std::uint64_t>> got;
-    sum.for_each([&](std::string_view n, std::uint64_t v) { got.emplace_back(n, v); });
-    const std::vector<std::pair<std::string, std::uint64_t>> want = {
-        {"rx", 111}, {"tx", 222}, {"late", 7}};
-    EXPECT_EQ(got, want);
+    EXPECT_EQ(sums_of(sum), (Sums{{"rx", 111}, {"tx", 222}, {"late", 7}}));
 }
 
 // A setting the sources share (a lane's TCP buffer size) is kept once, beside the sums.
@@ -827,9 +836,5 @@ TEST(CounterSum, keeps_a_shared_setting_from_the_first_source) {
     sum.next();
     sum.add("segments", 4);
     sum.keep("window", 65536);
-    std::vector<std::pair<std::string, std::uint64_t>> got;
-    sum.for_each([&](std::string_view n, std::uint64_t v) { got.emplace_back(n, v); });
-    const std::vector<std::pair<std::string, std::uint64_t>> want = {{"segments", 7},
-                                                                     {"window", 65536}};
-    EXPECT_EQ(got, want);
+    EXPECT_EQ(sums_of(sum), (Sums{{"segments", 7}, {"window", 65536}}));
 }
